@@ -1,0 +1,3 @@
+package blink
+
+type entryRef struct{ key, payload []byte }
