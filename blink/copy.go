@@ -137,7 +137,9 @@ func wellFormed(n node) bool {
 			return false
 		}
 		l := n.u16(o)
-		if l == 0 || l > maxKey || o+entrySize(l, ps) > end {
+		// Only entry 0 of an inner node whose min is -inf has the empty key.
+		emptyOK := i == 0 && n.level() > 0 && n.minInf()
+		if l == 0 && !emptyOK || l > maxKey || o+entrySize(l, ps) > end {
 			return false
 		}
 		k := n[o+keyLenSize : o+keyLenSize+l]

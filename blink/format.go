@@ -42,15 +42,17 @@ package blink
 //	 0  head version u64
 //	 8  flags u8 (valid, min -inf, max +inf)   9 rsv u8
 //	10  global level u16 (0 = leaf meganode)   12 magic u32 "CELM"
-//	16  local root Ptr u64                      (loaded alone, atomically, by local readers)
-//	24  local height u16                        26 node size log2 u16
-//	28  node capacity u32                       (nodes in the meganode, header included)
-//	32  next fresh node index u32               36 free node count u32
-//	40  free list head Ptr u64                  (freed nodes link through their right link)
-//	48  meganode size u64
-//	56  min key length u16                      58 max key length u16
-//	60  reserved u32
-//	64  min key bytes (≤ MaxKeySize)            64+MaxKeySize: max key bytes
+//	16  local height u16                        18 node size log2 u16
+//	20  reserved u16                            22 kind u8 (= 2)   23 rsv u8
+//	24  local root Ptr u64                      (loaded alone, atomically, by local readers)
+//	32  node capacity u32                       (nodes in the meganode, header included)
+//	36  next fresh node index u32
+//	40  free node count u32                     44 reserved u32
+//	48  free list head Ptr u64                  (freed nodes link through their right link)
+//	56  meganode size u64
+//	64  min key length u16                      66 max key length u16
+//	68  reserved u32
+//	72  min key bytes (≤ MaxKeySize)            72+MaxKeySize: max key bytes
 //	NodeSize-8: tail version
 //
 // Extent record (in the region's extent area), see extent.go:
@@ -104,17 +106,17 @@ const (
 const (
 	hdrGlobalLevel = 10
 	hdrMagic       = 12
-	hdrRoot        = 16
-	hdrHeight      = 24
-	hdrNodeLog2    = 26
-	hdrCapacity    = 28
-	hdrNextFresh   = 32
-	hdrFreeCount   = 36
-	hdrFreeHead    = 40
-	hdrSize        = 48
-	hdrMinLen      = 56
-	hdrMaxLen      = 58
-	hdrKeys        = 64
+	hdrHeight      = 16
+	hdrNodeLog2    = 18
+	hdrRoot        = 24
+	hdrCapacity    = 32
+	hdrNextFresh   = 36
+	hdrFreeCount   = 40
+	hdrFreeHead    = 48
+	hdrSize        = 56
+	hdrMinLen      = 64
+	hdrMaxLen      = 66
+	hdrKeys        = 72
 
 	headerMagic = 0x4d4c4543 // "CELM" little-endian
 )

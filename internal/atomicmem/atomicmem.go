@@ -16,6 +16,7 @@
 package atomicmem
 
 import (
+	"encoding/binary"
 	"sync/atomic"
 	"unsafe"
 )
@@ -111,4 +112,20 @@ func Aligned(b []byte) bool {
 		return true
 	}
 	return uintptr(unsafe.Pointer(&b[0]))%Word == 0
+}
+
+// LoadTo is Load for a destination of any alignment: src must be 8-byte
+// aligned and a multiple of 8 long, dst at least as long as src.
+func LoadTo(dst, src []byte) {
+	n := len(src)
+	if n%Word != 0 || len(dst) < n {
+		panic("atomicmem: LoadTo needs len(src) a multiple of 8 and len(dst) >= len(src)")
+	}
+	if n == 0 {
+		return
+	}
+	_ = src[n-1]
+	for i := 0; i < n; i += Word {
+		binary.NativeEndian.PutUint64(dst[i:], atomic.LoadUint64(word(src, i)))
+	}
 }

@@ -1,0 +1,223 @@
+package blink
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/cellstore/cell/internal/atomicmem"
+)
+
+// nodeBuf is an 8-byte aligned buffer for one node copy. Readers keep it on
+// their stack so that searches do not allocate.
+type nodeBuf [MaxNodeSize / 8]uint64
+
+func (b *nodeBuf) node(size int) node {
+	return node(unsafe.Slice((*byte)(unsafe.Pointer(b)), size))
+}
+
+// Result is the outcome of one search inside this meganode.
+type Result struct {
+	// Next is set when the search must continue in another meganode (a
+	// right link or child pointer that leaves this one): continue at Next.
+	Next Ptr
+	// Found reports that a leaf entry with the key exists.
+	Found bool
+	// Leaf is the leaf node where the search ended.
+	Leaf Ptr
+	// Child is the entry's pointer in a leaf of an inner meganode: the
+	// child meganode whose range covers the key (set even if !Found).
+	Child Ptr
+	// Extent, Len and CRC locate the key's record in a leaf meganode.
+	Extent Ptr
+	Len    int
+	CRC    uint64
+}
+
+// retry accounts one restart or torn retry of a lock-free reader and
+// reports whether the reader may go on. It yields the processor now and
+// then, so a reader never spins against a writer it shares a CPU with.
+func (t *Tree) retry(r Reason, attempts *int) error {
+	switch r {
+	case Torn:
+		t.Stats.Torn.Add(1)
+	case Invalid:
+		t.Stats.Invalid.Add(1)
+	case OutOfRange:
+		t.Stats.OutOfRange.Add(1)
+	default:
+		t.Stats.Restarts.Add(1)
+	}
+	*attempts++
+	if *attempts > t.opts.MaxRestarts {
+		return fmt.Errorf("%d attempts, last %v: %w", *attempts, r, ErrRestart)
+	}
+	if *attempts%16 == 0 {
+		runtime.Gosched()
+	}
+	return nil
+}
+
+// findLeaf copies the leaf covering key into buf, descending lock-free from
+// the local root with Sagiv's search: follow right links while key >= max,
+// restart from the root when a copy is invalid or does not cover key. It
+// returns a non-nil Ptr if the search leaves the meganode there.
+func (t *Tree) findLeaf(key []byte, buf node) (leaf, next Ptr, err error) {
+	attempts := 0
+restart:
+	root := t.Root()
+	p := root
+	for {
+		if !t.local(p) {
+			if p.IsNil() {
+				// The rightmost node's max is the meganode's; nothing
+				// lies beyond it here.
+				return 0, 0, fmt.Errorf("key %q: %w", key, ErrKeyOutOfRange)
+			}
+			return 0, p, nil
+		}
+		r := CopyNodeFor(buf, t.nodeBytes(p), key)
+		switch r {
+		case OK:
+			if buf.level() == 0 {
+				return p, 0, nil
+			}
+			p = buf.child(buf.childIndex(key))
+			continue
+		case AboveMax:
+			p = buf.rightLink()
+			continue
+		case OutOfRange:
+			if p == root && t.Root() == root {
+				return 0, 0, fmt.Errorf("key %q: %w", key, ErrKeyOutOfRange)
+			}
+		case Corrupt:
+			return 0, 0, fmt.Errorf("node %v: consistent copy does not decode: %w", p, ErrCorruption)
+		}
+		if err := t.retry(r, &attempts); err != nil {
+			return 0, 0, err
+		}
+		if r != Torn {
+			goto restart
+		}
+	}
+}
+
+// Search finds key in this meganode without taking the writer's lock.
+func (t *Tree) Search(key []byte) (Result, error) {
+	if err := t.checkKey(key); err != nil {
+		return Result{}, err
+	}
+	var nb nodeBuf
+	buf := nb.node(t.nodeSize)
+	leaf, next, err := t.findLeaf(key, buf)
+	if err != nil || !next.IsNil() {
+		return Result{Next: next}, err
+	}
+	res := Result{Leaf: leaf}
+	if buf.extents() {
+		i, found := buf.lowerBound(key)
+		if found {
+			res.Found = true
+			res.Extent, res.Len, res.CRC = buf.extent(i)
+		}
+		return res, nil
+	}
+	if buf.count() > 0 {
+		i := buf.childIndex(key)
+		res.Child = buf.child(i)
+		res.Found = bytes.Equal(buf.key(i), key)
+	}
+	return res, nil
+}
+
+// Contains reports whether key is in the tree, without taking the writer's
+// lock or reading the record.
+func (t *Tree) Contains(key []byte) (bool, error) {
+	res, err := t.Search(key)
+	return res.Found, err
+}
+
+// Get appends the value of key to dst and returns the extended slice,
+// without taking the writer's lock. It copies nodes and the record with
+// atomic loads, validates every copy, checks the record's CRC, and restarts
+// when anything changed under it. With enough capacity in dst it does not
+// allocate.
+func (t *Tree) Get(key, dst []byte) ([]byte, error) {
+	if err := t.checkKey(key); err != nil {
+		return dst, err
+	}
+	var nb nodeBuf
+	buf := nb.node(t.nodeSize)
+	attempts := 0
+	for {
+		_, next, err := t.findLeaf(key, buf)
+		if err != nil {
+			return dst, err
+		}
+		if !next.IsNil() {
+			return dst, fmt.Errorf("key %q continues in meganode at %v: %w", key, next, ErrKeyOutOfRange)
+		}
+		if !buf.extents() {
+			return dst, fmt.Errorf("get in an inner meganode: %w", ErrKeyOutOfRange)
+		}
+		i, found := buf.lowerBound(key)
+		if !found {
+			return dst, ErrNotFound
+		}
+		ext, n, crc := buf.extent(i)
+		out, ok, err := t.loadRecord(dst, ext, n, crc, key)
+		if err != nil {
+			return dst, err
+		}
+		if ok {
+			return out, nil
+		}
+		// The record changed after we copied the leaf: start again.
+		t.Stats.CRC.Add(1)
+		if err := t.retry(Torn, &attempts); err != nil {
+			return dst, err
+		}
+	}
+}
+
+// loadRecord copies the record at ext into dst's spare capacity with atomic
+// loads, checks its CRC and key, and appends the value to dst. ok is false
+// when the record no longer matches the leaf entry (re-read).
+func (t *Tree) loadRecord(dst []byte, ext Ptr, n int, crc uint64, key []byte) (out []byte, ok bool, err error) {
+	off := ext.Offset()
+	padded := uint64(roundUp8(n))
+	if ext.Region() != t.region || n < extentHeader || off%8 != 0 || off+padded > uint64(len(t.mem)) {
+		return dst, false, fmt.Errorf("extent %v of %d bytes outside region: %w", ext, n, ErrCorruption)
+	}
+	base := len(dst)
+	dst = grow(dst, int(padded))
+	rec := dst[base : base+int(padded)]
+	atomicmem.LoadTo(rec, t.mem[off:off+padded])
+	rec = rec[:n]
+	if ExtentCRC(rec) != crc {
+		return dst[:base], false, nil
+	}
+	k, v, err := parseExtent(rec)
+	if err != nil {
+		return dst[:base], false, fmt.Errorf("extent %v: %w", ext, err)
+	}
+	if !bytes.Equal(k, key) {
+		return dst[:base], false, nil
+	}
+	copy(dst[base:], v)
+	return dst[:base+len(v)], true, nil
+}
+
+func roundUp8(n int) int { return (n + 7) &^ 7 }
+
+// grow returns b with room for n more bytes beyond len(b), keeping len(b).
+func grow(b []byte, n int) []byte {
+	if cap(b)-len(b) >= n {
+		return b[:len(b)+n]
+	}
+	nb := make([]byte, len(b)+n, 2*len(b)+n)
+	copy(nb, b)
+	return nb
+}

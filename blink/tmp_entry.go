@@ -1,3 +1,0 @@
-package blink
-
-type entryRef struct{ key, payload []byte }

@@ -1,0 +1,100 @@
+package blink
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+)
+
+func TestPutGetDelete(t *testing.T) {
+	tr, ext := newTestTree(t, testTreeOpts{})
+	mustPut(t, tr, "b", "2")
+	mustPut(t, tr, "a", "1")
+	mustPut(t, tr, "c", "3")
+	mustGet(t, tr, "a", "1")
+	mustGet(t, tr, "b", "2")
+	mustPut(t, tr, "b", "two")
+	mustGet(t, tr, "b", "two")
+	if _, err := tr.Get([]byte("zz"), nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get missing: %v", err)
+	}
+	ok, err := tr.Delete([]byte("a"))
+	if !ok || err != nil {
+		t.Fatalf("Delete(a) = %v, %v", ok, err)
+	}
+	if ok, _ := tr.Delete([]byte("a")); ok {
+		t.Fatal("second Delete(a) found the key")
+	}
+	if _, err := tr.Get([]byte("a"), nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get deleted: %v", err)
+	}
+	if ext.inUse != 2 {
+		t.Fatalf("%d records in use, want 2 (update and delete must free)", ext.inUse)
+	}
+	if ok, _ := tr.Contains([]byte("c")); !ok {
+		t.Fatal("Contains(c) = false")
+	}
+}
+
+func TestLimits(t *testing.T) {
+	tr, _ := newTestTree(t, testTreeOpts{})
+	big := bytes.Repeat([]byte("k"), 129)
+	cases := []struct {
+		name string
+		key  []byte
+		val  []byte
+		want error
+	}{
+		{"empty key", nil, []byte("v"), ErrEmptyKey},
+		{"key 129 bytes", big, []byte("v"), ErrKeyTooLarge},
+		{"value over 1 MiB", []byte("k"), make([]byte, 1<<20+1), ErrValueTooLarge},
+	}
+	for _, c := range cases {
+		if err := tr.Put(c.key, c.val); !errors.Is(err, c.want) {
+			t.Errorf("%s: Put = %v, want %v", c.name, err, c.want)
+		}
+	}
+	if err := tr.Put(big[:128], make([]byte, 1<<20)); err != nil {
+		t.Fatalf("largest key and value: %v", err)
+	}
+	got, err := tr.Get(big[:128], nil)
+	if err != nil || len(got) != 1<<20 {
+		t.Fatalf("Get largest: %d bytes, %v", len(got), err)
+	}
+}
+
+func TestManyKeysSplitAndGrow(t *testing.T) {
+	tr, _ := newTestTree(t, testTreeOpts{nodeSize: 512})
+	const n = 20000
+	for i := 0; i < n; i++ {
+		mustPut(t, tr, fmt.Sprintf("key%08d", i*7919%n), fmt.Sprint(i))
+	}
+	if h := tr.height(); h < 3 {
+		t.Fatalf("height %d after %d inserts, want >= 3", h, n)
+	}
+	for i := 0; i < n; i++ {
+		mustGet(t, tr, fmt.Sprintf("key%08d", i*7919%n), fmt.Sprint(i))
+	}
+	mustCheck(t, tr)
+	it := tr.NewIter(nil)
+	c := 0
+	var prev []byte
+	for ok := it.First(); ok; ok = it.Next() {
+		if prev != nil && bytes.Compare(prev, it.Key()) >= 0 {
+			t.Fatalf("out of order: %q then %q", prev, it.Key())
+		}
+		prev = append(prev[:0], it.Key()...)
+		c++
+	}
+	if c != n || it.Error() != nil {
+		t.Fatalf("iterated %d keys, err %v", c, it.Error())
+	}
+	c = 0
+	for ok := it.Last(); ok; ok = it.Prev() {
+		c++
+	}
+	if c != n {
+		t.Fatalf("reverse iterated %d keys", c)
+	}
+}
