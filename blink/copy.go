@@ -150,3 +150,6 @@ func wellFormed(n node) bool {
 	}
 	return true
 }
+
+// copyNodeRaw copies a node with atomic loads without judging it.
+func copyNodeRaw(dst, src []byte) { atomicmem.LoadTo(dst, src) }
