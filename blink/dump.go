@@ -99,7 +99,7 @@ func AnnotatedHex(b []byte) string {
 	// The heap, in address order: entries and bounds.
 	type item struct {
 		off, ln int
-		what  string
+		what    string
 	}
 	var items []item
 	for i := 0; i < n.count(); i++ {

@@ -125,10 +125,10 @@ func TestNodeComparators(t *testing.T) {
 		img.appendEntry([]byte(k), pl[:])
 	}
 	cases := []struct {
-		key       string
-		lb        int
-		eq        bool
-		cover     Reason
+		key   string
+		lb    int
+		eq    bool
+		cover Reason
 	}{
 		{"a", 0, false, OutOfRange},
 		{"b", 0, true, OK},
