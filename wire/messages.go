@@ -1,0 +1,539 @@
+package wire
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/cellstore/cell/blink"
+)
+
+// Message is a request or reply body. The layouts below are part of the
+// wire format (see codec.go for the building blocks; "bytes" is a u32
+// length and the bytes).
+//
+// AppendTo appends the encoding to dst and returns the extended slice; it
+// does not allocate when dst has room. Decode replaces the receiver's
+// contents with the decoding of body, without allocating except where a
+// type says so: byte slices alias body (so they are only valid while body
+// is, see Frame), and list fields reuse the receiver's capacity. Decode
+// errors wrap ErrMalformed.
+type Message interface {
+	AppendTo(dst []byte) []byte
+	Decode(body []byte) error
+}
+
+var (
+	_ Message = (*SearchRequest)(nil)
+	_ Message = (*SearchReply)(nil)
+	_ Message = (*GetRequest)(nil)
+	_ Message = (*GetReply)(nil)
+	_ Message = (*ContainsReply)(nil)
+	_ Message = (*PutRequest)(nil)
+	_ Message = (*DeleteRequest)(nil)
+	_ Message = (*RangeRequest)(nil)
+	_ Message = (*RangeReply)(nil)
+	_ Message = (*NodeDumpRequest)(nil)
+	_ Message = (*NodeDumpReply)(nil)
+	_ Message = (*MetadataRequest)(nil)
+	_ Message = (*MetadataReply)(nil)
+	_ Message = (*ErrorReply)(nil)
+)
+
+// KeyRange is a meganode's key range [Min, Max). MinInf and MaxInf stand
+// for -inf and +inf; Min or Max is then empty.
+//
+//	[flags u8: bit0 min -inf, bit1 max +inf][min bytes][max bytes]
+type KeyRange struct {
+	Min, Max       []byte
+	MinInf, MaxInf bool
+}
+
+const (
+	rangeMinInf = 1 << 0
+	rangeMaxInf = 1 << 1
+)
+
+// Contains reports whether Min <= key < Max.
+func (r *KeyRange) Contains(key []byte) bool {
+	return (r.MinInf || bytes.Compare(r.Min, key) <= 0) && (r.MaxInf || bytes.Compare(key, r.Max) < 0)
+}
+
+// String formats the range as [min, max) with -inf/+inf.
+func (r KeyRange) String() string {
+	lo, hi := "-inf", "+inf"
+	if !r.MinInf {
+		lo = fmt.Sprintf("%q", r.Min)
+	}
+	if !r.MaxInf {
+		hi = fmt.Sprintf("%q", r.Max)
+	}
+	return "[" + lo + ", " + hi + ")"
+}
+
+func (r *KeyRange) appendTo(b []byte) []byte {
+	b = appendU8(b, flag(r.MinInf, rangeMinInf)|flag(r.MaxInf, rangeMaxInf))
+	b = appendBytes(b, infKey(r.Min, r.MinInf))
+	return appendBytes(b, infKey(r.Max, r.MaxInf))
+}
+
+func infKey(k []byte, inf bool) []byte {
+	if inf {
+		return nil
+	}
+	return k
+}
+
+func (r *KeyRange) decode(d *decoder) {
+	f := d.flags(rangeMinInf|rangeMaxInf, "key range flags")
+	r.MinInf, r.MaxInf = f&rangeMinInf != 0, f&rangeMaxInf != 0
+	r.Min = d.bytes("range min")
+	r.Max = d.bytes("range max")
+	if (r.MinInf && r.Min != nil) || (r.MaxInf && r.Max != nil) {
+		d.failf("key range: key stored beside an infinity flag")
+	}
+}
+
+// Meganode describes one meganode as its header node says: where it is,
+// its global level (0 = leaf meganode), its local tree height in nodes
+// and its key range. The client's path cache keeps these.
+//
+//	[ptr u64][level u16][height u16][key range]
+type Meganode struct {
+	Ptr    blink.Ptr
+	Level  uint16
+	Height uint16
+	Range  KeyRange
+}
+
+func (m *Meganode) appendTo(b []byte) []byte {
+	b = appendU64(b, uint64(m.Ptr))
+	b = appendU16(b, m.Level)
+	b = appendU16(b, m.Height)
+	return m.Range.appendTo(b)
+}
+
+func (m *Meganode) decode(d *decoder) {
+	m.Ptr = blink.Ptr(d.u64("meganode ptr"))
+	m.Level = d.u16("meganode level")
+	m.Height = d.u16("meganode height")
+	m.Range.decode(d)
+}
+
+// Every key request starts with a target: the meganode to start at (0:
+// the root, or wherever the server finds the key) and the epoch of its
+// region as the client knows it (0: do not check; otherwise a mismatch is
+// answered with StatusStaleEpoch).
+//
+//	[ptr u64][epoch u64]
+
+// SearchRequest (OpSearch) asks for one meganode hop of a server-side
+// search for Key, starting at meganode Ptr.
+//
+//	[ptr u64][epoch u64][flags u8: bit0 want value][key bytes]
+type SearchRequest struct {
+	Ptr       blink.Ptr
+	Epoch     uint64
+	WantValue bool // in a leaf meganode, return the value too
+	Key       []byte
+}
+
+const searchWantValue = 1 << 0
+
+func (m *SearchRequest) AppendTo(b []byte) []byte {
+	b = appendU64(b, uint64(m.Ptr))
+	b = appendU64(b, m.Epoch)
+	b = appendU8(b, flag(m.WantValue, searchWantValue))
+	return appendBytes(b, m.Key)
+}
+
+func (m *SearchRequest) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Ptr = blink.Ptr(d.u64("ptr"))
+	m.Epoch = d.u64("epoch")
+	m.WantValue = d.flags(searchWantValue, "search flags") != 0
+	m.Key = d.bytes("key")
+	return d.finish("search request")
+}
+
+// SearchKind says how a server-side search hop ended.
+type SearchKind uint8
+
+const (
+	// SearchLeaf: the meganode is a leaf meganode; the reply holds the
+	// result for the key.
+	SearchLeaf SearchKind = 1
+	// SearchNext: continue at SearchReply.Next.
+	SearchNext SearchKind = 2
+)
+
+func (k SearchKind) String() string {
+	switch k {
+	case SearchLeaf:
+		return "leaf"
+	case SearchNext:
+		return "next"
+	}
+	return fmt.Sprintf("SearchKind(%d)", uint8(k))
+}
+
+// SearchReply answers OpSearch. Meganode describes the meganode the search
+// ended in, read from its header: the one at the request's Ptr, or one to
+// its right if the server followed meganode right links.
+//
+//	[kind u8][meganode]
+//	kind leaf: [flags u8: bit0 found, bit1 has value][value bytes, if has value]
+//	kind next: [next ptr u64]
+type SearchReply struct {
+	Kind     SearchKind
+	Meganode Meganode
+	// Next (SearchNext) is the meganode to search next: a child one level
+	// down, or a right sibling on the same level. It may be on another
+	// server.
+	Next blink.Ptr
+	// Found (SearchLeaf) reports whether the key is present; HasValue
+	// whether Value was returned (requested and found).
+	Found    bool
+	HasValue bool
+	Value    []byte
+}
+
+const (
+	searchFound    = 1 << 0
+	searchHasValue = 1 << 1
+)
+
+func (m *SearchReply) AppendTo(b []byte) []byte {
+	b = appendU8(b, uint8(m.Kind))
+	b = m.Meganode.appendTo(b)
+	switch m.Kind {
+	case SearchLeaf:
+		b = appendU8(b, flag(m.Found, searchFound)|flag(m.HasValue, searchHasValue))
+		if m.HasValue {
+			b = appendBytes(b, m.Value)
+		}
+	case SearchNext:
+		b = appendU64(b, uint64(m.Next))
+	}
+	return b
+}
+
+func (m *SearchReply) Decode(body []byte) error {
+	d := decoder{b: body}
+	*m = SearchReply{Kind: SearchKind(d.u8("search kind"))}
+	m.Meganode.decode(&d)
+	switch m.Kind {
+	case SearchLeaf:
+		f := d.flags(searchFound|searchHasValue, "search result flags")
+		m.Found, m.HasValue = f&searchFound != 0, f&searchHasValue != 0
+		if m.HasValue && !m.Found {
+			d.failf("search reply: value without found")
+		}
+		if m.HasValue {
+			m.Value = d.bytes("value")
+		}
+	case SearchNext:
+		m.Next = blink.Ptr(d.u64("next ptr"))
+	default:
+		d.failf("search reply: kind %d", uint8(m.Kind))
+	}
+	return d.finish("search reply")
+}
+
+// GetRequest is the body of OpGet and OpContains.
+//
+//	[ptr u64][epoch u64][key bytes]
+type GetRequest struct {
+	Ptr   blink.Ptr
+	Epoch uint64
+	Key   []byte
+}
+
+func (m *GetRequest) AppendTo(b []byte) []byte {
+	b = appendU64(b, uint64(m.Ptr))
+	b = appendU64(b, m.Epoch)
+	return appendBytes(b, m.Key)
+}
+
+func (m *GetRequest) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Ptr = blink.Ptr(d.u64("ptr"))
+	m.Epoch = d.u64("epoch")
+	m.Key = d.bytes("key")
+	return d.finish("get request")
+}
+
+// GetReply answers OpGet; a missing key is StatusNotFound, not a reply.
+//
+//	[value bytes]
+type GetReply struct {
+	Value []byte
+}
+
+func (m *GetReply) AppendTo(b []byte) []byte { return appendBytes(b, m.Value) }
+
+func (m *GetReply) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Value = d.bytes("value")
+	return d.finish("get reply")
+}
+
+// ContainsReply answers OpContains.
+//
+//	[found u8]
+type ContainsReply struct {
+	Found bool
+}
+
+func (m *ContainsReply) AppendTo(b []byte) []byte { return appendBool(b, m.Found) }
+
+func (m *ContainsReply) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Found = d.bool("found")
+	return d.finish("contains reply")
+}
+
+// Writes carry the client's id and a per-client sequence number so that a
+// region applies each write at most once (DESIGN §9); zero ClientID means
+// no deduplication. The reply to a write has an empty body.
+
+// PutRequest (OpPut) inserts or replaces Key.
+//
+//	[ptr u64][epoch u64][client id u64][seq u64][key bytes][value bytes]
+type PutRequest struct {
+	Ptr      blink.Ptr
+	Epoch    uint64
+	ClientID uint64
+	Seq      uint64
+	Key      []byte
+	Value    []byte
+}
+
+func (m *PutRequest) AppendTo(b []byte) []byte {
+	b = appendU64(b, uint64(m.Ptr))
+	b = appendU64(b, m.Epoch)
+	b = appendU64(b, m.ClientID)
+	b = appendU64(b, m.Seq)
+	b = appendBytes(b, m.Key)
+	return appendBytes(b, m.Value)
+}
+
+func (m *PutRequest) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Ptr = blink.Ptr(d.u64("ptr"))
+	m.Epoch = d.u64("epoch")
+	m.ClientID = d.u64("client id")
+	m.Seq = d.u64("seq")
+	m.Key = d.bytes("key")
+	m.Value = d.bytes("value")
+	return d.finish("put request")
+}
+
+// DeleteRequest (OpDelete) removes Key; a missing key is StatusNotFound.
+//
+//	[ptr u64][epoch u64][client id u64][seq u64][key bytes]
+type DeleteRequest struct {
+	Ptr      blink.Ptr
+	Epoch    uint64
+	ClientID uint64
+	Seq      uint64
+	Key      []byte
+}
+
+func (m *DeleteRequest) AppendTo(b []byte) []byte {
+	b = appendU64(b, uint64(m.Ptr))
+	b = appendU64(b, m.Epoch)
+	b = appendU64(b, m.ClientID)
+	b = appendU64(b, m.Seq)
+	return appendBytes(b, m.Key)
+}
+
+func (m *DeleteRequest) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Ptr = blink.Ptr(d.u64("ptr"))
+	m.Epoch = d.u64("epoch")
+	m.ClientID = d.u64("client id")
+	m.Seq = d.u64("seq")
+	m.Key = d.bytes("key")
+	return d.finish("delete request")
+}
+
+// RangeRequest (OpRange) scans the keys k with Start <= k < End, in
+// ascending order, or descending if Reverse, starting in meganode Ptr.
+//
+//	[ptr u64][epoch u64]
+//	[flags u8: bit0 start unbounded, bit1 end unbounded, bit2 reverse, bit3 keys only]
+//	[limit u32][start bytes][end bytes]
+type RangeRequest struct {
+	Ptr   blink.Ptr
+	Epoch uint64
+	// Start (inclusive) and End (exclusive); an unbounded side is empty.
+	Start, End                   []byte
+	StartUnbounded, EndUnbounded bool
+	Reverse                      bool
+	KeysOnly                     bool   // reply values are empty
+	Limit                        uint32 // most pairs to return; 0: server's choice
+}
+
+const (
+	rangeStartUnbounded = 1 << 0
+	rangeEndUnbounded   = 1 << 1
+	rangeReverse        = 1 << 2
+	rangeKeysOnly       = 1 << 3
+	rangeKnownFlags     = rangeStartUnbounded | rangeEndUnbounded | rangeReverse | rangeKeysOnly
+)
+
+func (m *RangeRequest) AppendTo(b []byte) []byte {
+	b = appendU64(b, uint64(m.Ptr))
+	b = appendU64(b, m.Epoch)
+	b = appendU8(b, flag(m.StartUnbounded, rangeStartUnbounded)|flag(m.EndUnbounded, rangeEndUnbounded)|
+		flag(m.Reverse, rangeReverse)|flag(m.KeysOnly, rangeKeysOnly))
+	b = appendU32(b, m.Limit)
+	b = appendBytes(b, infKey(m.Start, m.StartUnbounded))
+	return appendBytes(b, infKey(m.End, m.EndUnbounded))
+}
+
+func (m *RangeRequest) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Ptr = blink.Ptr(d.u64("ptr"))
+	m.Epoch = d.u64("epoch")
+	f := d.flags(rangeKnownFlags, "range flags")
+	m.StartUnbounded, m.EndUnbounded = f&rangeStartUnbounded != 0, f&rangeEndUnbounded != 0
+	m.Reverse, m.KeysOnly = f&rangeReverse != 0, f&rangeKeysOnly != 0
+	m.Limit = d.u32("limit")
+	m.Start = d.bytes("start")
+	m.End = d.bytes("end")
+	if (m.StartUnbounded && m.Start != nil) || (m.EndUnbounded && m.End != nil) {
+		d.failf("range request: key stored beside an unbounded flag")
+	}
+	return d.finish("range request")
+}
+
+// KV is a key and its value.
+type KV struct {
+	Key, Value []byte
+}
+
+// RangePairOverhead is the encoded size of a RangeReply pair beyond its
+// key and value bytes; servers use it to keep replies under the frame
+// limit.
+const RangePairOverhead = 8
+
+// RangeReply answers OpRange: the pairs found, in the requested order, and
+// whether more may follow. If More, continue with the same request but
+// Start = Resume (forward) or End = Resume (reverse), at meganode Next
+// when it is not nil. A server stops early at a meganode boundary, at the
+// request's limit, or to keep the reply under the maximum frame size.
+//
+//	[count u32][count × ([key bytes][value bytes])]
+//	[flags u8: bit0 more][resume bytes][next ptr u64]
+//
+// Both Resume and Next are empty unless More.
+type RangeReply struct {
+	Pairs  []KV
+	More   bool
+	Resume []byte
+	Next   blink.Ptr
+}
+
+const rangeMore = 1 << 0
+
+func (m *RangeReply) AppendTo(b []byte) []byte {
+	b = appendU32(b, uint32(len(m.Pairs)))
+	for i := range m.Pairs {
+		b = appendBytes(b, m.Pairs[i].Key)
+		b = appendBytes(b, m.Pairs[i].Value)
+	}
+	b = appendU8(b, flag(m.More, rangeMore))
+	b = appendBytes(b, m.Resume)
+	return appendU64(b, uint64(m.Next))
+}
+
+// Decode reuses the capacity of m.Pairs; it allocates only when the reply
+// has more pairs than that.
+func (m *RangeReply) Decode(body []byte) error {
+	d := decoder{b: body}
+	n := d.count(RangePairOverhead, "pair count")
+	pairs := m.Pairs[:0]
+	if cap(pairs) < n {
+		pairs = make([]KV, 0, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		pairs = append(pairs, KV{Key: d.bytes("pair key"), Value: d.bytes("pair value")})
+	}
+	*m = RangeReply{Pairs: pairs}
+	m.More = d.flags(rangeMore, "range reply flags") != 0
+	m.Resume = d.bytes("resume key")
+	m.Next = blink.Ptr(d.u64("next ptr"))
+	if !m.More && (m.Resume != nil || m.Next != 0) {
+		d.failf("range reply: resume point without more")
+	}
+	return d.finish("range reply")
+}
+
+// NodeDumpRequest (OpNodeDump) asks for Length bytes at Ptr (0: one node
+// of the region's node size).
+//
+//	[ptr u64][epoch u64][length u32]
+type NodeDumpRequest struct {
+	Ptr    blink.Ptr
+	Epoch  uint64
+	Length uint32
+}
+
+func (m *NodeDumpRequest) AppendTo(b []byte) []byte {
+	b = appendU64(b, uint64(m.Ptr))
+	b = appendU64(b, m.Epoch)
+	return appendU32(b, m.Length)
+}
+
+func (m *NodeDumpRequest) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Ptr = blink.Ptr(d.u64("ptr"))
+	m.Epoch = d.u64("epoch")
+	m.Length = d.u32("length")
+	return d.finish("node dump request")
+}
+
+// NodeDumpReply answers OpNodeDump with the raw bytes (copied by the
+// server with the one-sided read protocol, so they may be torn: check
+// them with blink.CheckCopy).
+//
+//	[data bytes]
+type NodeDumpReply struct {
+	Data []byte
+}
+
+func (m *NodeDumpReply) AppendTo(b []byte) []byte { return appendBytes(b, m.Data) }
+
+func (m *NodeDumpReply) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Data = d.bytes("data")
+	return d.finish("node dump reply")
+}
+
+// ErrorReply is the optional body of a reply with a non-OK status. An
+// empty body means no detail.
+//
+//	[region u32][epoch u64][message bytes][leader bytes]
+type ErrorReply struct {
+	Region  uint32 // the region concerned, or 0
+	Epoch   uint64 // the region's current epoch (StaleEpoch), or 0
+	Message []byte // human-readable detail
+	Leader  []byte // address to redirect to (WrongServer), "host:port"
+}
+
+func (m *ErrorReply) AppendTo(b []byte) []byte {
+	b = appendU32(b, m.Region)
+	b = appendU64(b, m.Epoch)
+	b = appendBytes(b, m.Message)
+	return appendBytes(b, m.Leader)
+}
+
+func (m *ErrorReply) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.Region = d.u32("region")
+	m.Epoch = d.u64("epoch")
+	m.Message = d.bytes("message")
+	m.Leader = d.bytes("leader")
+	return d.finish("error reply")
+}

@@ -1,0 +1,181 @@
+package wire
+
+import "github.com/cellstore/cell/blink"
+
+// MetadataRequest (OpMetadata) asks a server to describe itself.
+//
+//	[flags u8: bit0 want meganodes, bit1 one region][region u32]
+//
+// Region is 0 unless OneRegion.
+type MetadataRequest struct {
+	WantMeganodes bool   // list the meganodes, not only the regions
+	OneRegion     bool   // describe only region Region
+	Region        uint32 // with OneRegion
+}
+
+const (
+	metaWantMeganodes = 1 << 0
+	metaOneRegion     = 1 << 1
+)
+
+func (m *MetadataRequest) AppendTo(b []byte) []byte {
+	b = appendU8(b, flag(m.WantMeganodes, metaWantMeganodes)|flag(m.OneRegion, metaOneRegion))
+	return appendU32(b, m.Region)
+}
+
+func (m *MetadataRequest) Decode(body []byte) error {
+	d := decoder{b: body}
+	f := d.flags(metaWantMeganodes|metaOneRegion, "metadata flags")
+	m.WantMeganodes, m.OneRegion = f&metaWantMeganodes != 0, f&metaOneRegion != 0
+	m.Region = d.u32("region")
+	if !m.OneRegion && m.Region != 0 {
+		d.failf("metadata request: region without one-region flag")
+	}
+	return d.finish("metadata request")
+}
+
+// MetadataReply answers OpMetadata.
+//
+//	[server bytes][node size u32][meganode size u64][root ptr u64]
+//	[hints: workers u16, queued u32, queue ns u32, service ns u32]
+//	[region count u32][regions][meganode count u32][meganodes]
+//
+// Decoding allocates its strings (metadata is rare); key bytes alias the
+// body and the lists reuse the receiver's capacity.
+type MetadataReply struct {
+	Server       string    // the server's node name
+	NodeSize     uint32    // bytes per node (blink.MaxKeySize(NodeSize) bounds keys)
+	MeganodeSize uint64    // bytes per meganode
+	Root         blink.Ptr // the root meganode as this server knows it, or nil
+	Hints        SelectorHints
+	Regions      []RegionInfo
+	Meganodes    []MeganodeStats
+}
+
+// SelectorHints help the client's selector (locality) before it has
+// measured anything, and let it compare its estimates with the server's.
+//
+//	[workers u16][queued u32][queue ns u32][service ns u32]
+type SelectorHints struct {
+	Workers      uint16 // worker goroutines running tree work (--cores)
+	Queued       uint32 // requests waiting for a worker now
+	QueueNanos   uint32 // recent mean queueing time
+	ServiceNanos uint32 // recent mean service time of a search hop
+}
+
+// RegionInfo describes a region the server hosts.
+//
+//	[id u32][epoch u64][size u64][remote key u64]
+//	[host bytes][rpc addr bytes][read addr bytes][path bytes]
+type RegionInfo struct {
+	ID    uint32
+	Epoch uint64
+	Size  uint64 // bytes
+	// RemoteKey is the key returned by the one-sided read provider's
+	// Register, to present with every one-sided read.
+	RemoteKey uint64
+	// Host identifies the machine, so a client can tell it may map Path.
+	Host string
+	// RPCAddr is where this protocol is served ("host:port").
+	RPCAddr string
+	// ReadAddr is the one-sided read endpoint, in the provider's syntax.
+	ReadAddr string
+	// Path is the region file, for the same-host shared-memory provider.
+	Path string
+}
+
+// regionInfoMin is the smallest encoded RegionInfo.
+const regionInfoMin = 4 + 8 + 8 + 8 + 4*4
+
+func (r *RegionInfo) appendTo(b []byte) []byte {
+	b = appendU32(b, r.ID)
+	b = appendU64(b, r.Epoch)
+	b = appendU64(b, r.Size)
+	b = appendU64(b, r.RemoteKey)
+	b = appendString(b, r.Host)
+	b = appendString(b, r.RPCAddr)
+	b = appendString(b, r.ReadAddr)
+	return appendString(b, r.Path)
+}
+
+func (r *RegionInfo) decode(d *decoder) {
+	r.ID = d.u32("region id")
+	r.Epoch = d.u64("region epoch")
+	r.Size = d.u64("region size")
+	r.RemoteKey = d.u64("remote key")
+	r.Host = d.string("host")
+	r.RPCAddr = d.string("rpc addr")
+	r.ReadAddr = d.string("read addr")
+	r.Path = d.string("path")
+}
+
+// MeganodeStats is a Meganode with its fill: nodes in use out of its
+// capacity (header node included).
+//
+//	[meganode][used u32][capacity u32]
+type MeganodeStats struct {
+	Meganode
+	UsedNodes uint32
+	Capacity  uint32
+}
+
+// meganodeStatsMin is the smallest encoded MeganodeStats.
+const meganodeStatsMin = 8 + 2 + 2 + 1 + 4 + 4 + 4 + 4
+
+func (m *MeganodeStats) appendTo(b []byte) []byte {
+	b = m.Meganode.appendTo(b)
+	b = appendU32(b, m.UsedNodes)
+	return appendU32(b, m.Capacity)
+}
+
+func (m *MeganodeStats) decode(d *decoder) {
+	m.Meganode.decode(d)
+	m.UsedNodes = d.u32("used nodes")
+	m.Capacity = d.u32("capacity")
+}
+
+func (m *MetadataReply) AppendTo(b []byte) []byte {
+	b = appendString(b, m.Server)
+	b = appendU32(b, m.NodeSize)
+	b = appendU64(b, m.MeganodeSize)
+	b = appendU64(b, uint64(m.Root))
+	b = appendU16(b, m.Hints.Workers)
+	b = appendU32(b, m.Hints.Queued)
+	b = appendU32(b, m.Hints.QueueNanos)
+	b = appendU32(b, m.Hints.ServiceNanos)
+	b = appendU32(b, uint32(len(m.Regions)))
+	for i := range m.Regions {
+		b = m.Regions[i].appendTo(b)
+	}
+	b = appendU32(b, uint32(len(m.Meganodes)))
+	for i := range m.Meganodes {
+		b = m.Meganodes[i].appendTo(b)
+	}
+	return b
+}
+
+func (m *MetadataReply) Decode(body []byte) error {
+	d := decoder{b: body}
+	regions, megas := m.Regions[:0], m.Meganodes[:0]
+	*m = MetadataReply{}
+	m.Server = d.string("server")
+	m.NodeSize = d.u32("node size")
+	m.MeganodeSize = d.u64("meganode size")
+	m.Root = blink.Ptr(d.u64("root"))
+	m.Hints.Workers = d.u16("workers")
+	m.Hints.Queued = d.u32("queued")
+	m.Hints.QueueNanos = d.u32("queue ns")
+	m.Hints.ServiceNanos = d.u32("service ns")
+	n := d.count(regionInfoMin, "region count")
+	for i := 0; i < n && d.err == nil; i++ {
+		regions = append(regions, RegionInfo{})
+		regions[i].decode(&d)
+	}
+	n = d.count(meganodeStatsMin, "meganode count")
+	for i := 0; i < n && d.err == nil; i++ {
+		megas = append(megas, MeganodeStats{})
+		megas[i].decode(&d)
+	}
+	m.Regions, m.Meganodes = regions, megas
+	return d.finish("metadata reply")
+}
