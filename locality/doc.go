@@ -1,0 +1,89 @@
+// Package locality decides, per meganode hop, whether a search runs on the
+// server (one RPC that the server's CPU answers) or on the client (m
+// one-sided reads that only the server's NIC serves). It implements the
+// locality selector of the Cell paper ("Balancing CPU and Network in the Cell
+// Distributed B-Tree Store", USENIX ATC '16, §2.5) exactly, plus fixed modes
+// for benchmarks. DESIGN.md §7 fixes the contract.
+//
+// # The rule
+//
+// Each server is modelled as two independent queues: Q_s, the CPU that runs
+// server-side searches, and Q_r, the NIC that serves one-sided reads. Jobs
+// have fixed sizes, so the best policy is Join-the-Shortest-Queue after
+// normalising each queue's length by its service rate; a client-side search
+// costs m reads. With l_s the latency of a server-side search and l_r the
+// latency of one one-sided read, both of which include one round trip RTT,
+// a client chooses the server side when
+//
+//	(l_s − RTT) < m · (l_r − RTT)
+//
+// and the client side otherwise. The terms are estimated as the paper says:
+//
+//   - l_s, l_r: moving averages of the most recent n (Options.Window, 100)
+//     samples per server connection (an Estimator).
+//   - Outliers: a sample s with |s − μ| ≥ Kσ (Options.OutlierK, 3), μ and σ
+//     the mean and standard deviation of the window, is discarded. If more
+//     samples were discarded than kept in one moving period, that estimate's
+//     history is discarded. The moving period is the last n samples offered
+//     to the estimate, kept or not, so the reset fires on the first sample
+//     after which discarded samples outnumber kept ones among the last n:
+//     after n/2+1 samples of a sudden level shift, not at the end of a fixed
+//     block. Outliers are judged only once the window holds
+//     Options.MinSamples samples (the paper gives no number; σ of two
+//     samples means nothing), and a sample equal to μ is never an outlier
+//     (with σ = 0 the inequality would otherwise discard it). A window of
+//     identical samples (σ = 0) admits only that value until discarded
+//     samples outnumber kept ones; measured latencies in nanoseconds are
+//     practically never all equal.
+//   - RTT: the lowest one-sided read latency measured on the connection,
+//     every sample counted, outliers included (a fast read is the best
+//     evidence of the bare round trip).
+//   - m: the running average meganode height over the last n heights
+//     reported by ObserveHeight, 5 (Options.InitialHeight) until the first.
+//     It is per Selector (per client), not per connection.
+//   - Exploration: with probability p (Options.Explore, 1%) the method
+//     estimated to be worse is chosen, so that the estimate of the other
+//     queue stays fresh.
+//   - Idle: a connection on which nothing was chosen or observed for
+//     Options.IdleTimeout (3 s) loses its whole history (both windows and
+//     RTT) on its next use.
+//
+// Cold start, which the paper does not describe: while l_s has no sample the
+// rule cannot be evaluated and the server side is chosen; once l_s has one
+// but l_r has none, the client side is chosen. Each estimate thus gets its
+// first sample from the first search that can give it, instead of waiting
+// for exploration. These choices are not counted as exploration.
+//
+// Samples are latencies measured by the client: ObserveServer is called
+// once per server-side meganode search (the RPC's round trip), ObserveRead
+// once per one-sided read of a client-side search. The server reports its
+// queueing and service time with every reply (DESIGN §5); the estimator
+// keeps their moving averages over the same kept samples, for a later
+// improvement that must be measured against the paper's rule, but the rule
+// uses latency only.
+//
+// # Modes
+//
+// Mode selects the policy: adaptive (the rule above), server (always
+// server-side), client (always client-side) and ratio=P (server-side with
+// probability P%, chosen independently per search). Estimates are kept in
+// every mode, so a snapshot shows what the rule would have seen.
+//
+// # Concurrency and cost
+//
+// A Selector belongs to one client and is safe for concurrent use. It holds
+// one Estimator per server connection; a connection may keep its Estimator
+// (Selector.Estimator) and call it directly to skip the map lookup.
+// Every Estimator has its own mutex and random stream, so connections do not
+// contend; m is published through an atomic word. Choose and the Observe
+// methods take O(1) time (sums are kept incrementally and recomputed exactly
+// once per n samples to bound floating-point drift) and do not allocate,
+// except the first time a server ID is seen.
+//
+// Locking notes: Selector.mu < Estimator.mu; Selector.heightMu is a leaf.
+//
+// Time comes from Options.Clock and randomness from a PCG stream per
+// Estimator seeded from Options.Seed and the server ID, so a run with a
+// fixed seed and a virtual clock is deterministic (locality/sim relies on
+// it).
+package locality

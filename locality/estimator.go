@@ -1,0 +1,151 @@
+package locality
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// ServerID names a server connection, e.g. a node ID from the region table.
+type ServerID uint64
+
+// Estimator holds the estimates of one server connection and makes the
+// choice for searches on it. Get one from Selector.Estimator; it is safe for
+// concurrent use and stays valid until Selector.Remove of its ID.
+type Estimator struct {
+	sel *Selector
+	id  ServerID
+
+	mu struct {
+		sync.Mutex
+		ls      estimate // server-side search latency
+		lr      estimate // one-sided read latency
+		queue   window   // server-reported queueing time, parallel to ls's window
+		service window   // server-reported service time, parallel to ls's window
+		rtt     float64  // lowest read latency seen, ns; +Inf when none
+		last    time.Time
+		rng     rand.PCG
+		dec     Decisions
+		idle    uint64 // histories discarded for idleness
+	}
+}
+
+func newEstimator(s *Selector, id ServerID) *Estimator {
+	n := s.opts.Window
+	e := &Estimator{sel: s, id: id}
+	e.mu.ls = newEstimate(n)
+	e.mu.lr = newEstimate(n)
+	e.mu.queue = newWindow(n)
+	e.mu.service = newWindow(n)
+	e.mu.rtt = math.Inf(1)
+	// The PCG stream is a function of the selector's seed and the ID only,
+	// so runs with the same seed draw the same numbers per connection.
+	e.mu.rng.Seed(s.opts.Seed, uint64(id)^0x9e3779b97f4a7c15)
+	return e
+}
+
+// ID returns the server the estimator belongs to.
+func (e *Estimator) ID() ServerID { return e.id }
+
+// Choose decides how to run the next meganode hop on this connection and
+// counts the decision. It does not allocate.
+func (e *Estimator) Choose() Choice {
+	now := e.sel.opts.Clock.Now()
+	e.mu.Lock()
+	e.touchLocked(now)
+	c := e.chooseLocked()
+	e.mu.dec.count(c)
+	e.mu.Unlock()
+	return c
+}
+
+// chooseLocked applies the selector's mode.
+// REQUIRES: e.mu held.
+func (e *Estimator) chooseLocked() Choice {
+	s := e.sel
+	switch s.opts.Mode.Kind {
+	case ServerOnly:
+		return Choice{Method: ServerSide}
+	case ClientOnly:
+		return Choice{Method: ClientSide}
+	case Ratio:
+		if draw(e.mu.rng.Uint64()) < s.ratioThreshold {
+			return Choice{Method: ServerSide}
+		}
+		return Choice{Method: ClientSide}
+	}
+	// Adaptive. Cold start: get each estimate its first sample.
+	if e.mu.ls.win.n == 0 {
+		return Choice{Method: ServerSide}
+	}
+	if e.mu.lr.win.n == 0 {
+		return Choice{Method: ClientSide}
+	}
+	best := ClientSide
+	if e.serverBetterLocked(s.M()) {
+		best = ServerSide
+	}
+	if s.exploreThreshold > 0 && draw(e.mu.rng.Uint64()) < s.exploreThreshold {
+		return Choice{Method: best.other(), Explore: true}
+	}
+	return Choice{Method: best}
+}
+
+// serverBetterLocked is the paper's inequality (l_s − RTT) < m·(l_r − RTT).
+// REQUIRES: e.mu held, both windows non-empty (so RTT is known).
+func (e *Estimator) serverBetterLocked(m float64) bool {
+	rtt := e.mu.rtt
+	return e.mu.ls.win.mean()-rtt < m*(e.mu.lr.win.mean()-rtt)
+}
+
+// ObserveServer records one server-side meganode search on this connection:
+// latency as the client measured it, and the queueing and service time the
+// server reported in its reply. Non-positive latencies are ignored.
+func (e *Estimator) ObserveServer(latency, queueTime, serviceTime time.Duration) {
+	if latency <= 0 {
+		return
+	}
+	now := e.sel.opts.Clock.Now()
+	e.mu.Lock()
+	e.touchLocked(now)
+	switch e.mu.ls.observe(float64(latency), e.sel.opts.OutlierK, e.sel.opts.MinSamples) {
+	case kept:
+		e.mu.queue.push(float64(queueTime))
+		e.mu.service.push(float64(serviceTime))
+	case resetting:
+		e.mu.queue.reset()
+		e.mu.service.reset()
+	}
+	e.mu.Unlock()
+}
+
+// ObserveRead records the latency of one one-sided read on this connection.
+// Non-positive latencies are ignored.
+func (e *Estimator) ObserveRead(latency time.Duration) {
+	if latency <= 0 {
+		return
+	}
+	now := e.sel.opts.Clock.Now()
+	x := float64(latency)
+	e.mu.Lock()
+	e.touchLocked(now)
+	e.mu.rtt = min(e.mu.rtt, x)
+	e.mu.lr.observe(x, e.sel.opts.OutlierK, e.sel.opts.MinSamples)
+	e.mu.Unlock()
+}
+
+// touchLocked discards the history if the connection was idle for the idle
+// timeout, and marks it used at now.
+// REQUIRES: e.mu held.
+func (e *Estimator) touchLocked(now time.Time) {
+	if t := e.sel.opts.IdleTimeout; t > 0 && !e.mu.last.IsZero() && now.Sub(e.mu.last) >= t {
+		e.mu.ls.reset()
+		e.mu.lr.reset()
+		e.mu.queue.reset()
+		e.mu.service.reset()
+		e.mu.rtt = math.Inf(1)
+		e.mu.idle++
+	}
+	e.mu.last = now
+}

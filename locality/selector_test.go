@@ -1,0 +1,149 @@
+package locality
+
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestColdStart(t *testing.T) {
+	s, _ := mustSelector(t, Options{})
+	e := s.Estimator(1)
+	// No l_s: the server side gives it its first sample.
+	for range 3 {
+		if c := e.Choose(); c != (Choice{Method: ServerSide}) {
+			t.Fatalf("cold: %+v, want server", c)
+		}
+	}
+	e.ObserveServer(30*us, 0, 0)
+	// l_s but no l_r: the client side.
+	for range 3 {
+		if c := e.Choose(); c != (Choice{Method: ClientSide}) {
+			t.Fatalf("without l_r: %+v, want client", c)
+		}
+	}
+	e.ObserveRead(10 * us)
+	// Both known: the rule (30−10 ≥ 5·0 → client).
+	if c := e.Choose(); c.Method != ClientSide {
+		t.Fatalf("warm: %+v, want client", c)
+	}
+	if d := e.Snapshot().Decisions; d.Explore != 0 {
+		t.Errorf("cold-start choices counted as exploration: %+v", d)
+	}
+}
+
+func TestDeterministicWithSeed(t *testing.T) {
+	run := func() []Choice {
+		s, _ := mustSelector(t, Options{Seed: 42, Explore: 0.3})
+		e := s.Estimator(9)
+		e.ObserveRead(10 * us)
+		fillRead(e, 12*us, 20)
+		fillServer(e, 15*us, 20)
+		out := make([]Choice, 1000)
+		for i := range out {
+			out[i] = e.Choose()
+		}
+		return out
+	}
+	a, b := run(), run()
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("choice %d differs between runs with the same seed: %+v vs %+v", i, a[i], b[i])
+		}
+	}
+}
+
+func TestSnapshotAndRemove(t *testing.T) {
+	s, _ := mustSelector(t, Options{Mode: Mode{Kind: ServerOnly}})
+	for _, id := range []ServerID{7, 3, 5} {
+		countChoices(s.Estimator(id), int(id))
+		s.ObserveServer(id, 20*us, 3*us, 6*us)
+		s.ObserveRead(id, 12*us)
+	}
+	s.ObserveHeight(4)
+	snap := s.Snapshot()
+	if snap.M != 4 || snap.Mode.Kind != ServerOnly || len(snap.Servers) != 3 {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	for i, want := range []ServerID{3, 5, 7} {
+		es := snap.Servers[i]
+		if es.Server != want || es.Decisions.Server != uint64(want) || es.LS.Mean != 20*us ||
+			es.QueueTime != 3*us || es.ServiceTime != 6*us || es.RTT != 12*us || es.LR.Observed != 1 {
+			t.Errorf("servers[%d] = %+v", i, es)
+		}
+	}
+	if snap.Decisions != (Decisions{Server: 15}) {
+		t.Errorf("totals %+v, want 15 server", snap.Decisions)
+	}
+	s.Remove(5)
+	s.Remove(99) // unknown: no-op
+	snap = s.Snapshot()
+	if len(snap.Servers) != 2 || snap.Decisions != (Decisions{Server: 15}) {
+		t.Errorf("after Remove: %d servers, totals %+v; want 2 and 15 kept", len(snap.Servers), snap.Decisions)
+	}
+	if e := s.Estimator(5); e.Snapshot().LS.Samples != 0 {
+		t.Error("Estimator after Remove kept the old history")
+	}
+}
+
+// TestConcurrentUse runs every method from several goroutines; run it with
+// -race. The decision totals must add up exactly.
+func TestConcurrentUse(t *testing.T) {
+	s, clk := mustSelector(t, Options{})
+	const goroutines, perG = 8, 2000
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			for i := range perG {
+				id := ServerID(r.IntN(4))
+				switch c := s.Choose(id); c.Method {
+				case ServerSide:
+					s.ObserveServer(id, time.Duration(15_000+r.IntN(10_000)), 1000, 6000)
+				case ClientSide:
+					for range 5 {
+						s.ObserveRead(id, time.Duration(10_000+r.IntN(5_000)))
+					}
+				}
+				s.ObserveHeight(4 + r.IntN(3))
+				if i%500 == 0 {
+					_ = s.Snapshot()
+					clk.Advance(time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	snap := s.Snapshot()
+	if got := snap.Decisions.Total(); got != goroutines*perG {
+		t.Errorf("decisions %d, want %d", got, goroutines*perG)
+	}
+	if m := snap.M; m < 4 || m > 6 {
+		t.Errorf("m = %v, want in [4, 6]", m)
+	}
+}
+
+func TestNoAllocations(t *testing.T) {
+	s, _ := mustSelector(t, Options{})
+	e := s.Estimator(1)
+	e.ObserveRead(10 * us)
+	fillServer(e, 20*us, 20)
+	checks := []struct {
+		name string
+		f    func()
+	}{
+		{"Selector.Choose", func() { s.Choose(1) }},
+		{"Estimator.Choose", func() { e.Choose() }},
+		{"Selector.ObserveServer", func() { s.ObserveServer(1, 20*us, us, 5*us) }},
+		{"Estimator.ObserveRead", func() { e.ObserveRead(12 * us) }},
+		{"Selector.ObserveHeight", func() { s.ObserveHeight(5) }},
+	}
+	for _, c := range checks {
+		if n := testing.AllocsPerRun(1000, c.f); n != 0 {
+			t.Errorf("%s allocates %v times per call, want 0", c.name, n)
+		}
+	}
+}
