@@ -1,0 +1,130 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Server side. A server reads requests from a connection with one Reader
+// (ReadFramePooled, to hand frames to worker goroutines) and answers
+// through one ReplyWriter shared by those workers, in any order:
+//
+//	rd, _ := wire.NewReader(nc, opts)
+//	rw, _ := wire.NewReplyWriter(nc, opts)
+//	for {
+//		f, err := rd.ReadFramePooled()
+//		if err != nil {
+//			if wire.InSync(err) { // too large, unknown op: answer and go on
+//				rw.WriteError(&f.Header, err, 0, 0)
+//				continue
+//			}
+//			if errors.Is(err, wire.ErrBadVersion) {
+//				rw.WriteError(&f.Header, err, 0, 0)
+//			}
+//			break // corrupt stream or EOF: close the connection
+//		}
+//		arrived := time.Now()
+//		workers <- job{f, arrived} // the worker replies, then f.Release()
+//	}
+//	rw.Close()
+//	nc.Close()
+
+// ReplyWriter writes replies to one connection. It is safe for concurrent
+// use: worker goroutines queue replies as they finish, and a writer
+// goroutine batches them and flushes when the queue runs empty, so a
+// worker never blocks on the socket.
+//
+// After a write error every later write fails with that error, and the
+// underlying writer is closed if it is an io.Closer, so that the
+// connection's reader stops too.
+type ReplyWriter struct {
+	bw  *batchWriter
+	max int
+}
+
+// NewReplyWriter returns a ReplyWriter over w (nil opts: defaults) and
+// starts its writer goroutine; Close stops it.
+func NewReplyWriter(w io.Writer, opts *Options) (*ReplyWriter, error) {
+	o, err := resolve(opts)
+	if err != nil {
+		return nil, err
+	}
+	var onError func(error)
+	if cl, ok := w.(io.Closer); ok {
+		onError = func(error) { _ = cl.Close() }
+	}
+	return &ReplyWriter{bw: newBatchWriter(w, &o, onError), max: o.MaxFrameSize}, nil
+}
+
+// Write queues the reply h with body and returns without waiting for the
+// socket; body is copied. h is normally req.Reply(status) with SetTiming
+// applied; Write sets FlagReply, clears the budget and computes the
+// length. A reply larger than MaxFrameSize is refused with
+// ErrFrameTooLarge (answer StatusFrameTooLarge, or send less).
+func (w *ReplyWriter) Write(h Header, body []byte) error {
+	n := HeaderSize + len(body)
+	if n > w.max {
+		return fmt.Errorf("%w: %d-byte %v reply > %d", ErrFrameTooLarge, n, h.Op, w.max)
+	}
+	p := getBuf(n)
+	copy((*p)[HeaderSize:], body)
+	return w.write(h, p)
+}
+
+// WriteMessage is Write with the body encoded from m straight into the
+// reply buffer. m escapes to the heap (it is called through an interface):
+// keep one per worker.
+func (w *ReplyWriter) WriteMessage(h Header, m Message) error {
+	p := encodeBody(m)
+	if n := len(*p); n > w.max {
+		putBuf(p)
+		return fmt.Errorf("%w: %d-byte %v reply > %d", ErrFrameTooLarge, n, h.Op, w.max)
+	}
+	return w.write(h, p)
+}
+
+func (w *ReplyWriter) write(h Header, p *[]byte) error {
+	h.Flags |= FlagReply
+	h.BudgetMicros = 0
+	h.put(*p, uint32(len(*p)))
+	return w.bw.enqueue(p)
+}
+
+// WriteError answers request req with the status of err (StatusOf) and the
+// given timing. The body carries detail when there is some: the fields of
+// a *StatusError, or err's text for statuses that are not routine
+// (Internal, BadRequest, FrameTooLarge, UnknownOp, BadVersion); routine
+// statuses (NotFound, ...) get an empty body and cost no allocation.
+func (w *ReplyWriter) WriteError(req *Header, err error, queue, service time.Duration) error {
+	h := req.Reply(StatusOf(err))
+	h.SetTiming(queue, service)
+	var er ErrorReply
+	var se *StatusError
+	switch {
+	case errors.As(err, &se):
+		er = ErrorReply{Region: se.Region, Epoch: se.Epoch, Message: []byte(se.Message), Leader: []byte(se.Leader)}
+	case h.Status == StatusInternal, h.Status == StatusBadRequest, h.Status == StatusFrameTooLarge,
+		h.Status == StatusUnknownOp, h.Status == StatusBadVersion:
+		er.Message = []byte(err.Error())
+	default:
+		return w.Write(h, nil)
+	}
+	var scratch [256]byte
+	return w.Write(h, er.AppendTo(scratch[:0]))
+}
+
+// Close writes and flushes the replies already queued, stops the writer
+// goroutine and returns the first write error, if any. It does not close
+// the underlying writer. Writes after Close fail with ErrClosed.
+func (w *ReplyWriter) Close() error {
+	err := w.bw.close()
+	if errors.Is(err, ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// Err returns the first write error, or nil.
+func (w *ReplyWriter) Err() error { return w.bw.err() }
