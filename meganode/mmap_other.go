@@ -1,0 +1,27 @@
+//go:build !linux
+
+package meganode
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Regions are mapped with Linux interfaces (hugetlbfs, MADV_HUGEPAGE,
+// fallocate, flock). Elsewhere Create and Open fail clearly; the format,
+// the allocator and their tests are platform independent.
+
+func createMapping(o *Options, size uint64) (*mapping, error) {
+	if o.Hugepages == HugepagesOn {
+		return nil, fmt.Errorf("meganode: huge pages on %s: %w: %w", runtime.GOOS, ErrNoHugepages, ErrUnsupported)
+	}
+	return nil, fmt.Errorf("meganode: regions on %s: %w", runtime.GOOS, ErrUnsupported)
+}
+
+func openMapping(path string) (*mapping, error) {
+	return nil, fmt.Errorf("meganode: open region %s on %s: %w", path, runtime.GOOS, ErrUnsupported)
+}
+
+func (m *mapping) close() error { return nil }
+
+func (m *mapping) sync() error { return nil }

@@ -1,0 +1,265 @@
+package meganode
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/atomicmem"
+)
+
+// mapping is a region file mapped MAP_SHARED, read-write. The platform
+// files (mmap_linux.go, mmap_other.go) create, open and unmap it.
+type mapping struct {
+	path         string
+	backing      Backing
+	hugePageSize uint64   // the huge page size on hugetlbfs, else 0
+	file         *os.File // held open (and flock'ed) until close
+	data         []byte   // the whole mapping, possibly longer than the region
+}
+
+// Region is one region: a file of whole meganodes and an extent area,
+// mapped into memory (see format.go for the layout).
+//
+// A Region is safe for concurrent use. Close unmaps the memory: the caller
+// must have stopped every use of the region's meganode trees, extents and
+// Bytes first (they would fault, not fail).
+type Region struct {
+	log *slog.Logger
+	m   *mapping // nil for a region over heap memory (tests)
+	mem []byte   // the region, Layout.Size bytes of the mapping
+	lay Layout
+	id  uint32
+	ext *Extents
+
+	// Locking notes: Region.mu < Extents.mu < blink.Tree's lock.
+	mu struct {
+		sync.Mutex
+		closed bool
+		// open holds the meganodes handed out, by slot, so that one
+		// meganode never gets two trees (two writers) in one process.
+		open map[int]*Meganode
+	}
+}
+
+// Create creates the file of a new region as opts describe (backing chosen
+// by opts.Hugepages), maps it and formats it: an empty region with all
+// meganode slots free and one free extent area. It never overwrites an
+// existing file (the error then wraps fs.ErrExist). The file's memory is
+// committed up front where the file system allows (fallocate), so that a
+// short host fails Create rather than a later write with SIGBUS.
+func Create(opts Options) (*Region, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	l, err := opts.layout()
+	if err != nil {
+		return nil, err
+	}
+	m, err := createMapping(&opts, l.Size)
+	if err != nil {
+		return nil, err
+	}
+	mem := m.data[:l.Size:l.Size]
+	h := header{Layout: l, ID: opts.ID}
+	r := newRegion(opts.Logger, m, mem, h, formatImage(mem, h))
+	r.log.Info("meganode: region created", r.logAttrs()...)
+	return r, nil
+}
+
+// Open maps the existing region file at path and validates it: the header
+// (an error wrapping ErrCorruption when it is not a region this version
+// wrote), and every control byte and free list of the extent area. The
+// backing is recognised from the file system the file lives in. The region
+// file is locked (flock) while open: a second Open of the same file fails
+// with ErrLocked.
+func Open(path string, opts OpenOptions) (*Region, error) {
+	opts.EnsureDefaults()
+	m, err := openMapping(path)
+	if err != nil {
+		return nil, err
+	}
+	h, ext, err := openImage(m.data)
+	if err != nil {
+		_ = m.close()
+		return nil, fmt.Errorf("meganode: open region %s: %w", path, err)
+	}
+	r := newRegion(opts.Logger, m, m.data[:h.Size:h.Size], h, ext)
+	r.log.Info("meganode: region opened", r.logAttrs()...)
+	return r, nil
+}
+
+func newRegion(log *slog.Logger, m *mapping, mem []byte, h header, ext *Extents) *Region {
+	r := &Region{log: log, m: m, mem: mem, lay: h.Layout, id: h.ID, ext: ext}
+	r.mu.open = make(map[int]*Meganode)
+	return r
+}
+
+// formatImage writes an empty region into mem (Size bytes, 8-byte aligned):
+// the header page and the extent area. The node area is left alone; each
+// meganode is formatted when its slot is taken.
+func formatImage(mem []byte, h header) *Extents {
+	atomicmem.Store(mem[:headerSize], atomicmem.Alloc(headerSize))
+	h.store(mem)
+	return formatExtents(mem, h.Layout)
+}
+
+// openImage validates the region image in mem (a mapping at least as long
+// as the region) and returns its header and allocator. Errors wrap
+// ErrCorruption.
+func openImage(mem []byte) (header, *Extents, error) {
+	h, err := decodeHeader(mem)
+	if err != nil {
+		return header{}, nil, err
+	}
+	if uint64(len(mem)) < h.Size {
+		return header{}, nil, fmt.Errorf("meganode: region of %d bytes in a %d-byte image: %w", h.Size, len(mem), ErrCorruption)
+	}
+	ext, err := openExtents(mem[:h.Size:h.Size], h.Layout)
+	if err != nil {
+		return header{}, nil, err
+	}
+	return h, ext, nil
+}
+
+func (r *Region) logAttrs() []any {
+	return []any{
+		slog.Uint64("region", uint64(r.id)),
+		slog.String("path", r.Path()),
+		slog.String("backing", r.Backing().String()),
+		slog.Uint64("size", r.lay.Size),
+		slog.Uint64("meganodes", r.lay.Slots),
+		slog.Uint64("meganode_size", r.lay.MeganodeSize),
+		slog.Uint64("extent_heap", r.lay.Atoms*r.lay.AtomSize),
+	}
+}
+
+// ID returns the region's 24-bit ID.
+func (r *Region) ID() uint32 { return r.id }
+
+// Path returns the region file's path ("" for a region not backed by a
+// file). A same-host reader may map it read-only.
+func (r *Region) Path() string {
+	if r.m == nil {
+		return ""
+	}
+	return r.m.path
+}
+
+// Backing returns the kind of memory the region file lives in (0 for a
+// region not backed by a file).
+func (r *Region) Backing() Backing {
+	if r.m == nil {
+		return 0
+	}
+	return r.m.backing
+}
+
+// HugePageSize returns the huge page size of a hugetlbfs-backed region, and
+// 0 for other backings.
+func (r *Region) HugePageSize() uint64 {
+	if r.m == nil {
+		return 0
+	}
+	return r.m.hugePageSize
+}
+
+// Bytes returns the region's memory, Layout().Size bytes, 8-byte aligned.
+// It is shared with blink trees and the allocator: read it with 8-byte
+// atomic loads, never write it. It is unmapped by Close.
+func (r *Region) Bytes() []byte { return r.mem }
+
+// Layout returns where the header, node area and extent area are.
+func (r *Region) Layout() Layout { return r.lay }
+
+// Extents returns the region's extent allocator, shared by its meganodes.
+func (r *Region) Extents() *Extents { return r.ext }
+
+// Root returns the root meganode pointer stored at offset 0 (DESIGN §4:
+// meaningful in the cluster's lowest region). Safe for concurrent use.
+func (r *Region) Root() blink.Ptr {
+	return blink.Ptr(atomicmem.LoadUint64(r.mem, offRoot))
+}
+
+// SetRoot stores the root meganode pointer at offset 0, atomically.
+func (r *Region) SetRoot(p blink.Ptr) {
+	atomicmem.StoreUint64(r.mem, offRoot, uint64(p))
+}
+
+// Sync flushes the mapping to its file (msync). Memory-backed files
+// (hugetlbfs, tmpfs) have nothing to flush; a plain file is then durable
+// up to the moment Sync was called.
+func (r *Region) Sync() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.closed {
+		return ErrClosed
+	}
+	if r.m == nil {
+		return nil
+	}
+	return r.m.sync()
+}
+
+// Check validates the header and walks the extent area (Extents.Check).
+// Errors wrap ErrCorruption.
+func (r *Region) Check() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.closed {
+		return ErrClosed
+	}
+	hdr := atomicmem.Alloc(headerSize)
+	atomicmem.Load(hdr, r.mem[:headerSize])
+	h, err := decodeHeader(hdr)
+	if err != nil {
+		return err
+	}
+	if h.Layout != r.lay || h.ID != r.id {
+		return fmt.Errorf("meganode: region header changed under the open region: %w", ErrCorruption)
+	}
+	return r.ext.Check()
+}
+
+// Close unmaps the region and releases its file; later calls on the region
+// (and its extents) return ErrClosed. REQUIRES: no meganode tree, extent or
+// Bytes of the region is in use. Closing twice is a no-op.
+func (r *Region) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.closed {
+		return nil
+	}
+	r.mu.closed = true
+	r.mu.open = nil
+	r.ext.close()
+	if r.m == nil {
+		return nil
+	}
+	if err := r.m.close(); err != nil {
+		return fmt.Errorf("meganode: close region %s: %w", r.m.path, err)
+	}
+	return nil
+}
+
+// Remove deletes the region's file. An open mapping stays valid until
+// Close; removing an already removed file is not an error.
+func (r *Region) Remove() error {
+	if r.m == nil {
+		return nil
+	}
+	if err := os.Remove(r.m.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("meganode: remove region file: %w", err)
+	}
+	return nil
+}
+
+// String identifies the region in logs.
+func (r *Region) String() string {
+	return fmt.Sprintf("region %d (%s, %s)", r.id, r.Backing(), r.Path())
+}
