@@ -174,6 +174,11 @@ func (c *checker) node(p Ptr, path string, level int, min, max bound) {
 		c.last[lv] = p
 	}
 	cnt := n.count()
+	for i := 1; i < cnt; i++ {
+		if bytes.Compare(n.key(i-1), n.key(i)) >= 0 {
+			c.bad(p, path, "entry %d key %q not above entry %d key %q", i, n.key(i), i-1, n.key(i-1))
+		}
+	}
 	for i := 0; i < cnt; i++ {
 		k := n.key(i)
 		if !n.aboveMin(k) && !(i == 0 && level > 0 && len(k) == 0 && n.minInf()) || !n.belowMax(k) {

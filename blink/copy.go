@@ -61,9 +61,29 @@ func (r Reason) Err() error {
 // every reader that does not hold the writer's lock uses: lock-free
 // server-side search, the one-sided read path, and iterators.
 //
+// The free gap between the slot array and the heap is not copied (dst keeps
+// whatever it held there; no decoder reads it). Which words form the gap is
+// decided from the header words just copied; if those were torn the tail
+// version read last differs from the head and the copy is rejected anyway.
+//
 // CopyNode never panics on any input.
 func CopyNode(dst, src []byte) Reason {
-	atomicmem.Load(dst, src)
+	n := len(src)
+	if len(dst) != n || n < MinNodeSize || n > MaxNodeSize || n&(n-1) != 0 {
+		return Corrupt
+	}
+	atomicmem.Load(dst[:offSlots], src[:offSlots])
+	d := node(dst)
+	slotEnd := roundUp8(offSlots + slotSize*d.count())
+	heapStart := d.heapLo() &^ 7
+	if slotEnd > n-tailSize {
+		slotEnd = n - tailSize
+	}
+	if heapStart < slotEnd || heapStart > n-tailSize {
+		heapStart = slotEnd
+	}
+	atomicmem.Load(dst[offSlots:slotEnd], src[offSlots:slotEnd])
+	atomicmem.Load(dst[heapStart:], src[heapStart:])
 	return CheckCopy(dst)
 }
 
@@ -110,7 +130,10 @@ func Covers(b, key []byte) Reason {
 }
 
 // wellFormed checks every offset a decoder will follow, so that decoding an
-// accepted copy cannot index out of bounds and entries are sorted.
+// accepted copy cannot index out of bounds. It does not check that keys are
+// sorted (that costs a key comparison per entry on every read; a writer
+// never publishes unsorted keys and Check verifies it): an unsorted node
+// from a faulty peer can give a wrong answer but never a panic.
 func wellFormed(n node) bool {
 	size := len(n)
 	end := size - tailSize
@@ -130,7 +153,6 @@ func wellFormed(n node) bool {
 		return false
 	}
 	ps := n.payloadSize()
-	var prev []byte
 	for i := 0; i < c; i++ {
 		o := n.slot(i)
 		if o < heapLo || o+keyLenSize > end {
@@ -142,11 +164,6 @@ func wellFormed(n node) bool {
 		if l == 0 && !emptyOK || l > maxKey || o+entrySize(l, ps) > end {
 			return false
 		}
-		k := n[o+keyLenSize : o+keyLenSize+l]
-		if i > 0 && string(prev) >= string(k) {
-			return false
-		}
-		prev = k
 	}
 	return true
 }

@@ -9,13 +9,24 @@ import (
 	"github.com/cellstore/cell/internal/atomicmem"
 )
 
-// nodeBuf is an 8-byte aligned buffer for one node copy. Readers keep it on
-// their stack so that searches do not allocate.
+// nodeBuf is an 8-byte aligned buffer for one node copy.
 type nodeBuf [MaxNodeSize / 8]uint64
 
 func (b *nodeBuf) node(size int) node {
 	return node(unsafe.Slice((*byte)(unsafe.Pointer(b)), size))
 }
+
+// getBuf returns a node-sized copy buffer from the tree's pool (zeroing an
+// 8 KiB stack array per search cost a quarter of a lookup); putBuf returns
+// it. Steady state does not allocate.
+func (t *Tree) getBuf() *nodeBuf {
+	if b, ok := t.bufs.Get().(*nodeBuf); ok {
+		return b
+	}
+	return new(nodeBuf)
+}
+
+func (t *Tree) putBuf(b *nodeBuf) { t.bufs.Put(b) }
 
 // Result is the outcome of one search inside this meganode.
 type Result struct {
@@ -109,7 +120,8 @@ func (t *Tree) Search(key []byte) (Result, error) {
 	if err := t.checkKey(key); err != nil {
 		return Result{}, err
 	}
-	var nb nodeBuf
+	nb := t.getBuf()
+	defer t.putBuf(nb)
 	buf := nb.node(t.nodeSize)
 	leaf, next, err := t.findLeaf(key, buf)
 	if err != nil || !next.IsNil() {
@@ -148,11 +160,12 @@ func (t *Tree) Get(key, dst []byte) ([]byte, error) {
 	if err := t.checkKey(key); err != nil {
 		return dst, err
 	}
-	var nb nodeBuf
+	nb := t.getBuf()
+	defer t.putBuf(nb)
 	buf := nb.node(t.nodeSize)
 	attempts := 0
 	for {
-		_, next, err := t.findLeaf(key, buf)
+		leaf, next, err := t.findLeaf(key, buf)
 		if err != nil {
 			return dst, err
 		}
@@ -166,8 +179,8 @@ func (t *Tree) Get(key, dst []byte) ([]byte, error) {
 		if !found {
 			return dst, ErrNotFound
 		}
-		ext, n, crc := buf.extent(i)
-		out, ok, err := t.loadRecord(dst, ext, n, crc, key)
+		ext, n, _ := buf.extent(i)
+		out, ok, err := t.loadRecordLocal(dst, ext, n, key, leaf, buf.headVersion())
 		if err != nil {
 			return dst, err
 		}
@@ -205,6 +218,36 @@ func (t *Tree) loadRecord(dst []byte, ext Ptr, n int, crc uint64, key []byte) (o
 	}
 	if !bytes.Equal(k, key) {
 		return dst[:base], false, nil
+	}
+	copy(dst[base:], v)
+	return dst[:base+len(v)], true, nil
+}
+
+// loadRecordLocal is loadRecord for readers in this process: instead of the
+// record's CRC it checks that the leaf the entry came from still has the
+// version it was copied at. The writer frees a record only after publishing
+// the leaf without it (a version change), and writes a record before the
+// leaf that points to it, so an unchanged leaf version after the copy means
+// the record was not reused during it.
+func (t *Tree) loadRecordLocal(dst []byte, ext Ptr, n int, key []byte, leaf Ptr, version uint64) (out []byte, ok bool, err error) {
+	off := ext.Offset()
+	padded := uint64(roundUp8(n))
+	if ext.Region() != t.region || n < extentHeader || off%8 != 0 || off+padded > uint64(len(t.mem)) {
+		return dst, false, fmt.Errorf("extent %v of %d bytes outside region: %w", ext, n, ErrCorruption)
+	}
+	base := len(dst)
+	dst = grow(dst, int(padded))
+	rec := dst[base : base+int(padded)]
+	atomicmem.LoadTo(rec, t.mem[off:off+padded])
+	if atomicmem.LoadUint64(t.mem, int(leaf.Offset())+offHeadVersion) != version {
+		return dst[:base], false, nil
+	}
+	k, v, err := parseExtent(rec[:n])
+	if err != nil {
+		return dst[:base], false, fmt.Errorf("extent %v: %w", ext, err)
+	}
+	if !bytes.Equal(k, key) {
+		return dst[:base], false, fmt.Errorf("extent %v holds key %q, leaf entry says %q: %w", ext, k, key, ErrCorruption)
 	}
 	copy(dst[base:], v)
 	return dst[:base+len(v)], true, nil

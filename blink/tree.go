@@ -134,6 +134,8 @@ type Tree struct {
 	// Stats are retry counters of lock-free readers.
 	Stats Stats
 
+	bufs sync.Pool // *nodeBuf for readers
+
 	mu struct {
 		sync.Mutex
 		hdr      node // the header image; published when dirty
