@@ -36,10 +36,10 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-// flag returns bit if v, else 0.
-func flag(v bool, bit uint8) uint8 {
+// bit returns b if v, else 0.
+func bit(v bool, b uint8) uint8 {
 	if v {
-		return bit
+		return b
 	}
 	return 0
 }
@@ -51,6 +51,10 @@ type decoder struct {
 	b   []byte
 	off int
 	err error
+	// trace, if set, is told of every field read: its offset, size and
+	// name, and whether it is the length prefix of a byte string. Tests use
+	// it to annotate golden dumps.
+	trace func(off, n int, what string, isLen bool)
 }
 
 func (d *decoder) failf(format string, args ...any) {
@@ -59,13 +63,18 @@ func (d *decoder) failf(format string, args ...any) {
 	}
 }
 
-func (d *decoder) take(n int, what string) []byte {
+func (d *decoder) take(n int, what string) []byte { return d.takeField(n, what, false) }
+
+func (d *decoder) takeField(n int, what string, isLen bool) []byte {
 	if d.err != nil {
 		return nil
 	}
 	if n < 0 || n > len(d.b)-d.off {
 		d.failf("%s truncated at byte %d", what, d.off)
 		return nil
+	}
+	if d.trace != nil {
+		d.trace(d.off, n, what, isLen)
 	}
 	p := d.b[d.off : d.off+n : d.off+n]
 	d.off += n
@@ -119,8 +128,12 @@ func (d *decoder) flags(known uint8, what string) uint8 {
 
 // bytes reads a length-prefixed byte string; empty decodes as nil.
 func (d *decoder) bytes(what string) []byte {
-	n := d.u32(what)
-	if d.err != nil || n == 0 {
+	p := d.takeField(4, what, true)
+	if p == nil {
+		return nil
+	}
+	n := le.Uint32(p)
+	if n == 0 {
 		return nil
 	}
 	return d.take(int(n), what)

@@ -71,7 +71,7 @@ func (r KeyRange) String() string {
 }
 
 func (r *KeyRange) appendTo(b []byte) []byte {
-	b = appendU8(b, flag(r.MinInf, rangeMinInf)|flag(r.MaxInf, rangeMaxInf))
+	b = appendU8(b, bit(r.MinInf, rangeMinInf)|bit(r.MaxInf, rangeMaxInf))
 	b = appendBytes(b, infKey(r.Min, r.MinInf))
 	return appendBytes(b, infKey(r.Max, r.MaxInf))
 }
@@ -142,17 +142,21 @@ const searchWantValue = 1 << 0
 func (m *SearchRequest) AppendTo(b []byte) []byte {
 	b = appendU64(b, uint64(m.Ptr))
 	b = appendU64(b, m.Epoch)
-	b = appendU8(b, flag(m.WantValue, searchWantValue))
+	b = appendU8(b, bit(m.WantValue, searchWantValue))
 	return appendBytes(b, m.Key)
 }
 
 func (m *SearchRequest) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("search request")
+}
+
+func (m *SearchRequest) decode(d *decoder) {
 	m.Ptr = blink.Ptr(d.u64("ptr"))
 	m.Epoch = d.u64("epoch")
 	m.WantValue = d.flags(searchWantValue, "search flags") != 0
 	m.Key = d.bytes("key")
-	return d.finish("search request")
 }
 
 // SearchKind says how a server-side search hop ended.
@@ -207,7 +211,7 @@ func (m *SearchReply) AppendTo(b []byte) []byte {
 	b = m.Meganode.appendTo(b)
 	switch m.Kind {
 	case SearchLeaf:
-		b = appendU8(b, flag(m.Found, searchFound)|flag(m.HasValue, searchHasValue))
+		b = appendU8(b, bit(m.Found, searchFound)|bit(m.HasValue, searchHasValue))
 		if m.HasValue {
 			b = appendBytes(b, m.Value)
 		}
@@ -219,8 +223,13 @@ func (m *SearchReply) AppendTo(b []byte) []byte {
 
 func (m *SearchReply) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("search reply")
+}
+
+func (m *SearchReply) decode(d *decoder) {
 	*m = SearchReply{Kind: SearchKind(d.u8("search kind"))}
-	m.Meganode.decode(&d)
+	m.Meganode.decode(d)
 	switch m.Kind {
 	case SearchLeaf:
 		f := d.flags(searchFound|searchHasValue, "search result flags")
@@ -236,7 +245,6 @@ func (m *SearchReply) Decode(body []byte) error {
 	default:
 		d.failf("search reply: kind %d", uint8(m.Kind))
 	}
-	return d.finish("search reply")
 }
 
 // GetRequest is the body of OpGet and OpContains.
@@ -256,10 +264,14 @@ func (m *GetRequest) AppendTo(b []byte) []byte {
 
 func (m *GetRequest) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("get request")
+}
+
+func (m *GetRequest) decode(d *decoder) {
 	m.Ptr = blink.Ptr(d.u64("ptr"))
 	m.Epoch = d.u64("epoch")
 	m.Key = d.bytes("key")
-	return d.finish("get request")
 }
 
 // GetReply answers OpGet; a missing key is StatusNotFound, not a reply.
@@ -273,8 +285,12 @@ func (m *GetReply) AppendTo(b []byte) []byte { return appendBytes(b, m.Value) }
 
 func (m *GetReply) Decode(body []byte) error {
 	d := decoder{b: body}
-	m.Value = d.bytes("value")
+	m.decode(&d)
 	return d.finish("get reply")
+}
+
+func (m *GetReply) decode(d *decoder) {
+	m.Value = d.bytes("value")
 }
 
 // ContainsReply answers OpContains.
@@ -288,8 +304,12 @@ func (m *ContainsReply) AppendTo(b []byte) []byte { return appendBool(b, m.Found
 
 func (m *ContainsReply) Decode(body []byte) error {
 	d := decoder{b: body}
-	m.Found = d.bool("found")
+	m.decode(&d)
 	return d.finish("contains reply")
+}
+
+func (m *ContainsReply) decode(d *decoder) {
+	m.Found = d.bool("found")
 }
 
 // Writes carry the client's id and a per-client sequence number so that a
@@ -319,13 +339,17 @@ func (m *PutRequest) AppendTo(b []byte) []byte {
 
 func (m *PutRequest) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("put request")
+}
+
+func (m *PutRequest) decode(d *decoder) {
 	m.Ptr = blink.Ptr(d.u64("ptr"))
 	m.Epoch = d.u64("epoch")
 	m.ClientID = d.u64("client id")
 	m.Seq = d.u64("seq")
 	m.Key = d.bytes("key")
 	m.Value = d.bytes("value")
-	return d.finish("put request")
 }
 
 // DeleteRequest (OpDelete) removes Key; a missing key is StatusNotFound.
@@ -349,12 +373,16 @@ func (m *DeleteRequest) AppendTo(b []byte) []byte {
 
 func (m *DeleteRequest) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("delete request")
+}
+
+func (m *DeleteRequest) decode(d *decoder) {
 	m.Ptr = blink.Ptr(d.u64("ptr"))
 	m.Epoch = d.u64("epoch")
 	m.ClientID = d.u64("client id")
 	m.Seq = d.u64("seq")
 	m.Key = d.bytes("key")
-	return d.finish("delete request")
 }
 
 // RangeRequest (OpRange) scans the keys k with Start <= k < End, in
@@ -385,8 +413,8 @@ const (
 func (m *RangeRequest) AppendTo(b []byte) []byte {
 	b = appendU64(b, uint64(m.Ptr))
 	b = appendU64(b, m.Epoch)
-	b = appendU8(b, flag(m.StartUnbounded, rangeStartUnbounded)|flag(m.EndUnbounded, rangeEndUnbounded)|
-		flag(m.Reverse, rangeReverse)|flag(m.KeysOnly, rangeKeysOnly))
+	b = appendU8(b, bit(m.StartUnbounded, rangeStartUnbounded)|bit(m.EndUnbounded, rangeEndUnbounded)|
+		bit(m.Reverse, rangeReverse)|bit(m.KeysOnly, rangeKeysOnly))
 	b = appendU32(b, m.Limit)
 	b = appendBytes(b, infKey(m.Start, m.StartUnbounded))
 	return appendBytes(b, infKey(m.End, m.EndUnbounded))
@@ -394,6 +422,11 @@ func (m *RangeRequest) AppendTo(b []byte) []byte {
 
 func (m *RangeRequest) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("range request")
+}
+
+func (m *RangeRequest) decode(d *decoder) {
 	m.Ptr = blink.Ptr(d.u64("ptr"))
 	m.Epoch = d.u64("epoch")
 	f := d.flags(rangeKnownFlags, "range flags")
@@ -405,7 +438,6 @@ func (m *RangeRequest) Decode(body []byte) error {
 	if (m.StartUnbounded && m.Start != nil) || (m.EndUnbounded && m.End != nil) {
 		d.failf("range request: key stored beside an unbounded flag")
 	}
-	return d.finish("range request")
 }
 
 // KV is a key and its value.
@@ -443,7 +475,7 @@ func (m *RangeReply) AppendTo(b []byte) []byte {
 		b = appendBytes(b, m.Pairs[i].Key)
 		b = appendBytes(b, m.Pairs[i].Value)
 	}
-	b = appendU8(b, flag(m.More, rangeMore))
+	b = appendU8(b, bit(m.More, rangeMore))
 	b = appendBytes(b, m.Resume)
 	return appendU64(b, uint64(m.Next))
 }
@@ -452,6 +484,11 @@ func (m *RangeReply) AppendTo(b []byte) []byte {
 // has more pairs than that.
 func (m *RangeReply) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("range reply")
+}
+
+func (m *RangeReply) decode(d *decoder) {
 	n := d.count(RangePairOverhead, "pair count")
 	pairs := m.Pairs[:0]
 	if cap(pairs) < n {
@@ -467,7 +504,6 @@ func (m *RangeReply) Decode(body []byte) error {
 	if !m.More && (m.Resume != nil || m.Next != 0) {
 		d.failf("range reply: resume point without more")
 	}
-	return d.finish("range reply")
 }
 
 // NodeDumpRequest (OpNodeDump) asks for Length bytes at Ptr (0: one node
@@ -488,10 +524,14 @@ func (m *NodeDumpRequest) AppendTo(b []byte) []byte {
 
 func (m *NodeDumpRequest) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("node dump request")
+}
+
+func (m *NodeDumpRequest) decode(d *decoder) {
 	m.Ptr = blink.Ptr(d.u64("ptr"))
 	m.Epoch = d.u64("epoch")
 	m.Length = d.u32("length")
-	return d.finish("node dump request")
 }
 
 // NodeDumpReply answers OpNodeDump with the raw bytes (copied by the
@@ -507,8 +547,12 @@ func (m *NodeDumpReply) AppendTo(b []byte) []byte { return appendBytes(b, m.Data
 
 func (m *NodeDumpReply) Decode(body []byte) error {
 	d := decoder{b: body}
-	m.Data = d.bytes("data")
+	m.decode(&d)
 	return d.finish("node dump reply")
+}
+
+func (m *NodeDumpReply) decode(d *decoder) {
+	m.Data = d.bytes("data")
 }
 
 // ErrorReply is the optional body of a reply with a non-OK status. An
@@ -531,9 +575,13 @@ func (m *ErrorReply) AppendTo(b []byte) []byte {
 
 func (m *ErrorReply) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("error reply")
+}
+
+func (m *ErrorReply) decode(d *decoder) {
 	m.Region = d.u32("region")
 	m.Epoch = d.u64("epoch")
 	m.Message = d.bytes("message")
 	m.Leader = d.bytes("leader")
-	return d.finish("error reply")
 }

@@ -19,19 +19,23 @@ const (
 )
 
 func (m *MetadataRequest) AppendTo(b []byte) []byte {
-	b = appendU8(b, flag(m.WantMeganodes, metaWantMeganodes)|flag(m.OneRegion, metaOneRegion))
+	b = appendU8(b, bit(m.WantMeganodes, metaWantMeganodes)|bit(m.OneRegion, metaOneRegion))
 	return appendU32(b, m.Region)
 }
 
 func (m *MetadataRequest) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("metadata request")
+}
+
+func (m *MetadataRequest) decode(d *decoder) {
 	f := d.flags(metaWantMeganodes|metaOneRegion, "metadata flags")
 	m.WantMeganodes, m.OneRegion = f&metaWantMeganodes != 0, f&metaOneRegion != 0
 	m.Region = d.u32("region")
 	if !m.OneRegion && m.Region != 0 {
 		d.failf("metadata request: region without one-region flag")
 	}
-	return d.finish("metadata request")
 }
 
 // MetadataReply answers OpMetadata.
@@ -156,6 +160,11 @@ func (m *MetadataReply) AppendTo(b []byte) []byte {
 
 func (m *MetadataReply) Decode(body []byte) error {
 	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("metadata reply")
+}
+
+func (m *MetadataReply) decode(d *decoder) {
 	regions, megas := m.Regions[:0], m.Meganodes[:0]
 	*m = MetadataReply{}
 	m.Server = d.string("server")
@@ -169,13 +178,12 @@ func (m *MetadataReply) Decode(body []byte) error {
 	n := d.count(regionInfoMin, "region count")
 	for i := 0; i < n && d.err == nil; i++ {
 		regions = append(regions, RegionInfo{})
-		regions[i].decode(&d)
+		regions[i].decode(d)
 	}
 	n = d.count(meganodeStatsMin, "meganode count")
 	for i := 0; i < n && d.err == nil; i++ {
 		megas = append(megas, MeganodeStats{})
-		megas[i].decode(&d)
+		megas[i].decode(d)
 	}
 	m.Regions, m.Meganodes = regions, megas
-	return d.finish("metadata reply")
 }
