@@ -2,6 +2,7 @@ package meganode
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 
 	"io"
@@ -40,7 +41,12 @@ func newMemRegion(t testing.TB, l Layout, id uint32) *Region {
 	t.Helper()
 	mem, ext := newImage(t, l, id)
 	r := newRegion(testLogger(t), nil, mem, header{Layout: l, ID: id}, ext)
-	t.Cleanup(func() { _ = r.Close() })
+	t.Cleanup(func() {
+		if err := r.Check(); err != nil && !errors.Is(err, ErrClosed) {
+			t.Errorf("region check at cleanup: %v", err)
+		}
+		_ = r.Close()
+	})
 	return r
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cellstore/cell/blink"
@@ -95,6 +96,15 @@ func TestMeganodeReopen(t *testing.T) {
 	if got := r2.Meganodes(); !slices.Equal(got, []int{0, 2}) {
 		t.Fatalf("Meganodes after reopen = %v", got)
 	}
+	if _, err := r2.OpenMeganode(1, blink.Options{}); !errors.Is(err, ErrNoMeganode) {
+		t.Fatalf("OpenMeganode of a freed slot = %v", err)
+	}
+	if m, err := r2.NewMeganode(0, blink.Full, blink.Options{}); err != nil || m.Slot() != 1 {
+		t.Fatalf("NewMeganode after reopen = %v, %v", m, err)
+	}
+	if r2.Root() != blink.MakePtr(opts.ID, r2.Layout().SlotBase(0)) {
+		t.Fatalf("root pointer %v", r2.Root())
+	}
 	for _, slot := range []int{0, 2} {
 		m, err := r2.OpenMeganode(slot, blink.Options{})
 		skipOnBlinkOpenBug(t, err)
@@ -104,15 +114,6 @@ func TestMeganodeReopen(t *testing.T) {
 		if m.Tree().Root() != roots[slot] || m.Ptr() != m.Tree().HeaderPtr() {
 			t.Fatalf("slot %d: root %v, want %v", slot, m.Tree().Root(), roots[slot])
 		}
-	}
-	if _, err := r2.OpenMeganode(1, blink.Options{}); !errors.Is(err, ErrNoMeganode) {
-		t.Fatalf("OpenMeganode of a freed slot = %v", err)
-	}
-	if m, err := r2.NewMeganode(0, blink.Full, blink.Options{}); err != nil || m.Slot() != 1 {
-		t.Fatalf("NewMeganode after reopen = %v, %v", m, err)
-	}
-	if r2.Root() != blink.MakePtr(opts.ID, r2.Layout().SlotBase(0)) {
-		t.Fatalf("root pointer %v", r2.Root())
 	}
 }
 
@@ -171,5 +172,47 @@ func skipOnBlinkOpenBug(t *testing.T, err error) {
 	t.Helper()
 	if err != nil && strings.Contains(err.Error(), "meganode bounds keys must be") {
 		t.Skipf("blink.Open bug (validates a Config without Bounds): %v", err)
+	}
+}
+
+// TestRegionConcurrent: goroutines take and free meganode slots and
+// extents of one region at the same time.
+func TestRegionConcurrent(t *testing.T) {
+	l := mustLayout(t, 512<<10, 8*512, 512, 16, 8)
+	r := newMemRegion(t, l, 5)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			var live []liveBlock
+			for i := range 200 {
+				m, err := r.NewMeganode(g%2, blink.Full, blink.Options{})
+				if err != nil && !errors.Is(err, ErrRegionFull) {
+					t.Error(err)
+					return
+				}
+				n := 1 + (g*31+i*17)%700
+				if off, err := r.Extents().Alloc(n); err == nil {
+					live = append(live, liveBlock{off, n})
+				}
+				if m != nil {
+					if err := r.FreeMeganode(m.Slot()); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+			for _, b := range live {
+				if err := r.Extents().FreeChecked(b.off, b.n); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := r.Meganodes(); len(got) != 0 {
+		t.Fatalf("slots still in use: %v", got)
+	}
+	if s := r.Extents().Stats(); s.InUse != 0 || s.BadFrees != 0 || s.LargestFree != s.MaxBlock {
+		t.Fatalf("extents after freeing everything: %+v", s)
 	}
 }

@@ -148,7 +148,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Size == 0 {
 		o.Size = DefaultRegionSize
 	}
-	o.Size = alignUp(o.Size, pageAlign)
+	if o.Size <= MaxRegionSize {
+		o.Size = alignUp(o.Size, pageAlign)
+	}
 	if o.MeganodeSize == 0 {
 		o.MeganodeSize = DefaultMeganodeSize
 	}

@@ -182,11 +182,13 @@ func (r *Region) Extents() *Extents { return r.ext }
 
 // Root returns the root meganode pointer stored at offset 0 (DESIGN §4:
 // meaningful in the cluster's lowest region). Safe for concurrent use.
+// REQUIRES: the region is open (like Bytes, it reads the mapping).
 func (r *Region) Root() blink.Ptr {
 	return blink.Ptr(atomicmem.LoadUint64(r.mem, offRoot))
 }
 
 // SetRoot stores the root meganode pointer at offset 0, atomically.
+// REQUIRES: the region is open.
 func (r *Region) SetRoot(p blink.Ptr) {
 	atomicmem.StoreUint64(r.mem, offRoot, uint64(p))
 }

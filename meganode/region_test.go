@@ -57,6 +57,9 @@ func mustCreate(t *testing.T, opts Options) *Region {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if err := r.Check(); err != nil && !errors.Is(err, ErrClosed) {
+			t.Errorf("region check at cleanup: %v", err)
+		}
 		_ = r.Close()
 		_ = r.Remove()
 	})
