@@ -269,7 +269,8 @@ func Open(mem []byte, region uint32, base uint64, ext Extents, opts Options) (*T
 		return nil, fmt.Errorf("blink: meganode header at %d: %w: %w", base, err, ErrCorruption)
 	}
 	size := h.u64(hdrSize)
-	cfg := Config{Region: region, Base: base, Size: size}
+	// The bounds are the header's own; only placement is validated here.
+	cfg := Config{Region: region, Base: base, Size: size, Bounds: Full}
 	if err := cfg.validate(mem, opts.NodeSize); err != nil {
 		return nil, fmt.Errorf("%w: %w", err, ErrCorruption)
 	}

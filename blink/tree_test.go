@@ -98,3 +98,18 @@ func TestManyKeysSplitAndGrow(t *testing.T) {
 		t.Fatalf("reverse iterated %d keys", c)
 	}
 }
+
+func TestOpenFormatted(t *testing.T) {
+	tr, _ := newTestTree(t, testTreeOpts{bounds: &Bounds{Min: []byte("b"), Max: []byte("y")}})
+	mustPut(t, tr, "c", "1")
+	re, err := Open(tr.mem, tr.region, tr.base, tr.ext, Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	mustGet(t, re, "c", "1")
+	mustPut(t, re, "d", "2")
+	mustCheck(t, re)
+	if _, err := Open(tr.mem, tr.region, tr.base+1024, tr.ext, Options{}); !errors.Is(err, ErrCorruption) {
+		t.Fatalf("Open of a non-meganode: %v", err)
+	}
+}
