@@ -65,9 +65,12 @@
 // # Modes
 //
 // Mode selects the policy: adaptive (the rule above), server (always
-// server-side), client (always client-side) and ratio=P (server-side with
-// probability P%, chosen independently per search). Estimates are kept in
-// every mode, so a snapshot shows what the rule would have seen.
+// server-side), client (always client-side) and ratio=P: exactly P% of the
+// searches on each connection go server-side, spread evenly (a credit
+// accumulator with a random starting phase per connection) rather than
+// drawn at random, so that a fixed ratio performs as well as that ratio can
+// and benchmarks against it are not blurred by routing noise. Estimates are
+// kept in every mode, so a snapshot shows what the rule would have seen.
 //
 // # Concurrency and cost
 //

@@ -26,6 +26,7 @@ type Estimator struct {
 		rtt     float64  // lowest read latency seen, ns; +Inf when none
 		last    time.Time
 		rng     rand.PCG
+		credit  float64 // Ratio mode: server-side credit in percent, in [0, 100)
 		dec     Decisions
 		idle    uint64 // histories discarded for idleness
 	}
@@ -42,6 +43,9 @@ func newEstimator(s *Selector, id ServerID) *Estimator {
 	// The PCG stream is a function of the selector's seed and the ID only,
 	// so runs with the same seed draw the same numbers per connection.
 	e.mu.rng.Seed(s.opts.Seed, uint64(id)^0x9e3779b97f4a7c15)
+	// A random phase, so that connections with the same ratio do not all
+	// send their server-side searches at the same moments.
+	e.mu.credit = float64(draw(e.mu.rng.Uint64())) / (1 << 53) * 100
 	return e
 }
 
@@ -70,7 +74,10 @@ func (e *Estimator) chooseLocked() Choice {
 	case ClientOnly:
 		return Choice{Method: ClientSide}
 	case Ratio:
-		if draw(e.mu.rng.Uint64()) < s.ratioThreshold {
+		// Spread evenly: every search earns ServerPercent credit, and a
+		// full 100 buys a server-side search.
+		if e.mu.credit += s.opts.Mode.ServerPercent; e.mu.credit >= 100 {
+			e.mu.credit -= 100
 			return Choice{Method: ServerSide}
 		}
 		return Choice{Method: ClientSide}

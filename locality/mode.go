@@ -58,7 +58,8 @@ const (
 	ServerOnly
 	// ClientOnly always chooses ClientSide.
 	ClientOnly
-	// Ratio chooses ServerSide with a fixed probability.
+	// Ratio sends a fixed percentage of the searches server-side, spread
+	// evenly over each connection's searches.
 	Ratio
 )
 

@@ -80,8 +80,9 @@ func TestFixedModes(t *testing.T) {
 		{Mode{Kind: ClientOnly}, 0, 0},
 		{RatioMode(0), 0, 0},
 		{RatioMode(100), n, n},
-		// Binomial(100000, 0.3): σ ≈ 145; ±5σ.
-		{RatioMode(30), 30_000 - 725, 30_000 + 725},
+		// Exactly the ratio, whatever the starting phase.
+		{RatioMode(30), 30_000, 30_000},
+		{RatioMode(12.5), 12_500, 12_500},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {

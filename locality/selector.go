@@ -13,7 +13,6 @@ import (
 type Selector struct {
 	opts             Options
 	exploreThreshold uint64 // probThreshold(opts.Explore)
-	ratioThreshold   uint64 // probThreshold(ServerPercent/100), Ratio mode only
 
 	m atomic.Uint64 // float64 bits of the current m
 
@@ -38,9 +37,6 @@ func NewSelector(opts Options) (*Selector, error) {
 	}
 	s := &Selector{opts: opts}
 	s.exploreThreshold = probThreshold(opts.Explore)
-	if opts.Mode.Kind == Ratio {
-		s.ratioThreshold = probThreshold(opts.Mode.ServerPercent / 100)
-	}
 	s.m.Store(math.Float64bits(opts.InitialHeight))
 	s.heightMu.heights = newWindow(opts.Window)
 	s.mu.ests = make(map[ServerID]*Estimator)
