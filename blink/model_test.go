@@ -1,0 +1,795 @@
+package blink
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/btree"
+)
+
+// Model-based random test: random operations on a Tree and on a google/btree
+// oracle, compared after every operation (STYLE §8: "random operations
+// against a google/btree oracle, seed logged and replayable").
+//
+// Each seed picks its configuration from seed%4 (see modelConfigFor), so a
+// failure replays with
+//
+//	go test -run TestModel ./blink/ -blink.seed=N [-blink.ops=M]
+//
+// It checks the paper's B-link tree (§2.2: "A search for a key follows child
+// pointers and, if necessary, right-link pointers until the correct leaf node
+// is reached. Range queries are implemented by following right links at the
+// leaf level."), with splits everywhere the key distribution puts them, and
+// "Deletions simply remove the key from its leaf node" with empty leaves
+// left in place for iterators to skip.
+
+var (
+	modelSeedFlag = flag.Uint64("blink.seed", 0, "TestModel: replay this seed only (0: four fresh seeds)")
+	modelOpsFlag  = flag.Int("blink.ops", 0, "TestModel: operations per seed (0: default)")
+)
+
+const (
+	modelCheckEvery  = 50_000 // ops between invariant checks
+	modelPhaseLength = 20_000 // ops per grow or shrink phase
+)
+
+// modelConfig is the tree a seed runs against.
+type modelConfig struct {
+	nodeSize     int
+	meganodeSize uint64
+	maxKeys      int  // no new keys above this many live keys
+	mustFill     bool // meganode small enough that inserts must hit ErrNeedsSplit
+	ops          int  // default operations for this configuration
+}
+
+// modelConfigFor returns the configuration of a seed. The four default
+// seeds cover the four configurations, and their ops add up to 1,000,000
+// per run. Under -race an operation costs about one atomic load per word of
+// every node it copies, so the 4096-byte configuration gets fewer.
+func modelConfigFor(seed uint64) modelConfig {
+	switch seed % 4 {
+	case 0:
+		return modelConfig{nodeSize: 512, meganodeSize: 8 << 20, maxKeys: 4000, ops: 300_000}
+	case 1:
+		return modelConfig{nodeSize: 1024, meganodeSize: 8 << 20, maxKeys: 6000, ops: 300_000}
+	case 2:
+		return modelConfig{nodeSize: 4096, meganodeSize: 16 << 20, maxKeys: 8000, ops: 120_000}
+	default:
+		// 512 nodes of 512 bytes: full after a few thousand keys.
+		return modelConfig{nodeSize: 512, meganodeSize: 512 * 512, maxKeys: 20000, mustFill: true, ops: 280_000}
+	}
+}
+
+func TestModel(t *testing.T) {
+	var seeds []uint64
+	if *modelSeedFlag != 0 {
+		seeds = []uint64{*modelSeedFlag}
+	} else {
+		// Fresh seeds every run, one per configuration (seed%4).
+		base := uint64(time.Now().UnixNano()) &^ 3
+		for i := uint64(0); i < 4; i++ {
+			seeds = append(seeds, base+i)
+		}
+	}
+	for _, seed := range seeds {
+		ops := modelConfigFor(seed).ops
+		switch {
+		case *modelOpsFlag > 0:
+			ops = *modelOpsFlag
+		case testing.Short():
+			ops /= 10
+		}
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			// The seeds are independent trees: use both cores.
+			t.Parallel()
+			runModel(t, seed, ops)
+		})
+	}
+}
+
+type modelItem struct{ key, value string }
+
+func modelLess(a, b modelItem) bool { return a.key < b.key }
+
+type modelRun struct {
+	t      *testing.T
+	seed   uint64
+	cfg    modelConfig
+	r      *rand.Rand
+	tr     *Tree
+	ext    *testExtents
+	gen    *keyGen
+	oracle *btree.BTreeG[modelItem]
+	keys   []string       // live keys, for picking one at random
+	pos    map[string]int // index of each live key in keys
+	values []byte         // values are slices of this
+	op     int            // operations done
+	buf    []byte
+
+	// A run of sequential keys being inserted (leftmost or rightmost splits
+	// inside a subtree, or of the whole tree).
+	run struct {
+		base []byte
+		next uint32
+		left int
+		down bool
+	}
+
+	full       bool // an insert returned ErrNeedsSplit
+	needsSplit int  // inserts refused with ErrNeedsSplit
+	snapshots  int  // refused inserts checked byte for byte
+	counts     map[string]int
+}
+
+func runModel(t *testing.T, seed uint64, ops int) {
+	cfg := modelConfigFor(seed)
+	t.Logf("seed %d: node size %d, meganode %d KiB, %d ops (replay: go test -run TestModel ./blink/ -blink.seed=%d)",
+		seed, cfg.nodeSize, cfg.meganodeSize>>10, ops, seed)
+	start := time.Now()
+	tr, ext := newTestTree(t, testTreeOpts{nodeSize: cfg.nodeSize, meganodeSize: cfg.meganodeSize, extentBytes: 64 << 20})
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	m := &modelRun{
+		t: t, seed: seed, cfg: cfg, r: r, tr: tr, ext: ext,
+		gen:    newKeyGen(r, tr.MaxKeySize()),
+		oracle: btree.NewG(16, modelLess),
+		pos:    map[string]int{},
+		counts: map[string]int{},
+	}
+	m.values = make([]byte, 8<<10)
+	for i := range m.values {
+		m.values[i] = byte(r.Uint32())
+	}
+	for next := modelCheckEvery; m.op < ops; {
+		m.step()
+		if m.op >= next {
+			m.checkAll()
+			next += modelCheckEvery
+		}
+	}
+	m.checkAll()
+	if cfg.mustFill && ops >= cfg.ops && m.needsSplit == 0 {
+		t.Fatalf("seed %d: small meganode never returned ErrNeedsSplit", seed)
+	}
+	t.Logf("seed %d: %d ops in %v: %d keys, height %d, %d nodes in use, %d inserts refused (%d checked byte for byte), ops %v",
+		seed, m.op, time.Since(start).Round(time.Millisecond), m.oracle.Len(), tr.height(), tr.nodesInUse(),
+		m.needsSplit, m.snapshots, m.counts)
+}
+
+func (m *modelRun) fatalf(format string, args ...any) {
+	m.t.Helper()
+	m.t.Fatalf("seed %d op %d: %s\nreplay: go test -run TestModel ./blink/ -blink.seed=%d -blink.ops=%d",
+		m.seed, m.op, fmt.Sprintf(format, args...), m.seed, m.op+1)
+}
+
+// step runs one random operation (or one iterator session of several).
+func (m *modelRun) step() {
+	r := m.r
+	grow := (m.op/modelPhaseLength)%2 == 0
+	// Weights per thousand: new key, update, delete, delete missing, get,
+	// contains, scan, iterator session, invalid key; the rest is get.
+	wNew, wUpd, wDel := 250, 150, 80
+	if !grow {
+		wNew, wDel = 120, 200
+	}
+	if m.full {
+		// Inserts keep failing; keep the tree populated so updates,
+		// deletes and reads still work on a full meganode.
+		wNew, wUpd, wDel = 100, 300, 2
+	}
+	x := r.IntN(1000)
+	switch {
+	case x < wNew:
+		m.putNew()
+	case x < wNew+wUpd:
+		m.update()
+	case x < wNew+wUpd+wDel:
+		m.deleteExisting()
+	case x < wNew+wUpd+wDel+15:
+		m.deleteMissing()
+	case x < wNew+wUpd+wDel+75:
+		m.contains()
+	case x < wNew+wUpd+wDel+87:
+		m.scan()
+	case x < wNew+wUpd+wDel+112:
+		m.iterSession()
+	case x < wNew+wUpd+wDel+114:
+		m.invalidKey()
+	default:
+		m.get()
+	}
+}
+
+func (m *modelRun) count(name string) { m.counts[name]++ }
+
+// ---- Keys and values ----
+
+// keyGen draws keys of 1..maxKey bytes: a prefix from a tree of prefixes
+// chosen with a Zipf distribution (so many keys share long prefixes), then a
+// short suffix over a small alphabet with 0x00 and 0xff (so keys bunch up at
+// both ends of every prefix group and of the whole key space).
+type keyGen struct {
+	r        *rand.Rand
+	maxKey   int
+	prefixes [][]byte
+	zipf     *rand.Zipf
+}
+
+func newKeyGen(r *rand.Rand, maxKey int) *keyGen {
+	g := &keyGen{r: r, maxKey: maxKey}
+	g.prefixes = append(g.prefixes, nil)
+	for len(g.prefixes) < 64 {
+		parent := g.prefixes[r.IntN(len(g.prefixes))]
+		p := append(append([]byte{}, parent...), g.bytes(1+r.IntN(max(1, maxKey/8)))...)
+		if len(p) >= maxKey {
+			p = p[:maxKey-1]
+		}
+		g.prefixes = append(g.prefixes, p)
+	}
+	g.zipf = rand.NewZipf(r, 1.2, 1, uint64(len(g.prefixes)-1))
+	return g
+}
+
+func (g *keyGen) byte() byte {
+	switch x := g.r.IntN(100); {
+	case x < 84:
+		return 'a' + byte(g.r.IntN(4))
+	case x < 90:
+		return 0
+	case x < 96:
+		return 0xff
+	default:
+		return byte(g.r.Uint32())
+	}
+}
+
+func (g *keyGen) bytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = g.byte()
+	}
+	return b
+}
+
+func (g *keyGen) key() []byte {
+	p := g.prefixes[g.zipf.Uint64()]
+	var n int
+	switch x := g.r.IntN(100); {
+	case x < 60:
+		n = 1 + g.r.IntN(3)
+	case x < 94:
+		n = 1 + g.r.IntN(12)
+	default:
+		n = 1 + g.r.IntN(g.maxKey)
+	}
+	k := append(append(make([]byte, 0, len(p)+n), p...), g.bytes(n)...)
+	if len(k) > g.maxKey {
+		k = k[:g.maxKey]
+	}
+	return k
+}
+
+// value returns 0..300 bytes, sometimes a few KiB.
+func (m *modelRun) value() []byte {
+	var n int
+	switch x := m.r.IntN(1000); {
+	case x < 20:
+		n = 0
+	case x < 990:
+		n = m.r.IntN(301)
+	default:
+		n = 301 + m.r.IntN(4096)
+	}
+	off := m.r.IntN(len(m.values) - n + 1)
+	return m.values[off : off+n]
+}
+
+// newKey returns a key not in the oracle, or nil if it found none.
+func (m *modelRun) newKey() []byte {
+	r := m.r
+	if m.run.left == 0 && r.IntN(400) == 0 {
+		// Start a run of sequential keys: ascending runs split the
+		// rightmost node of a subtree again and again, descending ones
+		// the leftmost; with an empty or 0xff base, of the whole tree.
+		switch r.IntN(4) {
+		case 0:
+			m.run.base = nil
+		case 1:
+			m.run.base = bytes.Repeat([]byte{0xff}, 1+r.IntN(3))
+		default:
+			m.run.base = m.gen.key()
+		}
+		if len(m.run.base) > m.gen.maxKey-4 {
+			m.run.base = m.run.base[:m.gen.maxKey-4]
+		}
+		m.run.left = 20 + r.IntN(300)
+		m.run.down = r.IntN(2) == 0
+		m.run.next = r.Uint32N(1 << 20)
+		if m.run.down {
+			m.run.next += 1 << 20
+		}
+		m.count("runs")
+	}
+	if m.run.left > 0 {
+		m.run.left--
+		k := append(append([]byte{}, m.run.base...), byte(m.run.next>>24), byte(m.run.next>>16), byte(m.run.next>>8), byte(m.run.next))
+		if m.run.down {
+			m.run.next--
+		} else {
+			m.run.next++
+		}
+		if _, ok := m.pos[string(k)]; !ok {
+			return k
+		}
+	}
+	for i := 0; i < 10; i++ {
+		k := m.gen.key()
+		if _, ok := m.pos[string(k)]; !ok {
+			return k
+		}
+	}
+	return nil
+}
+
+// someKey returns a live key, or nil if the tree is empty.
+func (m *modelRun) someKey() []byte {
+	if len(m.keys) == 0 {
+		return nil
+	}
+	return []byte(m.keys[m.r.IntN(len(m.keys))])
+}
+
+// anyKey returns a live key or a random one (live or not).
+func (m *modelRun) anyKey() []byte {
+	if m.r.IntN(2) == 0 {
+		if k := m.someKey(); k != nil {
+			return k
+		}
+	}
+	return m.gen.key()
+}
+
+// bound returns an iteration bound: nil, a live key, a key next to a live
+// key, or a random key.
+func (m *modelRun) bound() []byte {
+	switch x := m.r.IntN(10); {
+	case x < 2:
+		return nil
+	case x < 5:
+		if k := m.someKey(); k != nil {
+			return k
+		}
+	case x < 6:
+		if k := m.someKey(); k != nil && len(k) < m.gen.maxKey {
+			return append(k, 0) // the immediate successor of a live key
+		}
+	}
+	return m.gen.key()
+}
+
+// ---- Oracle bookkeeping ----
+
+func (m *modelRun) oracleSet(k, v []byte) {
+	m.oracle.ReplaceOrInsert(modelItem{string(k), string(v)})
+	if _, ok := m.pos[string(k)]; !ok {
+		m.pos[string(k)] = len(m.keys)
+		m.keys = append(m.keys, string(k))
+	}
+}
+
+func (m *modelRun) oracleDelete(k []byte) {
+	m.oracle.Delete(modelItem{key: string(k)})
+	i, ok := m.pos[string(k)]
+	if !ok {
+		return
+	}
+	last := len(m.keys) - 1
+	m.keys[i] = m.keys[last]
+	m.pos[m.keys[i]] = i
+	m.keys = m.keys[:last]
+	delete(m.pos, string(k))
+}
+
+// ---- Operations ----
+
+func (m *modelRun) putNew() {
+	m.op++
+	if len(m.keys) >= m.cfg.maxKeys {
+		m.op--
+		m.update()
+		return
+	}
+	k := m.newKey()
+	if k == nil {
+		m.op--
+		m.update()
+		return
+	}
+	v := m.value()
+	tr := m.tr
+	// Near and past the fill threshold, remember the meganode's bytes to
+	// prove that a refused insert changed nothing.
+	var snap []byte
+	allocs, records := m.ext.allocCalls, m.ext.inUse
+	nearFull := m.cfg.mustFill && float64(tr.nodesInUse()+tr.height()+1) > 0.85*float64(tr.capacity())
+	if nearFull && (m.needsSplit < 50 || m.needsSplit%200 == 0) {
+		snap = bytes.Clone(tr.mem[:m.cfg.meganodeSize])
+	}
+	err := tr.Put(k, v)
+	switch {
+	case err == nil:
+		m.count("insert")
+		m.oracleSet(k, v)
+	case errors.Is(err, ErrNeedsSplit):
+		if !m.cfg.mustFill {
+			m.fatalf("Put(%q) of a new key: %v (meganode %d KiB should not fill)", k, err, m.cfg.meganodeSize>>10)
+		}
+		m.count("insert refused")
+		m.needsSplit++
+		// "An insert of a new key returns ErrNeedsSplit, without
+		// changing anything" (doc.go).
+		if snap != nil {
+			m.snapshots++
+			if !bytes.Equal(snap, tr.mem[:m.cfg.meganodeSize]) {
+				m.fatalf("refused Put(%q) changed the meganode's memory", k)
+			}
+		}
+		if m.ext.allocCalls != allocs || m.ext.inUse != records {
+			m.fatalf("refused Put(%q) allocated a record (%d→%d calls, %d→%d in use)", k, allocs, m.ext.allocCalls, records, m.ext.inUse)
+		}
+		if _, gerr := tr.Get(k, nil); !errors.Is(gerr, ErrNotFound) {
+			m.fatalf("Get(%q) after refused insert: %v, want ErrNotFound", k, gerr)
+		}
+		if !m.full {
+			m.full = true
+			m.t.Logf("seed %d: first ErrNeedsSplit at op %d with %d keys, %d of %d nodes in use: %v",
+				m.seed, m.op, m.oracle.Len(), tr.nodesInUse(), tr.capacity(), err)
+			m.checkAll()
+		}
+	default:
+		m.fatalf("Put(%q, %d bytes): %v", k, len(v), err)
+	}
+}
+
+func (m *modelRun) update() {
+	m.op++
+	k := m.someKey()
+	if k == nil {
+		m.op--
+		m.putNew()
+		return
+	}
+	v := m.value()
+	if err := m.tr.Put(k, v); err != nil {
+		// Replacing a value never needs a new node, also when full.
+		m.fatalf("update Put(%q, %d bytes) (full %v): %v", k, len(v), m.full, err)
+	}
+	m.count("update")
+	m.oracleSet(k, v)
+}
+
+func (m *modelRun) deleteExisting() {
+	m.op++
+	k := m.someKey()
+	if k == nil {
+		m.op--
+		m.deleteMissing()
+		return
+	}
+	ok, err := m.tr.Delete(k)
+	if !ok || err != nil {
+		m.fatalf("Delete(%q) of a live key = %v, %v", k, ok, err)
+	}
+	m.count("delete")
+	m.oracleDelete(k)
+}
+
+func (m *modelRun) deleteMissing() {
+	m.op++
+	k := m.gen.key()
+	_, want := m.pos[string(k)]
+	ok, err := m.tr.Delete(k)
+	if ok != want || err != nil {
+		m.fatalf("Delete(%q) = %v, %v; oracle has it: %v", k, ok, err, want)
+	}
+	m.count("delete missing")
+	if ok {
+		m.oracleDelete(k)
+	}
+}
+
+func (m *modelRun) get() {
+	m.op++
+	k := m.anyKey()
+	want, present := m.oracle.Get(modelItem{key: string(k)})
+	// Get appends to dst: sometimes pass a non-empty one.
+	prefix := ""
+	if m.r.IntN(4) == 0 {
+		prefix = "dst:"
+	}
+	m.buf = append(m.buf[:0], prefix...)
+	got, err := m.tr.Get(k, m.buf)
+	switch {
+	case present && err != nil:
+		m.fatalf("Get(%q): %v, want %d bytes", k, err, len(want.value))
+	case present && string(got) != prefix+want.value:
+		m.fatalf("Get(%q) = %d bytes %.40q, want %d bytes %.40q", k, len(got)-len(prefix), got[len(prefix):], len(want.value), want.value)
+	case !present && !errors.Is(err, ErrNotFound):
+		m.fatalf("Get(%q) of a missing key: %q, %v; want ErrNotFound", k, got, err)
+	case !present && string(got) != prefix:
+		m.fatalf("Get(%q) of a missing key changed dst to %q", k, got)
+	}
+	m.count("get")
+}
+
+func (m *modelRun) contains() {
+	m.op++
+	k := m.anyKey()
+	_, want := m.pos[string(k)]
+	got, err := m.tr.Contains(k)
+	if got != want || err != nil {
+		m.fatalf("Contains(%q) = %v, %v; want %v", k, got, err, want)
+	}
+	m.count("contains")
+}
+
+// invalidKey checks that bad keys are refused with typed errors and change
+// nothing.
+func (m *modelRun) invalidKey() {
+	m.op++
+	long := bytes.Repeat([]byte{'x'}, m.tr.MaxKeySize()+1+m.r.IntN(8))
+	if err := m.tr.Put(nil, []byte("v")); !errors.Is(err, ErrEmptyKey) {
+		m.fatalf("Put(empty key): %v", err)
+	}
+	if err := m.tr.Put(long, []byte("v")); !errors.Is(err, ErrKeyTooLarge) {
+		m.fatalf("Put(%d-byte key): %v", len(long), err)
+	}
+	if _, err := m.tr.Get(long, nil); !errors.Is(err, ErrKeyTooLarge) {
+		m.fatalf("Get(%d-byte key): %v", len(long), err)
+	}
+	if _, err := m.tr.Delete(nil); !errors.Is(err, ErrEmptyKey) {
+		m.fatalf("Delete(empty key): %v", err)
+	}
+	m.count("invalid key")
+}
+
+// oracleScan returns what Scan must visit.
+func (m *modelRun) oracleScan(o ScanOptions) []modelItem {
+	var out []modelItem
+	lo, hi := string(o.Lower), string(o.Upper)
+	take := func(it modelItem) bool {
+		if o.Limit > 0 && len(out) >= o.Limit {
+			return false
+		}
+		if o.Reverse && o.Lower != nil && it.key < lo || !o.Reverse && o.Upper != nil && it.key >= hi {
+			return false
+		}
+		out = append(out, it)
+		return true
+	}
+	switch {
+	case !o.Reverse && o.Lower == nil:
+		m.oracle.Ascend(take)
+	case !o.Reverse:
+		m.oracle.AscendGreaterOrEqual(modelItem{key: lo}, take)
+	case o.Upper == nil:
+		m.oracle.Descend(take)
+	default:
+		m.oracle.DescendLessOrEqual(modelItem{key: hi}, func(it modelItem) bool {
+			return it.key == hi || take(it)
+		})
+	}
+	return out
+}
+
+func (m *modelRun) scan() {
+	m.op++
+	r := m.r
+	o := ScanOptions{Lower: m.bound(), Upper: m.bound(), Reverse: r.IntN(2) == 0}
+	if r.IntN(10) < 8 || o.Lower == nil || o.Upper == nil {
+		o.Limit = 1 + r.IntN(24)
+	}
+	stopAfter := -1 // fn returns false after this many keys
+	if r.IntN(10) == 0 {
+		stopAfter = r.IntN(8)
+	}
+	want := m.oracleScan(o)
+	if stopAfter >= 0 && len(want) > stopAfter+1 {
+		want = want[:stopAfter+1]
+	}
+	var got []modelItem
+	err := m.tr.Scan(o, func(k, v []byte) bool {
+		got = append(got, modelItem{string(k), string(v)})
+		return len(got) != stopAfter+1
+	})
+	if err != nil {
+		m.fatalf("Scan(lower %q upper %q limit %d reverse %v): %v", o.Lower, o.Upper, o.Limit, o.Reverse, err)
+	}
+	if len(got) != len(want) {
+		m.fatalf("Scan(lower %q upper %q limit %d reverse %v stop %d): %d keys, want %d\n got %.20q\nwant %.20q",
+			o.Lower, o.Upper, o.Limit, o.Reverse, stopAfter, len(got), len(want), got, want)
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			m.fatalf("Scan(lower %q upper %q limit %d reverse %v): entry %d = %.40q, want %.40q",
+				o.Lower, o.Upper, o.Limit, o.Reverse, i, got[i], want[i])
+		}
+	}
+	m.count("scan")
+}
+
+// oracleIter is Iter's specification over the oracle.
+type oracleIter struct {
+	o            *btree.BTreeG[modelItem]
+	lower, upper []byte
+	valid        bool
+	key          string
+}
+
+func (o *oracleIter) inUpper(k string) bool { return o.upper == nil || k < string(o.upper) }
+func (o *oracleIter) inLower(k string) bool { return o.lower == nil || k >= string(o.lower) }
+
+// ge positions at the first key >= k (> k if strict) below the upper bound.
+func (o *oracleIter) ge(k string, strict bool) bool {
+	o.valid = false
+	o.o.AscendGreaterOrEqual(modelItem{key: k}, func(it modelItem) bool {
+		if strict && it.key == k {
+			return true
+		}
+		o.valid, o.key = o.inUpper(it.key), it.key
+		return false
+	})
+	return o.valid
+}
+
+// lt positions at the last key < k (<= k if !strict) at or above the lower
+// bound; k == nil means +inf.
+func (o *oracleIter) lt(k []byte, strict bool) bool {
+	o.valid = false
+	f := func(it modelItem) bool {
+		if strict && k != nil && it.key == string(k) {
+			return true
+		}
+		o.valid, o.key = o.inLower(it.key), it.key
+		return false
+	}
+	if k == nil {
+		o.o.Descend(f)
+	} else {
+		o.o.DescendLessOrEqual(modelItem{key: string(k)}, f)
+	}
+	return o.valid
+}
+
+func (o *oracleIter) first() bool { return o.ge(string(o.lower), false) }
+func (o *oracleIter) last() bool  { return o.lt(o.upper, true) }
+
+func (o *oracleIter) seekGE(k []byte) bool {
+	if o.lower != nil && bytes.Compare(k, o.lower) < 0 {
+		k = o.lower
+	}
+	return o.ge(string(k), false)
+}
+
+func (o *oracleIter) seekLT(k []byte) bool {
+	if o.upper != nil && bytes.Compare(k, o.upper) > 0 {
+		k = o.upper
+	}
+	return o.lt(k, true)
+}
+
+func (o *oracleIter) next() bool {
+	if !o.valid {
+		return false
+	}
+	return o.ge(o.key, true)
+}
+
+func (o *oracleIter) prev() bool {
+	if !o.valid {
+		return false
+	}
+	return o.lt([]byte(o.key), true)
+}
+
+// iterSession compares an Iter step by step with the oracle over a random
+// mix of positioning calls; every step counts as one operation.
+func (m *modelRun) iterSession() {
+	r := m.r
+	var opts IterOptions
+	if r.IntN(2) == 0 {
+		opts.Lower = m.bound()
+	}
+	if r.IntN(2) == 0 {
+		opts.Upper = m.bound()
+	}
+	it := m.tr.NewIter(&opts)
+	o := &oracleIter{o: m.oracle, lower: opts.Lower, upper: opts.Upper}
+	steps := 1 + r.IntN(40)
+	var trace []string
+	for s := 0; s < steps; s++ {
+		m.op++
+		var got, want bool
+		var call string
+		switch x := r.IntN(100); {
+		case x < 8:
+			call = "First"
+			got, want = it.First(), o.first()
+		case x < 16:
+			call = "Last"
+			got, want = it.Last(), o.last()
+		case x < 28:
+			k := m.anyKey()
+			call = fmt.Sprintf("SeekGE(%q)", k)
+			got, want = it.SeekGE(k), o.seekGE(k)
+		case x < 40:
+			k := m.anyKey()
+			call = fmt.Sprintf("SeekLT(%q)", k)
+			got, want = it.SeekLT(k), o.seekLT(k)
+		case x < 70:
+			call = "Next"
+			got, want = it.Next(), o.next()
+		default:
+			call = "Prev"
+			got, want = it.Prev(), o.prev()
+		}
+		trace = append(trace, call)
+		if got != want || got != it.Valid() || got && string(it.Key()) != o.key {
+			m.fatalf("Iter(lower %q, upper %q) after %s: valid %v key %q, want valid %v key %q",
+				opts.Lower, opts.Upper, strings.Join(trace, ", "), got, it.Key(), want, o.key)
+		}
+		if err := it.Error(); err != nil {
+			m.fatalf("Iter after %s: %v", strings.Join(trace, ", "), err)
+		}
+		if got && r.IntN(8) == 0 {
+			v, err := it.Value()
+			w, _ := m.oracle.Get(modelItem{key: o.key})
+			if err != nil || string(v) != w.value {
+				m.fatalf("Iter.Value at %q after %s: %d bytes, %v; want %d bytes", o.key, strings.Join(trace, ", "), len(v), err, len(w.value))
+			}
+		}
+	}
+	m.count("iter step")
+}
+
+// checkAll runs the invariant checker and compares the whole tree with the
+// oracle in both directions.
+func (m *modelRun) checkAll() {
+	m.t.Helper()
+	if err := m.tr.CheckErr(); err != nil {
+		m.fatalf("Check: %v", err)
+	}
+	if m.ext.inUse != m.oracle.Len() {
+		m.fatalf("%d records in use for %d keys: updates and deletes must free the old record", m.ext.inUse, m.oracle.Len())
+	}
+	all := m.oracleScan(ScanOptions{})
+	it := m.tr.NewIter(nil)
+	i := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		if i >= len(all) || string(it.Key()) != all[i].key {
+			m.fatalf("full iteration: key %d is %q, want %q", i, it.Key(), all[min(i, len(all)-1)].key)
+		}
+		v, err := it.Value()
+		if err != nil || string(v) != all[i].value {
+			m.fatalf("full iteration: value of %q: %d bytes, %v; want %d bytes", it.Key(), len(v), err, len(all[i].value))
+		}
+		i++
+	}
+	if i != len(all) || it.Error() != nil {
+		m.fatalf("full iteration: %d keys, want %d; err %v", i, len(all), it.Error())
+	}
+	for ok := it.Last(); ok; ok = it.Prev() {
+		i--
+		if i < 0 || string(it.Key()) != all[i].key {
+			m.fatalf("full reverse iteration: position %d is %q", i, it.Key())
+		}
+	}
+	if i != 0 || it.Error() != nil {
+		m.fatalf("full reverse iteration stopped at %d; err %v", i, it.Error())
+	}
+}
