@@ -11,7 +11,7 @@ import (
 const (
 	DefaultClients     = 32
 	DefaultOutstanding = 8
-	DefaultWarmup      = 10 * time.Millisecond
+	DefaultWarmup      = 25 * time.Millisecond
 	DefaultDuration    = 40 * time.Millisecond
 )
 
@@ -27,7 +27,7 @@ type ClosedLoop struct {
 	// (pipelining depth). Default 8.
 	Outstanding int `json:"outstanding"`
 	// Warmup is simulated time before measuring, for the selectors and
-	// queues to settle. Default 10ms.
+	// queues to settle. Default 25ms.
 	Warmup time.Duration `json:"warmup_ns"`
 	// Duration is the simulated time measured. Default 40ms.
 	Duration time.Duration `json:"duration_ns"`

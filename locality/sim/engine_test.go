@@ -90,13 +90,22 @@ func TestParamsValidate(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		{"cores", func() error { _, err := RunClosedLoop(Model{Cores: -1}, ClosedLoop{}, mustMode(t, "server")); return err }},
-		{"jitter", func() error { _, err := RunClosedLoop(Model{Jitter: 1}, ClosedLoop{}, mustMode(t, "server")); return err }},
+		{"cores", func() error {
+			_, err := RunClosedLoop(Model{Cores: -1}, ClosedLoop{}, mustMode(t, "server"))
+			return err
+		}},
+		{"jitter", func() error {
+			_, err := RunClosedLoop(Model{Jitter: 1}, ClosedLoop{}, mustMode(t, "server"))
+			return err
+		}},
 		{"net jitter", func() error {
 			_, err := RunClosedLoop(Model{NetJitter: -time.Microsecond}, ClosedLoop{}, mustMode(t, "server"))
 			return err
 		}},
-		{"clients", func() error { _, err := RunClosedLoop(Model{}, ClosedLoop{Clients: -2}, mustMode(t, "server")); return err }},
+		{"clients", func() error {
+			_, err := RunClosedLoop(Model{}, ClosedLoop{Clients: -2}, mustMode(t, "server"))
+			return err
+		}},
 		{"duration", func() error {
 			_, err := RunClosedLoop(Model{}, ClosedLoop{Duration: time.Nanosecond}, mustMode(t, "server"))
 			return err

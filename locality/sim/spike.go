@@ -125,9 +125,11 @@ type SpikeBucket struct {
 
 // SpikeRun is the outcome of the experiment with one mode.
 type SpikeRun struct {
-	Mode                  locality.Mode `json:"mode"`
-	Before, During, After Phase
-	Timeline              []SpikeBucket `json:"timeline"`
+	Mode     locality.Mode `json:"mode"`
+	Before   Phase         `json:"before"`
+	During   Phase         `json:"during"`
+	After    Phase         `json:"after"`
+	Timeline []SpikeBucket `json:"timeline"`
 	// ShiftShare is the server-side share of the selectors' decisions
 	// before the spike, in its second half, and in the second half of the
 	// After phase.

@@ -1,0 +1,81 @@
+// Command cellctl is Cell's operator and benchmark CLI, in the manner of
+// etcdctl: one root command with global flags for the cluster's etcd
+// endpoints and the output format, and one subcommand per task.
+//
+// Errors print as a single line on stderr and make cellctl exit with
+// status 1.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes cellctl with args and returns the process exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintf(stderr, "cellctl: %s\n", oneLine(err.Error()))
+		return 1
+	}
+	return 0
+}
+
+// globals are the flags every subcommand shares.
+type globals struct {
+	endpoints []string
+	output    outputFormat
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// newRootCommand builds the command tree. Subcommands are added here, one
+// constructor each, and receive the shared globals.
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{output: formatTable, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "cellctl",
+		Short: "Operate, inspect and measure a Cell cluster",
+		// Errors are printed once, by run, on one line; usage is printed
+		// only on request (--help).
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	pf := root.PersistentFlags()
+	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints of the cluster, comma-separated")
+	pf.VarP(&g.output, "write-out", "w", "output format: table or json")
+
+	root.AddCommand(newSimCommand(g))
+	return root
+}
+
+// etcdEndpoints returns the --endpoints list, trimmed, or an error if it is
+// empty or has an empty entry.
+func (g *globals) etcdEndpoints() ([]string, error) {
+	if len(g.endpoints) == 0 {
+		return nil, fmt.Errorf("--endpoints: no endpoint given")
+	}
+	eps := make([]string, len(g.endpoints))
+	for i, ep := range g.endpoints {
+		if eps[i] = strings.TrimSpace(ep); eps[i] == "" {
+			return nil, fmt.Errorf("--endpoints: empty endpoint in %q", strings.Join(g.endpoints, ","))
+		}
+	}
+	return eps, nil
+}
+
+// oneLine folds a message onto one line (cobra's suggestions span several).
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

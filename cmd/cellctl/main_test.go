@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func runCellctl(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestErrorsAreOneLine(t *testing.T) {
+	for _, args := range [][]string{
+		{"nosuch"},
+		{"sim", "table2", "-w", "yaml"},
+		{"sim", "table2", "--max-cores", "x"},
+		{"sim", "spike", "--cores", "-1"},
+		{"sim", "table2", "--ratio-step", "0.0001", "--min-cores", "3", "--max-cores", "2"},
+		{"sim", "spike", "extra-arg"},
+		{"sim", "bogus"},
+	} {
+		code, out, errs := runCellctl(args...)
+		if code == 0 || out != "" {
+			t.Errorf("%q: exit %d, stdout %q; want failure and nothing on stdout", args, code, out)
+		}
+		if !strings.HasPrefix(errs, "cellctl: ") || strings.Count(errs, "\n") != 1 || !strings.HasSuffix(errs, "\n") {
+			t.Errorf("%q: stderr %q, want one line starting with cellctl:", args, errs)
+		}
+	}
+}
+
+func TestGlobalFlags(t *testing.T) {
+	root := newRootCommand(&bytes.Buffer{}, &bytes.Buffer{})
+	if f := root.PersistentFlags().Lookup("endpoints"); f == nil || f.DefValue != "[127.0.0.1:2379]" {
+		t.Errorf("--endpoints flag %+v, want default 127.0.0.1:2379", f)
+	}
+	if f := root.PersistentFlags().ShorthandLookup("w"); f == nil || f.Name != "write-out" || f.DefValue != "table" {
+		t.Errorf("-w flag %+v, want --write-out defaulting to table", f)
+	}
+	g := &globals{endpoints: []string{" a:1", "b:2 "}}
+	if eps, err := g.etcdEndpoints(); err != nil || strings.Join(eps, ",") != "a:1,b:2" {
+		t.Errorf("endpoints %q, %v", eps, err)
+	}
+	g.endpoints = []string{"a:1", ""}
+	if _, err := g.etcdEndpoints(); err == nil {
+		t.Error("an empty endpoint was accepted")
+	}
+}
+
+var tinyTable2 = []string{"sim", "table2", "--servers", "1", "--clients", "2", "--outstanding", "4",
+	"--max-cores", "2", "--warmup", "1ms", "--duration", "2ms", "--ratio-step", "25"}
+
+func TestSimTable2(t *testing.T) {
+	code, out, errs := runCellctl(tinyTable2...)
+	if code != 0 || errs != "" {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{"CORES", "SERVER-ONLY", "CLIENT-ONLY", "BEST FIXED", "CELL/BEST", "RTT 15µs", "m=5"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table output lacks %q:\n%s", want, out)
+		}
+	}
+	if lines := strings.Count(out, "\n"); lines != 5 { // title, header, 2 rows, note
+		t.Errorf("%d lines, want 5:\n%s", lines, out)
+	}
+
+	code, out, _ = runCellctl(append(tinyTable2, "-w", "json")...)
+	var res struct {
+		Rows []struct {
+			Cores    int `json:"cores"`
+			Adaptive struct {
+				Mode string  `json:"mode"`
+				Rate float64 `json:"rate"`
+			} `json:"adaptive"`
+			Sweep []json.RawMessage `json:"sweep"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
+		t.Fatalf("exit %d, JSON %v:\n%s", code, err, out)
+	}
+	if len(res.Rows) != 2 || res.Rows[1].Cores != 2 || res.Rows[0].Adaptive.Mode != "adaptive" ||
+		res.Rows[0].Adaptive.Rate <= 0 || len(res.Rows[0].Sweep) != 3 {
+		t.Errorf("JSON rows %+v", res.Rows)
+	}
+}
+
+func TestSimSpike(t *testing.T) {
+	args := []string{"sim", "spike", "--servers", "1", "--clients", "6", "--extra-clients", "9",
+		"--warmup", "1ms", "--before", "2ms", "--length", "2ms", "--after", "2ms", "--bucket", "1ms", "--resolution", "250us"}
+	code, out, errs := runCellctl(args...)
+	if code != 0 || errs != "" {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	for _, want := range []string{"Load spike", "2.5×", "adaptive", "server", "shift after the onset", "Timeline", "SERVER-ONLY P50"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _ = runCellctl(append(args, "--write-out", "json")...)
+	var res struct {
+		Adaptive struct {
+			During   struct{ Searches uint64 } `json:"during"`
+			Timeline []json.RawMessage         `json:"timeline"`
+		} `json:"adaptive"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Adaptive.During.Searches == 0 || len(res.Adaptive.Timeline) != 6 {
+		t.Errorf("exit %d, JSON %v, %+v", code, err, res)
+	}
+}
