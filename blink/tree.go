@@ -351,3 +351,21 @@ func (t *Tree) publish(p Ptr, img node) {
 
 // SetTestingKnobs installs test hooks. Call it before any concurrent use.
 func (t *Tree) SetTestingKnobs(k TestingKnobs) { t.knobs = k }
+
+// Usage describes how full a meganode is.
+type Usage struct {
+	Nodes    int // nodes in use, the header included
+	Capacity int // nodes in the meganode
+	Height   int // local height (1 = the root is a leaf)
+	Level    int // level in the global tree
+}
+
+// Fill is the fraction of nodes in use.
+func (u Usage) Fill() float64 { return float64(u.Nodes) / float64(u.Capacity) }
+
+// Usage returns the meganode's node usage. It takes the writer's lock.
+func (t *Tree) Usage() Usage {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Usage{Nodes: t.nodesInUse(), Capacity: t.capacity(), Height: t.height(), Level: t.mu.hdr.u16(hdrGlobalLevel)}
+}
