@@ -147,3 +147,42 @@ func TestNoAllocations(t *testing.T) {
 		}
 	}
 }
+
+// TestOutliersJudgedAfterMinSamples: the first MinSamples samples after a
+// reset are all kept, however far apart.
+func TestOutliersJudgedAfterMinSamples(t *testing.T) {
+	s, _ := mustSelector(t, Options{MinSamples: 4})
+	e := s.Estimator(1)
+	for _, lat := range []time.Duration{10 * us, 11 * us, 500 * us, 10 * us} {
+		e.ObserveServer(lat, 0, 0)
+	}
+	if snap := e.Snapshot(); snap.LS.Dropped != 0 || snap.LS.Samples != 4 {
+		t.Fatalf("warm-up samples: %+v, want 4 kept", snap.LS)
+	}
+	for range 20 {
+		e.ObserveServer(10*us, 0, 0)
+	}
+	e.ObserveServer(2*time.Millisecond, 0, 0)
+	if snap := e.Snapshot(); snap.LS.Dropped != 1 {
+		t.Errorf("after warm-up: %+v, want the 2ms sample dropped", snap.LS)
+	}
+}
+
+// TestRatioSpreadEvenly: ratio=P sends server-side exactly every 100/P
+// searches when that is whole, from any starting phase.
+func TestRatioSpreadEvenly(t *testing.T) {
+	for seed := range uint64(5) {
+		s, _ := mustSelector(t, Options{Mode: RatioMode(25), Seed: seed + 1})
+		e := s.Estimator(ServerID(seed))
+		last := -1
+		for i := range 400 {
+			if e.Choose().Method != ServerSide {
+				continue
+			}
+			if last >= 0 && i-last != 4 {
+				t.Fatalf("seed %d: server-side searches %d and %d, want every 4th", seed, last, i)
+			}
+			last = i
+		}
+	}
+}

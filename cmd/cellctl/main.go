@@ -1,9 +1,3 @@
-// Command cellctl is Cell's operator and benchmark CLI, in the manner of
-// etcdctl: one root command with global flags for the cluster's etcd
-// endpoints and the output format, and one subcommand per task.
-//
-// Errors print as a single line on stderr and make cellctl exit with
-// status 1.
 package main
 
 import (

@@ -64,8 +64,7 @@ found by sweeping the server-side percentage from 0 to 100% in --ratio-step
 steps. Client-only does not depend on the cores; it is simulated once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p.Model.Cores = 1 // replaced per row; set so that validation passes
-			p.EnsureDefaults()
+			p.EnsureDefaults() // for the title; Run works on its own copy
 			if err := p.Validate(); err != nil {
 				return err
 			}

@@ -10,36 +10,35 @@ import (
 
 func TestEventQueueOrder(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
+	cmp := func(a, b event) int {
+		if a.before(&b) {
+			return -1
+		}
+		if b.before(&a) {
+			return 1
+		}
+		return 0
+	}
 	var q eventQueue
-	var want []event
+	var want []event // the oracle, kept sorted
+	pop := func() {
+		if got := q.pop(); got != want[0] {
+			t.Fatalf("pop %+v, want %+v", got, want[0])
+		}
+		want = want[1:]
+	}
 	for i := range 5000 {
 		ev := event{at: time.Duration(r.IntN(300)), ref: int32(i)}
 		q.push(ev)
 		ev.seq = q.seq
-		want = append(want, ev)
-		if i%7 == 0 { // interleave pops with pushes
-			slices.SortFunc(want, func(a, b event) int {
-				if a.before(&b) {
-					return -1
-				}
-				return 1
-			})
-			if got := q.pop(); got != want[0] {
-				t.Fatalf("pop %+v, want %+v", got, want[0])
-			}
-			want = want[1:]
+		at, _ := slices.BinarySearchFunc(want, ev, cmp)
+		want = slices.Insert(want, at, ev)
+		if i%3 == 0 { // interleave pops with pushes
+			pop()
 		}
 	}
-	slices.SortFunc(want, func(a, b event) int {
-		if a.before(&b) {
-			return -1
-		}
-		return 1
-	})
-	for _, w := range want {
-		if got := q.pop(); got != w {
-			t.Fatalf("pop %+v, want %+v", got, w)
-		}
+	for len(want) > 0 {
+		pop()
 	}
 	if q.len() != 0 {
 		t.Fatalf("%d events left", q.len())
