@@ -156,3 +156,21 @@ func (e *Estimator) touchLocked(now time.Time) {
 	}
 	e.mu.last = now
 }
+
+// probThreshold maps a probability p in [0, 1] to t such that draw(u) < t
+// with probability p for a uniform uint64 u, exactly at both ends: 0 never
+// and 1 always.
+func probThreshold(p float64) uint64 {
+	switch {
+	case p <= 0:
+		return 0
+	case p >= 1:
+		return 1 << 53
+	default:
+		return uint64(p * (1 << 53))
+	}
+}
+
+// draw reduces a uniform uint64 to a uniform value in [0, 2^53), the
+// domain of probThreshold.
+func draw(u uint64) uint64 { return u >> 11 }
