@@ -157,6 +157,10 @@ func (c *Conn) check(op Op, n int) error {
 // roundTrip sends the frame in p (header room + body) and waits for its
 // reply. It owns p.
 func (c *Conn) roundTrip(ctx context.Context, op Op, p *[]byte) (Frame, error) {
+	if err := ctx.Err(); err != nil {
+		putBuf(p)
+		return Frame{}, err
+	}
 	h := Header{Op: op}
 	if dl, ok := ctx.Deadline(); ok {
 		d := time.Until(dl)

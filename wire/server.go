@@ -118,13 +118,7 @@ func (w *ReplyWriter) WriteError(req *Header, err error, queue, service time.Dur
 // Close writes and flushes the replies already queued, stops the writer
 // goroutine and returns the first write error, if any. It does not close
 // the underlying writer. Writes after Close fail with ErrClosed.
-func (w *ReplyWriter) Close() error {
-	err := w.bw.close()
-	if errors.Is(err, ErrClosed) {
-		return nil
-	}
-	return err
-}
+func (w *ReplyWriter) Close() error { return w.bw.close() }
 
 // Err returns the first write error, or nil.
 func (w *ReplyWriter) Err() error { return w.bw.err() }
