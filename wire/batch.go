@@ -151,7 +151,6 @@ func (bw *batchWriter) loop() {
 		if err := bw.write(batch); err != nil {
 			return
 		}
-		clear(batch)
 	}
 }
 

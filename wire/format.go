@@ -124,6 +124,15 @@ func (h *Header) ServiceTime() time.Duration { return time.Duration(h.ServiceNan
 // none.
 func (h *Header) Budget() time.Duration { return time.Duration(h.BudgetMicros) * time.Microsecond }
 
+// Deadline returns when the caller stops waiting for request h, given when
+// the server read it, and false if the request has no budget.
+func (h *Header) Deadline(arrived time.Time) (time.Time, bool) {
+	if h.BudgetMicros == 0 {
+		return time.Time{}, false
+	}
+	return arrived.Add(h.Budget()), true
+}
+
 // SetTiming stores the queueing and service times, saturating.
 func (h *Header) SetTiming(queue, service time.Duration) {
 	h.QueueNanos = saturate32(int64(queue))

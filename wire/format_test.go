@@ -116,6 +116,14 @@ func TestTimingSaturates(t *testing.T) {
 	if h.QueueTime() != 1500*time.Nanosecond || h.ServiceTime() != 3*time.Microsecond {
 		t.Fatalf("got %v %v", h.QueueTime(), h.ServiceTime())
 	}
+	arrived := time.Now()
+	if _, ok := h.Deadline(arrived); ok {
+		t.Error("no budget, but a deadline")
+	}
+	h.SetBudget(time.Millisecond)
+	if dl, ok := h.Deadline(arrived); !ok || !dl.Equal(arrived.Add(time.Millisecond)) {
+		t.Errorf("deadline %v %v", dl, ok)
+	}
 	for _, tc := range []struct {
 		d    time.Duration
 		want uint32

@@ -21,6 +21,9 @@ type testServer struct {
 	ln     net.Listener
 	opts   *Options
 	handle handler
+	// inline runs handle on the reading goroutine with frames from
+	// ReadFrame (replies in order, no goroutine or buffer per request).
+	inline bool
 	wg     sync.WaitGroup
 
 	mu    sync.Mutex
@@ -28,12 +31,16 @@ type testServer struct {
 }
 
 func startServer(t testing.TB, opts *Options, h handler) *testServer {
+	return startServerMode(t, opts, h, false)
+}
+
+func startServerMode(t testing.TB, opts *Options, h handler, inline bool) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &testServer{t: t, ln: ln, opts: opts, handle: h}
+	s := &testServer{t: t, ln: ln, opts: opts, handle: h, inline: inline}
 	s.wg.Add(1)
 	go s.accept()
 	t.Cleanup(s.stop)
@@ -76,7 +83,13 @@ func (s *testServer) serve(nc net.Conn) {
 		_ = rw.Close()
 	}()
 	for {
-		f, err := rd.ReadFramePooled()
+		var f Frame
+		var err error
+		if s.inline {
+			f, err = rd.ReadFrame()
+		} else {
+			f, err = rd.ReadFramePooled()
+		}
 		if err != nil {
 			if InSync(err) {
 				_ = rw.WriteError(&f.Header, err, 0, 0)
@@ -88,12 +101,18 @@ func (s *testServer) serve(nc net.Conn) {
 			return
 		}
 		arrived := time.Now()
-		handlers.Add(1)
-		go func() {
-			defer handlers.Done()
+		if s.inline {
 			s.handle(rw, f, arrived)
-		}()
+			continue
+		}
+		handlers.Add(1)
+		go s.handleAsync(&handlers, rw, f, arrived)
 	}
+}
+
+func (s *testServer) handleAsync(wg *sync.WaitGroup, rw *ReplyWriter, f Frame, arrived time.Time) {
+	defer wg.Done()
+	s.handle(rw, f, arrived)
 }
 
 // killConns closes every server-side connection.
