@@ -120,6 +120,7 @@ type modelRun struct {
 		left int
 		down bool
 	}
+	low, high uint32 // next counters of the runs under 0x00 and 0xff
 
 	full       bool // an insert returned ErrNeedsSplit
 	needsSplit int  // inserts refused with ErrNeedsSplit
@@ -140,6 +141,7 @@ func runModel(t *testing.T, seed uint64, ops int) {
 		oracle: btree.NewG(16, modelLess),
 		pos:    map[string]int{},
 		counts: map[string]int{},
+		low:    1<<32 - 1,
 	}
 	m.values = make([]byte, 8<<10)
 	for i := range m.values {
@@ -155,6 +157,24 @@ func runModel(t *testing.T, seed uint64, ops int) {
 	m.checkAll()
 	if cfg.mustFill && ops >= cfg.ops && m.needsSplit == 0 {
 		t.Fatalf("seed %d: small meganode never returned ErrNeedsSplit", seed)
+	}
+	if ops >= cfg.ops && !cfg.mustFill {
+		kinds := []string{"split left edge", "split right edge", "split middle"}
+		if cfg.nodeSize <= 1024 {
+			// 4096-byte leaves take too many keys per split to be sure.
+			kinds = append(kinds, "split left edge (leftmost leaf)", "split right edge (rightmost leaf)")
+		}
+		for _, kind := range kinds {
+			n := m.counts[kind]
+			if !strings.Contains(kind, "(") {
+				for _, where := range []string{" (leftmost leaf)", " (rightmost leaf)", " (root leaf)"} {
+					n += m.counts[kind+where]
+				}
+			}
+			if n == 0 {
+				t.Errorf("seed %d: no %s in %d ops: the key distribution no longer exercises it", seed, kind, ops)
+			}
+		}
 	}
 	t.Logf("seed %d: %d ops in %v: %d keys, height %d, %d nodes in use, %d inserts refused (%d checked byte for byte), ops %v",
 		seed, m.op, time.Since(start).Round(time.Millisecond), m.oracle.Len(), tr.height(), tr.nodesInUse(),
@@ -271,6 +291,14 @@ func (g *keyGen) key() []byte {
 	if len(k) > g.maxKey {
 		k = k[:g.maxKey]
 	}
+	// Keys starting with 0x00 or 0xff are left to the runs that make new
+	// minima and maxima of the whole tree.
+	switch k[0] {
+	case 0:
+		k[0] = 1
+	case 0xff:
+		k[0] = 0xfe
+	}
 	return k
 }
 
@@ -294,24 +322,28 @@ func (m *modelRun) newKey() []byte {
 	r := m.r
 	if m.run.left == 0 && r.IntN(400) == 0 {
 		// Start a run of sequential keys: ascending runs split the
-		// rightmost node of a subtree again and again, descending ones
-		// the leftmost; with an empty or 0xff base, of the whole tree.
+		// right edge of a leaf again and again, descending ones the left
+		// edge. Runs under 0x00 go down and runs under 0xff go up from
+		// where the previous one stopped, so every key is a new minimum
+		// (maximum) of the whole tree: splits of the leftmost (rightmost)
+		// leaf at its edge, and of the nodes above it.
+		m.run.left = 20 + r.IntN(300)
 		switch r.IntN(4) {
 		case 0:
-			m.run.base = nil
+			m.run.base, m.run.down = []byte{0}, true
+			m.run.next = m.low
+			m.low -= uint32(m.run.left)
 		case 1:
-			m.run.base = bytes.Repeat([]byte{0xff}, 1+r.IntN(3))
+			m.run.base, m.run.down = []byte{0xff}, false
+			m.run.next = m.high
+			m.high += uint32(m.run.left)
 		default:
 			m.run.base = m.gen.key()
-		}
-		if len(m.run.base) > m.gen.maxKey-4 {
-			m.run.base = m.run.base[:m.gen.maxKey-4]
-		}
-		m.run.left = 20 + r.IntN(300)
-		m.run.down = r.IntN(2) == 0
-		m.run.next = r.Uint32N(1 << 20)
-		if m.run.down {
-			m.run.next += 1 << 20
+			if len(m.run.base) > m.gen.maxKey-4 {
+				m.run.base = m.run.base[:m.gen.maxKey-4]
+			}
+			m.run.down = r.IntN(2) == 0
+			m.run.next = r.Uint32()
 		}
 		m.count("runs")
 	}
@@ -420,10 +452,14 @@ func (m *modelRun) putNew() {
 	if nearFull && (m.needsSplit < 50 || m.needsSplit%200 == 0) {
 		snap = bytes.Clone(tr.mem[:m.cfg.meganodeSize])
 	}
+	split := m.splitKind(k)
 	err := tr.Put(k, v)
 	switch {
 	case err == nil:
 		m.count("insert")
+		if split != "" {
+			m.count(split)
+		}
 		m.oracleSet(k, v)
 	case errors.Is(err, ErrNeedsSplit):
 		if !m.cfg.mustFill {
@@ -454,6 +490,41 @@ func (m *modelRun) putNew() {
 	default:
 		m.fatalf("Put(%q, %d bytes): %v", k, len(v), err)
 	}
+}
+
+// splitKind says where an insert of k will split its leaf, "" if it fits:
+// at the left or right edge of the leaf or in the middle, and whether the
+// leaf is the leftmost or rightmost of the tree. It reads the writer's view
+// under the writer's lock and changes nothing.
+func (m *modelRun) splitKind(k []byte) string {
+	tr := m.tr
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	p, err := tr.descendLocked(k)
+	if err != nil {
+		m.fatalf("descend(%q): %v", k, err)
+	}
+	n := tr.nodeBytes(p)
+	if n.fits(len(k)) {
+		return ""
+	}
+	i, _ := n.lowerBound(k)
+	kind := "split middle"
+	switch i {
+	case 0:
+		kind = "split left edge"
+	case n.count():
+		kind = "split right edge"
+	}
+	switch {
+	case n.minInf() && n.maxInf():
+		kind += " (root leaf)"
+	case n.minInf():
+		kind += " (leftmost leaf)"
+	case n.maxInf():
+		kind += " (rightmost leaf)"
+	}
+	return kind
 }
 
 func (m *modelRun) update() {
