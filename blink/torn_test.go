@@ -343,7 +343,7 @@ func TestTornSplit(t *testing.T) {
 	if ev.call != 4 || ev.p != tr.HeaderPtr() {
 		t.Fatalf("publish %d in node %v, want 4 in the header %v", ev.call, ev.p, tr.HeaderPtr())
 	}
-	assertTorn(t, tr, tr.HeaderPtr(), nil)
+	assertTornHeader(t, tr)
 	mustGetAll(t, tr, append(all, 110))
 	pz.resume()
 	waitWriter(t, done)
@@ -355,20 +355,38 @@ func TestTornSplit(t *testing.T) {
 	mustGetAll(t, tr, append(all, 110))
 }
 
-// copyHeader copies the header node and requires a consistent copy.
-// CopyNode accepts only tree nodes (a header copy is Invalid at rest), so
-// the versions are checked here.
-func copyHeader(t *testing.T, tr *Tree) node {
+// assertTornHeader is assertTorn for the meganode header, which one-sided
+// readers copy and check with DecodeHeader (CopyNode accepts tree nodes
+// only). Lock-free local readers give up with ErrRestart in Header.
+func assertTornHeader(t *testing.T, tr *Tree) {
 	t.Helper()
-	buf := node(atomicmem.Alloc(tr.NodeSize()))
+	assertTorn(t, tr, tr.HeaderPtr(), nil)
+	buf := atomicmem.Alloc(tr.NodeSize())
+	torn := 0
+	for i := 0; i < tornCopies; i++ {
+		atomicmem.Load(buf, tr.nodeBytes(tr.HeaderPtr()))
+		if _, r := DecodeHeader(buf); r == Torn {
+			torn++
+		}
+	}
+	if torn != tornCopies {
+		t.Errorf("header mid-publish: %d of %d DecodeHeader copies Torn", torn, tornCopies)
+	}
+}
+
+// copyHeader copies the header and requires DecodeHeader to accept it.
+func copyHeader(t *testing.T, tr *Tree) Header {
+	t.Helper()
+	buf := atomicmem.Alloc(tr.NodeSize())
 	atomicmem.Load(buf, tr.nodeBytes(tr.HeaderPtr()))
-	if h, tl := buf.headVersion(), buf.tailVersion(); h != tl || h&1 != 0 {
-		t.Fatalf("header at rest: versions %d/%d", h, tl)
+	h, r := DecodeHeader(buf)
+	if r != OK {
+		t.Fatalf("header at rest: DecodeHeader %v, want ok", r)
 	}
 	if r := CheckCopy(buf); r != Invalid {
 		t.Fatalf("header at rest: CheckCopy %v, want invalid (not a tree node)", r)
 	}
-	return buf
+	return h
 }
 
 // TestTornRootGrowth pauses in each publish of a split of the root leaf:
@@ -379,7 +397,7 @@ func copyHeader(t *testing.T, tr *Tree) node {
 // Paper §2.2: "The right link ensures that concurrent searches can reach L'
 // (guided by the max key of L) even if it has no parent yet."
 func TestTornRootGrowth(t *testing.T) {
-	tr, _ := newTestTree(t, testTreeOpts{nodeSize: 512})
+	tr, _ := newTestTree(t, testTreeOpts{nodeSize: 512, maxRestarts: 1000})
 	all := []int{10, 20, 30, 40, 50, 60, 70}
 	putTorn(t, tr, all...)
 	leaf := tr.Root()
@@ -429,7 +447,10 @@ func TestTornRootGrowth(t *testing.T) {
 	if ev.p != tr.HeaderPtr() {
 		t.Fatalf("publish 4 in node %v, want the header %v", ev.p, tr.HeaderPtr())
 	}
-	assertTorn(t, tr, tr.HeaderPtr(), nil)
+	assertTornHeader(t, tr)
+	if h, err := tr.Header(); !errors.Is(err, ErrRestart) {
+		t.Errorf("Header() while the header is mid-publish = %v, %v; want ErrRestart", h, err)
+	}
 	// Local readers load the root pointer alone, atomically: whichever
 	// root they get, every key is reachable.
 	mustGetAll(t, tr, append(all, 80))
@@ -437,14 +458,14 @@ func TestTornRootGrowth(t *testing.T) {
 	waitWriter(t, done)
 
 	h := copyHeader(t, tr)
-	if h.headVersion() != h0.headVersion()+2 {
-		t.Errorf("header version %d after one publish, want %d", h.headVersion(), h0.headVersion()+2)
+	if h.Version != h0.Version+2 {
+		t.Errorf("header version %d after one publish, want %d", h.Version, h0.Version+2)
 	}
-	if got := Ptr(h.u64(hdrRoot)); got != newRoot || tr.Root() != newRoot {
-		t.Errorf("header root %v, Root() %v, want the new root %v", got, tr.Root(), newRoot)
+	if h.Root != newRoot || tr.Root() != newRoot {
+		t.Errorf("header root %v, Root() %v, want the new root %v", h.Root, tr.Root(), newRoot)
 	}
-	if got := h.u16(hdrHeight); got != 2 {
-		t.Errorf("header height %d, want 2", got)
+	if h.Height != 2 || h.InUse != h0.InUse+2 {
+		t.Errorf("header height %d, %d nodes in use; want 2 and %d", h.Height, h.InUse, h0.InUse+2)
 	}
 	rn := copyOK(t, tr, newRoot)
 	if rn.level() != 1 || rn.count() != 2 || rn.child(0) != leaf || rn.child(1) != right || string(rn.key(1)) != string(tornKey(50)) {
