@@ -35,7 +35,8 @@ import (
 //     pointer; if not, the RDMA is retried": a value read is always one the
 //     writer wrote for that key (values encode key and sequence number, and
 //     records are reused as soon as they are freed), never a torn or
-//     reused record.
+//     reused record. Iter.Value checks the CRC; Get checks instead that
+//     the leaf's version did not change while it copied the record.
 //   - Iterators return strictly increasing (decreasing in reverse) keys
 //     within their bounds (§2.2: "Range queries are implemented by
 //     following right links at the leaf level").
@@ -122,14 +123,19 @@ func TestConcurrent(t *testing.T) {
 			defer wg.Done()
 			ready.Done()
 			var buf []byte
+			var retries uint64
 			it := tr.NewIter(nil)
 			for i := 0; (i < minReads || !writerDone.Load()) && !failed.Load(); i++ {
 				readerOps[id]++
 				if i%checkEvery == 0 {
-					// Stats are atomic counters: readable while
-					// readers update them.
-					_ = tr.Stats.Torn.Load() + tr.Stats.Invalid.Load() + tr.Stats.OutOfRange.Load() +
+					// Stats are atomic counters, readable while
+					// readers update them, and only grow.
+					n := tr.Stats.Torn.Load() + tr.Stats.Invalid.Load() + tr.Stats.OutOfRange.Load() +
 						tr.Stats.CRC.Load() + tr.Stats.Restarts.Load()
+					if n < retries {
+						fail("Stats went down from %d to %d retries", retries, n)
+					}
+					retries = n
 				}
 				switch x := rr.IntN(100); {
 				case x < 40:
@@ -305,7 +311,7 @@ func (h *history) windowAllows(i int, before, after uint64, found bool, seq uint
 	if found {
 		// The put that wrote the value is `before` itself or started
 		// later, and started before the read ended.
-		return seq >= before && seq <= after && h.ops[seq].key == i && !h.ops[seq].del
+		return seq > 0 && seq >= before && seq <= after && h.ops[seq].key == i && !h.ops[seq].del
 	}
 	if before == 0 || h.ops[before].del {
 		return true
