@@ -30,11 +30,11 @@ type Op struct {
 	// cancellation armed for one post can never cancel a later one.
 	state atomic.Uint64
 	cq    *CQ
-	mu    sync.Mutex   // guards stop
-	stop  func() bool  // stops the context watch of the current post
-	one   [1]Segment   // Segs of a Prepare'd op, without allocating
-	reqID uint64       // tcp: the request id while in flight
-	conn  *tcpConn     // tcp: the connection while in flight
+	mu    sync.Mutex  // guards stop
+	stop  func() bool // stops the context watch of the current post
+	one   [1]Segment  // Segs of a Prepare'd op, without allocating
+	reqID uint64      // tcp: the request id while in flight
+	conn  *tcpConn    // tcp: the connection while in flight
 }
 
 // Phases of an op (the low phaseBits bits of Op.state).

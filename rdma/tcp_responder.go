@@ -461,18 +461,19 @@ func (s *session) reply(id uint64, st status) {
 	s.local.rejected[st]++
 }
 
-// flush writes the gathered replies and publishes the local counters.
+// flush publishes the local counters and writes the gathered replies (in
+// that order: a client that got a reply finds it counted).
 func (s *session) flush() error {
 	if len(s.out) == 0 {
 		return nil
 	}
+	s.flushStats()
 	_, err := s.nc.Write(s.out)
 	s.out = s.out[:0]
 	if cap(s.out) > 4*s.r.opts.WriteBufferSize {
 		// Do not keep a buffer grown for one huge reply.
 		s.out = make([]byte, 0, s.r.opts.WriteBufferSize)
 	}
-	s.flushStats()
 	return err
 }
 
@@ -521,8 +522,8 @@ type ResponderStats struct {
 	BadKey, Revoked, OutOfBounds, Misaligned, TooLarge, TooManySegments uint64
 }
 
-// Stats returns the responder's counters. Counts of a connection are
-// published when it writes its replies, so they trail by one batch.
+// Stats returns the responder's counters. A connection publishes its
+// counts just before it writes a batch of replies.
 func (r *TCPResponder) Stats() ResponderStats {
 	c := &r.stats
 	return ResponderStats{

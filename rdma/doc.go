@@ -1,0 +1,205 @@
+// Package rdma is Cell's one-sided read layer (DESIGN §6): a client copies
+// bytes straight out of a server's registered region without the server's
+// tree code taking part. Client-side search (paper §2.3) is built on it: the
+// client package reads B-link nodes with it, checks each copy with
+// blink.CheckCopy (head == tail version, even, valid), and reads extents,
+// checked by their CRC.
+//
+// # Interface
+//
+// A provider has two sides. The server side (Server) registers regions:
+//
+//	rk, err := srv.Register(region) // RemoteKey: key + where the region is
+//	...                             // publish rk in the region table
+//	err = srv.Deregister(rk.Key)    // revoke at once (lost read lease)
+//
+// The client side (Client) reads with the RemoteKey it got from the region
+// table:
+//
+//	err := cl.Read(ctx, &rk, off, dst)          // one range
+//	err = cl.ReadV(ctx, &rk, []rdma.Segment{...}) // several ranges, one request
+//
+// and, for several reads in flight (range scans, multi-get), posts ops to a
+// completion queue and takes their completions as they come, in the style
+// of libfabric's fi_read and fi_cq_read:
+//
+//	cq := rdma.NewCQ(64)
+//	for i := range ops {
+//		ops[i].Prepare(&rk, offs[i], bufs[i]) // or PrepareV for a vector
+//		if err := cl.Post(ctx, &ops[i], cq); err != nil { ... }
+//	}
+//	for range ops {
+//		op, err := cq.Wait(ctx) // or cq.Poll()
+//		... op.Err(), op.Tag ...
+//	}
+//
+// ReadAll does post-and-wait-all in one call. A RemoteKey names its
+// provider; NewServer and NewClient pick a provider by name from
+// configuration ("tcp", "shm"; Providers lists them).
+//
+// Every range must have an offset and a length that are multiples of 8 and
+// lie inside the registered region; a request reads at most
+// Caps.MaxReadLen bytes in at most Caps.MaxSegments ranges. Violations fail
+// with ErrMisaligned, ErrOutOfBounds, ErrTooLarge and ErrTooManySegments,
+// checked by the client before sending and again by the provider's server
+// side (or, for shm, against the mapped file), which never trusts the
+// client's copy of the region's length. An unknown key fails with
+// ErrBadKey, a revoked one with ErrRevoked. All errors are in errors.go,
+// test them with errors.Is.
+//
+// # Ownership
+//
+// A destination buffer belongs to the provider from the call that starts a
+// read (Read, ReadV, Post) until that read completes: Read or ReadV returns,
+// or the op's completion is taken from its CQ (Wait, Poll). The caller must
+// not touch or free it meanwhile. After completion the provider never writes
+// it again, even when the read failed or its context ended: a reply that
+// arrives after a cancellation is read into nothing. This is what lets
+// destinations live outside the Go heap (a registered landing area of a
+// future libfabric provider, C memory, a mapping): nothing keeps a pointer to
+// them past completion. Destinations need no alignment. The Op, its Remote
+// and its Segs belong to the provider in the same way.
+//
+// # Consistency of a copy
+//
+// DESIGN §3: node memory is read as 8-byte atomic loads in increasing
+// address order, so a copy sees a node's head version before any byte of its
+// body and the tail version after all of them; a copy that raced with the
+// writer has mismatched or odd versions and is rejected by
+// blink.CheckCopy. Caps.OrderedReads states that a provider copies this way
+// (the paper relies on NICs doing the same, footnote 3). Both providers here
+// copy with internal/atomicmem.Load/LoadTo. The copy is not a snapshot of
+// the region as a whole: a read of several nodes may see each at a
+// different moment, and each is judged on its own.
+//
+// # Revocation
+//
+// Deregister is the moment a server stops vouching for a region (DESIGN §9:
+// it lost the region's read lease). When Deregister returns, no read of the
+// key succeeds any more, including one whose copy was in progress while it
+// ran: providers check the registration again after copying, and fail the
+// read with ErrRevoked if it was revoked meanwhile. A read that succeeded
+// was therefore copied entirely while the registration was live. The tcp
+// responder also waits, inside Deregister, for copies in progress to end, so
+// after Deregister the caller may close the region's memory.
+//
+// # Capabilities
+//
+//	                      tcp     shm
+//	OrderedReads          yes     yes
+//	VectorReads           yes     yes   (one request / one call)
+//	SparesServerCPU       no      yes
+//	SameHostOnly          no      yes
+//	InOrderCompletion     no      yes   (shm completes inside Post)
+//
+// A provider for RDMA NICs through libfabric (cgo, behind a build tag,
+// registering itself in providers from its own file) would state
+// SparesServerCPU and VectorReads, and OrderedReads only for fabrics that
+// read in address order.
+//
+// # The tcp provider
+//
+// A passive responder (TCPResponder, started by Listen) on its own TCP port
+// serves each connection on its own goroutine: it reads requests, looks the
+// key up in an immutable map behind an atomic pointer (no lock), checks the
+// ranges, copies them with 8-byte atomic loads into its reply buffer, and
+// writes the replies. It runs no tree code. Requests are pipelined: a client
+// may have any number in flight on a connection. The responder answers them
+// in order and writes all replies ready in one write when no further
+// request is waiting in its read buffer; clients match replies to requests
+// by id and do not rely on the order. Malformed frames close the connection,
+// never the responder. Counters for metrics are in Stats (ResponderStats).
+//
+// The client (TCPClient) keeps ConnsPerEndpoint connections per responder
+// address (default 2), spreads reads over them round-robin, and batches the
+// requests posted concurrently into one write. A broken connection fails
+// its reads in flight with ErrDisconnected and is redialed on next use.
+//
+// Frames are little-endian at fixed offsets (tcp_frame.go); these layouts
+// are the provider's wire format. A request:
+//
+//	0               4       5       6       7       8
+//	+---------------+-------+-------+-------+-------+
+//	|  length u32   | magic |version|  op   | flags |   magic 0xCD, version 1,
+//	+---------------+-------+-------+-------+-------+   op 0x01 (read), flags 0
+//	8                                               16
+//	|               request id u64                  |   chosen by the client,
+//	16                                              24  echoed by the reply
+//	|               key u64                         |
+//	24              28              30              32
+//	|  region u32   |   nseg u16    |   rsv u16 (0) |   nseg >= 1
+//	32 + 16*i, for each of nseg segments:
+//	|               offset u64                      |
+//	|  length u32   |   rsv u32 (0) |
+//
+// length is the whole frame: exactly 32 + 16*nseg. A reply:
+//
+//	0               4       5       6       7       8
+//	+---------------+-------+-------+-------+-------+
+//	|  length u32   | magic |version|  op   |status |   op 0x81
+//	+---------------+-------+-------+-------+-------+
+//	8                                               16
+//	|               request id u64                  |
+//	16: data, length-16 bytes: every segment's bytes in request order when
+//	    status is 0 (ok); none otherwise.
+//
+// Status codes: 0 ok, 1 bad key (ErrBadKey), 2 revoked (ErrRevoked), 3 out
+// of bounds, 4 misaligned, 5 too large, 6 too many segments. A request over
+// the responder's limits is answered with a status, not a closed
+// connection. A frame with a bad magic, version, op, reserved bit or length
+// is malformed: the responder closes the connection (and the client closes
+// on a malformed reply).
+//
+// # The shm provider
+//
+// A client on the server's host maps the region file itself (read-only,
+// MAP_SHARED) and copies with the same atomic loads; the server's CPU does
+// nothing per read. SHMServer.Register needs a file-backed region (Path; a
+// meganode region on /dev/shm, hugetlbfs or a plain file) readable by the
+// client's user.
+//
+// Revocation uses a registration table: a small file the server creates
+// (in /dev/shm by default) and maps read-write, and clients map read-only.
+// Each registration owns one 8-byte slot word holding its key; the
+// RemoteKey carries the table's path and the slot. Deregister stores the
+// key's tombstone (key | 1<<63) into the slot with one atomic store. A
+// client loads the slot atomically after every copy, and accepts the copy
+// only if the slot still holds its key. Go's atomics are sequentially
+// consistent, also between processes sharing the pages, so all loads of
+// the copy precede the check: if the key is still there, every byte was
+// copied before Deregister's store, and a read that completes after
+// Deregister is never returned as valid. Keys are random and never reused,
+// so a slot reused by a later registration fails older keys too
+// (ErrBadKey; the tombstone, while it lasts, gives ErrRevoked). The client
+// also checks the slot before copying, to fail fast. The region file's
+// device and inode travel in the RemoteKey: a client never maps a file that
+// replaced the registered one at the same path.
+//
+// Same host: the client must share the server's kernel and file system
+// namespace. A RemoteKey carries the server's host identity (HostID: the
+// host name and the kernel's boot id, or a value set in the options), and
+// the client reads only keys with its own identity (else ErrNotSameHost).
+// Knowing which servers share a client's host is left to the caller: the
+// region table can carry both a tcp and a shm RemoteKey per region, and the
+// client package uses shm for the keys whose Host is its own.
+//
+// A shm client maps each file once and keeps the mapping until Close; Read
+// then allocates nothing.
+//
+// # What this hardware can show
+//
+// The paper's case for client-side search is that an RDMA read costs the
+// server's CPU nothing: the NIC serves it. On commodity machines without
+// RDMA NICs, the tcp provider keeps the protocol and the client-side
+// algorithm honest (same interface, same torn-read handling, same
+// revocation) but not the economics: every read still costs the server a
+// receive, a copy and a send, i.e. system calls and a scheduler wake-up on
+// the server's cores, cheaper than a tree search but not free, and its
+// latency is a TCP round trip (tens of microseconds on loopback). The
+// selector of DESIGN §7 will therefore see one-sided reads that compete
+// with server-side requests for the same CPUs; measurements taken with the
+// tcp provider must say so. Only shm (for clients on the server's host) and
+// a real RDMA NIC spare the server's CPU; shm is also the only provider here
+// whose reads take well under a microsecond. Caps.SparesServerCPU tells them
+// apart.
+package rdma
