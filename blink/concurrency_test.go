@@ -41,7 +41,6 @@ import (
 //     within their bounds (§2.2: "Range queries are implemented by
 //     following right links at the leaf level").
 func TestConcurrent(t *testing.T) {
-	skipIfAtomicmemRaces(t)
 	const (
 		groups     = 16
 		perGroup   = 200 // keys per group: ~1/3 stable, the rest churned
@@ -506,24 +505,4 @@ func step(it *Iter, reverse bool) bool {
 		return it.Prev()
 	}
 	return it.Next()
-}
-
-// atomicmemLoadRaces records a bug outside this package: internal/atomicmem's
-// Load, LoadTo and LoadUint64 begin with a bounds-check hint on the shared
-// source (`_ = src[n-1]`, `_ = b[off+7]`) that the race detector instruments
-// as a plain one-byte read. It races with the writer's atomic stores to the
-// same word, so under -race every lock-free read that overlaps a write is
-// reported as a data race. The fix is to check bounds without reading
-// (`_ = src[:n]`, `_ = b[off : off+8]`); with it TestConcurrent passes under
-// -race. Set this to false once internal/atomicmem is fixed.
-const atomicmemLoadRaces = true
-
-// skipIfAtomicmemRaces skips a test whose readers overlap the writer when
-// the race detector would flag atomicmemLoadRaces. Without -race the test
-// runs.
-func skipIfAtomicmemRaces(t *testing.T) {
-	t.Helper()
-	if raceEnabled && atomicmemLoadRaces {
-		t.Skip("skipped under -race: internal/atomicmem Load/LoadTo/LoadUint64 read the source with a plain load (see atomicmemLoadRaces)")
-	}
 }

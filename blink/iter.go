@@ -235,7 +235,8 @@ func (it *Iter) Prev() bool {
 func (it *Iter) settleForward() bool {
 	t := it.t
 	for it.idx >= it.leaf.count() {
-		if it.leaf.maxInf() {
+		if it.leaf.maxInf() || it.upper != nil && bytes.Compare(it.leaf.maxKey(), it.upper) >= 0 {
+			// Nothing right of this leaf is inside the bounds.
 			return it.stop()
 		}
 		// Everything from the old max on is in the right sibling or
@@ -284,7 +285,8 @@ func (it *Iter) settleForward() bool {
 // applies the lower bound.
 func (it *Iter) settleBackward() bool {
 	for it.idx < 0 {
-		if it.leaf.minInf() {
+		if it.leaf.minInf() || it.lower != nil && bytes.Compare(it.leaf.minKey(), it.lower) <= 0 {
+			// Nothing left of this leaf is inside the bounds.
 			return it.stop()
 		}
 		it.anchor = append(it.anchor[:0], it.leaf.minKey()...)

@@ -549,7 +549,6 @@ func TestBlockFreeReads(t *testing.T) {
 	})
 
 	t.Run("in flight across release", func(t *testing.T) {
-		skipIfAtomicmemRaces(t)
 		done := pause("newer")
 		type result struct {
 			v             []byte

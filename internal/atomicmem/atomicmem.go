@@ -39,8 +39,8 @@ func Load(dst, src []byte) {
 	if n == 0 {
 		return
 	}
-	_ = dst[n-1]
-	_ = src[n-1]
+	_ = dst[:n]
+	_ = src[:n]
 	for i := 0; i < n; i += Word {
 		*word(dst, i) = atomic.LoadUint64(word(src, i))
 	}
@@ -56,8 +56,8 @@ func Store(dst, src []byte) {
 	if n == 0 {
 		return
 	}
-	_ = dst[n-1]
-	_ = src[n-1]
+	_ = dst[:n]
+	_ = src[:n]
 	for i := 0; i < n; i += Word {
 		atomic.StoreUint64(word(dst, i), *word(src, i))
 	}
@@ -85,13 +85,13 @@ func StoreChanged(dst, src []byte) int {
 // LoadUint64 atomically loads the word at b[off:off+8] and returns it
 // decoded as little-endian.
 func LoadUint64(b []byte, off int) uint64 {
-	_ = b[off+7]
+	_ = b[off : off+8]
 	return fromLE(atomic.LoadUint64(word(b, off)))
 }
 
 // StoreUint64 atomically stores v, encoded little-endian, at b[off:off+8].
 func StoreUint64(b []byte, off int, v uint64) {
-	_ = b[off+7]
+	_ = b[off : off+8]
 	atomic.StoreUint64(word(b, off), toLE(v))
 }
 
@@ -124,7 +124,7 @@ func LoadTo(dst, src []byte) {
 	if n == 0 {
 		return
 	}
-	_ = src[n-1]
+	_ = src[:n]
 	for i := 0; i < n; i += Word {
 		binary.NativeEndian.PutUint64(dst[i:], atomic.LoadUint64(word(src, i)))
 	}

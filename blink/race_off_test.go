@@ -1,5 +1,0 @@
-//go:build !race
-
-package blink
-
-const raceEnabled = false
