@@ -1,0 +1,514 @@
+package regiontable_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/regiontable"
+)
+
+// impl is one Store implementation under the contract tests.
+type impl struct {
+	// open returns a store over a fresh, empty table; the test closes it
+	// (and may close it early).
+	open func(t *testing.T) regiontable.Store
+	// expire makes member id's lease end as if it had expired.
+	expire func(t *testing.T, s regiontable.Store, id string)
+}
+
+// contractTests is the one table of tests both implementations pass.
+var contractTests = []struct {
+	name string
+	run  func(t *testing.T, im impl)
+}{
+	{"Members", testMembers},
+	{"MemberValidation", testMemberValidation},
+	{"LeaseLost", testLeaseLost},
+	{"Regions", testRegions},
+	{"RegionValidation", testRegionValidation},
+	{"RootCAS", testRootCAS},
+	{"RootConcurrentCAS", testRootConcurrentCAS},
+	{"AllocRegionID", testAllocRegionID},
+	{"LoadAndWatch", testLoadAndWatch},
+	{"WatchCancel", testWatchCancel},
+	{"Close", testClose},
+}
+
+func runContract(t *testing.T, im impl) {
+	for _, tc := range contractTests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, im) })
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func member(id string) regiontable.Member {
+	return regiontable.Member{ID: id, RPCAddr: "127.0.0.1:7070", ReadAddr: "127.0.0.1:7071", HostID: "host-1", Version: "test"}
+}
+
+func mustRegister(t *testing.T, s regiontable.Store, m regiontable.Member) regiontable.Registration {
+	t.Helper()
+	r, err := s.RegisterMember(ctxT(t), m)
+	if err != nil {
+		t.Fatalf("RegisterMember(%s): %v", m.ID, err)
+	}
+	return r
+}
+
+func memberIDs(t *testing.T, s regiontable.Store) []string {
+	t.Helper()
+	ms, err := s.Members(ctxT(t))
+	if err != nil {
+		t.Fatalf("Members: %v", err)
+	}
+	ids := []string{}
+	for _, m := range ms {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+func testMembers(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	if ids := memberIDs(t, s); len(ids) != 0 {
+		t.Fatalf("empty table has members %v", ids)
+	}
+	b := mustRegister(t, s, member("srv-b"))
+	a := mustRegister(t, s, member("srv-a"))
+	ms, err := s.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []regiontable.Member{member("srv-a"), member("srv-b")}; !reflect.DeepEqual(ms, want) {
+		t.Fatalf("Members = %+v, want %+v (sorted by ID)", ms, want)
+	}
+	if _, err := s.RegisterMember(ctx, member("srv-a")); !errors.Is(err, regiontable.ErrMemberExists) {
+		t.Fatalf("second RegisterMember(srv-a) = %v, want ErrMemberExists", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-a.Done():
+	default:
+		t.Fatal("Done not closed after Close")
+	}
+	if err := a.Err(); err != nil {
+		t.Fatalf("Err after Close = %v, want nil", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if ids := memberIDs(t, s); !reflect.DeepEqual(ids, []string{"srv-b"}) {
+		t.Fatalf("members after Close = %v, want [srv-b]", ids)
+	}
+	// The ID is free again.
+	a2 := mustRegister(t, s, member("srv-a"))
+	if ids := memberIDs(t, s); !reflect.DeepEqual(ids, []string{"srv-a", "srv-b"}) {
+		t.Fatalf("members = %v", ids)
+	}
+	_ = a2.Close(ctx)
+	_ = b.Close(ctx)
+}
+
+func testMemberValidation(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	for _, m := range []regiontable.Member{
+		{ID: "", RPCAddr: "a:1"},
+		{ID: "a/b", RPCAddr: "a:1"},
+		{ID: "..", RPCAddr: "a:1"},
+		{ID: "has space", RPCAddr: "a:1"},
+		{ID: string(make([]byte, 129)), RPCAddr: "a:1"},
+		{ID: "ok", RPCAddr: ""},
+	} {
+		if _, err := s.RegisterMember(ctx, m); !errors.Is(err, regiontable.ErrInvalid) {
+			t.Errorf("RegisterMember(%q, %q) = %v, want ErrInvalid", m.ID, m.RPCAddr, err)
+		}
+	}
+	if ids := memberIDs(t, s); len(ids) != 0 {
+		t.Fatalf("invalid members were stored: %v", ids)
+	}
+}
+
+// "If the process dies the lease expires and the member disappears."
+func testLeaseLost(t *testing.T, im impl) {
+	s := im.open(t)
+	r := mustRegister(t, s, member("srv-a"))
+	im.expire(t, s, "srv-a")
+	select {
+	case <-r.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("Done not closed after the lease was lost")
+	}
+	if err := r.Err(); !errors.Is(err, regiontable.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", err)
+	}
+	waitFor(t, func() bool { return len(memberIDs(t, s)) == 0 }, "member key to go")
+	// The member can register again, and closing the lost registration
+	// does not remove the new one.
+	r2 := mustRegister(t, s, member("srv-a"))
+	if err := r.Close(ctxT(t)); err != nil {
+		t.Fatalf("Close of a lost registration: %v", err)
+	}
+	if ids := memberIDs(t, s); !reflect.DeepEqual(ids, []string{"srv-a"}) {
+		t.Fatalf("members = %v, want the new registration", ids)
+	}
+	_ = r2.Close(ctxT(t))
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func region(id uint32, epoch uint64) regiontable.Region {
+	return regiontable.Region{
+		ID: id, Kind: regiontable.KindData, Size: 1 << 30, Host: "srv-a", Epoch: epoch,
+		Path: fmt.Sprintf("/dev/shm/cell-%d", id),
+		ReadKeys: map[string]json.RawMessage{
+			"tcp": json.RawMessage(`{"provider":"tcp","key":12345,"region":` + fmt.Sprint(id) + `}`),
+		},
+	}
+}
+
+func testRegions(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	if _, err := s.Region(ctx, 7); !errors.Is(err, regiontable.ErrNotFound) {
+		t.Fatalf("Region of an empty table = %v, want ErrNotFound", err)
+	}
+	r7 := region(7, 1)
+	if err := s.PutRegion(ctx, r7); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Region(ctx, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r7) {
+		t.Fatalf("Region(7) = %+v, want %+v", got, r7)
+	}
+	if k, ok := got.ReadKey("tcp"); !ok || string(k) != string(r7.ReadKeys["tcp"]) {
+		t.Fatalf("ReadKey(tcp) = %s, %v", k, ok)
+	}
+	if _, ok := got.ReadKey("shm"); ok {
+		t.Fatal("ReadKey(shm) present")
+	}
+	// Changing the returned entry does not change the table.
+	got.ReadKeys["tcp"][0] = 'X'
+	if again, _ := s.Region(ctx, 7); !reflect.DeepEqual(again, r7) {
+		t.Fatalf("table changed through a returned entry: %+v", again)
+	}
+	if err := s.PutRegion(ctx, region(3, 1)); err != nil {
+		t.Fatal(err)
+	}
+	// "an epoch only grows, and the entry with the highest epoch wins"
+	if err := s.PutRegion(ctx, region(7, 0)); !errors.Is(err, regiontable.ErrStaleEpoch) {
+		t.Fatalf("PutRegion with a lower epoch = %v, want ErrStaleEpoch", err)
+	}
+	same := region(7, 1)
+	same.Path = "/other"
+	if err := s.PutRegion(ctx, same); err != nil {
+		t.Fatalf("PutRegion with the same epoch: %v", err)
+	}
+	newer := region(7, 2)
+	newer.Host = "srv-b"
+	if err := s.PutRegion(ctx, newer); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.Regions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []regiontable.Region{region(3, 1), newer}; !reflect.DeepEqual(rs, want) {
+		t.Fatalf("Regions = %+v, want %+v", rs, want)
+	}
+}
+
+func testRegionValidation(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	bad := []regiontable.Region{
+		{ID: 0, Kind: regiontable.KindData, Host: "a"},
+		{ID: blink.MaxRegionID + 1, Kind: regiontable.KindData, Host: "a"},
+		{ID: 1, Kind: regiontable.KindData, Host: ""},
+		{ID: 1, Kind: "", Host: "a"},
+	}
+	for _, r := range bad {
+		if err := s.PutRegion(ctx, r); !errors.Is(err, regiontable.ErrInvalid) {
+			t.Errorf("PutRegion(%+v) = %v, want ErrInvalid", r, err)
+		}
+	}
+	if _, err := s.Region(ctx, 0); !errors.Is(err, regiontable.ErrInvalid) {
+		t.Errorf("Region(0) = %v, want ErrInvalid", err)
+	}
+	if rs, err := s.Regions(ctx); err != nil || len(rs) != 0 {
+		t.Fatalf("Regions = %v, %v; want none", rs, err)
+	}
+}
+
+func testRootCAS(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	if p, err := s.Root(ctx); err != nil || p != 0 {
+		t.Fatalf("Root of an empty table = %v, %v", p, err)
+	}
+	p1, p2 := blink.MakePtr(1, 0x1000), blink.MakePtr(2, 0x2000)
+	if cur, err := s.SetRoot(ctx, p1, p2); !errors.Is(err, regiontable.ErrConflict) || cur != 0 {
+		t.Fatalf("SetRoot(p1, p2) on no root = %v, %v; want 0, ErrConflict", cur, err)
+	}
+	if cur, err := s.SetRoot(ctx, 0, p1); err != nil || cur != p1 {
+		t.Fatalf("SetRoot(0, p1) = %v, %v", cur, err)
+	}
+	if cur, err := s.SetRoot(ctx, 0, p2); !errors.Is(err, regiontable.ErrConflict) || cur != p1 {
+		t.Fatalf("SetRoot(0, p2) = %v, %v; want p1, ErrConflict", cur, err)
+	}
+	if cur, err := s.SetRoot(ctx, p1, p1); err != nil || cur != p1 {
+		t.Fatalf("SetRoot(p1, p1) = %v, %v", cur, err)
+	}
+	if cur, err := s.SetRoot(ctx, p1, p2); err != nil || cur != p2 {
+		t.Fatalf("SetRoot(p1, p2) = %v, %v", cur, err)
+	}
+	if p, err := s.Root(ctx); err != nil || p != p2 {
+		t.Fatalf("Root = %v, %v; want %v", p, err, p2)
+	}
+}
+
+func testRootConcurrentCAS(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	const n = 8
+	var wg sync.WaitGroup
+	wins := make(chan blink.Ptr, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := blink.MakePtr(uint32(i+1), 0x1000)
+			cur, err := s.SetRoot(ctx, 0, p)
+			switch {
+			case err == nil:
+				wins <- p
+			case !errors.Is(err, regiontable.ErrConflict) || cur == 0:
+				t.Errorf("SetRoot: %v, %v", cur, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(wins)
+	var won []blink.Ptr
+	for p := range wins {
+		won = append(won, p)
+	}
+	if len(won) != 1 {
+		t.Fatalf("%d winners of SetRoot(0, x): %v", len(won), won)
+	}
+	if p, _ := s.Root(ctx); p != won[0] {
+		t.Fatalf("Root = %v, winner %v", p, won[0])
+	}
+}
+
+func testAllocRegionID(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	first, err := s.AllocRegionID(ctx)
+	if err != nil || first != 1 {
+		t.Fatalf("first AllocRegionID = %d, %v; want 1", first, err)
+	}
+	var mu sync.Mutex
+	seen := map[uint32]bool{first: true}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				id, err := s.AllocRegionID(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				if seen[id] || id == 0 || id > blink.MaxRegionID {
+					t.Errorf("AllocRegionID returned %d twice or out of range", id)
+				}
+				seen[id] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != 41 {
+		t.Fatalf("%d distinct IDs, want 41", len(seen))
+	}
+	for id := uint32(1); id <= 41; id++ {
+		if !seen[id] {
+			t.Fatalf("ID %d skipped: IDs are handed out densely", id)
+		}
+	}
+}
+
+func testLoadAndWatch(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	before := mustRegister(t, s, member("srv-0"))
+	if err := s.PutRegion(ctx, region(1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Members) != 1 || st.Members[0] != member("srv-0") || len(st.Regions) != 1 || !reflect.DeepEqual(st.Regions[0], region(1, 1)) || st.Root != 0 {
+		t.Fatalf("Load = %+v", st)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := s.Watch(wctx, st.Revision)
+
+	r := mustRegister(t, s, member("srv-a"))
+	if err := s.PutRegion(ctx, region(2, 1)); err != nil {
+		t.Fatal(err)
+	}
+	root := blink.MakePtr(2, 0x1000)
+	if _, err := s.SetRoot(ctx, 0, root); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := []regiontable.Event{
+		{Kind: regiontable.MemberUp, Member: member("srv-a")},
+		{Kind: regiontable.RegionPut, Region: region(2, 1)},
+		{Kind: regiontable.RootSet, Root: root},
+		{Kind: regiontable.MemberDown, Member: regiontable.Member{ID: "srv-a"}},
+	}
+	last := st.Revision
+	for i, w := range want {
+		ev := nextEvent(t, ch)
+		if ev.Revision <= last {
+			t.Fatalf("event %d revision %d not after %d", i, ev.Revision, last)
+		}
+		last = ev.Revision
+		ev.Revision = 0
+		if !reflect.DeepEqual(ev, w) {
+			t.Fatalf("event %d = %+v, want %+v", i, ev, w)
+		}
+	}
+	// A watch from a later revision starts there: it sees only the
+	// member going.
+	ch2 := s.Watch(wctx, last-1)
+	if ev := nextEvent(t, ch2); ev.Kind != regiontable.MemberDown || ev.Revision != last {
+		t.Fatalf("watch from %d: %+v", last-1, ev)
+	}
+	_ = before.Close(ctx)
+	if ev := nextEvent(t, ch); ev.Kind != regiontable.MemberDown || ev.Member.ID != "srv-0" {
+		t.Fatalf("event = %+v, want srv-0 down", ev)
+	}
+}
+
+func nextEvent(t *testing.T, ch <-chan regiontable.Event) regiontable.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-ch:
+		if !ok {
+			t.Fatal("watch channel closed")
+		}
+		if ev.Err != nil {
+			t.Fatalf("watch failed: %v", ev.Err)
+		}
+		return ev
+	case <-time.After(15 * time.Second):
+		t.Fatal("no watch event")
+	}
+	panic("unreachable")
+}
+
+func testWatchCancel(t *testing.T, im impl) {
+	s := im.open(t)
+	st, err := s.Load(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	ch := s.Watch(wctx, st.Revision)
+	cancel()
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				return
+			}
+			if ev.Err != nil && !errors.Is(ev.Err, context.Canceled) {
+				t.Fatalf("event after cancel: %+v", ev)
+			}
+		case <-deadline:
+			t.Fatal("watch channel not closed after its context ended")
+		}
+	}
+}
+
+func testClose(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	r := mustRegister(t, s, member("srv-a"))
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := s.Watch(wctx, st.Revision)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-r.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("registration not ended by Close")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Members(ctx); !errors.Is(err, regiontable.ErrClosed) {
+		t.Fatalf("Members after Close = %v, want ErrClosed", err)
+	}
+	if _, err := s.Root(ctx); !errors.Is(err, regiontable.ErrClosed) {
+		t.Fatalf("Root after Close = %v, want ErrClosed", err)
+	}
+	if _, err := s.RegisterMember(ctx, member("srv-b")); !errors.Is(err, regiontable.ErrClosed) {
+		t.Fatalf("RegisterMember after Close = %v, want ErrClosed", err)
+	}
+	// The watch ends with an error event or by closing.
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok || ev.Err != nil {
+				return
+			}
+		case <-deadline:
+			t.Fatal("watch did not end after Close")
+		}
+	}
+}

@@ -1,0 +1,69 @@
+// Package regiontable is Cell's cluster state in etcd (DESIGN §8): which
+// servers are alive, which regions exist and who hosts them, the root
+// meganode pointer, and the region ID counter. Servers write it; clients
+// and servers read it and follow it with watches.
+//
+// # Key schema
+//
+// Every key lives under a prefix (EtcdOptions.Prefix, default "/cell"):
+//
+//	<prefix>/members/<serverID>     JSON Member, bound to the member's lease
+//	<prefix>/regions/<%08d id>      JSON Region
+//	<prefix>/root                   the root meganode pointer (blink.Ptr),
+//	                                written as "0x%016x"; decimal is read too
+//	<prefix>/ids/region             the last region ID handed out (decimal)
+//
+// Server IDs are 1..128 bytes of [A-Za-z0-9._-]. Region IDs are
+// 1..blink.MaxRegionID: 0 is never allocated, so that a pointer into a
+// region is never confused with nil. JSON field names are part of the
+// format (other processes and tools read them); unknown fields are ignored
+// on read, so later versions may add some.
+//
+// # Contract
+//
+// A Store is safe for concurrent use. Every method takes a context that
+// bounds it; a failure of etcd surfaces as that error (wrapped), never as
+// a silent empty answer.
+//
+//   - Members: RegisterMember publishes a member under a lease of
+//     EtcdOptions.LeaseTTL (default 5 s) kept alive by the returned
+//     Registration until Close, which revokes it (the key goes at once).
+//     If the process dies the lease expires and the member disappears
+//     within the TTL: a key under members/ means "alive within the last
+//     TTL". A member ID that is already registered is refused with
+//     ErrMemberExists (a crashed predecessor's key lingers until its lease
+//     expires; the caller waits it out). When the lease is lost anyway
+//     (etcd unreachable for longer than the TTL), Registration.Done is
+//     closed and Err says why; the member must register again.
+//   - Regions: PutRegion stores a region's entry unless the table holds
+//     the region with a higher Epoch (ErrStaleEpoch): an epoch only grows,
+//     and the entry with the highest epoch wins. Each new incarnation of a
+//     region (every start of its host, later every leader change) takes
+//     the next epoch. Region and Regions read entries; a missing one is
+//     ErrNotFound.
+//   - Root: Root returns the root meganode pointer, 0 when the cluster has
+//     none yet. SetRoot(old, new) is a compare-and-set: it succeeds only if
+//     the stored pointer is old (0 = absent) and otherwise returns the
+//     current pointer with ErrConflict.
+//   - IDs: AllocRegionID hands out each region ID once, cluster-wide
+//     (compare-and-set on the counter), ErrExhausted after
+//     blink.MaxRegionID.
+//   - Watch: Load returns a consistent snapshot with its Revision; Watch
+//     delivers every change made after a revision, in order, so a cache
+//     built from Load and then Watch(rev) misses nothing. A watch that
+//     cannot go on (the revision was compacted away, the store closed)
+//     delivers one Event with Err set and closes its channel: reload and
+//     watch again.
+//
+// Staleness (DESIGN §8, §9): what a reader got from the table may be out of
+// date by the time it uses it. A server never trusts a client's view: a
+// request for a region it does not host is redirected (wire.StatusWrongServer)
+// and one with an old epoch is refused (wire.StatusStaleEpoch), after which
+// the client reloads. One-sided readers must additionally bound how long they
+// trust a cached entry (later issues add read leases).
+//
+// Two implementations share one contract test suite: Etcd (production, over
+// go.etcd.io/etcd/client/v3) and Memory (unit tests of other packages; its
+// leases never expire unless the test expires them). Package embedded starts
+// an in-process etcd server for the single-node default and for tests.
+package regiontable

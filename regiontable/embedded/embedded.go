@@ -1,0 +1,159 @@
+// Package embedded runs a single-member etcd server inside the process
+// (go.etcd.io/etcd/server/v3/embed): the region table of cellserver's
+// single-node default, and of tests. It is a separate package so that
+// programs which only read the region table (the client, cellctl) do not
+// link an etcd server.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// Options configure the embedded etcd. The zero value of every field means
+// its default.
+type Options struct {
+	// Dir is etcd's data directory (created if missing). Required.
+	Dir string
+	// ClientAddr is the "host:port" clients connect to. Default
+	// 127.0.0.1:2379.
+	ClientAddr string
+	// PeerAddr is the "host:port" of the (unused, single-member) peer
+	// listener etcd requires. Default 127.0.0.1:2380.
+	PeerAddr string
+	// Name is the member's name. Default "cell". Fixed once Dir holds
+	// data.
+	Name string
+	// LogLevel is etcd's own log level (debug, info, warn, error). Default
+	// "error": etcd logs to stderr only what needs attention.
+	LogLevel string
+	// StartTimeout bounds the wait for etcd to serve. Default 60 s.
+	StartTimeout time.Duration
+	// Logger receives start and stop records. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultClientAddr = "127.0.0.1:2379"
+	DefaultPeerAddr   = "127.0.0.1:2380"
+)
+
+// ErrInvalidOptions: options that Validate rejects.
+var ErrInvalidOptions = errors.New("embedded: invalid options")
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.ClientAddr == "" {
+		o.ClientAddr = DefaultClientAddr
+	}
+	if o.PeerAddr == "" {
+		o.PeerAddr = DefaultPeerAddr
+	}
+	if o.Name == "" {
+		o.Name = "cell"
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "error"
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = 60 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports whether the options are usable.
+func (o *Options) Validate() error {
+	if o.Dir == "" {
+		return fmt.Errorf("embedded: no data directory: %w", ErrInvalidOptions)
+	}
+	for _, a := range []string{o.ClientAddr, o.PeerAddr} {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("embedded: address %q: %w: %w", a, err, ErrInvalidOptions)
+		}
+	}
+	if o.StartTimeout <= 0 {
+		return fmt.Errorf("embedded: start timeout %v: %w", o.StartTimeout, ErrInvalidOptions)
+	}
+	return nil
+}
+
+// Etcd is a running embedded etcd.
+type Etcd struct {
+	e        *embed.Etcd
+	endpoint string
+	log      *slog.Logger
+	once     sync.Once
+}
+
+// Start starts etcd and waits until it serves clients.
+func Start(opts Options) (*Etcd, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	cu := url.URL{Scheme: "http", Host: opts.ClientAddr}
+	pu := url.URL{Scheme: "http", Host: opts.PeerAddr}
+	cfg := embed.NewConfig()
+	cfg.Name = opts.Name
+	cfg.Dir = opts.Dir
+	cfg.ListenClientUrls = []url.URL{cu}
+	cfg.AdvertiseClientUrls = []url.URL{cu}
+	cfg.ListenPeerUrls = []url.URL{pu}
+	cfg.AdvertisePeerUrls = []url.URL{pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.Logger = "zap"
+	cfg.LogLevel = opts.LogLevel
+	cfg.LogOutputs = []string{"stderr"}
+	// The region table changes rarely; keep an hour of history for
+	// watchers that reconnect.
+	cfg.AutoCompactionMode = embed.CompactorModePeriodic
+	cfg.AutoCompactionRetention = "1h"
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("embedded: start etcd (client %s, peer %s, data %s): %w", opts.ClientAddr, opts.PeerAddr, opts.Dir, err)
+	}
+	t := time.NewTimer(opts.StartTimeout)
+	defer t.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded: etcd failed while starting: %w", err)
+	case <-t.C:
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("embedded: etcd not ready after %v", opts.StartTimeout)
+	}
+	ep := cu.String()
+	if len(e.Clients) > 0 {
+		ep = "http://" + e.Clients[0].Addr().String()
+	}
+	opts.Logger.Info("embedded etcd serving", slog.String("client", ep), slog.String("peer", pu.String()), slog.String("dir", opts.Dir))
+	return &Etcd{e: e, endpoint: ep, log: opts.Logger}, nil
+}
+
+// Endpoints returns the client URLs to give an etcd client.
+func (e *Etcd) Endpoints() []string { return []string{e.endpoint} }
+
+// Err delivers a fatal error of the running server.
+func (e *Etcd) Err() <-chan error { return e.e.Err() }
+
+// Close stops etcd gracefully and waits until it has stopped. Closing
+// twice is a no-op.
+func (e *Etcd) Close() error {
+	e.once.Do(func() {
+		e.e.Close()
+		e.log.Info("embedded etcd stopped", slog.String("client", e.endpoint))
+	})
+	return nil
+}

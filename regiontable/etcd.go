@@ -1,0 +1,626 @@
+package regiontable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/cellstore/cell/blink"
+)
+
+// EtcdOptions configure an Etcd store. The zero value of every field means
+// its default.
+type EtcdOptions struct {
+	// Prefix is the key prefix of the table, without a trailing slash.
+	// Default "/cell". Several Cell clusters may share one etcd cluster
+	// under different prefixes.
+	Prefix string
+	// LeaseTTL is the lease of a member's key: a dead server disappears
+	// from Members within it. Whole seconds, at least 1 s. Default 5 s.
+	LeaseTTL time.Duration
+	// DialTimeout bounds OpenEtcd's connection attempts. Default 5 s.
+	DialTimeout time.Duration
+	// Logger receives lease losses. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of EtcdOptions.
+const (
+	DefaultPrefix      = "/cell"
+	DefaultLeaseTTL    = 5 * time.Second
+	DefaultDialTimeout = 5 * time.Second
+)
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *EtcdOptions) EnsureDefaults() {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports whether the options are usable. Errors wrap ErrInvalid.
+func (o *EtcdOptions) Validate() error {
+	if !strings.HasPrefix(o.Prefix, "/") || strings.HasSuffix(o.Prefix, "/") {
+		return fmt.Errorf("regiontable: prefix %q must start and not end with '/': %w", o.Prefix, ErrInvalid)
+	}
+	if o.LeaseTTL < time.Second || o.LeaseTTL%time.Second != 0 {
+		return fmt.Errorf("regiontable: lease TTL %v is not a whole number of seconds >= 1s: %w", o.LeaseTTL, ErrInvalid)
+	}
+	if o.DialTimeout <= 0 {
+		return fmt.Errorf("regiontable: dial timeout %v: %w", o.DialTimeout, ErrInvalid)
+	}
+	return nil
+}
+
+// Etcd is the Store over an etcd cluster.
+type Etcd struct {
+	cli    *clientv3.Client
+	owned  bool // Close closes cli
+	opts   EtcdOptions
+	prefix string
+	// closed is cancelled by Close; watches end with it.
+	closed context.Context
+	cancel context.CancelFunc
+
+	mu struct {
+		sync.Mutex
+		closed bool
+		regs   map[*etcdRegistration]struct{}
+	}
+}
+
+var _ Store = (*Etcd)(nil)
+
+// NewEtcd returns a Store over cli, which stays the caller's: Close does not
+// close it.
+func NewEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Etcd{cli: cli, opts: opts, prefix: opts.Prefix}
+	s.closed, s.cancel = context.WithCancel(context.Background())
+	s.mu.regs = make(map[*etcdRegistration]struct{})
+	return s, nil
+}
+
+// OpenEtcd connects to the etcd cluster at endpoints ("host:port" or URLs)
+// and returns a Store that owns the connection. Connecting is lazy: an
+// unreachable cluster shows as errors of the first calls, bounded by their
+// contexts.
+func OpenEtcd(endpoints []string, opts EtcdOptions) (*Etcd, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if len(endpoints) == 0 {
+		return nil, fmt.Errorf("regiontable: no etcd endpoints: %w", ErrInvalid)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: opts.DialTimeout,
+		Logger:      zap.NewNop(),
+		// Detect a dead etcd connection well within a lease TTL.
+		DialKeepAliveTime:    opts.LeaseTTL / 2,
+		DialKeepAliveTimeout: opts.LeaseTTL / 2,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("regiontable: connect to etcd %s: %w", strings.Join(endpoints, ","), err)
+	}
+	s, err := NewEtcd(cli, opts)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// Client returns the etcd client the store uses.
+func (s *Etcd) Client() *clientv3.Client { return s.cli }
+
+// Prefix returns the table's key prefix.
+func (s *Etcd) Prefix() string { return s.prefix }
+
+func (s *Etcd) key(rel string) string { return s.prefix + rel }
+
+func (s *Etcd) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.closed
+}
+
+// wrap gives an etcd error context, keeping ErrClosed for a closed store.
+func (s *Etcd) wrap(what string, err error) error {
+	if s.isClosed() {
+		return fmt.Errorf("regiontable: %s: %w", what, ErrClosed)
+	}
+	return fmt.Errorf("regiontable: %s: %w", what, err)
+}
+
+// RegisterMember implements Store.
+func (s *Etcd) RegisterMember(ctx context.Context, m Member) (Registration, error) {
+	if err := validMember(&m); err != nil {
+		return nil, err
+	}
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	val, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("regiontable: encode member %s: %w", m.ID, err)
+	}
+	key := s.key(membersDir + m.ID)
+	lease, err := s.cli.Grant(ctx, int64(s.opts.LeaseTTL/time.Second))
+	if err != nil {
+		return nil, s.wrap("grant member lease", err)
+	}
+	revoke := func() {
+		rctx, cancel := context.WithTimeout(context.Background(), s.opts.DialTimeout)
+		defer cancel()
+		_, _ = s.cli.Revoke(rctx, lease.ID)
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease.ID))).
+		Commit()
+	if err != nil {
+		revoke()
+		return nil, s.wrap("register member "+m.ID, err)
+	}
+	if !resp.Succeeded {
+		revoke()
+		return nil, fmt.Errorf("regiontable: member %s: %w", m.ID, ErrMemberExists)
+	}
+	kctx, cancel := context.WithCancel(context.Background())
+	ka, err := s.cli.KeepAlive(kctx, lease.ID)
+	if err != nil {
+		cancel()
+		revoke()
+		return nil, s.wrap("keep member lease alive", err)
+	}
+	r := &etcdRegistration{s: s, id: m.ID, lease: lease.ID, cancel: cancel, done: make(chan struct{}), exited: make(chan struct{})}
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		cancel()
+		revoke()
+		return nil, ErrClosed
+	}
+	s.mu.regs[r] = struct{}{}
+	s.mu.Unlock()
+	go r.keepAlive(ka)
+	return r, nil
+}
+
+// etcdRegistration keeps one member's lease alive.
+//
+// Locking notes: etcdRegistration.mu < Etcd.mu.
+type etcdRegistration struct {
+	s      *Etcd
+	id     string
+	lease  clientv3.LeaseID
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the registration ends
+	exited chan struct{} // closed when keepAlive returns
+
+	mu struct {
+		sync.Mutex
+		closing bool
+		ended   bool
+		err     error
+	}
+}
+
+// keepAlive drains the keepalive responses; the channel closes when the
+// lease is gone (expired, revoked) or Close cancelled it.
+func (r *etcdRegistration) keepAlive(ka <-chan *clientv3.LeaseKeepAliveResponse) {
+	defer close(r.exited)
+	for range ka {
+	}
+	r.mu.Lock()
+	closing := r.mu.closing
+	r.mu.Unlock()
+	if !closing {
+		err := fmt.Errorf("regiontable: member %s: keepalive of lease %x stopped: %w", r.id, int64(r.lease), ErrLeaseLost)
+		r.s.opts.Logger.Error("regiontable: member lease lost", slog.String("member", r.id), slog.Any("err", err))
+		r.end(err)
+	}
+}
+
+func (r *etcdRegistration) end(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.ended {
+		return
+	}
+	r.mu.ended, r.mu.err = true, err
+	close(r.done)
+	r.s.mu.Lock()
+	delete(r.s.mu.regs, r)
+	r.s.mu.Unlock()
+}
+
+func (r *etcdRegistration) Done() <-chan struct{} { return r.done }
+
+func (r *etcdRegistration) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.err
+}
+
+// Close revokes the lease, which deletes the member's key.
+func (r *etcdRegistration) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.mu.closing {
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.closing = true
+	lost := r.mu.ended
+	r.mu.Unlock()
+	r.cancel()
+	<-r.exited
+	r.end(nil)
+	if lost {
+		return nil // the lease is gone already
+	}
+	if _, err := r.s.cli.Revoke(ctx, r.lease); err != nil {
+		return fmt.Errorf("regiontable: revoke lease of member %s (it expires within %v): %w", r.id, r.s.opts.LeaseTTL, err)
+	}
+	return nil
+}
+
+// Members implements Store.
+func (s *Etcd) Members(ctx context.Context) ([]Member, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	resp, err := s.cli.Get(ctx, s.key(membersDir), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, s.wrap("list members", err)
+	}
+	out := make([]Member, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		m, err := decodeMember(string(kv.Key), kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// get reads one key: its value, its mod revision (0 when absent).
+func (s *Etcd) get(ctx context.Context, key string) ([]byte, int64, error) {
+	if s.isClosed() {
+		return nil, 0, ErrClosed
+	}
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return nil, 0, s.wrap("get "+key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, nil
+	}
+	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, nil
+}
+
+// casPut writes val at key if the key's mod revision is still rev (0: the
+// key is absent) and reports whether it did.
+func (s *Etcd) casPut(ctx context.Context, key string, rev int64, val string) (bool, error) {
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, val)).
+		Commit()
+	if err != nil {
+		return false, s.wrap("write "+key, err)
+	}
+	return resp.Succeeded, nil
+}
+
+// PutRegion implements Store.
+func (s *Etcd) PutRegion(ctx context.Context, r Region) error {
+	if err := validRegion(&r); err != nil {
+		return err
+	}
+	val, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("regiontable: encode region %d: %w", r.ID, err)
+	}
+	key := s.key(regionsDir + regionName(r.ID))
+	for {
+		cur, rev, err := s.get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if rev != 0 {
+			old, err := decodeRegion(key, cur)
+			if err != nil {
+				return err
+			}
+			if old.Epoch > r.Epoch {
+				return fmt.Errorf("regiontable: region %d epoch %d < stored %d: %w", r.ID, r.Epoch, old.Epoch, ErrStaleEpoch)
+			}
+		}
+		ok, err := s.casPut(ctx, key, rev, string(val))
+		if err != nil || ok {
+			return err
+		}
+	}
+}
+
+// Regions implements Store.
+func (s *Etcd) Regions(ctx context.Context) ([]Region, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	resp, err := s.cli.Get(ctx, s.key(regionsDir), clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, s.wrap("list regions", err)
+	}
+	out := make([]Region, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		r, err := decodeRegion(string(kv.Key), kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Region implements Store.
+func (s *Etcd) Region(ctx context.Context, id uint32) (Region, error) {
+	if err := validRegionID(id); err != nil {
+		return Region{}, err
+	}
+	key := s.key(regionsDir + regionName(id))
+	val, rev, err := s.get(ctx, key)
+	if err != nil {
+		return Region{}, err
+	}
+	if rev == 0 {
+		return Region{}, fmt.Errorf("regiontable: region %d: %w", id, ErrNotFound)
+	}
+	return decodeRegion(key, val)
+}
+
+// root reads the root pointer and its mod revision.
+func (s *Etcd) root(ctx context.Context) (blink.Ptr, int64, error) {
+	val, rev, err := s.get(ctx, s.key(rootKey))
+	if err != nil || rev == 0 {
+		return 0, rev, err
+	}
+	p, err := ParseRoot(string(val))
+	return p, rev, err
+}
+
+// Root implements Store.
+func (s *Etcd) Root(ctx context.Context) (blink.Ptr, error) {
+	p, _, err := s.root(ctx)
+	return p, err
+}
+
+// SetRoot implements Store.
+func (s *Etcd) SetRoot(ctx context.Context, old, new blink.Ptr) (blink.Ptr, error) {
+	for {
+		cur, rev, err := s.root(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if cur != old {
+			return cur, fmt.Errorf("regiontable: root is %v, not %v: %w", cur, old, ErrConflict)
+		}
+		if new == old {
+			return new, nil
+		}
+		ok, err := s.casPut(ctx, s.key(rootKey), rev, FormatRoot(new))
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return new, nil
+		}
+	}
+}
+
+// AllocRegionID implements Store.
+func (s *Etcd) AllocRegionID(ctx context.Context) (uint32, error) {
+	key := s.key(idsKey)
+	for {
+		val, rev, err := s.get(ctx, key)
+		if err != nil {
+			return 0, err
+		}
+		var last uint64
+		if rev != 0 {
+			if last, err = strconv.ParseUint(string(val), 10, 32); err != nil {
+				return 0, fmt.Errorf("regiontable: %s = %q: %w", key, val, ErrCorruption)
+			}
+		}
+		if last >= blink.MaxRegionID {
+			return 0, ErrExhausted
+		}
+		ok, err := s.casPut(ctx, key, rev, strconv.FormatUint(last+1, 10))
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			return uint32(last + 1), nil
+		}
+	}
+}
+
+// Load implements Store: one range read of the whole prefix, hence a
+// consistent snapshot.
+func (s *Etcd) Load(ctx context.Context) (State, error) {
+	if s.isClosed() {
+		return State{}, ErrClosed
+	}
+	resp, err := s.cli.Get(ctx, s.prefix+"/", clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return State{}, s.wrap("load table", err)
+	}
+	st := State{Revision: resp.Header.Revision}
+	for _, kv := range resp.Kvs {
+		ev, err := s.decodeEvent(mvccpb.PUT, kv)
+		if err != nil {
+			return State{}, err
+		}
+		switch ev.Kind {
+		case MemberUp:
+			st.Members = append(st.Members, ev.Member)
+		case RegionPut:
+			st.Regions = append(st.Regions, ev.Region)
+		case RootSet:
+			st.Root = ev.Root
+		}
+	}
+	return st, nil
+}
+
+// decodeEvent turns a key-value change into an Event; keys that are not
+// members, regions or the root give an Event of kind 0.
+func (s *Etcd) decodeEvent(typ mvccpb.Event_EventType, kv *mvccpb.KeyValue) (Event, error) {
+	key := string(kv.Key)
+	rel, ok := strings.CutPrefix(key, s.prefix)
+	if !ok {
+		return Event{}, nil
+	}
+	ev := Event{Revision: kv.ModRevision}
+	del := typ == mvccpb.DELETE
+	switch {
+	case strings.HasPrefix(rel, membersDir):
+		id := rel[len(membersDir):]
+		if del {
+			ev.Kind, ev.Member = MemberDown, Member{ID: id}
+			return ev, nil
+		}
+		m, err := decodeMember(key, kv.Value)
+		ev.Kind, ev.Member = MemberUp, m
+		return ev, err
+	case strings.HasPrefix(rel, regionsDir):
+		id, err := parseRegionName(rel[len(regionsDir):])
+		if err != nil {
+			return Event{}, err
+		}
+		if del {
+			ev.Kind, ev.Region = RegionDelete, Region{ID: id}
+			return ev, nil
+		}
+		r, err := decodeRegion(key, kv.Value)
+		ev.Kind, ev.Region = RegionPut, r
+		return ev, err
+	case rel == rootKey:
+		ev.Kind = RootSet
+		if del {
+			return ev, nil
+		}
+		p, err := ParseRoot(string(kv.Value))
+		ev.Root = p
+		return ev, err
+	}
+	return Event{}, nil
+}
+
+// Watch implements Store.
+func (s *Etcd) Watch(ctx context.Context, revision int64) <-chan Event {
+	ch := make(chan Event, 16)
+	go s.watch(ctx, revision, ch)
+	return ch
+}
+
+func (s *Etcd) watch(ctx context.Context, revision int64, ch chan<- Event) {
+	defer close(ch)
+	fail := func(err error) {
+		select {
+		case ch <- Event{Err: err}:
+		case <-ctx.Done():
+		}
+	}
+	if s.isClosed() {
+		fail(ErrClosed)
+		return
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	stop := context.AfterFunc(s.closed, cancel)
+	defer stop()
+	wch := s.cli.Watch(wctx, s.prefix+"/", clientv3.WithPrefix(), clientv3.WithRev(revision+1))
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			if wr.CompactRevision != 0 {
+				err = fmt.Errorf("regiontable: watch from revision %d, compacted up to %d: %w", revision+1, wr.CompactRevision, ErrCompacted)
+			} else {
+				err = s.wrap("watch", err)
+			}
+			fail(err)
+			return
+		}
+		for _, e := range wr.Events {
+			ev, err := s.decodeEvent(e.Type, e.Kv)
+			if err != nil {
+				fail(err)
+				return
+			}
+			if ev.Kind == 0 {
+				continue
+			}
+			select {
+			case ch <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+	if ctx.Err() == nil {
+		fail(s.wrap("watch", errors.New("watch channel closed")))
+	}
+}
+
+// Close ends the registrations made through the store (revoking their
+// leases) and closes the etcd client if OpenEtcd made it.
+func (s *Etcd) Close() error {
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.closed = true
+	s.cancel()
+	regs := make([]*etcdRegistration, 0, len(s.mu.regs))
+	for r := range s.mu.regs {
+		regs = append(regs, r)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, r := range regs {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.DialTimeout)
+		errs = append(errs, r.Close(ctx))
+		cancel()
+	}
+	if s.owned {
+		errs = append(errs, s.cli.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,165 @@
+package regiontable_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/regiontable/embedded"
+)
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startEtcd starts an embedded etcd on free loopback ports with its data in
+// a temporary directory, stopped at cleanup.
+func startEtcd(t *testing.T) *embedded.Etcd {
+	t.Helper()
+	var lastErr error
+	for range 3 { // a port may be taken between freeAddr and etcd's listen
+		e, err := embedded.Start(embedded.Options{
+			Dir:        t.TempDir(),
+			ClientAddr: freeAddr(t),
+			PeerAddr:   freeAddr(t),
+			Logger:     testLogger(t),
+		})
+		if err == nil {
+			t.Cleanup(func() { _ = e.Close() })
+			return e
+		}
+		lastErr = err
+	}
+	t.Fatalf("start embedded etcd: %v", lastErr)
+	return nil
+}
+
+func TestEtcdContract(t *testing.T) {
+	e := startEtcd(t)
+	n := 0
+	runContract(t, impl{
+		open: func(t *testing.T) regiontable.Store {
+			n++
+			s, err := regiontable.OpenEtcd(e.Endpoints(), regiontable.EtcdOptions{
+				Prefix:   fmt.Sprintf("/test%d", n),
+				LeaseTTL: time.Second,
+				Logger:   testLogger(t),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+		expire: func(t *testing.T, s regiontable.Store, id string) {
+			// Revoke the member's lease behind the store's back, as
+			// etcd does when the lease's TTL runs out.
+			es := s.(*regiontable.Etcd)
+			resp, err := es.Client().Get(ctxT(t), es.Prefix()+"/members/"+id)
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("get member %s: %v %v", id, resp, err)
+			}
+			if _, err := es.Client().Revoke(ctxT(t), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
+
+// A server that dies without deregistering keeps its member key until the
+// lease expires; then the ID can register again (the restart path).
+func TestEtcdCrashedMemberExpires(t *testing.T) {
+	e := startEtcd(t)
+	opts := regiontable.EtcdOptions{Prefix: "/crash", LeaseTTL: time.Second, Logger: testLogger(t)}
+	dead, err := regiontable.OpenEtcd(e.Endpoints(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.RegisterMember(ctxT(t), member("srv-a")); err != nil {
+		t.Fatal(err)
+	}
+	// Crash: the connection goes without a revoke.
+	_ = dead.Client().Close()
+
+	s, err := regiontable.OpenEtcd(e.Endpoints(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.RegisterMember(ctxT(t), member("srv-a")); !errors.Is(err, regiontable.ErrMemberExists) {
+		t.Fatalf("RegisterMember while the dead lease lives = %v, want ErrMemberExists", err)
+	}
+	start := time.Now()
+	var r regiontable.Registration
+	waitFor(t, func() bool {
+		r, err = s.RegisterMember(ctxT(t), member("srv-a"))
+		return err == nil
+	}, "the dead member's lease to expire")
+	t.Logf("dead member's key expired after %v", time.Since(start).Round(time.Millisecond))
+	_ = r.Close(ctxT(t))
+}
+
+func TestEtcdRootFormats(t *testing.T) {
+	p := blink.MakePtr(3, 0x4000)
+	if s := regiontable.FormatRoot(p); s != "0x0000030000004000" {
+		t.Fatalf("FormatRoot = %q", s)
+	}
+	for _, s := range []string{"0x0000030000004000", "3298534899712", " 3298534899712\n"} {
+		got, err := regiontable.ParseRoot(s)
+		if err != nil || got != p {
+			t.Errorf("ParseRoot(%q) = %v, %v; want %v", s, got, err, p)
+		}
+	}
+	for _, s := range []string{"", "x", "-1", "0x1g", "18446744073709551616"} {
+		if _, err := regiontable.ParseRoot(s); !errors.Is(err, regiontable.ErrCorruption) {
+			t.Errorf("ParseRoot(%q) = %v, want ErrCorruption", s, err)
+		}
+	}
+}
+
+// A value that is not JSON is reported as corruption, not skipped.
+func TestEtcdCorruptEntry(t *testing.T) {
+	e := startEtcd(t)
+	s, err := regiontable.OpenEtcd(e.Endpoints(), regiontable.EtcdOptions{Prefix: "/corrupt", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Client().Put(ctxT(t), "/corrupt/regions/00000005", "{not json"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Region(ctxT(t), 5); !errors.Is(err, regiontable.ErrCorruption) {
+		t.Fatalf("Region = %v, want ErrCorruption", err)
+	}
+	if _, err := s.Load(ctxT(t)); !errors.Is(err, regiontable.ErrCorruption) {
+		t.Fatalf("Load = %v, want ErrCorruption", err)
+	}
+}
+
+func TestEtcdOptionsValidate(t *testing.T) {
+	for _, o := range []regiontable.EtcdOptions{
+		{Prefix: "cell"}, {Prefix: "/cell/"}, {LeaseTTL: 1500 * time.Millisecond}, {LeaseTTL: -time.Second},
+	} {
+		o.EnsureDefaults()
+		if err := o.Validate(); !errors.Is(err, regiontable.ErrInvalid) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalid", o, err)
+		}
+	}
+	if _, err := regiontable.OpenEtcd(nil, regiontable.EtcdOptions{}); !errors.Is(err, regiontable.ErrInvalid) {
+		t.Fatalf("OpenEtcd without endpoints = %v", err)
+	}
+}

@@ -1,0 +1,325 @@
+package regiontable
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/cellstore/cell/blink"
+)
+
+// Memory is a Store in process memory, for unit tests of the packages that
+// use the region table. It keeps the whole contract except that leases
+// never expire by themselves: ExpireMember simulates a lost lease. Its
+// event log is never compacted.
+type Memory struct {
+	mu struct {
+		sync.Mutex
+		closed  bool
+		rev     int64
+		members map[string]memberEntry
+		regions map[uint32]Region
+		root    blink.Ptr
+		lastID  uint32
+		events  []Event       // every change, in revision order
+		changed chan struct{} // closed and replaced at every change
+	}
+}
+
+type memberEntry struct {
+	m   Member
+	reg *memRegistration
+}
+
+var _ Store = (*Memory)(nil)
+
+// NewMemory returns an empty in-memory table.
+func NewMemory() *Memory {
+	s := &Memory{}
+	s.mu.members = make(map[string]memberEntry)
+	s.mu.regions = make(map[uint32]Region)
+	s.mu.changed = make(chan struct{})
+	return s
+}
+
+// emitLocked records a change at the next revision. REQUIRES: s.mu held.
+func (s *Memory) emitLocked(ev Event) {
+	s.mu.rev++
+	ev.Revision = s.mu.rev
+	s.mu.events = append(s.mu.events, ev)
+	close(s.mu.changed)
+	s.mu.changed = make(chan struct{})
+}
+
+func (s *Memory) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("regiontable: %w", err)
+	}
+	if s.mu.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// RegisterMember implements Store.
+func (s *Memory) RegisterMember(ctx context.Context, m Member) (Registration, error) {
+	if err := validMember(&m); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if _, ok := s.mu.members[m.ID]; ok {
+		return nil, fmt.Errorf("regiontable: member %s: %w", m.ID, ErrMemberExists)
+	}
+	r := &memRegistration{s: s, id: m.ID, done: make(chan struct{})}
+	s.mu.members[m.ID] = memberEntry{m: m, reg: r}
+	s.emitLocked(Event{Kind: MemberUp, Member: m})
+	return r, nil
+}
+
+// ExpireMember simulates the loss of member id's lease: its key goes and
+// its Registration reports ErrLeaseLost. It reports whether id was
+// registered.
+func (s *Memory) ExpireMember(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.mu.members[id]
+	if !ok {
+		return false
+	}
+	s.removeMemberLocked(e.reg, fmt.Errorf("regiontable: member %s: lease expired: %w", id, ErrLeaseLost))
+	return true
+}
+
+// removeMemberLocked ends registration r with err and deletes its key if it
+// still holds it. REQUIRES: s.mu held.
+func (s *Memory) removeMemberLocked(r *memRegistration, err error) {
+	if r.ended {
+		return
+	}
+	r.ended, r.err = true, err
+	close(r.done)
+	if e, ok := s.mu.members[r.id]; ok && e.reg == r {
+		delete(s.mu.members, r.id)
+		s.emitLocked(Event{Kind: MemberDown, Member: Member{ID: r.id}})
+	}
+}
+
+type memRegistration struct {
+	s    *Memory
+	id   string
+	done chan struct{}
+	// Guarded by s.mu.
+	ended bool
+	err   error
+}
+
+func (r *memRegistration) Done() <-chan struct{} { return r.done }
+
+func (r *memRegistration) Err() error {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	return r.err
+}
+
+func (r *memRegistration) Close(context.Context) error {
+	r.s.mu.Lock()
+	defer r.s.mu.Unlock()
+	r.s.removeMemberLocked(r, nil)
+	return nil
+}
+
+// Members implements Store.
+func (s *Memory) Members(ctx context.Context) ([]Member, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	return s.membersLocked(), nil
+}
+
+func (s *Memory) membersLocked() []Member {
+	out := make([]Member, 0, len(s.mu.members))
+	for _, e := range s.mu.members {
+		out = append(out, e.m)
+	}
+	sort.Slice(out, func(i, j int) bool { return strings.Compare(out[i].ID, out[j].ID) < 0 })
+	return out
+}
+
+// PutRegion implements Store.
+func (s *Memory) PutRegion(ctx context.Context, r Region) error {
+	if err := validRegion(&r); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if old, ok := s.mu.regions[r.ID]; ok && old.Epoch > r.Epoch {
+		return fmt.Errorf("regiontable: region %d epoch %d < stored %d: %w", r.ID, r.Epoch, old.Epoch, ErrStaleEpoch)
+	}
+	r = cloneRegion(r)
+	s.mu.regions[r.ID] = r
+	s.emitLocked(Event{Kind: RegionPut, Region: cloneRegion(r)})
+	return nil
+}
+
+// Regions implements Store.
+func (s *Memory) Regions(ctx context.Context) ([]Region, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	return s.regionsLocked(), nil
+}
+
+func (s *Memory) regionsLocked() []Region {
+	out := make([]Region, 0, len(s.mu.regions))
+	for _, r := range s.mu.regions {
+		out = append(out, cloneRegion(r))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Region implements Store.
+func (s *Memory) Region(ctx context.Context, id uint32) (Region, error) {
+	if err := validRegionID(id); err != nil {
+		return Region{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return Region{}, err
+	}
+	r, ok := s.mu.regions[id]
+	if !ok {
+		return Region{}, fmt.Errorf("regiontable: region %d: %w", id, ErrNotFound)
+	}
+	return cloneRegion(r), nil
+}
+
+// Root implements Store.
+func (s *Memory) Root(ctx context.Context) (blink.Ptr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	return s.mu.root, nil
+}
+
+// SetRoot implements Store.
+func (s *Memory) SetRoot(ctx context.Context, old, new blink.Ptr) (blink.Ptr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if s.mu.root != old {
+		return s.mu.root, fmt.Errorf("regiontable: root is %v, not %v: %w", s.mu.root, old, ErrConflict)
+	}
+	if new != old {
+		s.mu.root = new
+		s.emitLocked(Event{Kind: RootSet, Root: new})
+	}
+	return new, nil
+}
+
+// AllocRegionID implements Store.
+func (s *Memory) AllocRegionID(ctx context.Context) (uint32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return 0, err
+	}
+	if s.mu.lastID >= blink.MaxRegionID {
+		return 0, ErrExhausted
+	}
+	s.mu.lastID++
+	return s.mu.lastID, nil
+}
+
+// Load implements Store.
+func (s *Memory) Load(ctx context.Context) (State, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return State{}, err
+	}
+	return State{Members: s.membersLocked(), Regions: s.regionsLocked(), Root: s.mu.root, Revision: s.mu.rev}, nil
+}
+
+// Watch implements Store.
+func (s *Memory) Watch(ctx context.Context, revision int64) <-chan Event {
+	ch := make(chan Event, 16)
+	go s.watch(ctx, revision, ch)
+	return ch
+}
+
+func (s *Memory) watch(ctx context.Context, revision int64, ch chan<- Event) {
+	defer close(ch)
+	next := revision + 1 // the revision of the next event to deliver
+	for {
+		s.mu.Lock()
+		closed := s.mu.closed
+		var pending []Event
+		if i := sort.Search(len(s.mu.events), func(i int) bool { return s.mu.events[i].Revision >= next }); i < len(s.mu.events) {
+			pending = slices.Clone(s.mu.events[i:])
+		}
+		changed := s.mu.changed
+		s.mu.Unlock()
+		for _, ev := range pending {
+			if ev.Region.ReadKeys != nil {
+				ev.Region = cloneRegion(ev.Region)
+			}
+			select {
+			case ch <- ev:
+				next = ev.Revision + 1
+			case <-ctx.Done():
+				return
+			}
+		}
+		if closed {
+			select {
+			case ch <- Event{Err: ErrClosed}:
+			case <-ctx.Done():
+			}
+			return
+		}
+		if len(pending) > 0 {
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// Close ends every registration (their members go) and every watch.
+func (s *Memory) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return nil
+	}
+	for _, e := range s.mu.members {
+		s.removeMemberLocked(e.reg, fmt.Errorf("regiontable: store closed: %w", ErrLeaseLost))
+	}
+	s.mu.closed = true
+	close(s.mu.changed)
+	s.mu.changed = make(chan struct{})
+	return nil
+}

@@ -1,0 +1,277 @@
+package regiontable
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/cellstore/cell/blink"
+)
+
+// Member is a live server (DESIGN §8). The JSON form is stored under
+// <prefix>/members/<ID>.
+type Member struct {
+	// ID is the server's ID: 1..128 bytes of [A-Za-z0-9._-].
+	ID string `json:"id"`
+	// RPCAddr is where the server answers the wire protocol ("host:port").
+	RPCAddr string `json:"rpc_addr"`
+	// ReadAddr is the server's tcp one-sided read responder ("host:port").
+	ReadAddr string `json:"read_addr"`
+	// HostID identifies the machine (rdma.HostID): a client with the same
+	// host identity may read the server's regions over shared memory.
+	HostID string `json:"host_id"`
+	// Version is the server's build version, for operators.
+	Version string `json:"version"`
+}
+
+// Kind is what a region holds.
+type Kind string
+
+// Region kinds.
+const (
+	// KindData is a region of whole meganodes and the extent area their
+	// leaves point to (DESIGN §2: a leaf meganode and its data live
+	// together).
+	KindData Kind = "data"
+)
+
+// Region is one region's entry in the table, stored as JSON under
+// <prefix>/regions/<%08d ID>.
+type Region struct {
+	// ID is the cluster-unique region ID, 1..blink.MaxRegionID.
+	ID uint32 `json:"id"`
+	// Kind is what the region holds.
+	Kind Kind `json:"kind"`
+	// Size is the region's size in bytes.
+	Size uint64 `json:"size"`
+	// Host is the ID of the member serving the region.
+	Host string `json:"host"`
+	// Epoch grows with every new incarnation of the region (each start of
+	// its host, later each leader change). Requests carrying an older
+	// epoch are refused with wire.StatusStaleEpoch.
+	Epoch uint64 `json:"epoch"`
+	// Path is the region file on Host, for same-host shared-memory reads.
+	Path string `json:"path,omitempty"`
+	// ReadKeys are the one-sided read registrations of the region, by
+	// provider name ("tcp", "shm"): each value is the JSON of an
+	// rdma.RemoteKey, to be unmarshalled by the reader. The table keeps
+	// them opaque so that it does not depend on the rdma package.
+	ReadKeys map[string]json.RawMessage `json:"read_keys,omitempty"`
+}
+
+// ReadKey returns the raw remote key of provider and whether there is one.
+func (r *Region) ReadKey(provider string) (json.RawMessage, bool) {
+	k, ok := r.ReadKeys[provider]
+	return k, ok && len(k) > 0
+}
+
+// State is a consistent snapshot of the table.
+type State struct {
+	Members []Member // sorted by ID
+	Regions []Region // sorted by ID
+	Root    blink.Ptr
+	// Revision is the store's revision of the snapshot: Watch(Revision)
+	// delivers every later change.
+	Revision int64
+}
+
+// EventKind says what changed.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// MemberUp: a member registered (or its entry changed).
+	MemberUp EventKind = iota + 1
+	// MemberDown: a member's key went (Close, or its lease expired).
+	// Only Member.ID is set.
+	MemberDown
+	// RegionPut: a region entry was written.
+	RegionPut
+	// RegionDelete: a region entry was deleted. Only Region.ID is set.
+	RegionDelete
+	// RootSet: the root pointer changed.
+	RootSet
+)
+
+var eventKindNames = [...]string{"", "member-up", "member-down", "region-put", "region-delete", "root-set"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventKindNames) && k != 0 {
+		return eventKindNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", uint8(k))
+}
+
+// Event is one change delivered by Watch. If Err is set the watch ended
+// (the channel closes after this event); the other fields are then zero.
+type Event struct {
+	Kind     EventKind
+	Revision int64
+	Member   Member
+	Region   Region
+	Root     blink.Ptr
+	Err      error
+}
+
+// Registration keeps a member registered. Close it to deregister.
+type Registration interface {
+	// Done is closed when the registration ends: after Close, or when the
+	// lease was lost (then Err wraps ErrLeaseLost).
+	Done() <-chan struct{}
+	// Err returns why Done was closed: nil after Close, an error wrapping
+	// ErrLeaseLost otherwise.
+	Err() error
+	// Close revokes the member's lease: its key goes at once. Closing
+	// twice is a no-op.
+	Close(ctx context.Context) error
+}
+
+// Store is the region table. See the package documentation for the
+// contract every implementation keeps.
+type Store interface {
+	// RegisterMember publishes m under a lease kept alive until the
+	// registration is closed or lost. Errors: ErrInvalid, ErrMemberExists.
+	RegisterMember(ctx context.Context, m Member) (Registration, error)
+	// Members returns the live members, sorted by ID.
+	Members(ctx context.Context) ([]Member, error)
+	// PutRegion writes r's entry unless a higher epoch is stored
+	// (ErrStaleEpoch). Errors: ErrInvalid.
+	PutRegion(ctx context.Context, r Region) error
+	// Regions returns every region entry, sorted by ID.
+	Regions(ctx context.Context) ([]Region, error)
+	// Region returns region id's entry, or ErrNotFound.
+	Region(ctx context.Context, id uint32) (Region, error)
+	// Root returns the root meganode pointer, 0 when none is set.
+	Root(ctx context.Context) (blink.Ptr, error)
+	// SetRoot replaces the root pointer old (0: none) with new and returns
+	// new. If the stored pointer is not old it changes nothing and returns
+	// the stored pointer with ErrConflict.
+	SetRoot(ctx context.Context, old, new blink.Ptr) (blink.Ptr, error)
+	// AllocRegionID returns a region ID never returned before by any
+	// Store over the same table. Errors: ErrExhausted.
+	AllocRegionID(ctx context.Context) (uint32, error)
+	// Load returns a consistent snapshot of members, regions and root.
+	Load(ctx context.Context) (State, error)
+	// Watch delivers the changes made after revision, in order, until ctx
+	// ends (the channel then closes without an error event) or the watch
+	// fails (an Event with Err, then the channel closes).
+	Watch(ctx context.Context, revision int64) <-chan Event
+	// Close releases the store. Registrations made through it end.
+	Close() error
+}
+
+// Key names, relative to the prefix.
+const (
+	membersDir = "/members/"
+	regionsDir = "/regions/"
+	rootKey    = "/root"
+	idsKey     = "/ids/region"
+)
+
+// MaxServerIDLen bounds a server ID.
+const MaxServerIDLen = 128
+
+// ValidServerID reports whether id is usable as a server ID (and so as an
+// etcd key segment): 1..MaxServerIDLen bytes of [A-Za-z0-9._-], not "." or
+// "..".
+func ValidServerID(id string) error {
+	if id == "" || len(id) > MaxServerIDLen || id == "." || id == ".." {
+		return fmt.Errorf("regiontable: server ID %q must be 1..%d bytes: %w", id, MaxServerIDLen, ErrInvalid)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("regiontable: server ID %q: byte %q is not in [A-Za-z0-9._-]: %w", id, c, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func validRegionID(id uint32) error {
+	if id == 0 || id > blink.MaxRegionID {
+		return fmt.Errorf("regiontable: region ID %d not in [1, %d]: %w", id, blink.MaxRegionID, ErrInvalid)
+	}
+	return nil
+}
+
+func validMember(m *Member) error {
+	if err := ValidServerID(m.ID); err != nil {
+		return err
+	}
+	if m.RPCAddr == "" {
+		return fmt.Errorf("regiontable: member %s without an RPC address: %w", m.ID, ErrInvalid)
+	}
+	return nil
+}
+
+func validRegion(r *Region) error {
+	if err := validRegionID(r.ID); err != nil {
+		return err
+	}
+	if err := ValidServerID(r.Host); err != nil {
+		return fmt.Errorf("regiontable: region %d host: %w", r.ID, err)
+	}
+	if r.Kind == "" {
+		return fmt.Errorf("regiontable: region %d without a kind: %w", r.ID, ErrInvalid)
+	}
+	return nil
+}
+
+// cloneRegion copies r's ReadKeys so that callers and the store share no
+// memory.
+func cloneRegion(r Region) Region {
+	if r.ReadKeys != nil {
+		keys := make(map[string]json.RawMessage, len(r.ReadKeys))
+		for k, v := range r.ReadKeys {
+			keys[k] = slices.Clone(v)
+		}
+		r.ReadKeys = keys
+	}
+	return r
+}
+
+func regionName(id uint32) string { return fmt.Sprintf("%08d", id) }
+
+// parseRegionName parses the key segment of a region entry.
+func parseRegionName(s string) (uint32, error) {
+	v, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || len(s) != 8 {
+		return 0, fmt.Errorf("regiontable: region key %q: %w", s, ErrCorruption)
+	}
+	if err := validRegionID(uint32(v)); err != nil {
+		return 0, fmt.Errorf("regiontable: region key %q: %w", s, ErrCorruption)
+	}
+	return uint32(v), nil
+}
+
+// FormatRoot is the stored form of a root pointer.
+func FormatRoot(p blink.Ptr) string { return fmt.Sprintf("0x%016x", uint64(p)) }
+
+// ParseRoot parses a stored root pointer: hex with 0x or decimal.
+func ParseRoot(s string) (blink.Ptr, error) {
+	s = strings.TrimSpace(s)
+	v, err := strconv.ParseUint(s, 0, 64)
+	if err != nil {
+		return 0, fmt.Errorf("regiontable: root %q: %w", s, ErrCorruption)
+	}
+	return blink.Ptr(v), nil
+}
+
+func decodeMember(key string, b []byte) (Member, error) {
+	var m Member
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Member{}, fmt.Errorf("regiontable: %s: %w: %w", key, err, ErrCorruption)
+	}
+	return m, nil
+}
+
+func decodeRegion(key string, b []byte) (Region, error) {
+	var r Region
+	if err := json.Unmarshal(b, &r); err != nil {
+		return Region{}, fmt.Errorf("regiontable: %s: %w: %w", key, err, ErrCorruption)
+	}
+	return r, nil
+}
