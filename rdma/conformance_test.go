@@ -23,7 +23,7 @@ import (
 // harness starts one provider's server and a client connected to it.
 type harness struct {
 	name  string
-	start func(t *testing.T, k harnessKnobs) *pair
+	start func(t testing.TB, k harnessKnobs) *pair
 }
 
 // harnessKnobs are the hooks a conformance test needs from a provider.
@@ -47,7 +47,7 @@ var harnesses = []harness{
 	{name: ProviderSHM, start: startSHM},
 }
 
-func startTCP(t *testing.T, k harnessKnobs) *pair {
+func startTCP(t testing.TB, k harnessKnobs) *pair {
 	srv, err := Listen("127.0.0.1:0", TCPOptions{Logger: testLogger(t), TestingKnobs: TCPResponderKnobs{AfterCopy: k.afterCopy}})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func startTCP(t *testing.T, k harnessKnobs) *pair {
 	}}
 }
 
-func startSHM(t *testing.T, k harnessKnobs) *pair {
+func startSHM(t testing.TB, k harnessKnobs) *pair {
 	srv, err := NewSHMServer(SHMOptions{Dir: t.TempDir(), Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)

@@ -16,8 +16,11 @@ import (
 
 var _ Region = (*meganode.Region)(nil)
 
-// testLogger logs through t.
+// testLogger logs through t (benchmarks do not log).
 func testLogger(t testing.TB) *slog.Logger {
+	if _, ok := t.(*testing.B); ok {
+		return slog.New(slog.DiscardHandler)
+	}
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 

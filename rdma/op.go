@@ -105,15 +105,20 @@ func (op *Op) cancel(gen uint64) bool {
 	return op.state.CompareAndSwap(gen<<phaseBits|opPosted, gen<<phaseBits|opCancelled)
 }
 
-// watch arms ctx: when it ends while post gen is in flight, onDone runs
-// (and normally cancels the op). It allocates, so synchronous reads select
-// on ctx.Done instead.
-func (op *Op) watch(ctx context.Context, gen uint64, onDone func(op *Op, gen uint64, err error)) {
+// canceller cancels post gen of op with err, if it is still in flight.
+type canceller interface {
+	cancelOp(op *Op, gen uint64, err error)
+}
+
+// watch arms ctx: when it ends while post gen is in flight, c cancels the
+// op. A context that can end costs an allocation, so synchronous reads
+// select on ctx.Done instead.
+func (op *Op) watch(ctx context.Context, gen uint64, c canceller) {
 	if ctx.Done() == nil {
 		return
 	}
 	op.mu.Lock()
-	op.stop = context.AfterFunc(ctx, func() { onDone(op, gen, ctxErr(ctx)) })
+	op.stop = context.AfterFunc(ctx, func() { c.cancelOp(op, gen, ctxErr(ctx)) })
 	op.mu.Unlock()
 }
 

@@ -169,23 +169,34 @@ func (c *SHMClient) read(ctx context.Context, rk *RemoteKey, segs []Segment) err
 	if err != nil {
 		return err
 	}
-	defer tab.unref()
+	reg, err := c.acquire(rk.Path, rk.Dev, rk.Ino, false)
+	if err != nil {
+		tab.unref()
+		return err
+	}
+	st := c.copy(tab, reg, rk, segs)
+	reg.unref()
+	tab.unref()
+	if st != statusOK {
+		return c.readErr(st, rk, len(reg.data), len(tab.data))
+	}
+	return nil
+}
+
+// copy copies segs out of the region mapping if the key's slot in the table
+// holds the key before and after the copy.
+func (c *SHMClient) copy(tab, reg *fileMap, rk *RemoteKey, segs []Segment) status {
 	if uint64(rk.Slot) >= uint64(le.Uint32(tab.data[offTableSlots:])) {
-		return fmt.Errorf("rdma: slot %d beyond the registration table %s: %w", rk.Slot, rk.Table, ErrBadKey)
+		return statusBadKey
 	}
 	slot := slotOffset(rk.Slot)
 	// A revoked key is refused before touching the region (not needed for
 	// correctness: the check after the copy is the one that counts).
 	if st := keyState(tab.data, slot, rk.Key); st != statusOK {
-		return fmt.Errorf("rdma: shm read of region %d: %w", rk.Region, st.err())
+		return st
 	}
-	reg, err := c.acquire(rk.Path, rk.Dev, rk.Ino, false)
-	if err != nil {
-		return err
-	}
-	defer reg.unref()
 	if uint64(len(reg.data)) < rk.Len {
-		return fmt.Errorf("rdma: region file %s has %d bytes, registered %d: %w", rk.Path, len(reg.data), rk.Len, ErrOutOfBounds)
+		return statusOutOfBounds
 	}
 	for i := range segs {
 		s := &segs[i]
@@ -202,10 +213,18 @@ func (c *SHMClient) read(ctx context.Context, rk *RemoteKey, segs []Segment) err
 	// The copy's loads all precede this load (Go's atomics are sequentially
 	// consistent, also across processes sharing the pages): if the key is
 	// still there, every byte was copied while the registration was live.
-	if st := keyState(tab.data, slot, rk.Key); st != statusOK {
-		return fmt.Errorf("rdma: shm read of region %d: %w", rk.Region, st.err())
+	return keyState(tab.data, slot, rk.Key)
+}
+
+// readErr is the error of a failed copy.
+func (c *SHMClient) readErr(st status, rk *RemoteKey, fileLen, tableLen int) error {
+	switch st {
+	case statusOutOfBounds:
+		return fmt.Errorf("rdma: region file %s has %d bytes, registered %d: %w", rk.Path, fileLen, rk.Len, ErrOutOfBounds)
+	case statusBadKey:
+		return fmt.Errorf("rdma: shm read of region %d: key %v not in slot %d of %s (%d bytes): %w", rk.Region, rk.Key, rk.Slot, rk.Table, tableLen, ErrBadKey)
 	}
-	return nil
+	return fmt.Errorf("rdma: shm read of region %d: %w", rk.Region, st.err())
 }
 
 // keyState judges the table word at off for key k.

@@ -351,7 +351,7 @@ func (cn *tcpConn) post(ctx context.Context, op *Op, gen uint64, watch bool) err
 	cn.pending[id] = op
 	cn.pmu.Unlock()
 	if watch {
-		op.watch(ctx, gen, func(op *Op, gen uint64, err error) { cn.cancelOp(op, gen, err) })
+		op.watch(ctx, gen, cn)
 	}
 	cn.flushLocked()
 	return nil
