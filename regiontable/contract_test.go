@@ -184,8 +184,9 @@ func region(id uint32, epoch uint64) regiontable.Region {
 	return regiontable.Region{
 		ID: id, Kind: regiontable.KindData, Size: 1 << 30, Host: "srv-a", Epoch: epoch,
 		Path: fmt.Sprintf("/dev/shm/cell-%d", id),
-		ReadKeys: map[string]json.RawMessage{
-			"tcp": json.RawMessage(`{"provider":"tcp","key":12345,"region":` + fmt.Sprint(id) + `}`),
+		ReadKey: []json.RawMessage{
+			json.RawMessage(`{"provider":"tcp","key":12345,"region":` + fmt.Sprint(id) + `}`),
+			json.RawMessage(`{"provider":"shm","key":678,"region":` + fmt.Sprint(id) + `}`),
 		},
 	}
 }
@@ -207,14 +208,14 @@ func testRegions(t *testing.T, im impl) {
 	if !reflect.DeepEqual(got, r7) {
 		t.Fatalf("Region(7) = %+v, want %+v", got, r7)
 	}
-	if k, ok := got.ReadKey("tcp"); !ok || string(k) != string(r7.ReadKeys["tcp"]) {
-		t.Fatalf("ReadKey(tcp) = %s, %v", k, ok)
+	if k, ok := got.ReadKeyFor("shm"); !ok || string(k) != string(r7.ReadKey[1]) {
+		t.Fatalf("ReadKeyFor(shm) = %s, %v", k, ok)
 	}
-	if _, ok := got.ReadKey("shm"); ok {
-		t.Fatal("ReadKey(shm) present")
+	if _, ok := got.ReadKeyFor("verbs"); ok {
+		t.Fatal("ReadKeyFor(verbs) present")
 	}
 	// Changing the returned entry does not change the table.
-	got.ReadKeys["tcp"][0] = 'X'
+	got.ReadKey[0][0] = 'X'
 	if again, _ := s.Region(ctx, 7); !reflect.DeepEqual(again, r7) {
 		t.Fatalf("table changed through a returned entry: %+v", again)
 	}

@@ -280,7 +280,7 @@ func (s *Memory) watch(ctx context.Context, revision int64, ch chan<- Event) {
 		changed := s.mu.changed
 		s.mu.Unlock()
 		for _, ev := range pending {
-			if ev.Region.ReadKeys != nil {
+			if ev.Region.ReadKey != nil {
 				ev.Region = cloneRegion(ev.Region)
 			}
 			select {

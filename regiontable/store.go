@@ -15,16 +15,16 @@ import (
 // <prefix>/members/<ID>.
 type Member struct {
 	// ID is the server's ID: 1..128 bytes of [A-Za-z0-9._-].
-	ID string `json:"id"`
+	ID string
 	// RPCAddr is where the server answers the wire protocol ("host:port").
-	RPCAddr string `json:"rpc_addr"`
+	RPCAddr string
 	// ReadAddr is the server's tcp one-sided read responder ("host:port").
-	ReadAddr string `json:"read_addr"`
+	ReadAddr string
 	// HostID identifies the machine (rdma.HostID): a client with the same
 	// host identity may read the server's regions over shared memory.
-	HostID string `json:"host_id"`
+	HostID string
 	// Version is the server's build version, for operators.
-	Version string `json:"version"`
+	Version string
 }
 
 // Kind is what a region holds.
@@ -42,30 +42,39 @@ const (
 // <prefix>/regions/<%08d ID>.
 type Region struct {
 	// ID is the cluster-unique region ID, 1..blink.MaxRegionID.
-	ID uint32 `json:"id"`
+	ID uint32
 	// Kind is what the region holds.
-	Kind Kind `json:"kind"`
+	Kind Kind
 	// Size is the region's size in bytes.
-	Size uint64 `json:"size"`
+	Size uint64
 	// Host is the ID of the member serving the region.
-	Host string `json:"host"`
+	Host string
 	// Epoch grows with every new incarnation of the region (each start of
 	// its host, later each leader change). Requests carrying an older
 	// epoch are refused with wire.StatusStaleEpoch.
-	Epoch uint64 `json:"epoch"`
+	Epoch uint64
 	// Path is the region file on Host, for same-host shared-memory reads.
-	Path string `json:"path,omitempty"`
-	// ReadKeys are the one-sided read registrations of the region, by
-	// provider name ("tcp", "shm"): each value is the JSON of an
-	// rdma.RemoteKey, to be unmarshalled by the reader. The table keeps
-	// them opaque so that it does not depend on the rdma package.
-	ReadKeys map[string]json.RawMessage `json:"read_keys,omitempty"`
+	Path string `json:",omitempty"`
+	// ReadKey lists the region's one-sided read registrations, one per
+	// provider: each element is the JSON form of an rdma.RemoteKey (whose
+	// "provider" field names the provider), to be unmarshalled by the
+	// reader. The table keeps them opaque so that it does not depend on
+	// the rdma package.
+	ReadKey []json.RawMessage `json:",omitempty"`
 }
 
-// ReadKey returns the raw remote key of provider and whether there is one.
-func (r *Region) ReadKey(provider string) (json.RawMessage, bool) {
-	k, ok := r.ReadKeys[provider]
-	return k, ok && len(k) > 0
+// ReadKeyFor returns the raw remote key of provider ("tcp", "shm") and
+// whether the region has one.
+func (r *Region) ReadKeyFor(provider string) (json.RawMessage, bool) {
+	for _, k := range r.ReadKey {
+		var p struct {
+			Provider string `json:"provider"`
+		}
+		if json.Unmarshal(k, &p) == nil && p.Provider == provider {
+			return k, true
+		}
+	}
+	return nil, false
 }
 
 // State is a consistent snapshot of the table.
@@ -220,15 +229,15 @@ func validRegion(r *Region) error {
 	return nil
 }
 
-// cloneRegion copies r's ReadKeys so that callers and the store share no
+// cloneRegion copies r's ReadKey so that callers and the store share no
 // memory.
 func cloneRegion(r Region) Region {
-	if r.ReadKeys != nil {
-		keys := make(map[string]json.RawMessage, len(r.ReadKeys))
-		for k, v := range r.ReadKeys {
-			keys[k] = slices.Clone(v)
+	if r.ReadKey != nil {
+		keys := make([]json.RawMessage, len(r.ReadKey))
+		for i, k := range r.ReadKey {
+			keys[i] = slices.Clone(k)
 		}
-		r.ReadKeys = keys
+		r.ReadKey = keys
 	}
 	return r
 }
