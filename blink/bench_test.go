@@ -71,11 +71,10 @@ type blinkImpl struct {
 }
 
 func newBlink(tb testing.TB, keys int) *blinkImpl {
-	// Room for the keys plus headroom for Insert's b.N more: ~1.1 KiB of
-	// node area and ~256 B of extent blocks per key at 1 KiB nodes.
-	per := uint64(1100)
-	mega := (uint64(keys)*per + 256<<20) &^ (1<<20 - 1)
-	size := mega + uint64(keys)*320 + 1<<30
+	// Room for the keys plus headroom for Insert's extra keys: measured
+	// ~110 B of nodes and ~256 B of extent blocks per key at 1 KiB nodes.
+	mega := (uint64(keys)*170 + 256<<20) &^ (1<<20 - 1)
+	size := mega + uint64(keys)*400 + 1<<30
 	r, err := meganode.Create(meganode.Options{
 		ID: 1, Size: size, MeganodeSize: mega, Meganodes: 1,
 		Dir: tb.TempDir(), Name: fmt.Sprintf("cell-bench-%d-%d", keys, rand.Uint64()),
@@ -173,6 +172,40 @@ func build(tb testing.TB, impl string, keys, vals [][]byte, n int) (treeImpl, fl
 	return t, float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
 }
 
+// extraKeys is how many fresh keys beyond the first n a workload holds, for
+// BenchmarkInsert (past them it inserts suffixed variants).
+const extraKeys = 1 << 20
+
+// built caches one built tree at a time, so that the b.N rounds of one
+// lookup benchmark share it instead of rebuilding.
+var built struct {
+	name   string
+	t      treeImpl
+	perKey float64
+}
+
+func getBuilt(tb testing.TB, impl string, n int) (treeImpl, float64) {
+	name := fmt.Sprintf("%s/%d", impl, n)
+	if built.name == name {
+		return built.t, built.perKey
+	}
+	if built.t != nil {
+		built.t.close()
+		built.t = nil
+	}
+	keys, vals, _ := getWorkload(n)
+	t, perKey := build(tb, impl, keys, vals, n)
+	built.name, built.t, built.perKey = name, t, perKey
+	return t, perKey
+}
+
+func dropBuilt() {
+	if built.t != nil {
+		built.t.close()
+	}
+	built.name, built.t = "", nil
+}
+
 // cache of workloads by size, so impls compare on the same keys.
 var (
 	wlMu sync.Mutex
@@ -188,7 +221,11 @@ func getWorkload(n int) ([][]byte, [][]byte, []int32) {
 	w, ok := wl[n]
 	if !ok {
 		clear(wl) // keep one size in memory at a time
-		w.keys, w.vals, w.order = workload(n, 42)
+		w.keys, w.vals, w.order = workload(n+extraKeys, 42)
+		w.order = w.order[:0]
+		for _, i := range rand.New(rand.NewPCG(7, 7)).Perm(n) {
+			w.order = append(w.order, int32(i))
+		}
 		wl[n] = w
 	}
 	return w.keys, w.vals, w.order
@@ -198,9 +235,8 @@ func BenchmarkPointLookup(b *testing.B) {
 	for _, sz := range sizes {
 		for _, impl := range impls {
 			b.Run(fmt.Sprintf("impl=%s/keys=%s", impl, sz.name), func(b *testing.B) {
-				keys, vals, order := getWorkload(sz.n)
-				t, perKey := build(b, impl, keys, vals, sz.n)
-				defer t.close()
+				keys, _, order := getWorkload(sz.n)
+				t, perKey := getBuilt(b, impl, sz.n)
 				dst := make([]byte, 0, 512)
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -218,29 +254,28 @@ func BenchmarkPointLookup(b *testing.B) {
 }
 
 // BenchmarkInsert inserts new keys into a tree already holding keys=N.
+// Run it with a fixed -benchtime (e.g. 500000x): each round builds a tree.
 func BenchmarkInsert(b *testing.B) {
+	dropBuilt()
 	for _, sz := range sizes {
 		for _, impl := range impls {
 			b.Run(fmt.Sprintf("impl=%s/keys=%s", impl, sz.name), func(b *testing.B) {
 				keys, vals, _ := getWorkload(sz.n)
-				half := sz.n / 2
-				t, _ := build(b, impl, keys, vals, half)
+				t, _ := build(b, impl, keys, vals, sz.n)
 				defer t.close()
-				// Fresh keys come from the other half of the workload,
-				// cycled with a counter suffix past it.
+				// Fresh keys come after the first N of the workload,
+				// then suffixed variants of them.
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
-					j := half + i%(sz.n-half)
+					j := sz.n + i%extraKeys
 					k := keys[j]
-					if i >= sz.n-half {
+					if i >= extraKeys {
+						b.StopTimer()
 						k = fmt.Appendf(bytes.Clone(k[:min(len(k), 48)]), "#%d", i)
+						b.StartTimer()
 					}
-					if impl == "blink" {
-						t.put(k, vals[j])
-					} else {
-						t.put(k, vals[j])
-					}
+					t.put(k, vals[j])
 				}
 			})
 		}
@@ -253,6 +288,7 @@ func BenchmarkConcurrentLookup(b *testing.B) {
 	const n = 1 << 20
 	for _, impl := range []string{"blink", "googlebtree"} {
 		b.Run(fmt.Sprintf("impl=%s/keys=1M", impl), func(b *testing.B) {
+			dropBuilt()
 			keys, vals, order := getWorkload(n)
 			half := n / 2
 			t, _ := build(b, impl, keys, vals, half)
@@ -289,7 +325,7 @@ func BenchmarkConcurrentLookup(b *testing.B) {
 				dst := make([]byte, 0, 512)
 				for pb.Next() {
 					i := int(next.Add(1))
-					k := keys[order[i%n]]
+					k := keys[order[i%n]%int32(half)]
 					if impl == "blink" {
 						t.get(k, dst[:0])
 					} else {

@@ -81,7 +81,7 @@ func (t *Tree) Put(key, value []byte) error {
 	if err != nil {
 		return err
 	}
-	var payload [extentPayload]byte
+	payload := t.mu.payload[:]
 	le.PutUint64(payload[0:], uint64(ext))
 	le.PutUint32(payload[8:], uint32(n))
 	le.PutUint64(payload[12:], crc)
@@ -89,12 +89,12 @@ func (t *Tree) Put(key, value []byte) error {
 		old, oldLen, _ := ln.extent(i)
 		img := t.mu.scratch
 		copy(img, ln)
-		copy(img.payload(i), payload[:])
+		copy(img.payload(i), payload)
 		t.publish(leaf, img)
 		t.ext.Free(old.Offset(), roundUp8(oldLen))
 		return nil
 	}
-	t.insertLocked(0, leaf, i, key, payload[:])
+	t.insertLocked(0, leaf, i, key, payload)
 	t.flushHeaderLocked()
 	return nil
 }
@@ -116,20 +116,20 @@ func (t *Tree) InsertChild(key []byte, child Ptr) error {
 		return err
 	}
 	ln := t.nodeBytes(leaf)
-	var payload [pointerPayload]byte
-	le.PutUint64(payload[:], uint64(child))
+	payload := t.mu.payload[:pointerPayload]
+	le.PutUint64(payload, uint64(child))
 	i, found := ln.lowerBound(key)
 	if found {
 		img := t.mu.scratch
 		copy(img, ln)
-		copy(img.payload(i), payload[:])
+		copy(img.payload(i), payload)
 		t.publish(leaf, img)
 		return nil
 	}
 	if err := t.roomForInsertLocked(); err != nil {
 		return err
 	}
-	t.insertLocked(0, leaf, i, key, payload[:])
+	t.insertLocked(0, leaf, i, key, payload)
 	t.flushHeaderLocked()
 	return nil
 }
@@ -177,8 +177,8 @@ func (t *Tree) writeExtentLocked(key, value []byte) (Ptr, int, uint64, error) {
 // up to the parent as a decoupled insert (Sagiv), growing a new root when
 // the root splits. REQUIRES: t.mu held; roomForInsertLocked passed.
 func (t *Tree) insertLocked(lv int, p Ptr, i int, key, payload []byte) {
-	var sepBuf [MaxNodeSize / 8]byte
-	var childPayload [pointerPayload]byte
+	sepBuf := t.mu.sep[:]
+	childPayload := t.mu.childPl[:]
 	for {
 		n := t.nodeBytes(p)
 		if n.fits(len(key)) {
@@ -189,9 +189,9 @@ func (t *Tree) insertLocked(lv int, p Ptr, i int, key, payload []byte) {
 			return
 		}
 		sep, right := t.splitLocked(p, i, key, payload)
-		key = sepBuf[:copy(sepBuf[:], sep)]
-		le.PutUint64(childPayload[:], uint64(right))
-		payload = childPayload[:]
+		key = sepBuf[:copy(sepBuf, sep)]
+		le.PutUint64(childPayload, uint64(right))
+		payload = childPayload
 
 		if lv+1 >= t.height() {
 			t.growRootLocked(p, key, right)

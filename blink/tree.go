@@ -145,6 +145,11 @@ type Tree struct {
 		right    node // right half of a split
 		path     []Ptr
 		splitBuf []entryRef
+		// Writer-owned buffers that split entries may reference (on the
+		// stack they would escape to the heap on every insert).
+		sep     [MaxNodeSize / 8]byte
+		payload [extentPayload]byte
+		childPl [pointerPayload]byte
 	}
 }
 

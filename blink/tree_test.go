@@ -113,3 +113,56 @@ func TestOpenFormatted(t *testing.T) {
 		t.Fatalf("Open of a non-meganode: %v", err)
 	}
 }
+
+// TestNoAllocations pins the allocation-free read path (and write path, once
+// the writer's buffers have grown).
+func TestNoAllocations(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("coverage and the race detector change allocation behaviour (sync.Pool drops items under -race)")
+	}
+	tr, _ := newTestTree(t, testTreeOpts{nodeSize: 512})
+	keys := make([][]byte, 5000)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("key-%06d", i*13%5000))
+		if err := tr.Put(keys[i], []byte("value")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst := make([]byte, 0, 64)
+	i := 0
+	if a := testing.AllocsPerRun(1000, func() {
+		if _, err := tr.Get(keys[i%len(keys)], dst[:0]); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	}); a != 0 {
+		t.Errorf("Get: %v allocs per call", a)
+	}
+	if a := testing.AllocsPerRun(1000, func() {
+		tr.Contains(keys[i%len(keys)])
+		i++
+	}); a != 0 {
+		t.Errorf("Contains: %v allocs per call", a)
+	}
+	if a := testing.AllocsPerRun(1000, func() {
+		if err := tr.Put(keys[i%len(keys)], []byte("other")); err != nil {
+			t.Fatal(err)
+		}
+		i++
+	}); a != 0 {
+		t.Errorf("Put (update): %v allocs per call", a)
+	}
+	fresh := make([][]byte, 3000)
+	for j := range fresh {
+		fresh[j] = []byte(fmt.Sprintf("new-%06d", j))
+	}
+	j := 0
+	if a := testing.AllocsPerRun(2000, func() {
+		if err := tr.Put(fresh[j%len(fresh)], []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		j++
+	}); a != 0 {
+		t.Errorf("Put (insert with splits): %v allocs per call", a)
+	}
+}
