@@ -111,6 +111,7 @@ func TestConformance(t *testing.T) {
 		{"ConcurrentReaders", testConcurrentReaders},
 		{"ContextEnded", testContextEnded},
 		{"TornMidWrite", testTornMidWrite},
+		{"HotNode", testHotNode},
 		{"ConcurrentWriter", testConcurrentWriter},
 		{"ServerClose", testServerClose},
 		{"ClientClose", testClientClose},
@@ -685,6 +686,99 @@ func testConcurrentWriter(t *testing.T, h harness) {
 		if string(got[:n]) != string(want[:n]) {
 			t.Fatalf("nodes %d..%d read back differently from memory", first, first+n/ns)
 		}
+	}
+}
+
+// testHotNode: readers read one node one-sided while the writer rewrites
+// it back to back, so most copies overlap a publish. Every copy that
+// blink.CheckCopy accepts must be byte for byte the image the writer
+// published under that version (the writer records each one after its
+// Put). This catches a provider that copies out of address order or not
+// word-atomically, which the version check alone cannot.
+func testHotNode(t *testing.T, h harness) {
+	region, m := newTreeRegion(t)
+	p := h.start(t, harnessKnobs{})
+	rk := mustRegister(t, p.srv, region)
+	tree := m.Tree()
+	ns := tree.NodeSize()
+	key := func(i int) []byte { return fmt.Appendf(nil, "hot-%d", i) }
+	for i := range 8 {
+		if err := tree.Put(key(i), []byte("initial")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u := tree.Usage(); u.Height != 1 {
+		t.Fatalf("tree of height %d, want a single leaf", u.Height)
+	}
+	root := tree.Root()
+	table := crc64.MakeTable(crc64.ECMA)
+	published := make(map[uint64]uint64) // version -> CRC; the writer's until the readers stop
+	snap := atomicmem.Alloc(ns)
+	publish := func() {
+		if !tree.NodeBytes(root, snap) {
+			t.Fatalf("node %v is not in the meganode", root)
+		}
+		published[le.Uint64(snap)] = crc64.Checksum(snap, table)
+	}
+	publish()
+
+	type copyID struct{ version, sum uint64 }
+	var (
+		stop     atomic.Bool
+		wg       sync.WaitGroup
+		accepted = make([][]copyID, 2)
+		torn     atomic.Int64
+	)
+	for g := range accepted {
+		wg.Go(func() {
+			buf := atomicmem.Alloc(ns)
+			for !stop.Load() {
+				if err := p.cl.Read(context.Background(), &rk, root.Offset(), buf); err != nil {
+					t.Errorf("Read: %v", err)
+					return
+				}
+				switch r := blink.CheckCopy(buf); r {
+				case blink.OK:
+					accepted[g] = append(accepted[g], copyID{le.Uint64(buf), crc64.Checksum(buf, table)})
+				case blink.Torn:
+					torn.Add(1)
+				default:
+					t.Errorf("copy of the hot node judged %v", r)
+					return
+				}
+			}
+		})
+	}
+	start := time.Now()
+	ops := 0
+	for ; time.Since(start) < 300*time.Millisecond && !t.Failed(); ops++ {
+		if err := tree.Put(key(ops%8), make([]byte, 1+ops%61)); err != nil {
+			t.Fatal(err)
+		}
+		publish()
+	}
+	stop.Store(true)
+	wg.Wait()
+	verified, unknown := 0, 0
+	for _, list := range accepted {
+		for _, c := range list {
+			want, ok := published[c.version]
+			switch {
+			case !ok:
+				unknown++
+			case want != c.sum:
+				t.Errorf("an accepted copy of version %d differs from the image the writer published", c.version)
+			default:
+				verified++
+			}
+		}
+	}
+	t.Logf("%d writes, %d accepted copies verified, %d of unrecorded versions, %d torn", ops, verified, unknown, torn.Load())
+	if verified < 50 {
+		t.Fatalf("only %d accepted copies verified", verified)
+	}
+	if unknown > verified/10 {
+		t.Fatalf("%d accepted copies of versions the writer never left the node in", unknown)
 	}
 }
 

@@ -439,4 +439,19 @@ func TestTCPReadAllocs(t *testing.T) {
 	if allocs > 0.5 {
 		t.Fatalf("%.2f allocations per read, want ~0", allocs)
 	}
+	// Posted ops with a context that cannot end allocate nothing either.
+	cq := NewCQ(1)
+	var op Op
+	op.Prepare(&rk, 64, dst)
+	allocs = testing.AllocsPerRun(500, func() {
+		if err := cl.Post(ctx, &op, cq); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := cq.Wait(ctx); err != nil || got.Err() != nil {
+			t.Fatal(err, got.Err())
+		}
+	})
+	if allocs > 0.5 {
+		t.Fatalf("%.2f allocations per posted read, want ~0", allocs)
+	}
 }
