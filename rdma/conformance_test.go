@@ -102,6 +102,7 @@ func TestConformance(t *testing.T) {
 	}{
 		{"ReadExact", testReadExact},
 		{"VectorReads", testVectorReads},
+		{"OffHeapDestination", testOffHeapDestination},
 		{"Errors", testErrors},
 		{"ServerChecksBounds", testServerChecksBounds},
 		{"DeregisterRevokesAtOnce", testDeregisterRevokesAtOnce},
@@ -196,6 +197,30 @@ func testVectorReads(t *testing.T, h harness) {
 	}
 	if err := p.cl.ReadV(ctx, &rk, nil); err != nil {
 		t.Fatalf("ReadV of no segments: %v", err)
+	}
+}
+
+// testOffHeapDestination: destinations may live outside the Go heap (a
+// landing area mapped by the caller), for single, vector and posted reads.
+func testOffHeapDestination(t *testing.T, h harness) {
+	p, _, rk, seed := patternRegion(t, h, harnessKnobs{})
+	area := offHeap(t, 1<<20)
+	ctx := context.Background()
+	if err := p.cl.Read(ctx, &rk, 8192, area[:64<<10]); err != nil {
+		t.Fatal(err)
+	}
+	checkPattern(t, seed, 8192, area[:64<<10])
+	segs := []Segment{{Off: 0, Dst: area[1<<19 : 1<<19+1024]}, {Off: 1 << 20, Dst: area[3 : 3+4096]}}
+	if err := p.cl.ReadV(ctx, &rk, segs); err != nil {
+		t.Fatal(err)
+	}
+	var op Op
+	op.Prepare(&rk, rk.Len-4096, area[len(area)-4096:])
+	if err := ReadAll(ctx, p.cl, []*Op{&op}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range append(segs, op.Segs...) {
+		checkPattern(t, seed, s.Off, s.Dst)
 	}
 }
 

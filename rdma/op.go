@@ -214,7 +214,8 @@ func (cq *CQ) release() { cq.outstanding.Add(-1) }
 // ReadAll posts every op to c and waits for all of them, even when ctx ends
 // first (they then complete promptly with ctx's error), so that every
 // destination is the caller's again when it returns. It returns the first
-// failed op's error, or nil; each op's Err tells its own outcome.
+// error met, or nil; each op's Err tells its own outcome (an op that could
+// not be posted reports why, unless it was in flight elsewhere).
 func ReadAll(ctx context.Context, c Client, ops []*Op) error {
 	if len(ops) == 0 {
 		return nil
@@ -224,7 +225,9 @@ func ReadAll(ctx context.Context, c Client, ops []*Op) error {
 	posted := 0
 	for _, op := range ops {
 		if err := c.Post(ctx, op, cq); err != nil {
-			op.err = err
+			if !errors.Is(err, ErrInFlight) {
+				op.err = err // the op is idle: its outcome is the caller's to read
+			}
 			if first == nil {
 				first = err
 			}

@@ -33,6 +33,10 @@ type TCPOptions struct {
 	// waiting in the read buffer; it grows to hold the largest reply
 	// (MaxReadLen plus a header). Default 64 KiB.
 	WriteBufferSize int
+	// WriteTimeout bounds each write of replies: a client that stops
+	// reading its replies loses its connection instead of pinning a
+	// goroutine and a buffer. Default 30s.
+	WriteTimeout time.Duration
 	// Logger receives connection errors and malformed-frame reports.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -53,7 +57,8 @@ type TCPResponderKnobs struct {
 
 // Defaults of TCPOptions.
 const (
-	DefaultTCPBufferSize = 64 << 10
+	DefaultTCPBufferSize         = 64 << 10
+	DefaultResponderWriteTimeout = 30 * time.Second
 	// maxTombstones is how many deregistered keys a responder remembers,
 	// to answer ErrRevoked rather than ErrBadKey.
 	maxTombstones = 1024
@@ -68,6 +73,9 @@ func (o *TCPOptions) EnsureDefaults() {
 	if o.WriteBufferSize == 0 {
 		o.WriteBufferSize = DefaultTCPBufferSize
 	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultResponderWriteTimeout
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -81,6 +89,9 @@ func (o *TCPOptions) Validate() error {
 	}
 	if o.ReadBufferSize < reqHeaderSize || o.WriteBufferSize < replyHeaderSize {
 		return fmt.Errorf("rdma: buffer sizes %d/%d too small: %w", o.ReadBufferSize, o.WriteBufferSize, ErrInvalidOptions)
+	}
+	if o.WriteTimeout < 0 {
+		return fmt.Errorf("rdma: negative write timeout: %w", ErrInvalidOptions)
 	}
 	return nil
 }
@@ -468,7 +479,10 @@ func (s *session) flush() error {
 		return nil
 	}
 	s.flushStats()
-	_, err := s.nc.Write(s.out)
+	err := s.nc.SetWriteDeadline(time.Now().Add(s.r.opts.WriteTimeout))
+	if err == nil {
+		_, err = s.nc.Write(s.out)
+	}
 	s.out = s.out[:0]
 	if cap(s.out) > 4*s.r.opts.WriteBufferSize {
 		// Do not keep a buffer grown for one huge reply.

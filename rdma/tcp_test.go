@@ -455,3 +455,23 @@ func TestTCPReadAllocs(t *testing.T) {
 		t.Fatalf("%.2f allocations per posted read, want ~0", allocs)
 	}
 }
+
+// TestTCPResponderWriteTimeout: a client that sends requests but never
+// reads the replies loses its connection after WriteTimeout.
+func TestTCPResponderWriteTimeout(t *testing.T) {
+	srv, _, rk, _ := newTCP(t, TCPOptions{WriteTimeout: 100 * time.Millisecond}, TCPClientOptions{})
+	nc, err := net.Dial("tcp", srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var reqs []byte
+	for i := range 64 {
+		reqs = appendRequest(reqs, uint64(i+1), rk.Key, rk.Region, []Segment{{Off: 0, Dst: make([]byte, 1<<20)}})
+	}
+	if _, err := nc.Write(reqs); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the connection to be accepted", func() bool { return srv.Stats().Conns == 1 })
+	waitFor(t, "the responder to drop the connection", func() bool { return srv.Stats().OpenConns == 0 })
+}
