@@ -198,6 +198,11 @@ func testVectorReads(t *testing.T, h harness) {
 	if err := p.cl.ReadV(ctx, &rk, nil); err != nil {
 		t.Fatalf("ReadV of no segments: %v", err)
 	}
+	var empty Op
+	empty.PrepareV(&rk, nil)
+	if err := ReadAll(ctx, p.cl, []*Op{&empty}); err != nil {
+		t.Fatalf("posted op of no segments: %v", err)
+	}
 }
 
 // testOffHeapDestination: destinations may live outside the Go heap (a

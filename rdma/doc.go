@@ -191,6 +191,14 @@
 // reading past the end of a shrunk file would die of SIGBUS (meganode never
 // shrinks region files).
 //
+// # Trust
+//
+// Keys and bounds protect correctness, not secrecy. The tcp responder does
+// not authenticate its clients (run it, like Cell's RPC port, on a trusted
+// network); keys are random so that a stale or mistaken key fails, not to
+// keep anyone out. A shm client can read whatever its user can open:
+// file permissions are the only boundary.
+//
 // # What this hardware can show
 //
 // The paper's case for client-side search is that an RDMA read costs the

@@ -154,7 +154,7 @@ type Client interface {
 	ReadV(ctx context.Context, rk *RemoteKey, segs []Segment) error
 	// Post starts op (see Op) and returns at once; its completion is
 	// delivered to cq. If Post returns an error, nothing was started and
-	// no completion will come. ctx bounds the read as for Read: when it
+	// no completion will come. An op of no segments completes at once. ctx bounds the read as for Read: when it
 	// ends first, the op completes with ctx.Err() (wrapped).
 	Post(ctx context.Context, op *Op, cq *CQ) error
 	// Close fails reads in flight with ErrClosed and releases the client's

@@ -124,9 +124,6 @@ func (c *SHMClient) Post(ctx context.Context, op *Op, cq *CQ) error {
 	if err := c.check(op.Remote, op.Segs); err != nil {
 		return err
 	}
-	if len(op.Segs) == 0 {
-		return fmt.Errorf("rdma: op has no segments")
-	}
 	select {
 	case <-ctx.Done():
 		return ctxErr(ctx)

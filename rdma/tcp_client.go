@@ -186,9 +186,6 @@ func (c *TCPClient) post(ctx context.Context, op *Op, cq *CQ, watch bool) (*tcpC
 	if _, err := checkSegments(op.Segs, rk.Len, &c.opts.Limits); err != nil {
 		return nil, 0, err
 	}
-	if len(op.Segs) == 0 {
-		return nil, 0, errors.New("rdma: op has no segments")
-	}
 	select {
 	case <-ctx.Done():
 		return nil, 0, ctxErr(ctx)
@@ -197,6 +194,10 @@ func (c *TCPClient) post(ctx context.Context, op *Op, cq *CQ, watch bool) (*tcpC
 	gen, err := op.begin(cq)
 	if err != nil {
 		return nil, 0, err
+	}
+	if len(op.Segs) == 0 {
+		op.complete(nil) // nothing to read; only Post gets here
+		return nil, gen, nil
 	}
 	ep := c.endpoint(rk.Addr)
 	for attempt := 0; ; attempt++ {

@@ -17,10 +17,6 @@ const (
 	reqHeaderSize   = 32
 	segDescSize     = 16
 	replyHeaderSize = 16
-
-	// maxRequestSize is the largest well-formed request: a header and
-	// MaxSegmentsLimit segment descriptors.
-	maxRequestSize = reqHeaderSize + segDescSize*MaxSegmentsLimit
 )
 
 // Offsets in a request header.

@@ -329,7 +329,7 @@ func (r *TCPResponder) serveConn(nc net.Conn) {
 	if errors.Is(err, ErrProtocol) {
 		r.stats.malformed.Add(1)
 		r.opts.Logger.Warn("rdma: closing connection after a malformed frame", slog.String("remote", nc.RemoteAddr().String()), slog.Any("error", err))
-	} else if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+	} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		r.opts.Logger.Debug("rdma: connection ended", slog.String("remote", nc.RemoteAddr().String()), slog.Any("error", err))
 	}
 	_ = nc.Close()
@@ -338,7 +338,8 @@ func (r *TCPResponder) serveConn(nc net.Conn) {
 	r.mu.Unlock()
 }
 
-// loop serves requests until the connection ends or misbehaves.
+// loop serves requests until the connection ends (io.EOF) or misbehaves;
+// it never returns nil.
 func (s *session) loop() error {
 	lim := &s.r.opts.Limits
 	for {
