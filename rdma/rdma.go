@@ -75,6 +75,12 @@ type RemoteKey struct {
 	// the word in it that holds Key while the registration is live (shm).
 	Table string `json:"table,omitempty"`
 	Slot  uint32 `json:"slot,omitempty"`
+
+	// Desc is an opaque descriptor for providers that need more (a
+	// libfabric provider's raw endpoint address and the region's remote
+	// base address). Unused by tcp and shm. A string, so that RemoteKeys
+	// stay comparable with ==.
+	Desc string `json:"desc,omitempty"`
 }
 
 func (rk *RemoteKey) String() string {
