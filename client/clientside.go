@@ -1,0 +1,401 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"time"
+
+	"github.com/cellstore/cell/blink"
+)
+
+// source is the cached information that led a traversal to a node, to be
+// dropped if the node proves it stale (paper §2.3: "if they follow a
+// right-link pointer, they invalidate any information cached from the
+// parent node").
+type source struct {
+	node   blink.Ptr // a cached node copy whose entry pointed here
+	rootOf blink.Ptr // the meganode whose cached local root this was
+}
+
+func (op *searchOp) dropSource(s source) {
+	if !s.node.IsNil() {
+		op.c.nodes.drop(s.node)
+	}
+	if !s.rootOf.IsNil() {
+		op.c.paths.setRoot(s.rootOf, 0)
+	}
+}
+
+// maxHopRestarts is how often one client-side hop restarts from its
+// meganode's header before the whole search restarts from the root.
+const maxHopRestarts = 2
+
+// clientHop traverses one meganode with one-sided reads (paper §2.3): read
+// its header for the local root (unless the path cache knows it), then
+// copy nodes from the root down, each checked with blink.CheckCopy and
+// stepped with blink.View.StepFor, the same rule the server applies.
+// Torn copies are re-read; a copy that is invalid or no longer covers the
+// key restarts the hop from the header, and after maxHopRestarts the
+// search from the root; a right link is followed (also out of the
+// meganode, which a meganode split makes necessary). Upper nodes are
+// served from and added to the node cache. At an extent leaf the record
+// is fetched and its CRC checked; at a leaf of an inner meganode the
+// child meganode is the next hop. Every read's latency feeds the
+// selector's l_r, the meganode's height its m.
+func (op *searchOp) clientHop(ctx context.Context, h *hopState) (hopState, bool, error) {
+	c := op.c
+	for hopRestarts := 0; ; hopRestarts++ {
+		if hopRestarts > maxHopRestarts {
+			return hopState{}, false, errRestart
+		}
+		if hopRestarts > 0 {
+			op.restarts++
+			if op.restarts > c.cfg.MaxRestarts {
+				return hopState{}, false, errRestart
+			}
+		}
+		var via source
+		if h.root.IsNil() || hopRestarts > 0 {
+			if err := op.readHeader(ctx, h); err != nil {
+				return hopState{}, false, err
+			}
+			if op.kind == opLocate && h.level == 0 {
+				op.res.leaf = h.ptr
+				return hopState{}, true, nil
+			}
+		} else {
+			via.rootOf = h.ptr
+		}
+		c.sel.ObserveHeight(h.height)
+		next, done, err := op.walk(ctx, h, via)
+		if !errors.Is(err, errRestartHop) {
+			return next, done, err
+		}
+	}
+}
+
+// errRestartHop restarts the current hop from its meganode's header.
+var errRestartHop = errors.New("cell: restart hop")
+
+// walk descends from h's local root to a leaf and ends the hop there.
+func (op *searchOp) walk(ctx context.Context, h *hopState, via source) (hopState, bool, error) {
+	c, t := op.c, op.t
+	p := h.root
+	level := h.level            // global level of the meganode(s) walked
+	local := max(h.height-1, 0) // expected local level of p
+	crossed := false            // left h's meganode through a right link
+	bypassNode := false         // read p fresh, not from the cache
+	crcRetry := false           // re-reading a leaf after a CRC mismatch
+	for {
+		view, cached, r, err := op.node(ctx, p, level, local, bypassNode || crcRetry)
+		if err != nil {
+			return hopState{}, false, err
+		}
+		bypassNode, crcRetry = false, false
+		if r != blink.OK {
+			// Invalid (freed or moved by a meganode split) or corrupt.
+			op.dropSource(via)
+			c.countRetry(causeInvalid)
+			return hopState{}, false, errRestartHop
+		}
+		step := view.StepFor(op.key)
+		switch step.Covers {
+		case blink.OK:
+		case blink.AboveMax:
+			if step.Next.IsNil() {
+				if cached {
+					c.nodes.drop(p)
+					c.countRetry(causeStaleCache)
+					bypassNode = true
+					continue
+				}
+				c.countRetry(causeOutOfRange)
+				return hopState{}, false, errRestartHop
+			}
+			op.dropSource(via)
+			if !crossed && !t.inMeganode(step.Next, h.ptr) {
+				// The meganode split and the key now lies right of it:
+				// its cached range is stale.
+				crossed = true
+				c.paths.drop(h.ptr)
+			}
+			via = source{}
+			if cached {
+				via.node = p
+			}
+			p, local = step.Next, view.Level()
+			continue
+		case blink.OutOfRange:
+			if cached {
+				c.nodes.drop(p)
+				c.countRetry(causeStaleCache)
+				bypassNode = true
+				continue
+			}
+			op.dropSource(via)
+			c.countRetry(causeOutOfRange)
+			return hopState{}, false, errRestartHop
+		default: // Corrupt: an inner node without entries
+			op.dropSource(via)
+			c.countRetry(causeInvalid)
+			return hopState{}, false, errRestartHop
+		}
+
+		if view.Level() > 0 {
+			if !cached && op.cacheable(level, view.Level()) {
+				c.nodes.put(p, view)
+				cached = true
+			}
+			via = source{}
+			if cached {
+				via.node = p
+			}
+			p, local = step.Next, view.Level()-1
+			continue
+		}
+
+		if view.Extents() {
+			done, err := op.leaf(ctx, view, step)
+			if errors.Is(err, errCRC) {
+				crcRetry = true
+				op.restarts++
+				if op.restarts > c.cfg.MaxRestarts {
+					return hopState{}, false, errRestart
+				}
+				continue
+			}
+			return hopState{}, done, err
+		}
+
+		// A leaf of an inner meganode: its entry points to the child
+		// meganode covering the key (the last entry whose key <= key).
+		if view.Count() == 0 {
+			op.dropSource(via)
+			c.countRetry(causeInvalid)
+			return hopState{}, false, errRestartHop
+		}
+		i := step.Index
+		if !step.Found && i > 0 {
+			i--
+		}
+		child := view.Child(i)
+		if !cached && op.cacheable(level, 0) {
+			c.nodes.put(p, view)
+			cached = true
+		}
+		next := hopState{meganodeInfo: meganodeInfo{ptr: child, level: -1}}
+		if level > 0 {
+			next.level = level - 1
+		}
+		if cached {
+			next.via = p
+		}
+		return next, false, nil
+	}
+}
+
+// errCRC: an extent record did not match its leaf entry (re-read both).
+var errCRC = errors.New("cell: extent CRC mismatch")
+
+// leaf ends a search at the extent leaf view (a leaf of a leaf meganode).
+func (op *searchOp) leaf(ctx context.Context, view blink.View, step blink.Step) (bool, error) {
+	if !step.Found {
+		op.res.found = false
+		return true, nil
+	}
+	if op.kind != opGet {
+		op.res.found = true
+		return true, nil
+	}
+	ext, n, crc := view.Extent(step.Index)
+	if n < blink.ExtentLen(len(op.key), 0) || n > blink.ExtentLen(len(op.key), maxValueLen) {
+		return false, wrapErr(ErrCorruption, fmt.Errorf("leaf entry for %q gives a record of %d bytes", op.key, n))
+	}
+	padded := (n + 7) &^ 7
+	if cap(op.sc.rec) < padded {
+		op.sc.rec = make([]byte, padded)
+	}
+	rec := op.sc.rec[:padded]
+	if err := op.read(ctx, ext, rec); err != nil {
+		return false, err
+	}
+	if k := op.c.cfg.TestingKnobs.AfterExtentRead; k != nil {
+		k(uint64(ext), rec)
+	}
+	key, value, err := blink.DecodeExtent(rec[:n], crc)
+	switch {
+	case errors.Is(err, blink.ErrTorn):
+		// The record changed after the leaf was copied (paper §2.3, the
+		// Pilaf technique): re-read the leaf and the record.
+		op.c.countRetry(causeCRC)
+		return false, errCRC
+	case err != nil:
+		return false, wrapErr(ErrCorruption, fmt.Errorf("extent %v: %w", ext, err))
+	case !bytes.Equal(key, op.key):
+		return false, wrapErr(ErrCorruption, fmt.Errorf("extent %v holds key %q, leaf entry is for %q", ext, key, op.key))
+	}
+	op.res.found = true
+	op.res.value = append(op.res.value, value...)
+	return true, nil
+}
+
+// maxValueLen is the largest value a record may hold.
+const maxValueLen = 1 << 20
+
+// cacheable reports whether a node at local level local of a meganode at
+// global level level may be cached: it must be at least
+// NodeCacheMinLevel levels above the leaves. Within a leaf meganode the
+// local level is that height exactly; a meganode at level g > 0 stands
+// above g levels of meganodes, each about m (the selector's running
+// average height) tall. Extent leaves are never cached, whatever the
+// setting: they are where values are found, and a stale one would give a
+// stale value.
+func (op *searchOp) cacheable(level, local int) bool {
+	c := op.c
+	if c.nodes == nil || op.bypass {
+		return false
+	}
+	if level <= 0 {
+		return local > 0 && local >= c.cfg.NodeCacheMinLevel
+	}
+	height := float64(local) + float64(level)*math.Max(c.sel.M(), 1)
+	return height >= float64(c.cfg.NodeCacheMinLevel)
+}
+
+// node returns a checked copy of the node at p: from the node cache when
+// the node is cacheable and cached (cached true), else read one-sided into
+// the op's buffer, re-read while torn. r is the copy's blink.CheckCopy
+// verdict (never Torn). level and local are the global and expected local
+// level of p, to skip cache lookups of nodes that cannot be cached.
+func (op *searchOp) node(ctx context.Context, p blink.Ptr, level, local int, fresh bool) (blink.View, bool, blink.Reason, error) {
+	c := op.c
+	if !fresh && op.cacheable(level, local) {
+		if v, ok := c.nodes.get(p); ok {
+			return v, true, blink.OK, nil
+		}
+	}
+	buf := op.sc.node
+	for {
+		if err := op.read(ctx, p, buf); err != nil {
+			return nil, false, 0, err
+		}
+		if k := c.cfg.TestingKnobs.AfterNodeRead; k != nil {
+			k(uint64(p), buf)
+		}
+		r := blink.CheckCopy(buf)
+		if r != blink.Torn {
+			return blink.View(buf), false, r, nil
+		}
+		if err := op.torn(); err != nil {
+			return nil, false, 0, err
+		}
+	}
+}
+
+// torn counts a torn copy and bounds the re-reads, yielding now and then
+// so that a reader never spins against a writer it shares a CPU with.
+func (op *searchOp) torn() error {
+	op.c.countRetry(causeTorn)
+	op.restarts++
+	if op.restarts > op.c.cfg.MaxRestarts {
+		return errRestart
+	}
+	if op.restarts%16 == 0 {
+		runtime.Gosched()
+	}
+	return nil
+}
+
+// readHeader reads meganode h.ptr's header and fills in h: level, height,
+// local root. It re-reads torn copies. A header that is invalid, of
+// another level than expected, or whose range starts above the key, means
+// the pointer that led here is stale: the cached routing is dropped and
+// the search restarts.
+func (op *searchOp) readHeader(ctx context.Context, h *hopState) error {
+	c := op.c
+	buf := op.sc.node
+	for {
+		if err := op.read(ctx, h.ptr, buf); err != nil {
+			return err
+		}
+		if k := c.cfg.TestingKnobs.AfterNodeRead; k != nil {
+			k(uint64(h.ptr), buf)
+		}
+		hdr, r := blink.DecodeHeader(buf)
+		if r == blink.Torn {
+			if err := op.torn(); err != nil {
+				return err
+			}
+			continue
+		}
+		cause := causeInvalid
+		if r == blink.OK {
+			switch {
+			case hdr.NodeSize != op.t.nodeSize:
+				return wrapErr(ErrCorruption, fmt.Errorf("meganode %v has %d-byte nodes, store %d", h.ptr, hdr.NodeSize, op.t.nodeSize))
+			case h.level >= 0 && hdr.Level != h.level, hdr.Root.IsNil():
+			case !hdr.Bounds.MinInf && bytes.Compare(op.key, hdr.Bounds.Min) < 0:
+				cause = causeOutOfRange
+			default:
+				h.level, h.height, h.root = hdr.Level, max(hdr.Height, 1), hdr.Root
+				op.learnHeader(h, &hdr)
+				return nil
+			}
+		}
+		// The meganode is gone or is not the one the pointer meant.
+		op.dropHop(h)
+		c.countRetry(cause)
+		if h.ptr == op.t.root {
+			c.kickRefresh() // the root meganode moved
+		}
+		return errRestart
+	}
+}
+
+// learnHeader records a meganode whose header a client-side hop read.
+func (op *searchOp) learnHeader(h *hopState, hdr *blink.Header) {
+	paths := op.c.paths
+	if paths == nil {
+		return
+	}
+	b := &hdr.Bounds
+	if h.fromCache && paths.freshBounds(h.ptr, hdr.Level, h.height, b) {
+		paths.setRoot(h.ptr, hdr.Root)
+		return
+	}
+	paths.insert(meganodeInfo{ptr: h.ptr, level: hdr.Level, height: h.height, root: hdr.Root, rng: ownedBounds(b)})
+}
+
+// read copies len(dst) bytes at p one-sided into dst, through the reader
+// of p's region, and feeds the latency to the selector. A failed read
+// (other than the context ending) counts its cause, sends the rest of the
+// op server-side and restarts it: the region moved or its registration
+// went, which a topology refresh will tell.
+func (op *searchOp) read(ctx context.Context, p blink.Ptr, dst []byte) error {
+	c := op.c
+	reg := op.t.regions[p.Region()]
+	if reg == nil || reg.reader == nil {
+		op.forceServer = true
+		return errRestart
+	}
+	start := time.Now()
+	err := reg.reader.Read(ctx, reg.rk, p.Offset(), dst)
+	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		c.countRetry(readCause(err))
+		c.log.Debug("cell client: one-sided read failed", "region", p.Region(), "error", err)
+		op.forceServer = true
+		c.kickRefresh()
+		return errRestart
+	}
+	reg.srv.est.ObserveRead(time.Since(start))
+	c.counters.reads.Add(1)
+	c.counters.readBytes.Add(uint64(len(dst)))
+	return nil
+}

@@ -1,0 +1,269 @@
+package client
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellstore/cell/locality"
+	"github.com/cellstore/cell/rdma"
+	"github.com/cellstore/cell/wire"
+)
+
+// Provider names accepted by Config.Provider.
+const (
+	// ProviderAuto reads a region over shared memory when its server runs
+	// on this host (same host identity) and the region file is readable,
+	// and over TCP otherwise.
+	ProviderAuto = "auto"
+	// ProviderTCP reads regions through the servers' TCP responders.
+	ProviderTCP = rdma.ProviderTCP
+	// ProviderSHM maps region files read-only; regions of servers on
+	// other hosts are then searched server-side only.
+	ProviderSHM = rdma.ProviderSHM
+)
+
+// Defaults of Config.
+const (
+	DefaultNodeCacheBytes    = 128 << 20
+	DefaultNodeCacheMinLevel = 4
+	DefaultPathCacheEntries  = 4096
+	DefaultConnsPerServer    = 2
+	DefaultDialTimeout       = 5 * time.Second
+	DefaultMaxRetries        = 16
+	DefaultMaxRestarts       = 1 << 16
+	DefaultRetryBackoff      = time.Millisecond
+	DefaultMaxRetryBackoff   = 100 * time.Millisecond
+	DefaultRefreshInterval   = 30 * time.Second
+	DefaultRangePageSize     = 1024
+)
+
+// Config configures a Client. The zero value of every field means its
+// default; where a feature can be switched off, a negative value does it.
+type Config struct {
+	// Endpoints are the etcd endpoints of the cluster ("host:port" or
+	// URLs). The client finds the servers (the members registered under
+	// /cell/members/) and the root pointer (/cell/root) there, and watches
+	// membership. Exactly one of Endpoints and Servers must be set.
+	Endpoints []string
+	// Servers are RPC addresses of Cell servers to use instead of etcd
+	// (tests, tools). Each is asked for its regions with a Metadata call.
+	Servers []string
+	// EtcdDialTimeout bounds connecting to etcd. Default DialTimeout.
+	EtcdDialTimeout time.Duration
+
+	// Mode is the search-mode policy of the locality selector: adaptive
+	// (the paper's rule, default), server, client or ratio=P.
+	Mode locality.Mode
+	// Selector configures the locality selector beyond Mode (window,
+	// outlier K, exploration, clock, seed). Its Mode field is ignored.
+	// Zero fields take locality's defaults.
+	Selector locality.Options
+	// Provider chooses the one-sided read provider: "auto" (default),
+	// "tcp" or "shm" (see ProviderAuto). A region that the provider
+	// cannot read is searched server-side whatever Mode says.
+	Provider string
+	// HostID is this host's identity, compared with a server's to decide
+	// whether its region files can be mapped (shm). Default rdma.HostID().
+	HostID string
+	// TCP configures the tcp one-sided read client. Its ConnsPerEndpoint
+	// defaults to ConnsPerServer.
+	TCP rdma.TCPClientOptions
+	// SHM configures the shm one-sided read client. Its Host defaults to
+	// HostID.
+	SHM rdma.SHMClientOptions
+
+	// NodeCacheBytes bounds the node cache (validated copies of upper
+	// B-link nodes, LRU). Default 128 MiB (the paper's §3). Negative
+	// disables the cache.
+	NodeCacheBytes int64
+	// NodeCacheMinLevel: only nodes at least this many levels above the
+	// leaves are cached. Default 4 (the paper's §3). See doc.go for how a
+	// node's height is known.
+	NodeCacheMinLevel int
+	// PathCacheEntries bounds the meganode path cache (LRU). Default 4096
+	// (the paper's §3). Negative disables it.
+	PathCacheEntries int
+
+	// ConnsPerServer is the number of RPC connections kept to each server;
+	// calls are pipelined over them. Default 2.
+	ConnsPerServer int
+	// DialTimeout bounds connecting to a server. Default 5s.
+	DialTimeout time.Duration
+	// Wire configures the RPC connections (nil: wire's defaults).
+	Wire *wire.Options
+
+	// MaxRetries bounds the retries of one operation after errors that
+	// leave it unexecuted (connection lost before sending, server busy,
+	// redirects, stale routing), when the caller's context does not end
+	// first. Default 16.
+	MaxRetries int
+	// MaxRestarts bounds the retries of one operation after torn reads,
+	// CRC mismatches and restarts of a client-side traversal, which are
+	// cheap and expected under concurrent writes. Default 65536.
+	MaxRestarts int
+	// RetryBackoff is the first pause before retrying after a server or
+	// connection error; it doubles up to MaxRetryBackoff, with jitter.
+	// Defaults 1ms and 100ms.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+	// RefreshInterval is how often the server and region list is
+	// refreshed in the background; it is also refreshed at once when a
+	// server redirects or cannot be reached. Default 30s. Negative
+	// disables the periodic refresh.
+	RefreshInterval time.Duration
+	// RangePageSize is the most pairs asked of a server per Range call
+	// (Scan pages; Range with a larger limit makes several calls).
+	// Default 1024.
+	RangePageSize int
+
+	// Registerer, if set, receives the client's Prometheus metrics (see
+	// NewMetrics). Wrap it with prometheus.WrapRegistererWith to tell
+	// several clients of one process apart.
+	Registerer prometheus.Registerer
+	// Logger receives connection and topology events. Default
+	// slog.Default().
+	Logger *slog.Logger
+
+	// TestingKnobs are test hooks; zero in production.
+	TestingKnobs TestingKnobs
+}
+
+// TestingKnobs are hooks for tests. Each is nil unless a test sets it.
+type TestingKnobs struct {
+	// AfterNodeRead fires after every one-sided read of a node (header
+	// or tree node) into buf, before it is checked; a test may tear it.
+	AfterNodeRead func(p uint64, buf []byte)
+	// AfterExtentRead fires after every one-sided read of an extent
+	// record, before its CRC is checked.
+	AfterExtentRead func(p uint64, buf []byte)
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (c *Config) EnsureDefaults() {
+	if c.Provider == "" {
+		c.Provider = ProviderAuto
+	}
+	if c.NodeCacheBytes == 0 {
+		c.NodeCacheBytes = DefaultNodeCacheBytes
+	}
+	if c.NodeCacheMinLevel == 0 {
+		c.NodeCacheMinLevel = DefaultNodeCacheMinLevel
+	}
+	if c.PathCacheEntries == 0 {
+		c.PathCacheEntries = DefaultPathCacheEntries
+	}
+	if c.ConnsPerServer == 0 {
+		c.ConnsPerServer = DefaultConnsPerServer
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.EtcdDialTimeout == 0 {
+		c.EtcdDialTimeout = c.DialTimeout
+	}
+	if c.MaxRetries == 0 {
+		c.MaxRetries = DefaultMaxRetries
+	}
+	if c.MaxRestarts == 0 {
+		c.MaxRestarts = DefaultMaxRestarts
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.MaxRetryBackoff == 0 {
+		c.MaxRetryBackoff = DefaultMaxRetryBackoff
+	}
+	if c.RefreshInterval == 0 {
+		c.RefreshInterval = DefaultRefreshInterval
+	}
+	if c.RangePageSize == 0 {
+		c.RangePageSize = DefaultRangePageSize
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.TCP.ConnsPerEndpoint == 0 {
+		c.TCP.ConnsPerEndpoint = c.ConnsPerServer
+	}
+	if c.TCP.Logger == nil {
+		c.TCP.Logger = c.Logger
+	}
+	c.TCP.EnsureDefaults()
+	if c.SHM.Host == "" {
+		c.SHM.Host = c.HostID
+	}
+	c.SHM.EnsureDefaults()
+}
+
+// Validate reports whether the config (after EnsureDefaults) is usable.
+// Errors wrap ErrInvalidConfig.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case len(c.Endpoints) == 0 && len(c.Servers) == 0:
+		return bad("no etcd Endpoints and no Servers")
+	case len(c.Endpoints) > 0 && len(c.Servers) > 0:
+		return bad("both etcd Endpoints and Servers set")
+	}
+	for _, s := range c.Servers {
+		if s == "" {
+			return bad("empty server address")
+		}
+	}
+	if err := c.Mode.Validate(); err != nil {
+		return bad("%w", err)
+	}
+	switch c.Provider {
+	case ProviderAuto, ProviderTCP, ProviderSHM:
+	default:
+		return bad("provider %q is not auto, tcp or shm", c.Provider)
+	}
+	switch {
+	case c.NodeCacheMinLevel < 0:
+		return bad("NodeCacheMinLevel %d < 0", c.NodeCacheMinLevel)
+	case c.ConnsPerServer < 1 || c.ConnsPerServer > 64:
+		return bad("ConnsPerServer %d not in [1, 64]", c.ConnsPerServer)
+	case c.DialTimeout < 0 || c.EtcdDialTimeout < 0:
+		return bad("negative dial timeout")
+	case c.MaxRetries < 0 || c.MaxRestarts < 1:
+		return bad("MaxRetries %d < 0 or MaxRestarts %d < 1", c.MaxRetries, c.MaxRestarts)
+	case c.RetryBackoff < 0 || c.MaxRetryBackoff < c.RetryBackoff:
+		return bad("retry backoff %v..%v", c.RetryBackoff, c.MaxRetryBackoff)
+	case c.RangePageSize < 1:
+		return bad("RangePageSize %d < 1", c.RangePageSize)
+	}
+	sel := c.selectorOptions()
+	sel.EnsureDefaults()
+	if err := sel.Validate(); err != nil {
+		return bad("selector: %w", err)
+	}
+	if err := c.TCP.Validate(); err != nil {
+		return bad("tcp provider: %w", err)
+	}
+	if err := c.SHM.Validate(); err != nil {
+		return bad("shm provider: %w", err)
+	}
+	if c.Wire != nil {
+		w := *c.Wire
+		w.EnsureDefaults()
+		if err := w.Validate(); err != nil {
+			return bad("wire: %w", err)
+		}
+	}
+	return nil
+}
+
+// selectorOptions returns the locality options with Mode applied.
+func (c *Config) selectorOptions() locality.Options {
+	o := c.Selector
+	o.Mode = c.Mode
+	return o
+}
+
+func (c *Config) nodeCacheEnabled() bool { return c.NodeCacheBytes > 0 }
+func (c *Config) pathCacheEnabled() bool { return c.PathCacheEntries > 0 }

@@ -1,0 +1,181 @@
+package client
+
+import (
+	"context"
+	"errors"
+
+	"github.com/cellstore/cell/rdma"
+	"github.com/cellstore/cell/wire"
+)
+
+// Errors returned by the client. Test with errors.Is: they are usually
+// wrapped with detail, and an error that came from a server also matches
+// the wire package's sentinel (errors.Is(err, ErrNotFound) and
+// errors.Is(err, wire.ErrNotFound) both hold for a key the server did not
+// find), as does a connection error its wire or rdma cause.
+var (
+	// ErrNotFound: the key is not in the store.
+	ErrNotFound = errors.New("cell: key not found")
+	// ErrEmptyKey: keys are at least one byte long.
+	ErrEmptyKey = errors.New("cell: empty key")
+	// ErrKeyTooLarge: the key is longer than the store's limit
+	// (blink.MaxKeySize of its node size: 128 bytes with 1 KiB nodes).
+	ErrKeyTooLarge = errors.New("cell: key too large")
+	// ErrValueTooLarge: the value is longer than 1 MiB.
+	ErrValueTooLarge = errors.New("cell: value too large")
+	// ErrOutcomeUnknown: a write was sent but its reply was lost (the
+	// connection failed, the caller's context ended, or the server could
+	// not tell): it may or may not have been applied. The client never
+	// retries such a write by itself.
+	ErrOutcomeUnknown = errors.New("cell: write outcome unknown")
+	// ErrUnavailable: the operation could not be done within its retries
+	// or deadline because no server that holds the data answered, or the
+	// servers kept refusing it (unavailable, overloaded, redirecting).
+	// It was not applied. The cause is wrapped.
+	ErrUnavailable = errors.New("cell: unavailable")
+	// ErrCorruption: bytes read from a server cannot be what a correct
+	// server wrote (a consistent node that does not decode, a record
+	// whose CRC matches but whose key is another).
+	ErrCorruption = errors.New("cell: corruption")
+	// ErrServer: a server failed the request (an internal error, or it
+	// rejected the request as malformed): a bug, not a transient state.
+	ErrServer = errors.New("cell: server error")
+	// ErrClosed: the client was closed.
+	ErrClosed = errors.New("cell: client closed")
+	// ErrInvalidConfig: Config.Validate rejected the configuration.
+	ErrInvalidConfig = errors.New("cell: invalid config")
+)
+
+// Error pairs one of the client's sentinels (Kind) with the error that
+// caused it (Cause: a wire status, a connection or one-sided read error, a
+// context error). errors.Is matches both.
+type Error struct {
+	Kind  error
+	Cause error
+}
+
+// Error returns the kind's text followed by the cause's, or the kind's
+// alone when the cause is a bare sentinel of the same meaning.
+func (e *Error) Error() string {
+	if e.Cause == nil || bareSentinel(e.Cause) {
+		return e.Kind.Error()
+	}
+	return e.Kind.Error() + ": " + e.Cause.Error()
+}
+
+// Unwrap returns Kind and Cause.
+func (e *Error) Unwrap() []error { return []error{e.Kind, e.Cause} }
+
+// bareSentinel reports whether err is a wire sentinel with no detail.
+func bareSentinel(err error) bool {
+	for _, s := range wireStatusKinds {
+		if err == s.wire {
+			return true
+		}
+	}
+	return false
+}
+
+func wrapErr(kind, cause error) error {
+	if cause == nil {
+		return kind
+	}
+	return &Error{Kind: kind, Cause: cause}
+}
+
+// wireStatusKinds maps the wire statuses that are final answers (not
+// retried) to the client's sentinels.
+var wireStatusKinds = [...]struct {
+	wire, kind error
+	shared     error // preallocated Error for the bare sentinel
+}{
+	{wire.ErrNotFound, ErrNotFound, errNotFound},
+	{wire.ErrKeyTooLarge, ErrKeyTooLarge, &Error{Kind: ErrKeyTooLarge, Cause: wire.ErrKeyTooLarge}},
+	{wire.ErrValueTooLarge, ErrValueTooLarge, &Error{Kind: ErrValueTooLarge, Cause: wire.ErrValueTooLarge}},
+	{wire.ErrEmptyKey, ErrEmptyKey, &Error{Kind: ErrEmptyKey, Cause: wire.ErrEmptyKey}},
+	{wire.ErrOutcomeUnknown, ErrOutcomeUnknown, &Error{Kind: ErrOutcomeUnknown, Cause: wire.ErrOutcomeUnknown}},
+}
+
+// errNotFound is ErrNotFound as both search paths return it: it matches
+// wire.ErrNotFound too, whichever path found the key missing.
+var errNotFound error = &Error{Kind: ErrNotFound, Cause: wire.ErrNotFound}
+
+// disposition says what to do after an error.
+type disposition uint8
+
+const (
+	// final: return the (mapped) error to the caller.
+	final disposition = iota
+	// retrySame: retry the same step after a backoff (not executed).
+	retrySame
+	// retryRefresh: refresh the topology, then restart from the root.
+	retryRefresh
+	// retryRestart: drop cached routing, restart from the root at once.
+	retryRestart
+)
+
+// classify decides what an error of an RPC means for the operation: the
+// error to report if it is final, the retry cause and what to do
+// otherwise. write says the op changes the store; a write whose request
+// may have reached the server is never retried.
+func classify(err error, write bool) (disposition, retryCause, error) {
+	for _, s := range wireStatusKinds {
+		if errors.Is(err, s.wire) {
+			if err == s.wire {
+				return final, 0, s.shared
+			}
+			return final, 0, &Error{Kind: s.kind, Cause: err}
+		}
+	}
+	var ce *wire.ConnError
+	switch {
+	case errors.As(err, &ce):
+		if ce.Sent && write {
+			return final, 0, &Error{Kind: ErrOutcomeUnknown, Cause: err}
+		}
+		return retryRefresh, causeConnLost, err
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		if write {
+			// The request may have been queued or sent already.
+			return final, 0, &Error{Kind: ErrOutcomeUnknown, Cause: err}
+		}
+		return final, 0, err
+	case errors.Is(err, wire.ErrNeedsRetry), errors.Is(err, wire.ErrUnavailable),
+		errors.Is(err, wire.ErrOverloaded), errors.Is(err, wire.ErrExpired):
+		return retrySame, causeServerBusy, err
+	case errors.Is(err, wire.ErrWrongServer), errors.Is(err, wire.ErrStaleEpoch),
+		errors.Is(err, wire.ErrUnknownRegion):
+		return retryRefresh, causeRedirect, err
+	case errors.Is(err, wire.ErrKeyOutOfRange), errors.Is(err, wire.ErrOutOfBounds):
+		return retryRestart, causeRestart, err
+	case errors.Is(err, errDial):
+		return retryRefresh, causeConnLost, err
+	case errors.Is(err, errNoRoute):
+		// The region table is stale (the region moved or is new).
+		return retryRefresh, causeRedirect, err
+	case errors.Is(err, wire.ErrInternal):
+		if write {
+			return final, 0, &Error{Kind: ErrOutcomeUnknown, Cause: err}
+		}
+		return final, 0, &Error{Kind: ErrServer, Cause: err}
+	case errors.Is(err, wire.ErrFrameTooLarge):
+		// Too large to send: nothing was sent. Too large a reply: the
+		// server answered; for a write it was applied.
+		return final, 0, &Error{Kind: ErrServer, Cause: err}
+	}
+	return final, 0, &Error{Kind: ErrServer, Cause: err}
+}
+
+// errDial marks a failure to connect to a server: nothing was sent.
+var errDial = errors.New("cell: cannot connect to server")
+
+// readCause maps a failed one-sided read to its retry cause: conn-lost
+// when the responder could not be reached, read-failed otherwise (the
+// registration was revoked or is unknown because the region moved or its
+// server restarted, or the pointer is stale and out of bounds).
+func readCause(err error) retryCause {
+	if errors.Is(err, rdma.ErrDisconnected) {
+		return causeConnLost
+	}
+	return causeReadFailed
+}

@@ -1,0 +1,276 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/cellstore/cell/locality"
+	"github.com/cellstore/cell/wire"
+)
+
+// KV is a key and its value.
+type KV struct {
+	Key, Value []byte
+}
+
+// RangeOptions shape a Range or Scan.
+type RangeOptions struct {
+	// Limit is the most pairs to return; 0 means no limit (Range then
+	// returns the whole range, which may be large: prefer Scan).
+	Limit int
+	// Reverse returns pairs in descending key order.
+	Reverse bool
+	// KeysOnly returns keys with empty values.
+	KeysOnly bool
+}
+
+// Range returns the pairs with start <= key < end in ascending order
+// (descending with Reverse), at most opts.Limit of them. A nil (or empty)
+// start or end leaves that side unbounded. resume is nil when the range
+// was exhausted; otherwise pass it as start (ascending) or as end
+// (descending) to continue where this call stopped. The returned slices
+// are the caller's.
+//
+// Ranges are served by the servers (paper §2.2: "Range queries are
+// implemented by following right links at the leaf level"); a range
+// spanning several meganodes takes one call per meganode, or more when
+// replies would exceed the frame size.
+func (c *Client) Range(ctx context.Context, start, end []byte, opts RangeOptions) (pairs []KV, resume []byte, err error) {
+	begin := time.Now()
+	pairs, resume, err = c.rangeAll(ctx, start, end, opts)
+	c.finish(opRange, locality.ServerSide, begin, err)
+	return pairs, resume, err
+}
+
+func (c *Client) rangeAll(ctx context.Context, start, end []byte, opts RangeOptions) ([]KV, []byte, error) {
+	if opts.Limit < 0 {
+		return nil, nil, fmt.Errorf("cell: negative range limit %d", opts.Limit)
+	}
+	rs := c.newRangeState(start, end, opts)
+	var out []KV
+	for {
+		want := c.cfg.RangePageSize
+		if opts.Limit > 0 {
+			want = min(want, opts.Limit-len(out))
+		}
+		var err error
+		out, err = rs.page(ctx, want, out)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rs.done {
+			return out, nil, nil
+		}
+		if opts.Limit > 0 && len(out) >= opts.Limit {
+			return out, rs.resume(), nil
+		}
+	}
+}
+
+// Scan returns an iterator over the pairs with start <= key < end, in
+// ascending order (descending with Reverse), fetching them a page of
+// Config.RangePageSize at a time as the loop consumes them; opts.Limit
+// bounds the total. Keys and values yielded are the caller's to keep.
+// When the loop ends, the returned function reports the error that
+// stopped the iteration early, if any (nil when the range was exhausted,
+// the limit reached or the loop broke).
+func (c *Client) Scan(ctx context.Context, start, end []byte, opts RangeOptions) (iter.Seq2[[]byte, []byte], func() error) {
+	var err error
+	seq := func(yield func(key, value []byte) bool) {
+		begin := time.Now()
+		defer func() { c.finish(opRange, locality.ServerSide, begin, err) }()
+		if opts.Limit < 0 {
+			err = fmt.Errorf("cell: negative range limit %d", opts.Limit)
+			return
+		}
+		rs := c.newRangeState(start, end, opts)
+		var buf []KV
+		n := 0
+		for !rs.done {
+			want := c.cfg.RangePageSize
+			if opts.Limit > 0 {
+				want = min(want, opts.Limit-n)
+			}
+			if want == 0 {
+				return
+			}
+			buf, err = rs.page(ctx, want, buf[:0])
+			if err != nil {
+				return
+			}
+			for _, kv := range buf {
+				n++
+				if !yield(kv.Key, kv.Value) {
+					return
+				}
+			}
+		}
+	}
+	return seq, func() error { return err }
+}
+
+// rangeState is a range being paged through.
+type rangeState struct {
+	c    *Client
+	req  wire.RangeRequest
+	done bool
+	// last is the resume point the last reply gave.
+	last []byte
+}
+
+func (c *Client) newRangeState(start, end []byte, opts RangeOptions) *rangeState {
+	rs := &rangeState{c: c}
+	rs.req = wire.RangeRequest{
+		Start: start, End: end,
+		StartUnbounded: len(start) == 0, EndUnbounded: len(end) == 0,
+		Reverse: opts.Reverse, KeysOnly: opts.KeysOnly,
+	}
+	if rs.req.StartUnbounded {
+		rs.req.Start = nil
+	}
+	if rs.req.EndUnbounded {
+		rs.req.End = nil
+	}
+	if !opts.Reverse && !rs.req.StartUnbounded {
+		// Start at the cached leaf meganode of the first key.
+		if info, ok := c.paths.lookup(start); ok && info.level == 0 {
+			rs.req.Ptr = info.ptr
+		}
+	}
+	if !rs.req.StartUnbounded && !rs.req.EndUnbounded && string(start) >= string(end) {
+		rs.done = true
+	}
+	return rs
+}
+
+// resume returns the key to continue the range at.
+func (rs *rangeState) resume() []byte { return rs.last }
+
+// page fetches up to want pairs and appends copies of them to out. It
+// retries errors that leave the request unexecuted, as searches do.
+func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error) {
+	c := rs.c
+	if c.isClosed() {
+		return out, ErrClosed
+	}
+	if want <= 0 || rs.done {
+		return out, nil
+	}
+	rs.req.Limit = uint32(want)
+	t := c.topo.Load()
+	var body []byte
+	for retries := 0; ; {
+		srv, reg, ok := t.route(rs.req.Ptr)
+		var err error
+		if !ok {
+			err = fmt.Errorf("%w %d (meganode %v)", errNoRoute, rs.req.Ptr.Region(), rs.req.Ptr)
+		} else {
+			rs.req.Epoch = 0
+			if reg != nil {
+				rs.req.Epoch = reg.epoch
+			}
+			body = rs.req.AppendTo(body[:0])
+			var f wire.Frame
+			f, err = srv.call(ctx, wire.OpRange, body)
+			if err == nil {
+				out, err = rs.take(&f, out)
+				f.Release()
+				return out, err
+			}
+		}
+		d, cause, ferr := classify(err, false)
+		if d == final {
+			if c.isClosed() {
+				return out, ErrClosed
+			}
+			return out, ferr
+		}
+		c.countRetry(cause)
+		retries++
+		if retries > c.cfg.MaxRetries {
+			return out, wrapErr(ErrUnavailable, err)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return out, fmt.Errorf("%w (last error: %w)", cerr, err)
+		}
+		switch d {
+		case retrySame:
+			if err := c.backoff(ctx, retries); err != nil {
+				return out, err
+			}
+		case retryRestart:
+			c.paths.drop(rs.req.Ptr)
+			rs.req.Ptr = 0
+		case retryRefresh:
+			c.paths.drop(rs.req.Ptr)
+			rs.req.Ptr = 0
+			if cause == causeConnLost {
+				if err := c.backoff(ctx, retries); err != nil {
+					return out, err
+				}
+			}
+			if rerr := c.refresh(ctx, t.gen); rerr != nil && (ctx.Err() != nil || errors.Is(rerr, ErrClosed)) {
+				return out, rerr
+			}
+			t = c.topo.Load()
+		}
+	}
+}
+
+// take decodes a range reply, appends copies of its pairs to out and
+// moves the request on to the resume point.
+func (rs *rangeState) take(f *wire.Frame, out []KV) ([]KV, error) {
+	var rep wire.RangeReply
+	if err := rep.Decode(f.Body); err != nil {
+		return out, wrapErr(ErrServer, err)
+	}
+	// One allocation for the page's bytes, one for the pairs.
+	n := 0
+	for i := range rep.Pairs {
+		n += len(rep.Pairs[i].Key) + len(rep.Pairs[i].Value)
+	}
+	arena := make([]byte, 0, n)
+	out = growKV(out, len(rep.Pairs))
+	for i := range rep.Pairs {
+		kv := &rep.Pairs[i]
+		k0 := len(arena)
+		arena = append(arena, kv.Key...)
+		v0 := len(arena)
+		arena = append(arena, kv.Value...)
+		out = append(out, KV{Key: arena[k0:v0:v0], Value: arena[v0:len(arena):len(arena)]})
+	}
+	if !rep.More {
+		rs.done = true
+		rs.last = nil
+		return out, nil
+	}
+	if len(rep.Resume) == 0 && rep.Next.IsNil() {
+		return out, wrapErr(ErrServer, errors.New("range reply with more but no resume point"))
+	}
+	rs.last = append([]byte(nil), rep.Resume...)
+	if rs.req.Reverse {
+		rs.req.End, rs.req.EndUnbounded = rs.last, len(rs.last) == 0
+	} else {
+		rs.req.Start, rs.req.StartUnbounded = rs.last, len(rs.last) == 0
+	}
+	if rs.req.EndUnbounded {
+		rs.req.End = nil
+	}
+	if rs.req.StartUnbounded {
+		rs.req.Start = nil
+	}
+	rs.req.Ptr = rep.Next // nil: wherever the server finds the resume key
+	return out, nil
+}
+
+func growKV(s []KV, n int) []KV {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	ns := make([]KV, len(s), len(s)+n)
+	copy(ns, s)
+	return ns
+}

@@ -1,0 +1,143 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellstore/cell/locality"
+	"github.com/cellstore/cell/wire"
+)
+
+// server is one Cell server the client talks to: a few pipelined RPC
+// connections (ConnsPerServer) and the server's estimator in the locality
+// selector (its "server connection" in the paper's terms). Servers are
+// kept for the client's lifetime, by RPC address, across topology
+// refreshes, so their estimates and connections survive them.
+type server struct {
+	c    *Client
+	id   locality.ServerID
+	addr string
+	est  *locality.Estimator
+	next atomic.Uint32
+	// slots hold the connections; a slot whose connection failed is
+	// redialled by the next call that picks it.
+	slots []connSlot
+}
+
+type connSlot struct {
+	conn    atomic.Pointer[wire.Conn]
+	dialing atomic.Bool // a background redial is under way
+	mu      sync.Mutex  // serialises dials of this slot
+	// failedAt is when the last dial of this slot failed: calls within
+	// RetryBackoff of it fail at once instead of dialling again.
+	failedAt time.Time
+	failErr  error
+}
+
+func newServer(c *Client, id locality.ServerID, addr string) *server {
+	return &server{
+		c: c, id: id, addr: addr,
+		est:   c.sel.Estimator(id),
+		slots: make([]connSlot, c.cfg.ConnsPerServer),
+	}
+}
+
+// conn returns a live connection to the server, round-robin over its
+// slots, dialling when the picked slot has none. A dial failure wraps
+// errDial (nothing was sent).
+func (s *server) conn(ctx context.Context) (*wire.Conn, error) {
+	i := int(s.next.Add(1) % uint32(len(s.slots)))
+	if cn := s.slots[i].conn.Load(); cn != nil && alive(cn) {
+		return cn, nil
+	}
+	// Another slot may have a live connection: use it rather than wait.
+	for j := range s.slots {
+		if cn := s.slots[j].conn.Load(); cn != nil && alive(cn) {
+			if s.slots[i].dialing.CompareAndSwap(false, true) {
+				go s.redial(i)
+			}
+			return cn, nil
+		}
+	}
+	return s.dial(ctx, i)
+}
+
+func alive(cn *wire.Conn) bool {
+	select {
+	case <-cn.Done():
+		return false
+	default:
+		return true
+	}
+}
+
+// redial refills slot i in the background, ignoring failures.
+func (s *server) redial(i int) {
+	defer s.slots[i].dialing.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), s.c.cfg.DialTimeout)
+	defer cancel()
+	_, _ = s.dial(ctx, i)
+}
+
+func (s *server) dial(ctx context.Context, i int) (*wire.Conn, error) {
+	sl := &s.slots[i]
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	if cn := sl.conn.Load(); cn != nil && alive(cn) {
+		return cn, nil
+	}
+	if s.c.isClosed() {
+		return nil, ErrClosed
+	}
+	if !sl.failedAt.IsZero() && time.Since(sl.failedAt) < s.c.cfg.RetryBackoff {
+		return nil, sl.failErr
+	}
+	dctx, cancel := context.WithTimeout(ctx, s.c.cfg.DialTimeout)
+	defer cancel()
+	cn, err := wire.Dial(dctx, s.addr, s.c.cfg.Wire)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		err = fmt.Errorf("%w %s: %w", errDial, s.addr, err)
+		sl.failedAt, sl.failErr = time.Now(), err
+		return nil, err
+	}
+	sl.failedAt, sl.failErr = time.Time{}, nil
+	if old := sl.conn.Swap(cn); old != nil {
+		_ = old.Close()
+	}
+	if s.c.isClosed() {
+		// Close ran while we dialled: do not leak the connection.
+		_ = cn.Close()
+		return nil, ErrClosed
+	}
+	s.c.log.Debug("cell client: connected", slog.String("server", s.addr), slog.Int("slot", i))
+	return cn, nil
+}
+
+// call sends one request and waits for its reply. The caller releases the
+// frame.
+func (s *server) call(ctx context.Context, op wire.Op, body []byte) (wire.Frame, error) {
+	cn, err := s.conn(ctx)
+	if err != nil {
+		return wire.Frame{}, err
+	}
+	return cn.Call(ctx, op, body)
+}
+
+// close closes the server's connections.
+func (s *server) close() {
+	for i := range s.slots {
+		sl := &s.slots[i]
+		sl.mu.Lock()
+		if cn := sl.conn.Swap(nil); cn != nil {
+			_ = cn.Close()
+		}
+		sl.mu.Unlock()
+	}
+}

@@ -1,0 +1,373 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/rdma"
+	"github.com/cellstore/cell/wire"
+)
+
+// topology is an immutable snapshot of what the client knows of the
+// cluster: the servers that answered, the regions they host and how to
+// read each one-sided, the root meganode and the store's node geometry.
+// A refresh builds a new one and swaps it in; operations load the current
+// one when they start and after every refresh they trigger.
+type topology struct {
+	gen          uint64
+	root         blink.Ptr // the root meganode; nil when no one said
+	nodeSize     int
+	maxKey       int
+	meganodeSize uint64
+	regions      map[uint32]*region
+	servers      []*server // those that answered, in discovery order
+}
+
+// region is one region as the client reaches it.
+type region struct {
+	id    uint32
+	epoch uint64
+	srv   *server
+	// rk and reader give one-sided access; both nil when the configured
+	// provider cannot read the region (it is then searched server-side).
+	rk     *rdma.RemoteKey
+	reader rdma.Client
+}
+
+// route returns the server to send a request about meganode p to, and p's
+// region (nil for the root as the server knows it, p == nil). ok is false
+// when p's region is unknown.
+func (t *topology) route(p blink.Ptr) (*server, *region, bool) {
+	if p.IsNil() {
+		return t.rootServer(), nil, len(t.servers) > 0
+	}
+	r := t.regions[p.Region()]
+	if r == nil {
+		return nil, nil, false
+	}
+	return r.srv, r, true
+}
+
+// rootServer is the server holding the root meganode, or the first one.
+func (t *topology) rootServer() *server {
+	if r := t.regions[t.root.Region()]; r != nil && !t.root.IsNil() {
+		return r.srv
+	}
+	if len(t.servers) == 0 {
+		return nil
+	}
+	return t.servers[0]
+}
+
+// inMeganode reports whether node p lies in meganode m (p's meganode is
+// m's), by the meganode size all meganodes of a store share.
+func (t *topology) inMeganode(p, m blink.Ptr) bool {
+	return p.Region() == m.Region() && p.Offset() >= m.Offset() && p.Offset()-m.Offset() < t.meganodeSize
+}
+
+// discoverer lists the servers of the cluster.
+type discoverer interface {
+	// discover returns the RPC addresses of the servers, the root pointer
+	// if the source knows it (nil otherwise), and remote keys it knows
+	// for regions (may be empty).
+	discover(ctx context.Context) (discovery, error)
+	// watch calls changed whenever the source's membership may have
+	// changed, until ctx ends. A source that cannot watch returns at once.
+	watch(ctx context.Context, changed func())
+	close() error
+}
+
+type discovery struct {
+	addrs []string
+	root  blink.Ptr
+	keys  map[uint32][]rdma.RemoteKey
+}
+
+// staticServers is the discoverer of Config.Servers.
+type staticServers []string
+
+func (s staticServers) discover(context.Context) (discovery, error) {
+	return discovery{addrs: s}, nil
+}
+func (staticServers) watch(context.Context, func()) {}
+func (staticServers) close() error                  { return nil }
+
+// refresh rebuilds the topology unless one newer than seen has been built
+// meanwhile. Concurrent callers share one refresh.
+func (c *Client) refresh(ctx context.Context, seen uint64) error {
+	select {
+	case c.refreshSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closing:
+		return ErrClosed
+	}
+	defer func() { <-c.refreshSem }()
+	if t := c.topo.Load(); t != nil && t.gen > seen {
+		return nil
+	}
+	return c.refreshLocked(ctx)
+}
+
+// refreshLocked asks the discoverer for the servers and every server for
+// its metadata, in parallel, and swaps in the new topology. Servers that
+// do not answer are left out; it fails only when none answers.
+// REQUIRES: c.refreshSem held.
+func (c *Client) refreshLocked(ctx context.Context) error {
+	d, err := c.disc.discover(ctx)
+	if err != nil {
+		return wrapErr(ErrUnavailable, fmt.Errorf("discovery: %w", err))
+	}
+	if len(d.addrs) == 0 {
+		return wrapErr(ErrUnavailable, errors.New("no servers registered"))
+	}
+	type answer struct {
+		srv  *server
+		meta wire.MetadataReply
+		err  error
+	}
+	answers := make([]answer, len(d.addrs))
+	var wg sync.WaitGroup
+	for i, addr := range d.addrs {
+		answers[i].srv = c.serverFor(addr)
+		wg.Go(func() {
+			a := &answers[i]
+			a.err = c.metadata(ctx, a.srv, &a.meta)
+		})
+	}
+	wg.Wait()
+
+	prev := c.topo.Load()
+	t := &topology{regions: make(map[uint32]*region), root: d.root}
+	if prev != nil {
+		t.gen = prev.gen
+	}
+	t.gen++
+	var firstErr error
+	for i := range answers {
+		a := &answers[i]
+		if a.err != nil {
+			c.log.Warn("cell client: server did not answer metadata", slog.String("server", a.srv.addr), slog.Any("error", a.err))
+			if firstErr == nil {
+				firstErr = a.err
+			}
+			continue
+		}
+		m := &a.meta
+		if t.nodeSize == 0 {
+			t.nodeSize, t.meganodeSize = int(m.NodeSize), m.MeganodeSize
+		} else if t.nodeSize != int(m.NodeSize) || t.meganodeSize != m.MeganodeSize {
+			c.log.Warn("cell client: server disagrees on geometry, ignored", slog.String("server", a.srv.addr),
+				slog.Int("node_size", int(m.NodeSize)), slog.Int("want", t.nodeSize))
+			continue
+		}
+		t.servers = append(t.servers, a.srv)
+		for j := range m.Regions {
+			ri := &m.Regions[j]
+			if old := t.regions[ri.ID]; old != nil && old.epoch >= ri.Epoch {
+				continue
+			}
+			t.regions[ri.ID] = c.newRegion(a.srv, ri, d.keys[ri.ID])
+		}
+		// The root: the source's if it has one, else the one the server
+		// holding the lowest region reports (DESIGN §4).
+		if d.root.IsNil() && !m.Root.IsNil() && (t.root.IsNil() || m.Root.Region() < t.root.Region()) {
+			t.root = m.Root
+		}
+	}
+	if len(t.servers) == 0 {
+		return wrapErr(ErrUnavailable, fmt.Errorf("no server answered: %w", firstErr))
+	}
+	if t.nodeSize < blink.MinNodeSize || t.nodeSize > blink.MaxNodeSize || t.nodeSize&(t.nodeSize-1) != 0 ||
+		t.meganodeSize < uint64(t.nodeSize) {
+		return wrapErr(ErrServer, fmt.Errorf("servers report node size %d, meganode size %d", t.nodeSize, t.meganodeSize))
+	}
+	t.maxKey = blink.MaxKeySize(t.nodeSize)
+	c.topo.Store(t)
+	if prev == nil || len(prev.servers) != len(t.servers) || len(prev.regions) != len(t.regions) || prev.root != t.root {
+		c.log.Info("cell client: topology", slog.Int("servers", len(t.servers)), slog.Int("regions", len(t.regions)),
+			slog.String("root", t.root.String()), slog.Int("node_size", t.nodeSize))
+	}
+	return nil
+}
+
+// metadata asks srv to describe itself.
+func (c *Client) metadata(ctx context.Context, srv *server, out *wire.MetadataReply) error {
+	var req wire.MetadataRequest
+	var scratch [16]byte
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	f, err := srv.call(ctx, wire.OpMetadata, req.AppendTo(scratch[:0]))
+	if err != nil {
+		return err
+	}
+	defer f.Release()
+	if err := out.Decode(f.Body); err != nil {
+		return err
+	}
+	// Strings are the reply's own; region key bytes are not kept.
+	return nil
+}
+
+// serverFor returns the server at addr, creating it on first sight.
+func (c *Client) serverFor(addr string) *server {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.mu.servers[addr]; s != nil {
+		return s
+	}
+	c.mu.nextID++
+	s := newServer(c, c.mu.nextID, addr)
+	c.mu.servers[addr] = s
+	return s
+}
+
+// serverName returns the address of the server with the given selector
+// ID, for metric labels.
+func (c *Client) serverName(id uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.mu.servers {
+		if uint64(s.id) == id {
+			return s.addr
+		}
+	}
+	return ""
+}
+
+// newRegion builds a region from a server's description of it, choosing
+// the one-sided provider to read it with.
+func (c *Client) newRegion(srv *server, ri *wire.RegionInfo, extra []rdma.RemoteKey) *region {
+	r := &region{id: ri.ID, epoch: ri.Epoch, srv: srv}
+	keys := append(regionKeys(ri), extra...)
+	r.rk, r.reader = c.chooseAccess(ri.ID, keys)
+	return r
+}
+
+// regionKeys derives the remote keys a server advertises for a region.
+// ReadAddr is either the tcp responder's "host:port" (with RemoteKey the
+// tcp registration's key), or the JSON form of one rdma.RemoteKey or of a
+// list of them (a server exposing several providers, shm among them).
+func regionKeys(ri *wire.RegionInfo) []rdma.RemoteKey {
+	addr := strings.TrimSpace(ri.ReadAddr)
+	switch {
+	case addr == "":
+		return nil
+	case strings.HasPrefix(addr, "["):
+		var ks []rdma.RemoteKey
+		if json.Unmarshal([]byte(addr), &ks) == nil {
+			return ks
+		}
+		return nil
+	case strings.HasPrefix(addr, "{"):
+		var k rdma.RemoteKey
+		if json.Unmarshal([]byte(addr), &k) == nil {
+			return []rdma.RemoteKey{k}
+		}
+		return nil
+	case ri.RemoteKey == 0:
+		return nil
+	}
+	return []rdma.RemoteKey{{Provider: rdma.ProviderTCP, Key: rdma.Key(ri.RemoteKey), Region: ri.ID, Len: ri.Size, Addr: addr}}
+}
+
+// chooseAccess picks the remote key and reader for a region per
+// Config.Provider: shm when the key is for this host and the file can be
+// opened (auto, shm), else tcp (auto, tcp). Nil when none fits.
+func (c *Client) chooseAccess(id uint32, keys []rdma.RemoteKey) (*rdma.RemoteKey, rdma.Client) {
+	var tcp, shm *rdma.RemoteKey
+	for i := range keys {
+		k := &keys[i]
+		if k.Region != id {
+			continue
+		}
+		switch k.Provider {
+		case rdma.ProviderTCP:
+			if tcp == nil && k.Addr != "" {
+				tcp = k
+			}
+		case rdma.ProviderSHM:
+			if shm == nil && c.shm != nil && k.Host == c.hostID && readable(k.Path) {
+				shm = k
+			}
+		}
+	}
+	switch c.cfg.Provider {
+	case ProviderSHM:
+		if shm != nil {
+			return shm, c.shm
+		}
+	case ProviderTCP:
+		if tcp != nil {
+			return tcp, c.tcp
+		}
+	default:
+		if shm != nil {
+			return shm, c.shm
+		}
+		if tcp != nil {
+			return tcp, c.tcp
+		}
+	}
+	return nil, nil
+}
+
+// readable reports whether this process can open path for reading.
+func readable(path string) bool {
+	if path == "" {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	_ = f.Close()
+	return true
+}
+
+// refreshLoop refreshes the topology every RefreshInterval and whenever
+// the discoverer reports a change, until the client closes.
+func (c *Client) refreshLoop() {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changed := make(chan struct{}, 1)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.disc.watch(ctx, func() {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	var tick <-chan time.Time
+	if c.cfg.RefreshInterval > 0 {
+		t := time.NewTicker(c.cfg.RefreshInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-c.closing:
+			return
+		case <-tick:
+		case <-changed:
+		case <-c.kick:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 2*c.cfg.DialTimeout)
+		if err := c.refresh(rctx, c.topo.Load().gen); err != nil && !errors.Is(err, ErrClosed) {
+			c.log.Warn("cell client: topology refresh failed", slog.Any("error", err))
+		}
+		rcancel()
+	}
+}

@@ -1,0 +1,244 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/locality"
+)
+
+// opLocate is an internal search kind: find the leaf meganode of a key
+// (for a write), without searching inside it.
+const opLocate = numOpKinds
+
+// hopState is where one meganode hop starts: the meganode (its header
+// pointer) and what is known of it. level is -1 when unknown (a pointer a
+// server returned), root nil when the local root must be read from the
+// header.
+type hopState struct {
+	meganodeInfo
+	// fromCache: the info came from the path cache (drop it if wrong).
+	fromCache bool
+	// via is the cached node whose entry pointed at this meganode, nil if
+	// the pointer came from a fresh copy or a server (drop it if wrong).
+	via blink.Ptr
+}
+
+// searchResult is the outcome of a search.
+type searchResult struct {
+	found  bool
+	value  []byte          // dst with the value appended (get)
+	method locality.Method // of the last hop
+	leaf   blink.Ptr       // the leaf meganode reached (locate, server-side leaf hops)
+}
+
+// searchOp is one Get, Contains or locate in progress. Not shared between
+// goroutines.
+type searchOp struct {
+	c    *Client
+	kind opKind
+	key  []byte
+	t    *topology
+	sc   *opScratch
+	res  searchResult
+
+	retries  int // RPC-level retries used (Config.MaxRetries)
+	restarts int // torn re-reads and traversal restarts (Config.MaxRestarts)
+	// bypass makes the op ignore both caches, after restarts suggest they
+	// hold stale entries the op keeps meeting.
+	bypass bool
+	// forceServer makes every remaining hop server-side, after a
+	// one-sided read failed (the region moved, or its registration went).
+	forceServer bool
+}
+
+// errRestart asks the op loop to restart the search from the root (or the
+// path cache); the cause was counted where it was found.
+var errRestart = errors.New("cell: restart search")
+
+// errNoRoute: a pointer's region is not in the topology.
+var errNoRoute = errors.New("cell: no server known for region")
+
+// bypassAfter is how many restarts of one op make it bypass the caches.
+const bypassAfter = 8
+
+// search runs a search for key of the given kind (opGet, opContains,
+// opLocate); a get appends the value to dst.
+func (c *Client) search(ctx context.Context, kind opKind, key, dst []byte) (searchResult, error) {
+	if c.isClosed() {
+		return searchResult{}, ErrClosed
+	}
+	t := c.topo.Load()
+	if err := checkKey(t, key); err != nil {
+		return searchResult{}, err
+	}
+	op := searchOp{c: c, kind: kind, key: key, t: t, sc: c.getScratch(t.nodeSize)}
+	op.res.value = dst
+	err := op.run(ctx)
+	c.putScratch(op.sc)
+	if err != nil {
+		op.res.value = dst
+	}
+	return op.res, err
+}
+
+// run is the op loop: hop from meganode to meganode, and recover from
+// errors by retrying the hop, or restarting from the root (after a
+// topology refresh when routing was stale).
+func (op *searchOp) run(ctx context.Context) error {
+	h := op.start()
+	for {
+		next, done, err := op.hop(ctx, &h)
+		if err == nil {
+			if done {
+				return nil
+			}
+			h = next
+			continue
+		}
+		again, err := op.recover(ctx, err, &h)
+		if err != nil {
+			return err
+		}
+		if !again {
+			h = op.start()
+		}
+	}
+}
+
+// start returns the hop to begin with: the deepest cached meganode
+// covering the key, or the root.
+func (op *searchOp) start() hopState {
+	if !op.bypass {
+		if info, ok := op.c.paths.lookup(op.key); ok {
+			return hopState{meganodeInfo: info, fromCache: true}
+		}
+	}
+	return hopState{meganodeInfo: meganodeInfo{ptr: op.t.root, level: -1}}
+}
+
+// hop runs one meganode hop, server-side or client-side as the selector
+// chooses. It returns the next hop, or done when the search ended.
+func (op *searchOp) hop(ctx context.Context, h *hopState) (hopState, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return hopState{}, false, err
+	}
+	if op.kind == opLocate && h.level == 0 {
+		op.res.leaf = h.ptr
+		return hopState{}, true, nil
+	}
+	srv, reg, ok := op.t.route(h.ptr)
+	if !ok {
+		return hopState{}, false, fmt.Errorf("%w %d (meganode %v)", errNoRoute, h.ptr.Region(), h.ptr)
+	}
+	method := locality.ServerSide
+	if reg != nil && reg.reader != nil && !op.forceServer {
+		method = srv.est.Choose().Method
+	}
+	op.c.counters.hops[method].Add(1)
+	op.res.method = method
+	if method == locality.ClientSide {
+		return op.clientHop(ctx, h)
+	}
+	return op.serverHop(ctx, h, srv, reg)
+}
+
+// recover decides what to do after a hop failed: again reports that the
+// same hop is to be retried; otherwise the op restarts. A non-nil error
+// ends the op.
+func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again bool, _ error) {
+	c := op.c
+	if errors.Is(err, errRestart) {
+		op.restarts++
+		if op.restarts > c.cfg.MaxRestarts {
+			return false, wrapErr(ErrUnavailable, fmt.Errorf("search restarted %d times", op.restarts))
+		}
+		if op.restarts >= bypassAfter {
+			op.bypass = true
+		}
+		return false, ctx.Err()
+	}
+	if c.isClosed() {
+		return false, ErrClosed
+	}
+	d, cause, ferr := classify(err, false)
+	if d == final {
+		return false, ferr
+	}
+	c.countRetry(cause)
+	op.retries++
+	if op.retries > c.cfg.MaxRetries {
+		return false, wrapErr(ErrUnavailable, err)
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return false, fmt.Errorf("%w (last error: %w)", cerr, err)
+	}
+	switch d {
+	case retrySame:
+		return true, c.backoff(ctx, op.retries)
+	case retryRestart:
+		op.dropHop(h)
+		return false, nil
+	}
+	// retryRefresh
+	op.dropHop(h)
+	if cause == causeConnLost {
+		if err := c.backoff(ctx, op.retries); err != nil {
+			return false, err
+		}
+	}
+	if rerr := c.refresh(ctx, op.t.gen); rerr != nil && (ctx.Err() != nil || errors.Is(rerr, ErrClosed)) {
+		return false, rerr
+	}
+	op.t = c.topo.Load()
+	if len(op.sc.node) != op.t.nodeSize {
+		op.sc.node = make([]byte, op.t.nodeSize)
+	}
+	return false, nil
+}
+
+// dropHop forgets the cached routing that led to hop h.
+func (op *searchOp) dropHop(h *hopState) {
+	if h.fromCache {
+		op.c.paths.drop(h.ptr)
+	}
+	if !h.via.IsNil() {
+		op.c.nodes.drop(h.via)
+	}
+}
+
+// backoff sleeps before retry n (1-based): RetryBackoff doubling up to
+// MaxRetryBackoff, ±50% jitter, or until ctx ends.
+func (c *Client) backoff(ctx context.Context, n int) error {
+	d := c.cfg.RetryBackoff
+	for i := 1; i < n && d < c.cfg.MaxRetryBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.MaxRetryBackoff)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	d = d/2 + time.Duration(rand.Int64N(int64(d)+1))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closing:
+		return ErrClosed
+	}
+}
+
+// kickRefresh asks the background loop for a topology refresh soon.
+func (c *Client) kickRefresh() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
