@@ -52,6 +52,9 @@ type Client struct {
 		sync.Mutex
 		servers map[string]*server // by RPC address
 		nextID  locality.ServerID
+		// leaders are addresses servers redirected to, asked for their
+		// metadata at every refresh as well as the discovered ones.
+		leaders map[string]bool
 	}
 }
 
@@ -79,6 +82,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		closing:    make(chan struct{}),
 	}
 	c.mu.servers = make(map[string]*server)
+	c.mu.leaders = make(map[string]bool)
 	c.nodes = newNodeCache(cfg.NodeCacheBytes, &c.counters.node)
 	c.paths = newPathCache(cfg.PathCacheEntries, &c.counters.path)
 	if c.hostID == "" {

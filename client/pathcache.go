@@ -178,6 +178,7 @@ func (c *pathCache) insert(m meganodeInfo) {
 			return
 		}
 		c.removeLocked(old)
+		c.ct.invalidations.Add(1)
 	}
 	for len(c.mu.levels) <= m.level {
 		c.mu.levels = append(c.mu.levels, nil)

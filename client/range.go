@@ -205,6 +205,7 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 			c.paths.drop(rs.req.Ptr)
 			rs.req.Ptr = 0
 		case retryRefresh:
+			c.noteRedirect(err)
 			c.paths.drop(rs.req.Ptr)
 			rs.req.Ptr = 0
 			if cause == causeConnLost {

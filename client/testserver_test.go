@@ -475,29 +475,20 @@ func (s *testServer) leafFor(p blink.Ptr, key []byte) (*meganode.Meganode, error
 	}
 }
 
-// scan serves a range inside one leaf meganode, stopping at its boundary.
+// scan serves a range inside one leaf meganode, stopping at its boundary
+// with Next set to the neighbour meganode. When the range starts in a
+// meganode of another server it answers with no pairs and Next pointing
+// there (a routing hop, like SearchNext).
 func (s *testServer) scan(req *wire.RangeRequest) ([]byte, error) {
 	key := req.Start
 	if req.Reverse {
 		key = req.End
 	}
-	var m *meganode.Meganode
-	var err error
-	if key == nil {
-		// The first or last leaf meganode.
-		m, err = s.edgeLeaf(req.Reverse)
-	} else {
-		m, err = s.leafFor(req.Ptr, key)
-		if err == nil && req.Reverse {
-			// End is exclusive: the range below it may start in the
-			// meganode to the left.
-			if h, _ := m.Tree().Header(); !h.Bounds.MinInf && bytes.Equal(h.Bounds.Min, key) {
-				m, err = s.leafFor(0, prevKey(key))
-			}
-		}
-	}
-	if err != nil {
-		return nil, err
+	m := s.cl.leafOf(key, req.Reverse)
+	var rep wire.RangeReply
+	if m.Region() != s.region {
+		rep.More, rep.Resume, rep.Next = true, bytes.Clone(key), m.Ptr()
+		return rep.AppendTo(nil), nil
 	}
 	h, _ := m.Tree().Header()
 	lo, hi := req.Start, req.End
@@ -508,9 +499,8 @@ func (s *testServer) scan(req *wire.RangeRequest) ([]byte, error) {
 		hi = h.Bounds.Max
 	}
 	limit := int(req.Limit)
-	var rep wire.RangeReply
 	n := 0
-	err = m.Tree().Scan(blink.ScanOptions{Lower: lo, Upper: hi, Reverse: req.Reverse}, func(k, v []byte) bool {
+	err := m.Tree().Scan(blink.ScanOptions{Lower: lo, Upper: hi, Reverse: req.Reverse}, func(k, v []byte) bool {
 		if limit > 0 && n == limit {
 			rep.More = true
 			rep.Resume = bytes.Clone(k)
@@ -530,41 +520,43 @@ func (s *testServer) scan(req *wire.RangeRequest) ([]byte, error) {
 		return nil, mapErr(err)
 	}
 	if !rep.More {
-		// The meganode is done; more lies beyond its boundary?
+		// The meganode is done; does the range go on beyond it?
 		if !req.Reverse && !h.Bounds.MaxInf && (req.EndUnbounded || bytes.Compare(req.End, h.Bounds.Max) > 0) {
 			rep.More, rep.Resume = true, bytes.Clone(h.Bounds.Max)
+			rep.Next = s.cl.leafOf(rep.Resume, false).Ptr()
 		}
 		if req.Reverse && !h.Bounds.MinInf && (req.StartUnbounded || bytes.Compare(req.Start, h.Bounds.Min) < 0) {
 			rep.More, rep.Resume = true, bytes.Clone(h.Bounds.Min)
+			rep.Next = s.cl.leafOf(rep.Resume, true).Ptr()
 		}
 	}
 	return rep.AppendTo(nil), nil
 }
 
-// edgeLeaf returns the leftmost (or rightmost) leaf meganode.
-func (s *testServer) edgeLeaf(right bool) (*meganode.Meganode, error) {
-	for _, m := range s.cl.megas {
+// leafOf returns the leaf meganode holding key, or for below (reverse
+// ranges, whose end is exclusive) the one holding the keys just below
+// key. A nil key is the leftmost (rightmost for below) meganode.
+func (cl *testCluster) leafOf(key []byte, below bool) *meganode.Meganode {
+	for _, m := range cl.megas {
 		h, _ := m.Tree().Header()
-		if h.Level != 0 || (!right && !h.Bounds.MinInf) || (right && !h.Bounds.MaxInf) {
+		if h.Level != 0 {
 			continue
 		}
-		if m.Region() != s.region {
-			return nil, s.wrongServer(m.Ptr())
+		b := h.Bounds
+		var in bool
+		switch {
+		case key == nil:
+			in = !below && b.MinInf || below && b.MaxInf
+		case below:
+			in = (b.MinInf || bytes.Compare(b.Min, key) < 0) && (b.MaxInf || bytes.Compare(key, b.Max) <= 0)
+		default:
+			in = (b.MinInf || bytes.Compare(b.Min, key) <= 0) && (b.MaxInf || bytes.Compare(key, b.Max) < 0)
 		}
-		return m, nil
+		if in {
+			return m
+		}
 	}
-	return nil, wire.ErrInternal
-}
-
-// prevKey returns a key below k but above every shorter-than-24-byte key
-// below k (to locate the meganode left of boundary k).
-func prevKey(k []byte) []byte {
-	if k[len(k)-1] == 0 {
-		return k[:len(k)-1]
-	}
-	p := bytes.Clone(k)
-	p[len(p)-1]--
-	return append(p, bytes.Repeat([]byte{0xff}, 24)...)
+	panic(fmt.Sprintf("no leaf meganode for %q", key))
 }
 
 // mapErr turns blink errors into wire statuses.

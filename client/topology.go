@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -126,6 +127,7 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return wrapErr(ErrUnavailable, fmt.Errorf("discovery: %w", err))
 	}
+	d.addrs = c.withLeaders(d.addrs)
 	if len(d.addrs) == 0 {
 		return wrapErr(ErrUnavailable, errors.New("no servers registered"))
 	}
@@ -215,6 +217,32 @@ func (c *Client) metadata(ctx context.Context, srv *server, out *wire.MetadataRe
 	}
 	// Strings are the reply's own; region key bytes are not kept.
 	return nil
+}
+
+// noteRedirect remembers the leader a WrongServer reply named, so that
+// the next refresh asks it too.
+func (c *Client) noteRedirect(err error) {
+	var se *wire.StatusError
+	if !errors.As(err, &se) || se.Leader == "" {
+		return
+	}
+	c.mu.Lock()
+	if len(c.mu.leaders) < 64 {
+		c.mu.leaders[se.Leader] = true
+	}
+	c.mu.Unlock()
+}
+
+// withLeaders adds the redirect targets seen to the discovered addresses.
+func (c *Client) withLeaders(addrs []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for l := range c.mu.leaders {
+		if !slices.Contains(addrs, l) {
+			addrs = append(addrs, l)
+		}
+	}
+	return addrs
 }
 
 // serverFor returns the server at addr, creating it on first sight.

@@ -185,6 +185,7 @@ func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again 
 		return false, nil
 	}
 	// retryRefresh
+	c.noteRedirect(err)
 	op.dropHop(h)
 	if cause == causeConnLost {
 		if err := c.backoff(ctx, op.retries); err != nil {

@@ -94,6 +94,7 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 			c.paths.drop(ptr)
 			bypass = true
 		case retryRefresh:
+			c.noteRedirect(err)
 			c.paths.drop(ptr)
 			if cause == causeConnLost {
 				if err := c.backoff(ctx, retries); err != nil {

@@ -1,0 +1,145 @@
+// Package client is Cell's Go client: a goroutine-safe connection to a
+// Cell store with Get, Put, Delete, Contains, Range (and Scan, an
+// iter.Seq2 that pages transparently) and Close (DESIGN §5). It follows
+// "Balancing CPU and Network in the Cell Distributed B-Tree Store" (USENIX
+// ATC '16): searches go meganode by meganode, each hop either server-side
+// or client-side as the locality selector chooses, through two caches.
+//
+// # Finding the store
+//
+// New finds the servers in etcd (Config.Endpoints: the members under
+// /cell/members/, the root under /cell/root, remote keys under
+// /cell/regions/; see etcd.go) or takes their addresses directly
+// (Config.Servers), and asks each for its metadata: node and meganode
+// size, the root meganode, and the regions it hosts with how to read them
+// one-sided. That is the topology, an immutable snapshot replaced as a
+// whole by a refresh: every RefreshInterval, when etcd reports a change,
+// and when an operation meets a redirect, an unknown region or a dead
+// connection.
+//
+// Each server has ConnsPerServer pipelined wire connections (any number of
+// operations in flight share them) and one estimator in the selector: a
+// "server connection" in the paper's sense.
+//
+// # Searching (paper §2.2, §2.3, §2.5)
+//
+// A search starts at the deepest meganode the path cache knows to cover
+// the key, or at the root, and hops:
+//
+//   - The selector (locality.Selector, one Estimator per server) chooses
+//     the method, unless the meganode's region cannot be read one-sided
+//     with the configured provider (then server-side).
+//   - Server-side: one Search RPC; the server answers with the leaf
+//     result (the value too, for Get) or the next meganode, and describes
+//     the meganode (level, height, range) for the path cache. The round
+//     trip and the server's queue and service times feed ObserveServer,
+//     the height ObserveHeight.
+//   - Client-side: read the meganode header (one node; skipped when the
+//     path cache knows the local root) with blink.DecodeHeader, then copy
+//     nodes from the local root down with one-sided reads, check each with
+//     blink.CheckCopy and step with blink.View.StepFor, the rule the server
+//     applies. Every read's latency feeds ObserveRead, the header's height
+//     ObserveHeight. At an extent leaf the record is fetched (the length
+//     from the leaf entry, rounded up to 8) and checked with
+//     blink.DecodeExtent against the entry's CRC, and its key against the
+//     searched key; at a leaf of an inner meganode the entry's child is
+//     the next hop.
+//
+// Writes are server-side (paper §2.1): the write goes to the server of the
+// key's leaf meganode, found in the path cache, or by a search (whose hops
+// the selector routes as usual), or, with a single server, left to it.
+// Ranges are served by the servers, one meganode per call at most.
+//
+// # Consistency of one-sided reads and retries
+//
+// A copy is used only when blink.CheckCopy accepts it (DESIGN §3). What
+// happens otherwise, by cause (each counted in Stats.Retries and the
+// retries_total metric):
+//
+//   - torn: head and tail versions differ or are odd; re-read the node.
+//   - invalid: the node or meganode is free or was invalidated by a split;
+//     restart the hop from its meganode header (after two such restarts,
+//     the search from the root).
+//   - out-of-range: the key is below the node's min (the node was reused);
+//     restart as for invalid. A key at or above the max is not an error:
+//     follow the right link, also out of the meganode.
+//   - crc: the record changed after its leaf was copied; re-read the leaf
+//     and the record.
+//   - stale-cache: a cached node led nowhere; drop it, read it fresh.
+//   - conn-lost, read-failed: a connection or a one-sided read failed; the
+//     rest of the operation goes server-side after a topology refresh.
+//   - server-busy, redirect, restart: the server said NeedsRetry,
+//     Unavailable, Overloaded or Expired (retry after a backoff),
+//     WrongServer, StaleEpoch or UnknownRegion (refresh), KeyOutOfRange or
+//     OutOfBounds (drop the cached start point, restart from the root).
+//
+// Retries after errors stop at Config.MaxRetries (cheap traversal
+// restarts and torn re-reads at Config.MaxRestarts) or when the caller's
+// context ends, whichever comes first; the operation then fails with
+// ErrUnavailable wrapping the last cause, or with the context's error.
+// A write is retried only when the error proves it was not executed; when
+// it may have been (the connection failed after sending, the context ended
+// in flight, the server said OutcomeUnknown or Internal), the write fails
+// with ErrOutcomeUnknown and is never retried by the client. Writes carry
+// a client id and a sequence number for the servers' at-most-once
+// application (DESIGN §9); a retry keeps them.
+//
+// # Caches (paper §3)
+//
+// The node cache (cache.go) keeps validated node copies, LRU, bounded in
+// bytes (Config.NodeCacheBytes, 128 MiB), only of nodes at least
+// Config.NodeCacheMinLevel (4) levels above the leaves. Within a leaf
+// meganode a node's local level is its height above the leaves; a node of
+// an inner meganode at global level g counts local level + g·m, m being
+// the selector's running average meganode height. Extent leaves are never
+// cached: a stale leaf would give a stale value.
+//
+// The path cache (pathcache.go) keeps meganodes (header pointer, level,
+// height, key range, and the local root once a client-side hop read the
+// header), LRU, Config.PathCacheEntries (4096), learnt from Search replies
+// and header reads; an operation starts at the deepest one covering its
+// key.
+//
+// Both are advisory. A cached node that does not cover the key is dropped
+// and read fresh; a node reached through a cached node or a cached root
+// that turns out invalid or out of range drops that source; following a
+// right link drops the cached node (or cached local root) the traversal
+// came through, and a right link out of a meganode drops the meganode's
+// path entry (its range shrank in a split) — paper §2.3: "if they follow a
+// right-link pointer, they invalidate any information cached from the
+// parent node". A path entry whose meganode header is invalid, of the
+// wrong level or starts above the key, or that a server answers with
+// KeyOutOfRange, is dropped and the search restarts from the root. After
+// bypassAfter (8) restarts an operation ignores both caches.
+//
+// # Providers
+//
+// Config.Provider picks the one-sided reader per region: "shm" maps the
+// region file read-only (rdma.SHMClient; the region's server must run on
+// this host, same host identity), "tcp" reads through the server's tcp
+// responder (rdma.TCPClient), "auto" takes shm when it can and tcp
+// otherwise. A server advertises a region's remote keys in its metadata:
+// RegionInfo.ReadAddr is the tcp responder's address (with RemoteKey), or
+// the JSON form of one rdma.RemoteKey or of a list of them; etcd's region
+// records may add more (their ReadKey field).
+//
+// # Memory
+//
+// The client-side get path reuses pooled buffers (a node buffer, a record
+// buffer, a request buffer per operation) and does not allocate with
+// GetAppend and enough room in dst; cached nodes are immutable copies,
+// handed out without copying.
+//
+// # Errors
+//
+// errors.go lists the sentinels. An error that came from a server matches
+// both the client's sentinel and the wire package's (ErrNotFound and
+// wire.ErrNotFound, ...); a connection failure matches its wire or rdma
+// cause too.
+//
+// # Locking notes
+//
+// Client.mu (servers by address) and the caches' mutexes are leaves. A
+// topology refresh runs under refreshSem (a channel, so waiting honours
+// contexts) and takes Client.mu only to look servers up.
+package client
