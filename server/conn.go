@@ -1,0 +1,206 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cellstore/cell/wire"
+)
+
+// conn is one client connection: a reader goroutine (serve) that hands
+// requests to the workers, and a ReplyWriter through which the workers
+// answer, in any order.
+type conn struct {
+	s  *Server
+	nc net.Conn
+	rw *wire.ReplyWriter
+	// inflight counts requests handed to the workers and not answered
+	// yet; the connection closes only when it is zero.
+	inflight sync.WaitGroup
+}
+
+// acceptLoop accepts connections until the listener closes.
+func (s *Server) acceptLoop() {
+	var delay time.Duration
+	for {
+		nc, err := s.rpcLn.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				// Out of file descriptors and the like: back off.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.log.Warn("server: accept", slog.Any("err", err), slog.Duration("retry_in", delay))
+				time.Sleep(delay)
+				continue
+			}
+			s.failed(err)
+			return
+		}
+		delay = 0
+		s.newConn(nc)
+	}
+}
+
+// isTemporary reports accept errors that pass (EMFILE, ENFILE,
+// ECONNABORTED...), as net/http does.
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+func (s *Server) newConn(nc net.Conn) {
+	rw, err := wire.NewReplyWriter(nc, &s.wopts)
+	if err != nil {
+		_ = nc.Close()
+		s.log.Error("server: reply writer", slog.Any("err", err))
+		return
+	}
+	c := &conn{s: s, nc: nc, rw: rw}
+	s.mu.Lock()
+	if s.mu.state == stateClosed {
+		s.mu.Unlock()
+		_ = rw.Close()
+		_ = nc.Close()
+		return
+	}
+	s.mu.conns[c] = struct{}{}
+	s.conns.Add(1)
+	s.mu.Unlock()
+	s.metrics.conns.Inc()
+	s.metrics.accepted.Inc()
+	go c.serve()
+}
+
+// stopReading makes the reader return at its next read: Close uses it to
+// stop taking requests while letting those already read finish.
+func (c *conn) stopReading() {
+	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// serve reads requests until the stream ends, is corrupt, or the server
+// stops, then waits for the workers to answer what it handed them, flushes
+// the replies and closes the connection.
+func (c *conn) serve() {
+	s := c.s
+	reason := c.readLoop()
+	c.inflight.Wait()
+	// Bound the final flush: a client that stopped reading must not hold
+	// up a shutdown.
+	_ = c.nc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
+	_ = c.rw.Close()
+	_ = c.nc.Close()
+	s.metrics.conns.Dec()
+	s.metrics.closed.WithLabelValues(reason).Inc()
+	s.mu.Lock()
+	delete(s.mu.conns, c)
+	s.mu.Unlock()
+	s.conns.Done()
+}
+
+// Reasons a connection closed (label of cell_server_connections_closed_total).
+const (
+	closeEOF        = "eof"
+	closeCorrupt    = "corrupt"
+	closeBadVersion = "bad_version"
+	closeShutdown   = "shutdown"
+	closeError      = "error"
+)
+
+// readLoop reads frames and dispatches them; it returns why it stopped.
+//
+// A malformed request is answered with an error status as long as the
+// stream is still at a frame boundary (too large: its body was skipped;
+// unknown op: its body was read; a body that does not decode: the worker
+// answers BadRequest). A stream that lost its framing (bad magic, bad
+// length) is closed without an answer, one of another protocol version
+// after a BadVersion answer. The server itself never stops for what a
+// client sends.
+func (c *conn) readLoop() string {
+	s := c.s
+	rd, err := wire.NewReader(c.nc, &s.wopts)
+	if err != nil {
+		return closeError
+	}
+	for {
+		f, err := rd.ReadFramePooled()
+		if err != nil {
+			switch {
+			case wire.InSync(err):
+				s.metrics.malformed.WithLabelValues(malformedKind(err)).Inc()
+				_ = c.rw.WriteError(&f.Header, err, 0, 0)
+				continue
+			case errors.Is(err, wire.ErrBadVersion):
+				s.metrics.malformed.WithLabelValues("bad_version").Inc()
+				_ = c.rw.WriteError(&f.Header, err, 0, 0)
+				s.log.Debug("server: closing a connection of another protocol version", slog.String("remote", c.nc.RemoteAddr().String()), slog.Any("err", err))
+				return closeBadVersion
+			case errors.Is(err, io.EOF):
+				return closeEOF
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				return closeShutdown
+			case errors.Is(err, wire.ErrBadMagic), errors.Is(err, wire.ErrBadLength), errors.Is(err, io.ErrUnexpectedEOF):
+				s.metrics.malformed.WithLabelValues("corrupt").Inc()
+				s.log.Debug("server: closing a corrupt stream", slog.String("remote", c.nc.RemoteAddr().String()), slog.Any("err", err))
+				return closeCorrupt
+			}
+			s.log.Debug("server: connection read", slog.String("remote", c.nc.RemoteAddr().String()), slog.Any("err", err))
+			return closeError
+		}
+		c.dispatch(f, time.Now())
+	}
+}
+
+func malformedKind(err error) string {
+	if errors.Is(err, wire.ErrFrameTooLarge) {
+		return "too_large"
+	}
+	return "unknown_op"
+}
+
+// dispatch answers what needs no tree work at once and queues the rest for
+// the workers; a full queue is answered Overloaded.
+func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
+	s := c.s
+	h := &f.Header
+	if h.IsReply() || h.Status != wire.StatusOK {
+		s.metrics.malformed.WithLabelValues("not_a_request").Inc()
+		_ = c.rw.WriteError(h, wireErrorf(wire.StatusBadRequest, "a request frame with the reply flag or a status set"), 0, 0)
+		f.Release()
+		return
+	}
+	switch h.Op {
+	case wire.OpPing:
+		// An RTT probe: answered by the reader, without a worker, so
+		// that it measures the network and not the queue.
+		rh := h.Reply(wire.StatusOK)
+		rh.SetTiming(0, time.Since(arrived))
+		_ = c.rw.Write(rh, f.Body)
+		s.metrics.observe(h.Op, wire.StatusOK, 0, time.Since(arrived))
+		f.Release()
+		return
+	case wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete:
+	default:
+		// Extension ops pass the frame layer; this server has none.
+		s.metrics.malformed.WithLabelValues("unknown_op").Inc()
+		_ = c.rw.WriteError(h, wireErrorf(wire.StatusUnknownOp, "op %v not served", h.Op), 0, 0)
+		f.Release()
+		return
+	}
+	c.inflight.Add(1)
+	select {
+	case s.queue <- job{c: c, f: f, arrived: arrived}:
+	default:
+		c.inflight.Done()
+		_ = c.rw.WriteError(h, wire.ErrOverloaded, 0, 0)
+		s.metrics.observe(h.Op, wire.StatusOverloaded, 0, 0)
+		f.Release()
+	}
+}

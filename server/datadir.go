@@ -1,0 +1,172 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The data directory's files:
+//
+//	LOCK         flock'ed while a server runs on the directory
+//	region.json  which region the directory holds: {ServerID, Region, Path},
+//	             written when the region is created
+//	CLEAN        written at the end of a clean shutdown, after the region
+//	             was synced and closed: {Region, Path, Closed}; removed as
+//	             soon as a start has reopened the region, so that its
+//	             presence at start means "the region file is exactly what a
+//	             clean shutdown left"
+//
+// Both JSON files are written to a temporary name, synced, renamed and the
+// directory synced, so a crash leaves the old or the new file, never a torn
+// one.
+const (
+	lockFile   = "LOCK"
+	stateFile  = "region.json"
+	markerFile = "CLEAN"
+)
+
+// dataState is region.json.
+type dataState struct {
+	ServerID string
+	Region   uint32
+	Path     string
+}
+
+// cleanMarker is CLEAN.
+type cleanMarker struct {
+	Region uint32
+	Path   string
+	Closed time.Time
+}
+
+// dataDir is an open, locked data directory.
+type dataDir struct {
+	dir  string // absolute
+	lock *os.File
+}
+
+// openDataDir creates dir if needed and locks it.
+func openDataDir(dir string) (*dataDir, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("server: data directory %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("server: create data directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(abs, lockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("server: open lock file: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("server: %s: %w", abs, ErrDataDirLocked)
+		}
+		return nil, fmt.Errorf("server: lock %s: %w", abs, err)
+	}
+	return &dataDir{dir: abs, lock: f}, nil
+}
+
+func (d *dataDir) path(name string) string { return filepath.Join(d.dir, name) }
+
+// regionFileName names the region file of region id for this directory.
+// The name is unique per data directory, so servers with different data
+// directories on one host never collide in a shared tmpfs or hugetlbfs.
+func (d *dataDir) regionFileName(id uint32) string {
+	h := sha256.Sum256([]byte(d.dir))
+	return fmt.Sprintf("cell-%s-%06x", hex.EncodeToString(h[:8]), id)
+}
+
+// readJSON reads name into v; it reports false when the file does not
+// exist.
+func (d *dataDir) readJSON(name string, v any) (bool, error) {
+	b, err := os.ReadFile(d.path(name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("server: read %s: %w", name, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return false, fmt.Errorf("server: %s in %s does not parse: %w", name, d.dir, err)
+	}
+	return true, nil
+}
+
+// writeJSON replaces name with v durably.
+func (d *dataDir) writeJSON(name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("server: encode %s: %w", name, err)
+	}
+	tmp := d.path(name + ".tmp")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("server: write %s: %w", name, err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, d.path(name))
+	}
+	if err == nil {
+		err = d.syncDir()
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("server: write %s: %w", name, err)
+	}
+	return nil
+}
+
+// remove deletes name durably; a missing file is not an error.
+func (d *dataDir) remove(name string) error {
+	if err := os.Remove(d.path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("server: remove %s: %w", name, err)
+	}
+	return d.syncDir()
+}
+
+func (d *dataDir) syncDir() error {
+	f, err := os.Open(d.dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// close releases the lock.
+func (d *dataDir) close() error {
+	return d.lock.Close() // closing the descriptor drops the flock
+}
+
+// removeFile deletes a region file left by an earlier run; a missing file
+// is not an error.
+func removeFile(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

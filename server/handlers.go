@@ -1,0 +1,460 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/atomicmem"
+	"github.com/cellstore/cell/wire"
+)
+
+// maxHops bounds the meganodes one request visits on this server: a
+// B-link tree of meganodes is a few levels deep, so more means a cycle
+// (corruption) and must not spin a worker.
+const maxHops = 64
+
+// worker is one worker goroutine's state: decode targets, reply messages
+// and buffers reused from request to request. Decoded requests alias the
+// frame's body and replies alias the buffers: both live until the reply is
+// written.
+type worker struct {
+	s *Server
+
+	searchReq wire.SearchRequest
+	getReq    wire.GetRequest
+	putReq    wire.PutRequest
+	delReq    wire.DeleteRequest
+	rangeReq  wire.RangeRequest
+	dumpReq   wire.NodeDumpRequest
+	metaReq   wire.MetadataRequest
+
+	searchRep   wire.SearchReply
+	getRep      wire.GetReply
+	containsRep wire.ContainsReply
+	rangeRep    wire.RangeReply
+	dumpRep     wire.NodeDumpReply
+	metaRep     wire.MetadataReply
+
+	hdr    []byte // one node, 8-byte aligned: meganode header copies
+	val    []byte // a value read by Get or Search
+	rec    []byte // the write record being applied
+	arena  []byte // keys and values of a range reply
+	spans  []span
+	resume []byte
+	maxMin []byte // a meganode bound being crossed by a range
+}
+
+// span locates one range pair in worker.arena.
+type span struct{ off, klen, vlen int }
+
+// Buffers above this size are dropped after the request that grew them.
+const keepBuffer = 256 << 10
+
+func newWorker(s *Server) *worker {
+	return &worker{s: s, hdr: atomicmem.Alloc(s.nodeSize)}
+}
+
+// resetLarge drops buffers a large request grew.
+func (w *worker) resetLarge() {
+	if cap(w.val) > keepBuffer {
+		w.val = nil
+	}
+	if cap(w.rec) > keepBuffer {
+		w.rec = nil
+	}
+	if cap(w.arena) > keepBuffer {
+		w.arena = nil
+		w.spans = nil
+		w.rangeRep.Pairs = nil
+	}
+	if cap(w.dumpRep.Data) > keepBuffer {
+		w.dumpRep.Data = nil
+	}
+}
+
+// handle decodes and serves one request; a nil message is an empty reply.
+func (w *worker) handle(op wire.Op, body []byte) (wire.Message, error) {
+	switch op {
+	case wire.OpSearch:
+		return w.search(body)
+	case wire.OpGet:
+		return w.get(body)
+	case wire.OpContains:
+		return w.contains(body)
+	case wire.OpPut:
+		return nil, w.put(body)
+	case wire.OpDelete:
+		return nil, w.del(body)
+	case wire.OpRange:
+		return w.scan(body)
+	case wire.OpMetadata:
+		return w.metadata(body)
+	case wire.OpNodeDump:
+		return w.nodeDump(body)
+	}
+	return nil, wireErrorf(wire.StatusUnknownOp, "op %v not served", op)
+}
+
+// checkKey rejects keys the trees would reject, before any work.
+func (w *worker) checkKey(key []byte) error {
+	switch {
+	case len(key) == 0:
+		return wire.ErrEmptyKey
+	case len(key) > w.s.maxKey:
+		return wireErrorf(wire.StatusKeyTooLarge, "key of %d bytes, limit %d", len(key), w.s.maxKey)
+	}
+	return nil
+}
+
+// startAt resolves a request's start pointer (0: the root) to a meganode of
+// this server, after checking the request's epoch.
+func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*localMeganode, error) {
+	s := w.s
+	if p.IsNil() {
+		if p = blink.Ptr(s.root.Load()); p.IsNil() {
+			return nil, wireErrorf(wire.StatusUnavailable, msgNoRoot)
+		}
+	}
+	if p.Region() != s.regionID {
+		return nil, s.redirect(p.Region(), what)
+	}
+	if err := s.checkEpoch(epoch); err != nil {
+		return nil, err
+	}
+	lm := s.meganodeAt(p)
+	if lm == nil {
+		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", p, s.regionID)
+	}
+	return lm, nil
+}
+
+// elsewhere is the error for a request that must continue at next, a
+// pointer this server cannot follow.
+func (w *worker) elsewhere(next blink.Ptr, what string) error {
+	if next.Region() != w.s.regionID {
+		return w.s.redirect(next.Region(), fmt.Sprintf("%s continues at meganode %v", what, next))
+	}
+	return fmt.Errorf("server: pointer %v names no meganode of region %d: %w", next, w.s.regionID, blink.ErrCorruption)
+}
+
+// hop is where a search through this server's meganodes ended: a leaf
+// meganode's result (next nil), or the pointer to continue at elsewhere.
+type hop struct {
+	lm   *localMeganode
+	res  blink.Result
+	next blink.Ptr
+}
+
+// descend searches key from meganode lm down and right through the
+// meganodes of this server (paper §2.2: "Each server uses Sagiv's algorithm
+// to search within meganode(s) until it reaches a pointer that is not local
+// to the machine").
+func (w *worker) descend(lm *localMeganode, key []byte) (hop, error) {
+	for range maxHops {
+		res, err := lm.t.Search(key)
+		if err != nil {
+			return hop{lm: lm}, err
+		}
+		next := res.Next
+		if next.IsNil() && lm.level > 0 {
+			if next = res.Child; next.IsNil() {
+				return hop{lm: lm}, fmt.Errorf("server: inner meganode %v has no child for %q: %w", lm.m.Ptr(), key, blink.ErrCorruption)
+			}
+		}
+		if next.IsNil() {
+			return hop{lm: lm, res: res}, nil
+		}
+		if nl := w.s.meganodeAt(next); nl != nil {
+			lm = nl
+			continue
+		}
+		return hop{lm: lm, res: res, next: next}, nil
+	}
+	return hop{}, fmt.Errorf("server: search for %q crossed %d meganodes: %w", key, maxHops, blink.ErrCorruption)
+}
+
+// header copies lm's header into w.hdr and decodes it, lock-free and
+// without allocating; the bounds alias w.hdr until the next call.
+func (w *worker) header(lm *localMeganode) (blink.Header, error) {
+	hp := lm.m.Ptr()
+	for attempt := 1; ; attempt++ {
+		if !lm.t.NodeBytes(hp, w.hdr) {
+			return blink.Header{}, fmt.Errorf("server: meganode header %v: %w", hp, blink.ErrCorruption)
+		}
+		h, r := blink.DecodeHeader(w.hdr)
+		switch {
+		case r == blink.OK:
+			return h, nil
+		case r != blink.Torn:
+			return blink.Header{}, fmt.Errorf("server: meganode header %v: %v: %w", hp, r, blink.ErrCorruption)
+		case attempt > 1<<16:
+			return blink.Header{}, fmt.Errorf("server: meganode header %v keeps changing: %w", hp, blink.ErrRestart)
+		case attempt%16 == 0:
+			runtime.Gosched()
+		}
+	}
+}
+
+// describe fills m from lm's header; key bytes alias w.hdr.
+func (w *worker) describe(lm *localMeganode, m *wire.Meganode) (blink.Header, error) {
+	h, err := w.header(lm)
+	if err != nil {
+		return h, err
+	}
+	*m = wire.Meganode{Ptr: lm.m.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)}
+	return h, nil
+}
+
+func keyRange(b blink.Bounds) wire.KeyRange {
+	r := wire.KeyRange{MinInf: b.MinInf, MaxInf: b.MaxInf}
+	if !b.MinInf {
+		r.Min = b.Min
+	}
+	if !b.MaxInf {
+		r.Max = b.Max
+	}
+	return r
+}
+
+// search is one meganode hop of a server-side search (OpSearch): it ends
+// at a leaf meganode of this server with the key's result, or with the
+// next meganode to visit, elsewhere.
+func (w *worker) search(body []byte) (wire.Message, error) {
+	req := &w.searchReq
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	if err := w.checkKey(req.Key); err != nil {
+		return nil, err
+	}
+	lm, err := w.startAt(req.Ptr, req.Epoch, "search")
+	if err != nil {
+		return nil, err
+	}
+	for range 4 {
+		hp, err := w.descend(lm, req.Key)
+		if err != nil {
+			return nil, err
+		}
+		rep := &w.searchRep
+		*rep = wire.SearchReply{}
+		if _, err := w.describe(hp.lm, &rep.Meganode); err != nil {
+			return nil, err
+		}
+		if !hp.next.IsNil() {
+			rep.Kind, rep.Next = wire.SearchNext, hp.next
+			w.s.metrics.searches.WithLabelValues("next").Inc()
+			return rep, nil
+		}
+		rep.Kind, rep.Found = wire.SearchLeaf, hp.res.Found
+		if req.WantValue && rep.Found {
+			v, err := hp.lm.t.Get(req.Key, w.val[:0])
+			switch {
+			case err == nil:
+				w.val = v[:0]
+				rep.HasValue, rep.Value = true, v
+			case errors.Is(err, blink.ErrNotFound):
+				rep.Found = false // deleted since the search
+			case errors.Is(err, blink.ErrKeyOutOfRange):
+				continue // moved since the search: search again
+			default:
+				return nil, err
+			}
+		}
+		w.s.metrics.searches.WithLabelValues("leaf").Inc()
+		return rep, nil
+	}
+	return nil, wireErrorf(wire.StatusNeedsRetry, "key %q kept moving", req.Key)
+}
+
+// leafFor descends to the leaf meganode holding key (OpGet, OpContains and
+// the writes), which must be on this server.
+func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (hop, error) {
+	if err := w.checkKey(key); err != nil {
+		return hop{}, err
+	}
+	lm, err := w.startAt(p, epoch, what)
+	if err != nil {
+		return hop{}, err
+	}
+	hp, err := w.descend(lm, key)
+	if err != nil {
+		return hop{}, err
+	}
+	if !hp.next.IsNil() {
+		return hop{}, w.elsewhere(hp.next, what)
+	}
+	return hp, nil
+}
+
+func (w *worker) get(body []byte) (wire.Message, error) {
+	req := &w.getReq
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	for range 4 {
+		hp, err := w.leafFor(req.Ptr, req.Epoch, req.Key, "get")
+		if err != nil {
+			return nil, err
+		}
+		v, err := hp.lm.t.Get(req.Key, w.val[:0])
+		if errors.Is(err, blink.ErrKeyOutOfRange) {
+			continue // moved since the search
+		}
+		if err != nil {
+			return nil, err
+		}
+		w.val = v[:0]
+		w.getRep.Value = v
+		return &w.getRep, nil
+	}
+	return nil, wireErrorf(wire.StatusNeedsRetry, "key %q kept moving", req.Key)
+}
+
+func (w *worker) contains(body []byte) (wire.Message, error) {
+	req := &w.getReq
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	hp, err := w.leafFor(req.Ptr, req.Epoch, req.Key, "contains")
+	if err != nil {
+		return nil, err
+	}
+	w.containsRep.Found = hp.res.Found
+	return &w.containsRep, nil
+}
+
+// put encodes the write and applies it (apply.go).
+func (w *worker) put(body []byte) error {
+	req := &w.putReq
+	if err := req.Decode(body); err != nil {
+		return err
+	}
+	if len(req.Value) > wire.MaxValueSize {
+		return wireErrorf(wire.StatusValueTooLarge, "value of %d bytes, limit %d", len(req.Value), wire.MaxValueSize)
+	}
+	hp, err := w.leafFor(req.Ptr, req.Epoch, req.Key, "put")
+	if err != nil {
+		return err
+	}
+	w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recPut, Meganode: hp.lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: req.Value})
+	_, err = w.s.apply(w.rec)
+	return err
+}
+
+func (w *worker) del(body []byte) error {
+	req := &w.delReq
+	if err := req.Decode(body); err != nil {
+		return err
+	}
+	hp, err := w.leafFor(req.Ptr, req.Epoch, req.Key, "delete")
+	if err != nil {
+		return err
+	}
+	w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recDelete, Meganode: hp.lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key})
+	res, err := w.s.apply(w.rec)
+	if err == nil && !res.Found {
+		return wire.ErrNotFound
+	}
+	return err
+}
+
+// nodeDump copies bytes of the region (OpNodeDump) with 8-byte atomic
+// loads, as a one-sided read would: any range inside the region, 8-byte
+// aligned, up to what fits in a reply.
+func (w *worker) nodeDump(body []byte) (wire.Message, error) {
+	req := &w.dumpReq
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	s := w.s
+	if req.Ptr.IsNil() {
+		return nil, wireErrorf(wire.StatusOutOfBounds, "nil pointer")
+	}
+	if req.Ptr.Region() != s.regionID {
+		return nil, s.redirect(req.Ptr.Region(), "node dump")
+	}
+	if err := s.checkEpoch(req.Epoch); err != nil {
+		return nil, err
+	}
+	n := uint64(req.Length)
+	if n == 0 {
+		n = uint64(s.nodeSize)
+	}
+	off := req.Ptr.Offset()
+	size := uint64(len(s.region.Bytes()))
+	limit := uint64(s.opts.MaxFrameSize-wire.HeaderSize-4) &^ 7
+	switch {
+	case off%8 != 0 || n%8 != 0:
+		return nil, wireErrorf(wire.StatusOutOfBounds, "offset %#x and length %d must be multiples of 8", off, n)
+	case n > limit:
+		return nil, wireErrorf(wire.StatusOutOfBounds, "length %d over the reply limit %d", n, limit)
+	case off >= size || n > size-off:
+		return nil, wireErrorf(wire.StatusOutOfBounds, "[%#x, +%d) outside region %d of %d bytes", off, n, s.regionID, size)
+	}
+	if uint64(cap(w.dumpRep.Data)) < n {
+		w.dumpRep.Data = make([]byte, n)
+	}
+	w.dumpRep.Data = w.dumpRep.Data[:n]
+	atomicmem.LoadTo(w.dumpRep.Data, s.region.Bytes()[off:off+n])
+	return &w.dumpRep, nil
+}
+
+// metadata describes the server (OpMetadata).
+func (w *worker) metadata(body []byte) (wire.Message, error) {
+	req := &w.metaReq
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	s := w.s
+	if req.OneRegion && req.Region != s.regionID {
+		return nil, s.redirect(req.Region, "metadata")
+	}
+	rep := &w.metaRep
+	regions, megas := rep.Regions[:0], rep.Meganodes[:0]
+	*rep = wire.MetadataReply{
+		Server:       s.opts.ServerID,
+		NodeSize:     uint32(s.nodeSize),
+		MeganodeSize: s.region.Layout().MeganodeSize,
+		Root:         blink.Ptr(s.root.Load()),
+		Hints:        s.hints(),
+	}
+	ri := wire.RegionInfo{
+		ID: s.regionID, Epoch: s.epoch, Size: s.region.Layout().Size,
+		Host: s.opts.HostID, RPCAddr: s.rpcAddr, ReadAddr: s.responder.Addr(), Path: s.region.Path(),
+	}
+	for _, rk := range s.readKeys {
+		if rk.Provider == "tcp" {
+			ri.RemoteKey = uint64(rk.Key)
+		}
+	}
+	rep.Regions = append(regions, ri)
+	rep.Meganodes = megas
+	if req.WantMeganodes {
+		// Each entry is at most this many bytes; stop before the frame
+		// limit (a region has at most meganode.MaxSlots meganodes, far
+		// below it with default sizes).
+		per := 8 + 2 + 2 + 1 + 4 + 4 + 2*s.maxKey + 4 + 4
+		room := s.opts.MaxFrameSize - wire.HeaderSize - 4096
+		for _, lm := range s.megas.Load().bySlot {
+			if lm == nil {
+				continue
+			}
+			if room -= per; room < 0 {
+				break
+			}
+			h, err := lm.t.Header() // copies the bounds out
+			if err != nil {
+				return nil, err
+			}
+			rep.Meganodes = append(rep.Meganodes, wire.MeganodeStats{
+				Meganode:  wire.Meganode{Ptr: lm.m.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)},
+				UsedNodes: uint32(h.InUse),
+				Capacity:  uint32(h.Capacity),
+			})
+		}
+	}
+	return rep, nil
+}

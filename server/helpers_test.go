@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// testLogger logs through t.Log until the test's cleanup and drops records
+// of goroutines that outlive it.
+func testLogger(t testing.TB) *slog.Logger {
+	w := &tWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.done = true
+		w.mu.Unlock()
+	})
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct {
+	t    testing.TB
+	mu   sync.Mutex
+	done bool
+}
+
+func (w *tWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+// testOptions are options of a small server on loopback ports with its
+// region in a plain file under a temporary data directory.
+func testOptions(t testing.TB, store regiontable.Store) Options {
+	return Options{
+		DataDir:      t.TempDir(),
+		Listen:       "127.0.0.1:0",
+		RDMAListen:   "127.0.0.1:0",
+		Store:        store,
+		ServerID:     "test-1",
+		HostID:       "test-host",
+		RegionSize:   32 << 20,
+		MeganodeSize: 1 << 20,
+		Hugepages:    meganode.HugepagesOff,
+		ShmDir:       t.TempDir(),
+		Registry:     prometheus.NewRegistry(),
+		RegisterWait: 2 * time.Second,
+		Logger:       testLogger(t),
+	}
+}
+
+// startServer starts a server with opts (Registry and Logger filled in if
+// missing) and closes it at cleanup.
+func startServer(t testing.TB, opts Options) *Server {
+	t.Helper()
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// newTestServer starts a server over a fresh memory region table.
+func newTestServer(t testing.TB, edit ...func(*Options)) (*Server, *regiontable.Memory) {
+	t.Helper()
+	store := regiontable.NewMemory()
+	t.Cleanup(func() { _ = store.Close() })
+	opts := testOptions(t, store)
+	for _, e := range edit {
+		e(&opts)
+	}
+	return startServer(t, opts), store
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// dial opens a wire connection to s, closed at cleanup.
+func dial(t testing.TB, s *Server) *wire.Conn {
+	t.Helper()
+	c, err := wire.Dial(ctxT(t), s.Addr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// call sends req and decodes the reply into rep (nil: expect an empty
+// body). It returns the call's error and the reply header.
+func call(t testing.TB, c *wire.Conn, op wire.Op, req, rep wire.Message) (wire.Header, error) {
+	t.Helper()
+	f, err := c.CallMessage(ctxT(t), op, req)
+	defer f.Release()
+	if err != nil {
+		return f.Header, err
+	}
+	if rep == nil {
+		if len(f.Body) != 0 {
+			t.Fatalf("%v: %d-byte body, want none", op, len(f.Body))
+		}
+		return f.Header, nil
+	}
+	if err := rep.Decode(f.Body); err != nil {
+		t.Fatalf("%v: decode reply: %v", op, err)
+	}
+	return f.Header, nil
+}
+
+func put(t testing.TB, c *wire.Conn, key, value string) {
+	t.Helper()
+	if _, err := call(t, c, wire.OpPut, &wire.PutRequest{Key: []byte(key), Value: []byte(value)}, nil); err != nil {
+		t.Fatalf("Put(%q): %v", key, err)
+	}
+}
+
+// get returns the value of key; found is false on NotFound. The value is
+// a copy.
+func get(t testing.TB, c *wire.Conn, key string) (string, bool) {
+	t.Helper()
+	var rep wire.GetReply
+	f, err := c.CallMessage(ctxT(t), wire.OpGet, &wire.GetRequest{Key: []byte(key)})
+	defer f.Release()
+	if errors.Is(err, wire.ErrNotFound) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("Get(%q): %v", key, err)
+	}
+	if err := rep.Decode(f.Body); err != nil {
+		t.Fatal(err)
+	}
+	return string(rep.Value), true
+}
+
+func wantStatus(t testing.TB, err error, st wire.Status) {
+	t.Helper()
+	if got := wire.StatusOf(err); got != st || err == nil && st != wire.StatusOK {
+		t.Fatalf("error %v has status %v, want %v", err, got, st)
+	}
+}
+
+// rawConn is a TCP connection for hand-made frames.
+type rawConn struct {
+	t  testing.TB
+	nc net.Conn
+	rd *wire.Reader
+}
+
+func dialRaw(t testing.TB, s *Server) *rawConn {
+	t.Helper()
+	nc, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	rd, err := wire.NewReader(nc, &wire.Options{MaxFrameSize: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rawConn{t: t, nc: nc, rd: rd}
+}
+
+func (r *rawConn) send(b []byte) {
+	r.t.Helper()
+	if _, err := r.nc.Write(b); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// sendFrame sends a request frame with op, id and body.
+func (r *rawConn) sendFrame(op wire.Op, id uint64, body []byte) {
+	r.t.Helper()
+	r.send(wire.AppendFrame(nil, wire.Header{Op: op, ID: id}, body))
+}
+
+// reply reads the next frame (a copy of its header and body).
+func (r *rawConn) reply() (wire.Header, []byte) {
+	r.t.Helper()
+	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	f, err := r.rd.ReadFrame()
+	if err != nil {
+		r.t.Fatalf("read reply: %v", err)
+	}
+	return f.Header, append([]byte(nil), f.Body...)
+}
+
+// closed reports whether the server closed the connection (EOF or reset
+// before any further frame).
+func (r *rawConn) closed() bool {
+	r.t.Helper()
+	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := r.rd.ReadFrame()
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		r.t.Fatal("connection still open after 10s")
+	}
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || isReset(err))
+}
+
+func isReset(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe)
+}
+
+// rootTree returns the tree of the server's root meganode.
+func rootTree(t testing.TB, s *Server) *blink.Tree {
+	t.Helper()
+	lm := s.meganodeAt(s.Root())
+	if lm == nil {
+		t.Fatalf("root %v is not a local meganode", s.Root())
+	}
+	return lm.t
+}

@@ -1,0 +1,271 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/wire"
+)
+
+// Metrics are the server's Prometheus metrics. NewMetrics registers them;
+// there are no global metrics. Gauges and counters whose source is the
+// running server (queue, workers, one-sided reads, trees, region) are read
+// at scrape time from the server attached by Start.
+//
+// Latency histograms (cell_server_queue_seconds, cell_server_service_seconds)
+// have 23 buckets doubling from 1 µs to about 4.2 s: a server-side search
+// hop takes single microseconds, a large range reply milliseconds, and a
+// queue under overload seconds.
+type Metrics struct {
+	ops       *prometheus.CounterVec   // op, status
+	searches  *prometheus.CounterVec   // result: leaf, next
+	queue     *prometheus.HistogramVec // op
+	service   *prometheus.HistogramVec // op
+	conns     prometheus.Gauge
+	accepted  prometheus.Counter
+	closed    *prometheus.CounterVec // reason
+	malformed *prometheus.CounterVec // kind
+	applies   *prometheus.CounterVec // kind, result
+
+	// srcMu guards src: after detach returns no scrape reads the server
+	// (whose region may then be unmapped).
+	srcMu sync.RWMutex
+	src   *Server
+}
+
+// LatencyBuckets are the buckets of the latency histograms: 1 µs to about
+// 4.2 s, doubling.
+var LatencyBuckets = prometheus.ExponentialBuckets(1e-6, 2, 23)
+
+// NewMetrics creates the server's metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	m := &Metrics{
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cell_server_ops_total",
+			Help: "Server-side requests answered, by op (ping, search, get, contains, range, put, delete, metadata, node_dump) and reply status.",
+		}, []string{"op", "status"}),
+		searches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cell_server_search_hops_total",
+			Help: "Server-side search hops by how they ended: at a leaf meganode's result, or with the next meganode to visit.",
+		}, []string{"result"}),
+		queue: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cell_server_queue_seconds",
+			Help:    "Time requests waited for a worker, by op (buckets 1µs..4.2s).",
+			Buckets: LatencyBuckets,
+		}, []string{"op"}),
+		service: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "cell_server_service_seconds",
+			Help:    "Time a worker spent on a request, by op (buckets 1µs..4.2s).",
+			Buckets: LatencyBuckets,
+		}, []string{"op"}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cell_server_connections",
+			Help: "Open client connections.",
+		}),
+		accepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cell_server_connections_accepted_total",
+			Help: "Client connections accepted.",
+		}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cell_server_connections_closed_total",
+			Help: "Client connections closed, by reason (eof, corrupt, bad_version, shutdown, error).",
+		}, []string{"reason"}),
+		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cell_server_malformed_frames_total",
+			Help: "Frames rejected before reaching a worker, by kind (too_large, unknown_op, bad_version, corrupt, not_a_request).",
+		}, []string{"kind"}),
+		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cell_server_applied_total",
+			Help: "Write records applied to the region, by kind (put, delete) and result (ok, or the error's status).",
+		}, []string{"kind", "result"}),
+	}
+	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, (*stateCollector)(m)} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// opLabels are the op label values, indexed by op code.
+var opLabels = func() [256]string {
+	var l [256]string
+	for _, o := range []struct {
+		op   wire.Op
+		name string
+	}{
+		{wire.OpPing, "ping"}, {wire.OpMetadata, "metadata"}, {wire.OpSearch, "search"}, {wire.OpGet, "get"},
+		{wire.OpContains, "contains"}, {wire.OpRange, "range"}, {wire.OpNodeDump, "node_dump"},
+		{wire.OpPut, "put"}, {wire.OpDelete, "delete"},
+	} {
+		l[o.op] = o.name
+	}
+	for i := range l {
+		if l[i] == "" {
+			l[i] = "other"
+		}
+	}
+	return l
+}()
+
+// observe counts one answered request.
+func (m *Metrics) observe(op wire.Op, st wire.Status, queue, service time.Duration) {
+	name := opLabels[op]
+	m.ops.WithLabelValues(name, st.String()).Inc()
+	m.queue.WithLabelValues(name).Observe(queue.Seconds())
+	m.service.WithLabelValues(name).Observe(service.Seconds())
+}
+
+func (m *Metrics) attach(s *Server) {
+	m.srcMu.Lock()
+	m.src = s
+	m.srcMu.Unlock()
+}
+
+func (m *Metrics) detach() {
+	m.srcMu.Lock()
+	m.src = nil
+	m.srcMu.Unlock()
+}
+
+// stateCollector exports what the running server knows, read at scrape
+// time.
+type stateCollector Metrics
+
+var (
+	descQueueDepth   = prometheus.NewDesc("cell_server_queue_depth", "Requests waiting for a worker now.", nil, nil)
+	descQueueCap     = prometheus.NewDesc("cell_server_queue_capacity", "Most requests that may wait for a worker (beyond: Overloaded).", nil, nil)
+	descWorkers      = prometheus.NewDesc("cell_server_workers", "Worker goroutines doing tree work (--cores).", nil, nil)
+	descBusy         = prometheus.NewDesc("cell_server_worker_busy_seconds_total", "Time workers spent on requests, summed over workers; rate()/cell_server_workers is the utilisation.", nil, nil)
+	descUtil         = prometheus.NewDesc("cell_server_worker_utilization", "Fraction of the workers' time spent on requests over the last second.", nil, nil)
+	descApplied      = prometheus.NewDesc("cell_server_apply_index", "Write records applied since start (the position raft's log will take).", nil, nil)
+	descOneSided     = prometheus.NewDesc("cell_server_onesided_reads_total", "One-sided read requests served with data by the tcp responder.", []string{"provider"}, nil)
+	descOneSidedSegs = prometheus.NewDesc("cell_server_onesided_segments_total", "Ranges copied by one-sided reads.", []string{"provider"}, nil)
+	descOneSidedB    = prometheus.NewDesc("cell_server_onesided_bytes_total", "Bytes copied by one-sided reads.", []string{"provider"}, nil)
+	descOneSidedRej  = prometheus.NewDesc("cell_server_onesided_rejected_total", "One-sided read requests refused, by cause.", []string{"provider", "cause"}, nil)
+	descOneSidedConn = prometheus.NewDesc("cell_server_onesided_connections", "Open connections to the tcp responder.", []string{"provider"}, nil)
+	descRetries      = prometheus.NewDesc("cell_server_tree_retries_total", "Lock-free reader retries in the region's trees, by cause (torn, invalid, out_of_range, crc, restart).", []string{"cause"}, nil)
+	descFill         = prometheus.NewDesc("cell_server_meganode_fill_ratio", "Fraction of a meganode's nodes in use.", []string{"meganode", "level"}, nil)
+	descHeight       = prometheus.NewDesc("cell_server_meganode_height", "Local tree height of a meganode, in nodes.", []string{"meganode", "level"}, nil)
+	descRegion       = prometheus.NewDesc("cell_server_region_bytes", "Size of the server's region, with its backing (hugetlbfs, shm, file).", []string{"region", "backing"}, nil)
+	descExtents      = prometheus.NewDesc("cell_server_extent_bytes", "Extent area of the region, by state (in_use, capacity).", []string{"region", "state"}, nil)
+	descEpoch        = prometheus.NewDesc("cell_server_region_epoch", "Epoch of the served region.", []string{"region"}, nil)
+
+	stateDescs = []*prometheus.Desc{descQueueDepth, descQueueCap, descWorkers, descBusy, descUtil, descApplied, descOneSided, descOneSidedSegs,
+		descOneSidedB, descOneSidedRej, descOneSidedConn, descRetries, descFill, descHeight, descRegion, descExtents, descEpoch}
+)
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range stateDescs {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.srcMu.RLock()
+	defer c.srcMu.RUnlock()
+	s := c.src
+	if s == nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	gauge(descQueueDepth, float64(len(s.queue)))
+	gauge(descQueueCap, float64(cap(s.queue)))
+	gauge(descWorkers, float64(s.opts.Cores))
+	counter(descBusy, time.Duration(s.busyNanos.Load()).Seconds())
+	gauge(descUtil, math.Float64frombits(s.utilization.Load()))
+	counter(descApplied, float64(s.applied.Load()))
+
+	rs := s.responder.Stats()
+	counter(descOneSided, float64(rs.Reads), "tcp")
+	counter(descOneSidedSegs, float64(rs.Segments), "tcp")
+	counter(descOneSidedB, float64(rs.Bytes), "tcp")
+	gauge(descOneSidedConn, float64(rs.OpenConns), "tcp")
+	for _, r := range []struct {
+		cause string
+		n     uint64
+	}{{"bad_key", rs.BadKey}, {"revoked", rs.Revoked}, {"out_of_bounds", rs.OutOfBounds}, {"misaligned", rs.Misaligned}, {"too_large", rs.TooLarge}, {"too_many_segments", rs.TooManySegments}} {
+		counter(descOneSidedRej, float64(r.n), "tcp", r.cause)
+	}
+
+	var torn, invalid, oor, crc, restarts uint64
+	for _, lm := range s.megas.Load().bySlot {
+		if lm == nil {
+			continue
+		}
+		st := &lm.t.Stats
+		torn += st.Torn.Load()
+		invalid += st.Invalid.Load()
+		oor += st.OutOfRange.Load()
+		crc += st.CRC.Load()
+		restarts += st.Restarts.Load()
+		h, err := lm.t.Header()
+		if err != nil {
+			continue
+		}
+		name, level := lm.m.Ptr().String(), levelLabel(h)
+		gauge(descFill, float64(h.InUse)/float64(max(h.Capacity, 1)), name, level)
+		gauge(descHeight, float64(h.Height), name, level)
+	}
+	counter(descRetries, float64(torn), "torn")
+	counter(descRetries, float64(invalid), "invalid")
+	counter(descRetries, float64(oor), "out_of_range")
+	counter(descRetries, float64(crc), "crc")
+	counter(descRetries, float64(restarts), "restart")
+
+	id := s.region.ID()
+	rid := formatUint(uint64(id))
+	gauge(descRegion, float64(s.region.Layout().Size), rid, s.region.Backing().String())
+	es := s.region.Extents().Stats()
+	gauge(descExtents, float64(es.InUse), rid, "in_use")
+	gauge(descExtents, float64(es.Capacity), rid, "capacity")
+	gauge(descEpoch, float64(s.epoch), rid)
+}
+
+func levelLabel(h blink.Header) string { return formatUint(uint64(h.Level)) }
+
+func formatUint(v uint64) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// newMetricsServer returns the HTTP server of /metrics and /debug/pprof/.
+func (s *Server) newMetricsServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{Registry: s.opts.Registry}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+}
+
+// serveMetrics serves the metrics listener until Close.
+func (s *Server) serveMetrics() {
+	if err := s.httpSrv.Serve(s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Error("server: metrics listener", slog.Any("err", err))
+	}
+}

@@ -1,0 +1,261 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/rdma"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// Options configure a Server. The zero value of every field means its
+// default, written on the field; DataDir and Store have none.
+type Options struct {
+	// DataDir holds the server's state: the LOCK file, region.json (which
+	// region this directory holds and where its file is), the CLEAN marker
+	// of a clean shutdown, and the region file itself unless it lives in
+	// a tmpfs or hugetlbfs (Hugepages). Created if missing. Required.
+	DataDir string
+	// Listen is the RPC address (wire protocol). Default 127.0.0.1:7070;
+	// port 0 picks a free port (Server.Addr reports it).
+	Listen string
+	// AdvertiseAddr is the RPC address published in the region table.
+	// Default: the bound listener's address, with a wildcard host
+	// (0.0.0.0, ::) replaced by the host name.
+	AdvertiseAddr string
+	// RDMAListen is the address of the tcp one-sided read responder.
+	// Default 127.0.0.1:7071.
+	RDMAListen string
+	// MetricsListen is the address of the HTTP server of /metrics
+	// (Prometheus) and /debug/pprof/. Empty: no such server (cellserver's
+	// flag defaults to DefaultMetricsListen).
+	MetricsListen string
+	// Cores is the number of worker goroutines doing tree work: the
+	// paper's server cores, the server's explicit CPU budget. Default 1.
+	Cores int
+	// QueueDepth bounds the requests waiting for a worker; beyond it a
+	// request is answered StatusOverloaded at once. Default 1024.
+	QueueDepth int
+	// RegionSize is the size of a new region in bytes. Default 1 GiB. A
+	// region that is reopened keeps the sizes it was created with.
+	RegionSize uint64
+	// MeganodeSize is the size of a meganode. Default 64 MiB.
+	MeganodeSize uint64
+	// NodeSize is the B-link node size, a power of two in [512, 8192].
+	// Default 1024 (keys up to 128 bytes).
+	NodeSize int
+	// Hugepages selects the region's backing (meganode.HugepageMode):
+	// auto (default: hugetlbfs, else ShmDir, else DataDir), on, off
+	// (a plain file in DataDir).
+	Hugepages meganode.HugepageMode
+	// ShmDir is the tmpfs for shm-backed regions and for the shm
+	// provider's registration table. Default "/dev/shm".
+	ShmDir string
+	// Store is the region table. Required; the caller closes it after
+	// the server.
+	Store regiontable.Store
+	// ServerID names the server in the region table: 1..128 bytes of
+	// [A-Za-z0-9._-]. It is recorded in DataDir, which then only starts
+	// with the same ID. Default DefaultServerID(Listen).
+	ServerID string
+	// HostID identifies this machine to same-host shm readers. Default
+	// rdma.HostID().
+	HostID string
+	// Version is the build version published with the member. Default
+	// "dev".
+	Version string
+	// RegisterWait bounds how long Start waits for a member entry with
+	// the same ID to go (a crashed predecessor's, until its lease
+	// expires). Default 15 s.
+	RegisterWait time.Duration
+	// MaxFrameSize bounds wire frames in both directions. Default
+	// wire.DefaultMaxFrameSize (4 MiB + 32).
+	MaxFrameSize int
+	// WriteTimeout bounds each write of replies to a connection; a client
+	// that stops reading for longer loses its connection. Default 10 s.
+	WriteTimeout time.Duration
+	// MaxRangePairs bounds the pairs of one Range reply (a request's Limit
+	// is capped to it; 0 there means this). Default 4096.
+	MaxRangePairs int
+	// Registry receives the server's metrics (NewMetrics) and is what
+	// MetricsListen serves. Default: a new registry with the Go and
+	// process collectors.
+	Registry *prometheus.Registry
+	// Logger receives the server's logs. Default slog.Default().
+	Logger *slog.Logger
+	// TestingKnobs are hooks for tests; zero in production.
+	TestingKnobs TestingKnobs
+}
+
+// TestingKnobs are test hooks. Each is nil in production.
+type TestingKnobs struct {
+	// BeforeHandle fires in a worker for each request it takes from the
+	// queue, after the request's queueing time was measured and before
+	// it is handled. Tests block in it to fill the queue.
+	BeforeHandle func(op wire.Op)
+}
+
+// Defaults.
+const (
+	DefaultListen        = "127.0.0.1:7070"
+	DefaultRDMAListen    = "127.0.0.1:7071"
+	DefaultMetricsListen = "127.0.0.1:7072"
+	DefaultQueueDepth    = 1024
+	DefaultShmDir        = "/dev/shm"
+	DefaultRegisterWait  = 15 * time.Second
+	DefaultWriteTimeout  = 10 * time.Second
+	DefaultMaxRangePairs = 4096
+)
+
+// EnsureDefaults fills zero fields with their defaults. HostID stays empty
+// when rdma.HostID fails (Validate reports it).
+func (o *Options) EnsureDefaults() {
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if o.RDMAListen == "" {
+		o.RDMAListen = DefaultRDMAListen
+	}
+	if o.Cores == 0 {
+		o.Cores = 1
+	}
+	if o.QueueDepth == 0 {
+		o.QueueDepth = DefaultQueueDepth
+	}
+	if o.RegionSize == 0 {
+		o.RegionSize = meganode.DefaultRegionSize
+	}
+	if o.MeganodeSize == 0 {
+		o.MeganodeSize = meganode.DefaultMeganodeSize
+	}
+	if o.NodeSize == 0 {
+		o.NodeSize = blink.DefaultNodeSize
+	}
+	if o.ShmDir == "" {
+		o.ShmDir = DefaultShmDir
+	}
+	if o.ServerID == "" {
+		o.ServerID = DefaultServerID(o.Listen)
+	}
+	if o.HostID == "" {
+		o.HostID, _ = rdma.HostID()
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.RegisterWait == 0 {
+		o.RegisterWait = DefaultRegisterWait
+	}
+	if o.MaxFrameSize == 0 {
+		o.MaxFrameSize = wire.DefaultMaxFrameSize
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultWriteTimeout
+	}
+	if o.MaxRangePairs == 0 {
+		o.MaxRangePairs = DefaultMaxRangePairs
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports whether the options are usable. Errors wrap
+// ErrInvalidOptions.
+func (o *Options) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("server: "+format+": %w", append(args, ErrInvalidOptions)...)
+	}
+	switch {
+	case o.DataDir == "":
+		return bad("no data directory")
+	case o.Store == nil:
+		return bad("no region table store")
+	case o.Cores < 1 || o.Cores > 1024:
+		return bad("cores %d not in [1, 1024]", o.Cores)
+	case o.QueueDepth < 1:
+		return bad("queue depth %d < 1", o.QueueDepth)
+	case o.NodeSize < blink.MinNodeSize || o.NodeSize > blink.MaxNodeSize || o.NodeSize&(o.NodeSize-1) != 0:
+		return bad("node size %d is not a power of two in [%d, %d]", o.NodeSize, blink.MinNodeSize, blink.MaxNodeSize)
+	case o.MeganodeSize%uint64(o.NodeSize) != 0 || o.MeganodeSize/uint64(o.NodeSize) < 8:
+		return bad("meganode size %d is not a multiple of the node size %d holding at least 8 nodes", o.MeganodeSize, o.NodeSize)
+	case o.RegionSize > meganode.MaxRegionSize:
+		return bad("region size %d > %d", o.RegionSize, uint64(meganode.MaxRegionSize))
+	case o.Hugepages > meganode.HugepagesOff:
+		return bad("hugepage mode %v", o.Hugepages)
+	case o.HostID == "":
+		return bad("no host identity (rdma.HostID failed; set HostID)")
+	case o.RegisterWait < 0 || o.WriteTimeout < 0:
+		return bad("negative timeout")
+	case o.MaxFrameSize < 64<<10 || int64(o.MaxFrameSize) > 1<<32-1:
+		return bad("max frame size %d not in [64 KiB, 4 GiB)", o.MaxFrameSize)
+	case o.MaxRangePairs < 1:
+		return bad("max range pairs %d < 1", o.MaxRangePairs)
+	}
+	if err := regiontable.ValidServerID(o.ServerID); err != nil {
+		return fmt.Errorf("server: %w: %w", err, ErrInvalidOptions)
+	}
+	for name, a := range map[string]string{"listen": o.Listen, "rdma listen": o.RDMAListen, "metrics listen": o.MetricsListen} {
+		if a == "" && name == "metrics listen" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("server: %s address %q: %w: %w", name, a, err, ErrInvalidOptions)
+		}
+	}
+	return nil
+}
+
+// DefaultServerID derives a server ID from the host name and the RPC listen
+// address, e.g. "db7-127.0.0.1-7070": stable across restarts with the same
+// flags, distinct for servers sharing a host.
+func DefaultServerID(listen string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "cell"
+	}
+	id := sanitizeID(host + "-" + listen)
+	if len(id) > regiontable.MaxServerIDLen {
+		id = id[:regiontable.MaxServerIDLen]
+	}
+	return id
+}
+
+// sanitizeID replaces bytes a server ID may not hold with '-'.
+func sanitizeID(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+// advertise returns the address to publish for a listener bound at bound
+// (configured as listen): a wildcard host becomes the host name.
+func advertise(bound string) string {
+	host, port, err := net.SplitHostPort(bound)
+	if err != nil {
+		return bound
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			return net.JoinHostPort(h, port)
+		}
+	}
+	return bound
+}

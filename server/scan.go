@@ -1,0 +1,296 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/wire"
+)
+
+// scan serves OpRange: the pairs with Start <= key < End in order (or in
+// reverse), read lock-free from the leaf meganodes of this server. It stops
+// at the request's limit (capped to Options.MaxRangePairs), before the
+// reply would pass the frame limit, or where the range continues on
+// another server, and then says More with the point to resume at: Start =
+// Resume forward, End = Resume in reverse, at meganode Next when not nil.
+// Meganodes on this server are crossed within one request: forward by the
+// right link leaving a meganode or, when there is none, by a search for
+// the meganode's max key from the root; backward by a search from the root
+// for the keys below a meganode's min key (B-link trees have no left
+// links).
+func (w *worker) scan(body []byte) (wire.Message, error) {
+	req := &w.rangeReq
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	s := w.s
+	var lower, upper []byte // nil: unbounded
+	if !req.StartUnbounded && len(req.Start) > 0 {
+		lower = req.Start // "" <= every key: the same as unbounded
+	}
+	if !req.EndUnbounded {
+		if len(req.End) == 0 {
+			upper = []byte{} // nothing is below ""
+		} else {
+			upper = req.End
+		}
+	}
+	if len(lower) > s.maxKey || len(upper) > s.maxKey {
+		return nil, wireErrorf(wire.StatusKeyTooLarge, "range bound of %d bytes, limit %d", max(len(lower), len(upper)), s.maxKey)
+	}
+	limit := int(req.Limit)
+	if limit == 0 || limit > s.opts.MaxRangePairs {
+		limit = s.opts.MaxRangePairs
+	}
+	rep := &w.rangeRep
+	pairs := rep.Pairs[:0]
+	*rep = wire.RangeReply{}
+	w.arena, w.spans = w.arena[:0], w.spans[:0]
+	defer func() {
+		for _, sp := range w.spans {
+			k := w.arena[sp.off : sp.off+sp.klen : sp.off+sp.klen]
+			v := w.arena[sp.off+sp.klen : sp.off+sp.klen+sp.vlen : sp.off+sp.klen+sp.vlen]
+			pairs = append(pairs, wire.KV{Key: k, Value: v})
+		}
+		rep.Pairs = pairs
+	}()
+	if upper != nil && (len(upper) == 0 || lower != nil && bytes.Compare(lower, upper) >= 0) {
+		return rep, nil // an empty range
+	}
+	lm, err := w.startAt(req.Ptr, req.Epoch, "range")
+	if err != nil {
+		return nil, err
+	}
+	sc := scanner{w: w, rep: rep, limit: limit, keysOnly: req.KeysOnly, budget: s.rangeBudget()}
+	if req.Reverse {
+		err = sc.backward(lm, lower, upper)
+	} else {
+		err = sc.forward(lm, lower, upper)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// rangeBudget is the most bytes of pairs a range reply carries: the frame
+// limit less the header and the reply's other fields (count, flags, a
+// resume key of at most maxKey bytes, next pointer).
+func (s *Server) rangeBudget() int {
+	return s.opts.MaxFrameSize - wire.HeaderSize - (4 + 1 + 4 + s.maxKey + 8) - 64
+}
+
+// scanner is one range request in progress.
+type scanner struct {
+	w        *worker
+	rep      *wire.RangeReply
+	limit    int
+	keysOnly bool
+	budget   int
+	size     int
+}
+
+// add appends a pair to the reply; it reports false (and adds nothing) when
+// the pair would pass the byte budget.
+func (sc *scanner) add(k, v []byte) bool {
+	n := len(k) + len(v) + wire.RangePairOverhead
+	if sc.size+n > sc.budget {
+		return false
+	}
+	sc.size += n
+	w := sc.w
+	off := len(w.arena)
+	w.arena = append(append(w.arena, k...), v...)
+	w.spans = append(w.spans, span{off: off, klen: len(k), vlen: len(v)})
+	return true
+}
+
+// more ends the reply with More: continue at resume (copied), in meganode
+// next when not nil. A scan that returned nothing yet from an unbounded
+// start that lies elsewhere is redirected instead (an empty Resume could
+// not say "unbounded").
+func (sc *scanner) more(resume []byte, next blink.Ptr) error {
+	w := sc.w
+	if resume == nil && len(w.spans) == 0 {
+		if next.IsNil() {
+			return w.s.redirect(blink.Ptr(w.s.root.Load()).Region(), "range")
+		}
+		return w.elsewhere(next, "range")
+	}
+	w.resume = append(w.resume[:0], resume...)
+	sc.rep.More, sc.rep.Resume, sc.rep.Next = true, w.resume, next
+	return nil
+}
+
+// lastKey returns the key of the last pair added.
+func (sc *scanner) lastKey() []byte {
+	sp := sc.w.spans[len(sc.w.spans)-1]
+	return sc.w.arena[sp.off : sp.off+sp.klen]
+}
+
+// value reads the iterator's current value unless the scan is keys-only;
+// ok is false when the key was deleted since the leaf was copied.
+func (sc *scanner) value(it *blink.Iter) (v []byte, ok bool, err error) {
+	if sc.keysOnly {
+		return nil, true, nil
+	}
+	v, err = it.Value()
+	if errors.Is(err, blink.ErrNotFound) {
+		return nil, false, nil
+	}
+	return v, err == nil, err
+}
+
+// rootMeganode returns the root meganode if it is on this server.
+func (w *worker) rootMeganode() *localMeganode {
+	return w.s.meganodeAt(blink.Ptr(w.s.root.Load()))
+}
+
+func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
+	w := sc.w
+	for range maxHops {
+		leaf, next, err := w.edgeLeaf(lm, cur, false)
+		if err != nil {
+			return err
+		}
+		if !next.IsNil() {
+			return sc.more(cur, next)
+		}
+		it := leaf.t.NewIter(&blink.IterOptions{Lower: cur, Upper: upper})
+		for ok := it.First(); ok; ok = it.Next() {
+			k := it.Key()
+			if len(w.spans) == sc.limit {
+				return sc.more(k, leaf.m.Ptr())
+			}
+			v, present, err := sc.value(it)
+			if err != nil {
+				return err
+			}
+			if present && !sc.add(k, v) {
+				return sc.more(k, leaf.m.Ptr())
+			}
+		}
+		if err := it.Error(); err != nil {
+			return err
+		}
+		// No more keys of the range in this meganode: does the range go
+		// on to its right?
+		h, err := w.header(leaf)
+		if err != nil {
+			return err
+		}
+		if h.Bounds.MaxInf || upper != nil && bytes.Compare(h.Bounds.Max, upper) >= 0 {
+			return nil
+		}
+		w.maxMin = append(w.maxMin[:0], h.Bounds.Max...)
+		cur = w.maxMin
+		if b := it.Boundary(); !b.IsNil() {
+			if lm = w.s.meganodeAt(b); lm == nil {
+				return sc.more(cur, b)
+			}
+			continue
+		}
+		if lm = w.rootMeganode(); lm == nil {
+			return sc.more(cur, 0) // the root is elsewhere: restart there
+		}
+	}
+	return sc.more(cur, 0)
+}
+
+func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
+	w := sc.w
+	for range maxHops {
+		leaf, next, err := w.edgeLeaf(lm, upper, true)
+		if err != nil {
+			return err
+		}
+		if !next.IsNil() {
+			if len(w.spans) > 0 {
+				return sc.more(sc.lastKey(), next)
+			}
+			return sc.more(upper, next)
+		}
+		it := leaf.t.NewIter(&blink.IterOptions{Lower: lower, Upper: upper})
+		for ok := it.Last(); ok; ok = it.Prev() {
+			k := it.Key()
+			if len(w.spans) == sc.limit {
+				return sc.more(sc.lastKey(), leaf.m.Ptr())
+			}
+			v, present, err := sc.value(it)
+			if err != nil {
+				return err
+			}
+			if present && !sc.add(k, v) {
+				return sc.more(sc.lastKey(), leaf.m.Ptr())
+			}
+		}
+		if err := it.Error(); err != nil {
+			return err
+		}
+		h, err := w.header(leaf)
+		if err != nil {
+			return err
+		}
+		if h.Bounds.MinInf || lower != nil && bytes.Compare(lower, h.Bounds.Min) >= 0 {
+			return nil
+		}
+		w.maxMin = append(w.maxMin[:0], h.Bounds.Min...)
+		upper = w.maxMin
+		if lm = w.rootMeganode(); lm == nil {
+			return sc.more(upper, 0)
+		}
+	}
+	return sc.more(upper, 0)
+}
+
+// edgeLeaf descends from lm through this server's meganodes to the leaf
+// meganode where a scan goes on: forward, the one holding key (nil: the
+// first key); backward, the one holding the last key below key (nil: the
+// last key). A non-nil pointer means that meganode is elsewhere.
+func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward bool) (*localMeganode, blink.Ptr, error) {
+	for range maxHops {
+		if lm.level == 0 {
+			return lm, 0, nil
+		}
+		var child blink.Ptr
+		if !backward && key != nil {
+			res, err := lm.t.Search(key)
+			if err != nil {
+				return nil, 0, err
+			}
+			if child = res.Next; child.IsNil() {
+				child = res.Child
+			}
+		} else {
+			it := lm.t.NewIter(nil)
+			var ok bool
+			switch {
+			case !backward:
+				ok = it.First()
+			case key == nil:
+				ok = it.Last()
+			default:
+				if ok = it.SeekLT(key); !ok && it.Error() == nil {
+					ok = it.First() // key is at or below the first child's key
+				}
+			}
+			if err := it.Error(); err != nil {
+				return nil, 0, err
+			}
+			if ok {
+				child = it.Child()
+			}
+		}
+		if child.IsNil() {
+			return nil, 0, fmt.Errorf("server: inner meganode %v has no child for a scan: %w", lm.m.Ptr(), blink.ErrCorruption)
+		}
+		if nl := w.s.meganodeAt(child); nl != nil {
+			lm = nl
+			continue
+		}
+		return nil, child, nil
+	}
+	return nil, 0, fmt.Errorf("server: scan crossed %d meganodes: %w", maxHops, blink.ErrCorruption)
+}

@@ -1,0 +1,532 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/rdma"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// Server is one Cell server: it hosts a region, serves the wire protocol
+// with a fixed number of tree workers, exposes the region to one-sided
+// reads, and publishes itself in the region table. See doc.go.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	metrics *Metrics
+	wopts   wire.Options
+
+	// Set by Start before anything is served, then read-only.
+	dir       *dataDir
+	region    *meganode.Region
+	regionID  uint32
+	nodeSize  int
+	maxKey    int
+	epoch     uint64
+	rpcLn     net.Listener
+	rpcAddr   string
+	responder *rdma.TCPResponder
+	shm       *rdma.SHMServer
+	readKeys  []rdma.RemoteKey
+	metricsLn net.Listener
+	httpSrv   *http.Server
+	queue     chan job
+
+	megas  atomic.Pointer[meganodeTable]
+	megaMu sync.Mutex // serialises changes to megas and meganode slots
+	root   atomic.Uint64
+	table  atomic.Pointer[tableView]
+
+	// applyMu serialises every write to the region (apply.go).
+	// Locking notes: Server.applyMu < Server.megaMu < meganode.Region.mu <
+	// meganode.Extents.mu < a blink tree's writer lock.
+	applyMu sync.Mutex
+	applied atomic.Uint64
+
+	// Worker accounting (workers.go).
+	busyNanos   atomic.Int64
+	queueEWMA   atomic.Int64
+	serviceEWMA atomic.Int64
+	utilization atomic.Uint64 // math.Float64bits of the last second's busy fraction
+
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup // background goroutines: accept, table, membership, ticker
+	workers  sync.WaitGroup
+	conns    sync.WaitGroup
+
+	fatal chan error // the first asynchronous failure; Serve returns it
+	done  chan struct{}
+
+	// lifecycle is held by Start while it starts and by Close while it
+	// shuts down, so that a Close during Start waits for it.
+	lifecycle sync.Mutex
+
+	mu struct {
+		sync.Mutex
+		state    state
+		conns    map[*conn]struct{}
+		member   regiontable.Registration
+		closeErr error
+	}
+}
+
+type state uint8
+
+const (
+	stateNew state = iota
+	stateStarting
+	stateRunning
+	stateClosed
+)
+
+// New validates opts and returns a server that does nothing until Start.
+func New(opts Options) (*Server, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := NewMetrics(opts.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
+	s := &Server{
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: m,
+		wopts:   wire.Options{MaxFrameSize: opts.MaxFrameSize, WriteTimeout: opts.WriteTimeout},
+		fatal:   make(chan error, 1),
+		done:    make(chan struct{}),
+	}
+	s.megas.Store(&meganodeTable{})
+	s.table.Store(&tableView{})
+	s.mu.conns = make(map[*conn]struct{})
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Start brings the server up and returns once it serves: it locks the data
+// directory, reopens its region after a clean shutdown (or starts empty),
+// makes sure the cluster has a root meganode, binds the RPC, one-sided and
+// metrics listeners, registers the region with the tcp and shm providers,
+// publishes the region and then the member in the region table, and starts
+// the workers and the accept loop. ctx bounds the startup (region table
+// calls); the server runs until Close. On error everything started is
+// stopped again (a region that was opened is closed cleanly).
+func (s *Server) Start(ctx context.Context) error {
+	s.lifecycle.Lock()
+	defer s.lifecycle.Unlock()
+	s.mu.Lock()
+	if s.mu.state != stateNew {
+		s.mu.Unlock()
+		return ErrStarted
+	}
+	s.mu.state = stateStarting
+	s.mu.Unlock()
+	if err := s.start(ctx); err != nil {
+		s.log.Error("server: start failed", slog.Any("err", err))
+		_ = s.closeLocked()
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.state = stateRunning
+	s.log.Info("server: serving", slog.String("server", s.opts.ServerID), slog.String("rpc", s.rpcAddr),
+		slog.String("rdma", s.responder.Addr()), slog.String("metrics", s.MetricsAddr()), slog.Uint64("region", uint64(s.regionID)),
+		slog.Uint64("epoch", s.epoch), slog.String("root", blink.Ptr(s.root.Load()).String()), slog.Int("cores", s.opts.Cores))
+	return nil
+}
+
+func (s *Server) start(ctx context.Context) error {
+	var err error
+	if s.dir, err = openDataDir(s.opts.DataDir); err != nil {
+		return err
+	}
+	if err := s.openRegion(ctx); err != nil {
+		return err
+	}
+	if err := s.ensureRoot(ctx); err != nil {
+		return err
+	}
+	if err := s.listen(); err != nil {
+		return err
+	}
+	if err := s.registerReads(); err != nil {
+		return err
+	}
+	if err := s.publishRegion(ctx); err != nil {
+		return err
+	}
+	s.metrics.attach(s)
+	s.queue = make(chan job, s.opts.QueueDepth)
+	for i := 0; i < s.opts.Cores; i++ {
+		s.workers.Add(1)
+		go s.worker()
+	}
+	s.goBackground(s.acceptLoop)
+	s.goBackground(s.utilizationLoop)
+	if s.metricsLn != nil {
+		s.httpSrv = s.newMetricsServer()
+		s.goBackground(s.serveMetrics)
+	}
+	if err := s.registerMember(ctx); err != nil {
+		return err
+	}
+	s.goBackground(s.followTable)
+	s.goBackground(s.keepMembership)
+	return nil
+}
+
+func (s *Server) goBackground(f func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		f()
+	}()
+}
+
+// listen binds the RPC, one-sided and metrics listeners.
+func (s *Server) listen() error {
+	ln, err := net.Listen("tcp", s.opts.Listen)
+	if err != nil {
+		return fmt.Errorf("server: listen for RPC on %s: %w", s.opts.Listen, err)
+	}
+	s.rpcLn = ln
+	s.rpcAddr = s.opts.AdvertiseAddr
+	if s.rpcAddr == "" {
+		s.rpcAddr = advertise(ln.Addr().String())
+	}
+	radv := ""
+	if _, port, _ := net.SplitHostPort(s.opts.RDMAListen); port != "0" {
+		radv = advertise(s.opts.RDMAListen)
+	}
+	s.responder, err = rdma.Listen(s.opts.RDMAListen, rdma.TCPOptions{AdvertiseAddr: radv, Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("server: listen for one-sided reads on %s: %w", s.opts.RDMAListen, err)
+	}
+	if s.opts.MetricsListen != "" {
+		if s.metricsLn, err = net.Listen("tcp", s.opts.MetricsListen); err != nil {
+			return fmt.Errorf("server: listen for metrics on %s: %w", s.opts.MetricsListen, err)
+		}
+	}
+	return nil
+}
+
+// registerReads exposes the region to one-sided reads: the tcp responder
+// always, shared memory where the platform supports it.
+func (s *Server) registerReads() error {
+	rk, err := s.responder.Register(s.region)
+	if err != nil {
+		return fmt.Errorf("server: register region %d with the tcp responder: %w", s.regionID, err)
+	}
+	s.readKeys = append(s.readKeys, rk)
+	shm, err := rdma.NewSHMServer(rdma.SHMOptions{Dir: s.shmTableDir(), Host: s.opts.HostID, Logger: s.log})
+	if err != nil {
+		s.log.Warn("server: no shared-memory one-sided reads", slog.Any("err", err))
+		return nil
+	}
+	s.shm = shm
+	rk, err = shm.Register(s.region)
+	if err != nil {
+		s.log.Warn("server: region not readable over shared memory", slog.Any("err", err))
+		return nil
+	}
+	s.readKeys = append(s.readKeys, rk)
+	return nil
+}
+
+// shmTableDir is where the shm registration table goes: ShmDir when it is
+// usable, else the provider's default.
+func (s *Server) shmTableDir() string {
+	if usableDir(s.opts.ShmDir) {
+		return s.opts.ShmDir
+	}
+	return ""
+}
+
+// publishRegion writes the region's entry with the next epoch.
+func (s *Server) publishRegion(ctx context.Context) error {
+	e, err := s.opts.Store.Region(ctx, s.regionID)
+	switch {
+	case err == nil:
+		if e.Host != s.opts.ServerID {
+			return fmt.Errorf("server: region %d is hosted by %q per the region table: %w", s.regionID, e.Host, ErrRegionOwned)
+		}
+		s.epoch = e.Epoch + 1
+	case errors.Is(err, regiontable.ErrNotFound):
+		s.epoch = 1
+	default:
+		return fmt.Errorf("server: look up region %d: %w", s.regionID, err)
+	}
+	entry := regiontable.Region{
+		ID:    s.regionID,
+		Kind:  regiontable.KindData,
+		Size:  s.region.Layout().Size,
+		Host:  s.opts.ServerID,
+		Epoch: s.epoch,
+		Path:  s.region.Path(),
+	}
+	for i := range s.readKeys {
+		b, err := json.Marshal(&s.readKeys[i])
+		if err != nil {
+			return fmt.Errorf("server: encode remote key: %w", err)
+		}
+		entry.ReadKey = append(entry.ReadKey, b)
+	}
+	if err := s.opts.Store.PutRegion(ctx, entry); err != nil {
+		return fmt.Errorf("server: publish region %d: %w", s.regionID, err)
+	}
+	return nil
+}
+
+func (s *Server) memberEntry() regiontable.Member {
+	return regiontable.Member{
+		ID:       s.opts.ServerID,
+		RPCAddr:  s.rpcAddr,
+		ReadAddr: s.responder.Addr(),
+		HostID:   s.opts.HostID,
+		Version:  s.opts.Version,
+	}
+}
+
+// registerMember publishes the member, waiting up to RegisterWait for the
+// entry of a crashed predecessor with the same ID to expire.
+func (s *Server) registerMember(ctx context.Context) error {
+	deadline := time.Now().Add(s.opts.RegisterWait)
+	logged := false
+	for {
+		reg, err := s.opts.Store.RegisterMember(ctx, s.memberEntry())
+		if err == nil {
+			s.mu.Lock()
+			s.mu.member = reg
+			s.mu.Unlock()
+			return nil
+		}
+		if !errors.Is(err, regiontable.ErrMemberExists) || time.Now().After(deadline) {
+			return fmt.Errorf("server: register member %s: %w", s.opts.ServerID, err)
+		}
+		if !logged {
+			s.log.Warn("server: a member with our ID is registered (a crashed predecessor?); waiting for its lease to expire",
+				slog.String("server", s.opts.ServerID), slog.Duration("wait", s.opts.RegisterWait))
+			logged = true
+		}
+		select {
+		case <-time.After(250 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("server: register member %s: %w", s.opts.ServerID, ctx.Err())
+		}
+	}
+}
+
+// keepMembership registers the member again whenever its lease is lost.
+func (s *Server) keepMembership() {
+	for {
+		s.mu.Lock()
+		reg := s.mu.member
+		s.mu.Unlock()
+		if reg == nil {
+			return
+		}
+		select {
+		case <-s.bgCtx.Done():
+			return
+		case <-reg.Done():
+		}
+		if s.bgCtx.Err() != nil {
+			return
+		}
+		s.log.Error("server: membership lost; registering again", slog.Any("err", reg.Err()))
+		for s.bgCtx.Err() == nil {
+			ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
+			err := s.registerMember(ctx)
+			cancel()
+			if err == nil {
+				s.log.Info("server: registered again")
+				break
+			}
+			s.log.Error("server: register again", slog.Any("err", err))
+			select {
+			case <-time.After(time.Second):
+			case <-s.bgCtx.Done():
+			}
+		}
+	}
+}
+
+// Serve runs Start and then serves until ctx ends or an asynchronous
+// failure stops the server, and closes it. It returns nil after a shutdown
+// asked for through ctx or Close.
+func (s *Server) Serve(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		return s.Close()
+	case err := <-s.fatal:
+		s.log.Error("server: stopping after a failure", slog.Any("err", err))
+		return errors.Join(err, s.Close())
+	case <-s.done:
+		return nil
+	}
+}
+
+// failed records an asynchronous failure that must stop the server.
+func (s *Server) failed(err error) {
+	select {
+	case s.fatal <- err:
+	default:
+	}
+}
+
+// Addr returns the RPC address clients use (the advertised address).
+func (s *Server) Addr() string { return s.rpcAddr }
+
+// ReadAddr returns the tcp one-sided responder's address.
+func (s *Server) ReadAddr() string {
+	if s.responder == nil {
+		return ""
+	}
+	return s.responder.Addr()
+}
+
+// MetricsAddr returns the metrics listener's address, or "" when off.
+func (s *Server) MetricsAddr() string {
+	if s.metricsLn == nil {
+		return ""
+	}
+	return s.metricsLn.Addr().String()
+}
+
+// RegionID returns the ID of the server's region (0 before Start).
+func (s *Server) RegionID() uint32 { return s.regionID }
+
+// Epoch returns the region's epoch for this run.
+func (s *Server) Epoch() uint64 { return s.epoch }
+
+// Root returns the root meganode pointer as the server knows it.
+func (s *Server) Root() blink.Ptr { return blink.Ptr(s.root.Load()) }
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Done is closed when Close has finished.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Close shuts the server down gracefully: it leaves the region table's
+// members (clients stop finding it), stops accepting connections and
+// reading requests, lets the workers finish every request already queued
+// and flushes their replies, closes the connections, revokes one-sided
+// access to the region, syncs and closes the region, and writes the
+// clean-shutdown marker. It is safe to call more than once and from any
+// goroutine; every call returns the first call's result once it is done.
+func (s *Server) Close() error {
+	s.lifecycle.Lock()
+	defer s.lifecycle.Unlock()
+	return s.closeLocked()
+}
+
+// closeLocked is Close. REQUIRES: s.lifecycle held.
+func (s *Server) closeLocked() error {
+	s.mu.Lock()
+	if s.mu.state == stateClosed {
+		s.mu.Unlock()
+		<-s.done
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.mu.closeErr
+	}
+	s.mu.state = stateClosed
+	member := s.mu.member
+	s.mu.member = nil
+	s.mu.Unlock()
+
+	err := s.shutdown(member)
+	s.mu.Lock()
+	s.mu.closeErr = err
+	s.mu.Unlock()
+	close(s.done)
+	return err
+}
+
+func (s *Server) shutdown(member regiontable.Registration) error {
+	var errs []error
+	s.bgCancel()
+	if member != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := member.Close(ctx); err != nil {
+			s.log.Warn("server: leave the region table", slog.Any("err", err))
+		}
+		cancel()
+	}
+	if s.rpcLn != nil {
+		_ = s.rpcLn.Close()
+	}
+	// Stop reading requests; queued ones finish and their replies flush.
+	s.mu.Lock()
+	for c := range s.mu.conns {
+		c.stopReading()
+	}
+	s.mu.Unlock()
+	s.conns.Wait()
+	if s.queue != nil {
+		close(s.queue)
+	}
+	s.workers.Wait()
+	if s.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = s.httpSrv.Shutdown(ctx)
+		cancel()
+	} else if s.metricsLn != nil {
+		_ = s.metricsLn.Close()
+	}
+	s.bg.Wait()
+	if s.shm != nil {
+		errs = append(errs, s.shm.Close())
+	}
+	if s.responder != nil {
+		errs = append(errs, s.responder.Close())
+	}
+	s.metrics.detach()
+	if s.region != nil {
+		errs = append(errs, s.closeRegion())
+	}
+	if s.dir != nil {
+		errs = append(errs, s.dir.close())
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		s.log.Error("server: stopped with errors", slog.Any("err", err))
+	} else {
+		s.log.Info("server: stopped cleanly", slog.String("server", s.opts.ServerID))
+	}
+	return err
+}
+
+// closeRegion syncs and closes the region and, if both worked, writes the
+// clean-shutdown marker.
+func (s *Server) closeRegion() error {
+	id, path := s.regionID, s.region.Path()
+	serr := s.region.Sync()
+	cerr := s.region.Close()
+	if serr != nil || cerr != nil {
+		return fmt.Errorf("server: close region %d (no clean marker written): %w", id, errors.Join(serr, cerr))
+	}
+	if err := s.dir.writeJSON(markerFile, cleanMarker{Region: id, Path: path, Closed: time.Now().UTC()}); err != nil {
+		return err
+	}
+	s.log.Info("server: region synced and closed; clean-shutdown marker written", slog.Uint64("region", uint64(id)), slog.String("path", path))
+	return nil
+}

@@ -1,0 +1,133 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// tableView is the server's cached copy of the region table, kept current
+// by followTable. It is immutable once published. The server uses it only
+// to say where a request should have gone (redirects) and to learn a new
+// root pointer; it never serves data from it.
+type tableView struct {
+	members map[string]regiontable.Member
+	regions map[uint32]regiontable.Region
+}
+
+func (v *tableView) with(ev regiontable.Event) *tableView {
+	nv := &tableView{members: make(map[string]regiontable.Member, len(v.members)+1), regions: make(map[uint32]regiontable.Region, len(v.regions)+1)}
+	for k, m := range v.members {
+		nv.members[k] = m
+	}
+	for k, r := range v.regions {
+		nv.regions[k] = r
+	}
+	switch ev.Kind {
+	case regiontable.MemberUp:
+		nv.members[ev.Member.ID] = ev.Member
+	case regiontable.MemberDown:
+		delete(nv.members, ev.Member.ID)
+	case regiontable.RegionPut:
+		nv.regions[ev.Region.ID] = ev.Region
+	case regiontable.RegionDelete:
+		delete(nv.regions, ev.Region.ID)
+	}
+	return nv
+}
+
+// followTable loads the region table and follows its changes until the
+// server stops, reloading after a failed watch.
+func (s *Server) followTable() {
+	backoff := 100 * time.Millisecond
+	for s.bgCtx.Err() == nil {
+		st, err := s.opts.Store.Load(s.bgCtx)
+		if err != nil {
+			if s.bgCtx.Err() == nil {
+				s.log.Warn("server: load the region table", slog.Any("err", err))
+			}
+		} else {
+			v := &tableView{members: make(map[string]regiontable.Member), regions: make(map[uint32]regiontable.Region)}
+			for _, m := range st.Members {
+				v.members[m.ID] = m
+			}
+			for _, r := range st.Regions {
+				v.regions[r.ID] = r
+			}
+			s.table.Store(v)
+			s.learnRoot(st.Root)
+			backoff = 100 * time.Millisecond
+			for ev := range s.opts.Store.Watch(s.bgCtx, st.Revision) {
+				if ev.Err != nil {
+					s.log.Warn("server: region table watch ended; reloading", slog.Any("err", ev.Err))
+					break
+				}
+				s.table.Store(s.table.Load().with(ev))
+				switch {
+				case ev.Kind == regiontable.RootSet:
+					s.learnRoot(ev.Root)
+				case ev.Kind == regiontable.RegionPut && ev.Region.ID == s.regionID && (ev.Region.Host != s.opts.ServerID || ev.Region.Epoch > s.epoch):
+					s.log.Error("server: the region table gives our region to someone else", slog.Uint64("region", uint64(s.regionID)),
+						slog.String("host", ev.Region.Host), slog.Uint64("epoch", ev.Region.Epoch), slog.Uint64("our_epoch", s.epoch))
+				}
+			}
+		}
+		select {
+		case <-time.After(backoff):
+		case <-s.bgCtx.Done():
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// learnRoot adopts a root pointer published in the table.
+func (s *Server) learnRoot(p blink.Ptr) {
+	if p.IsNil() || uint64(p) == s.root.Load() {
+		return
+	}
+	old := blink.Ptr(s.root.Swap(uint64(p)))
+	s.region.SetRoot(p)
+	s.log.Info("server: root pointer changed", slog.String("root", p.String()), slog.String("old", old.String()))
+}
+
+// redirect returns the error for a request about region id, which this
+// server does not host: WrongServer naming the host's RPC address when the
+// table knows a live host, Unavailable when the host is down, and
+// UnknownRegion when the table does not know the region.
+func (s *Server) redirect(id uint32, what string) error {
+	v := s.table.Load()
+	r, ok := v.regions[id]
+	if !ok {
+		return &wire.StatusError{Status: wire.StatusUnknownRegion, Region: id, Message: fmt.Sprintf("%s: region %d is not in the region table", what, id)}
+	}
+	m, live := v.members[r.Host]
+	if !live {
+		return &wire.StatusError{Status: wire.StatusUnavailable, Region: id, Epoch: r.Epoch, Message: fmt.Sprintf("%s: region %d's host %s is down", what, id, r.Host)}
+	}
+	return &wire.StatusError{Status: wire.StatusWrongServer, Region: id, Epoch: r.Epoch, Leader: m.RPCAddr, Message: fmt.Sprintf("%s: region %d is on %s", what, id, r.Host)}
+}
+
+// checkEpoch compares a request's epoch (0: unchecked) with the region's:
+// any other epoch is StaleEpoch carrying ours, and the client reloads the
+// region table (an epoch newer than ours means the table already moved on
+// from this incarnation).
+func (s *Server) checkEpoch(epoch uint64) error {
+	if epoch == 0 || epoch == s.epoch {
+		return nil
+	}
+	return &wire.StatusError{Status: wire.StatusStaleEpoch, Region: s.regionID, Epoch: s.epoch}
+}
+
+// usableDir reports whether dir is a directory this process can create
+// files in.
+func usableDir(dir string) bool {
+	fi, err := os.Stat(dir)
+	return err == nil && fi.IsDir() && unix.Access(dir, unix.W_OK|unix.X_OK) == nil
+}

@@ -1,0 +1,132 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/cellstore/cell/wire"
+)
+
+// job is a request read off a connection, waiting for a worker.
+type job struct {
+	c       *conn
+	f       wire.Frame // owned by the job until the reply is written
+	arrived time.Time  // when the reader had read it
+}
+
+// worker runs tree work: exactly Options.Cores of them take jobs from the
+// bounded queue, so the server's CPU budget for tree work is explicit (the
+// paper's "server cores"). Each keeps its decode targets, reply messages
+// and buffers, so that a steady stream of requests does not allocate.
+func (s *Server) worker() {
+	defer s.workers.Done()
+	w := newWorker(s)
+	for j := range s.queue {
+		w.run(j)
+	}
+}
+
+// run handles one job and answers it with its queueing and service time.
+func (w *worker) run(j job) {
+	s := w.s
+	start := time.Now()
+	queued := start.Sub(j.arrived)
+	h := &j.f.Header
+	if hook := s.opts.TestingKnobs.BeforeHandle; hook != nil {
+		hook(h.Op)
+	}
+	var msg wire.Message
+	var err error
+	if dl, ok := h.Deadline(j.arrived); ok && start.After(dl) {
+		err = wire.ErrExpired // the caller gave up: not executed
+	} else {
+		msg, err = w.handle(h.Op, j.f.Body)
+	}
+	service := time.Since(start)
+	st := wire.StatusOK
+	if err == nil {
+		rh := h.Reply(wire.StatusOK)
+		rh.SetTiming(queued, service)
+		if msg == nil {
+			err = j.c.rw.Write(rh, nil)
+		} else {
+			err = j.c.rw.WriteMessage(rh, msg)
+		}
+		if errors.Is(err, wire.ErrFrameTooLarge) {
+			// Replies are sized below the frame limit; this is a bug.
+			s.log.Error("server: reply over the frame limit", slog.String("op", h.Op.String()), slog.Any("err", err))
+			err = wireErrorf(wire.StatusInternal, "reply too large")
+		} else {
+			err = nil // a write error closes the connection; nothing to answer
+		}
+	}
+	if err != nil {
+		err = wireError(err)
+		st = wire.StatusOf(err)
+		if st == wire.StatusInternal {
+			s.log.Error("server: internal error", slog.String("op", h.Op.String()), slog.Any("err", err))
+		}
+		_ = j.c.rw.WriteError(h, err, queued, service)
+	}
+	j.f.Release()
+	w.resetLarge()
+	s.busyNanos.Add(int64(time.Since(start)))
+	s.metrics.observe(h.Op, st, queued, service)
+	ewmaAdd(&s.queueEWMA, int64(queued))
+	if h.Op == wire.OpSearch {
+		ewmaAdd(&s.serviceEWMA, int64(service))
+	}
+	j.c.inflight.Done()
+}
+
+// ewmaAdd folds x into the moving average at a with weight 1/8, lock-free.
+func ewmaAdd(a interface {
+	Load() int64
+	CompareAndSwap(old, new int64) bool
+}, x int64) {
+	for {
+		old := a.Load()
+		nv := x
+		if old != 0 {
+			nv = old + (x-old)/8
+		}
+		if a.CompareAndSwap(old, nv) {
+			return
+		}
+	}
+}
+
+// utilizationLoop computes the workers' busy fraction over each second.
+func (s *Server) utilizationLoop() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	lastBusy, lastT := s.busyNanos.Load(), time.Now()
+	for {
+		select {
+		case <-s.bgCtx.Done():
+			return
+		case now := <-t.C:
+			busy := s.busyNanos.Load()
+			wall := now.Sub(lastT) * time.Duration(s.opts.Cores)
+			u := 0.0
+			if wall > 0 {
+				u = min(float64(busy-lastBusy)/float64(wall), 1)
+			}
+			s.utilization.Store(math.Float64bits(u))
+			lastBusy, lastT = busy, now
+		}
+	}
+}
+
+// hints are the selector hints of a Metadata reply.
+func (s *Server) hints() wire.SelectorHints {
+	sat := func(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }
+	return wire.SelectorHints{
+		Workers:      uint16(min(s.opts.Cores, math.MaxUint16)),
+		Queued:       uint32(len(s.queue)),
+		QueueNanos:   sat(s.queueEWMA.Load()),
+		ServiceNanos: sat(s.serviceEWMA.Load()),
+	}
+}
