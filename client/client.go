@@ -40,6 +40,12 @@ type Client struct {
 
 	topo       atomic.Pointer[topology]
 	refreshSem chan struct{} // one refresh at a time
+	// lastRefresh is the last refresh's outcome. REQUIRES: refreshSem held.
+	lastRefresh struct {
+		at      time.Time
+		err     error
+		failing bool
+	}
 	kick       chan struct{} // asks refreshLoop for a refresh soon
 
 	scratch sync.Pool // *opScratch

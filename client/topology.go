@@ -115,7 +115,21 @@ func (c *Client) refresh(ctx context.Context, seen uint64) error {
 	if t := c.topo.Load(); t != nil && t.gen > seen {
 		return nil
 	}
-	return c.refreshLocked(ctx)
+	// After a failed refresh, callers within RetryBackoff share its
+	// error: when every server is down, retrying operations must not
+	// turn into a storm of dials.
+	if c.lastRefresh.err != nil && time.Since(c.lastRefresh.at) < c.cfg.RetryBackoff {
+		return c.lastRefresh.err
+	}
+	err := c.refreshLocked(ctx)
+	c.lastRefresh.at, c.lastRefresh.err = time.Now(), err
+	if err != nil && !c.lastRefresh.failing {
+		c.log.Warn("cell client: topology refresh failed", slog.Any("error", err))
+	} else if err == nil && c.lastRefresh.failing {
+		c.log.Info("cell client: topology refreshed again")
+	}
+	c.lastRefresh.failing = err != nil
+	return err
 }
 
 // refreshLocked asks the discoverer for the servers and every server for
@@ -157,7 +171,7 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 	for i := range answers {
 		a := &answers[i]
 		if a.err != nil {
-			c.log.Warn("cell client: server did not answer metadata", slog.String("server", a.srv.addr), slog.Any("error", a.err))
+			c.log.Debug("cell client: server did not answer metadata", slog.String("server", a.srv.addr), slog.Any("error", a.err))
 			if firstErr == nil {
 				firstErr = a.err
 			}
@@ -393,9 +407,7 @@ func (c *Client) refreshLoop() {
 		case <-c.kick:
 		}
 		rctx, rcancel := context.WithTimeout(ctx, 2*c.cfg.DialTimeout)
-		if err := c.refresh(rctx, c.topo.Load().gen); err != nil && !errors.Is(err, ErrClosed) {
-			c.log.Warn("cell client: topology refresh failed", slog.Any("error", err))
-		}
+		_ = c.refresh(rctx, c.topo.Load().gen) // failures are logged by refresh
 		rcancel()
 	}
 }
