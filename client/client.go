@@ -46,7 +46,7 @@ type Client struct {
 		err     error
 		failing bool
 	}
-	kick       chan struct{} // asks refreshLoop for a refresh soon
+	kick chan struct{} // asks refreshLoop for a refresh soon
 
 	scratch sync.Pool // *opScratch
 
