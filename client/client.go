@@ -99,15 +99,15 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := c.openProviders(); err != nil {
 		return nil, err
 	}
-	if len(cfg.Endpoints) > 0 {
-		d, err := newEtcdDiscovery(&c.cfg)
+	if len(cfg.Servers) > 0 {
+		c.disc = staticServers(cfg.Servers)
+	} else {
+		d, err := newTableDiscovery(&c.cfg)
 		if err != nil {
 			c.closeProviders()
 			return nil, wrapErr(ErrUnavailable, err)
 		}
 		c.disc = d
-	} else {
-		c.disc = staticServers(cfg.Servers)
 	}
 	if cfg.Registerer != nil {
 		c.metrics = NewMetrics(cfg.Registerer)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cellstore/cell/locality"
 	"github.com/cellstore/cell/rdma"
+	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -44,15 +45,25 @@ const (
 // default; where a feature can be switched off, a negative value does it.
 type Config struct {
 	// Endpoints are the etcd endpoints of the cluster ("host:port" or
-	// URLs). The client finds the servers (the members registered under
-	// /cell/members/) and the root pointer (/cell/root) there, and watches
-	// membership. Exactly one of Endpoints and Servers must be set.
+	// URLs). The client reads the region table there (package
+	// regiontable: the live members, the regions' remote keys, the root
+	// pointer) and follows it with a watch. Exactly one of Endpoints,
+	// Store and Servers must be set.
 	Endpoints []string
-	// Servers are RPC addresses of Cell servers to use instead of etcd
-	// (tests, tools). Each is asked for its regions with a Metadata call.
-	Servers []string
+	// EtcdPrefix is the region table's key prefix in etcd. Default
+	// regiontable.DefaultPrefix ("/cell").
+	EtcdPrefix string
 	// EtcdDialTimeout bounds connecting to etcd. Default DialTimeout.
 	EtcdDialTimeout time.Duration
+	// Store is a region table to use instead of opening one on Endpoints
+	// (a process that has one already, tests with regiontable.Memory).
+	// The client does not close it.
+	Store regiontable.Store
+	// Servers are RPC addresses of Cell servers to use instead of a region
+	// table (tools, tests). Each is asked for its regions with a Metadata
+	// call; one-sided reads then use what the metadata gives (the tcp
+	// responder: shm registrations are only in the region table).
+	Servers []string
 
 	// Mode is the search-mode policy of the locality selector: adaptive
 	// (the paper's rule, default), server, client or ratio=P.
@@ -204,11 +215,14 @@ func (c *Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
-	switch {
-	case len(c.Endpoints) == 0 && len(c.Servers) == 0:
-		return bad("no etcd Endpoints and no Servers")
-	case len(c.Endpoints) > 0 && len(c.Servers) > 0:
-		return bad("both etcd Endpoints and Servers set")
+	sources := 0
+	for _, set := range []bool{len(c.Endpoints) > 0, c.Store != nil, len(c.Servers) > 0} {
+		if set {
+			sources++
+		}
+	}
+	if sources != 1 {
+		return bad("set exactly one of Endpoints, Store and Servers (%d set)", sources)
 	}
 	for _, s := range c.Servers {
 		if s == "" {

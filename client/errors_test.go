@@ -82,10 +82,11 @@ func TestClassify(t *testing.T) {
 // store's limits (node size / 8 for keys, 1 MiB values), before anything
 // is sent; values up to the limit round-trip.
 func TestLimits(t *testing.T) {
-	cl := newTestCluster(t, clusterSpec{})
-	c := mustClient(t, testConfig(t, cl))
+	rc := startReal(t, 1, nil)
+	c := mustClient(t, realConfig(t, rc))
 	ctx := testCtx(t, 10*time.Second)
-	before := cl.servers[0].served.Load()
+	served := func() float64 { return counterSum(t, rc.regs[0], "cell_server_ops_total") }
+	before := served()
 	maxKey := 512 / 8
 	long := bytes.Repeat([]byte("k"), maxKey+1)
 	for _, tt := range []struct {
@@ -105,8 +106,8 @@ func TestLimits(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tt.name, tt.err, tt.want)
 		}
 	}
-	if n := cl.servers[0].served.Load(); n != before {
-		t.Errorf("invalid requests reached the server (%d requests)", n-before)
+	if n := served(); n != before {
+		t.Errorf("invalid requests reached the server (%v requests)", n-before)
 	}
 	// The largest key and value round-trip, client-side and server-side.
 	big := bytes.Repeat([]byte("0123456789abcdef"), wire.MaxValueSize/16)
@@ -114,8 +115,11 @@ func TestLimits(t *testing.T) {
 	if err := c.Put(ctx, k, big); err != nil {
 		t.Fatalf("put 1 MiB value: %v", err)
 	}
+	if served() == before {
+		t.Fatal("the server's request counter does not count")
+	}
 	for _, mode := range []string{"server", "client"} {
-		cfg := testConfig(t, cl)
+		cfg := realConfig(t, rc)
 		cfg.Mode.UnmarshalText([]byte(mode))
 		c2 := mustClient(t, cfg)
 		got, err := c2.Get(ctx, k)

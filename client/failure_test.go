@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cellstore/cell/locality"
+	cellserver "github.com/cellstore/cell/server"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -16,18 +18,21 @@ import (
 // its context's deadline; a read fails with the context's error, a write
 // in flight with ErrOutcomeUnknown as well.
 func TestDeadlineRespected(t *testing.T) {
-	cl := newTestCluster(t, clusterSpec{})
-	cfg := testConfig(t, cl)
+	var slow atomic.Bool
+	rc := startReal(t, 1, func(o *cellserver.Options) {
+		o.Cores = 4
+		o.TestingKnobs.BeforeHandle = func(op wire.Op) {
+			if slow.Load() && op != wire.OpMetadata {
+				time.Sleep(300 * time.Millisecond)
+			}
+		}
+	})
+	cfg := realConfig(t, rc)
 	cfg.Mode = locality.Mode{Kind: locality.ServerOnly}
 	c := mustClient(t, cfg)
 	mustPut(t, c, 10)
-	cl.servers[0].knobs.Store(&serverKnobs{delay: func(op wire.Op) time.Duration {
-		if op == wire.OpMetadata {
-			return 0
-		}
-		return 500 * time.Millisecond
-	}})
-	defer cl.servers[0].knobs.Store(&serverKnobs{})
+	slow.Store(true)
+	defer slow.Store(false)
 	for _, tt := range []struct {
 		name string
 		op   func(ctx context.Context) error
@@ -161,14 +166,16 @@ func TestServerDown(t *testing.T) {
 	for _, provider := range []string{ProviderTCP, ProviderSHM} {
 		for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}} {
 			t.Run(mode.String()+"/"+provider, func(t *testing.T) {
-				cl := newTestCluster(t, clusterSpec{})
-				cfg := testConfig(t, cl)
+				rc := startReal(t, 1, nil)
+				cfg := realConfig(t, rc)
 				cfg.Mode, cfg.Provider = mode, provider
 				cfg.MaxRetries = 4
 				c := mustClient(t, cfg)
 				mustPut(t, c, 20)
 				getAll(t, c, 20)
-				cl.servers[0].stop()
+				if err := rc.servers[0].Close(); err != nil {
+					t.Fatal(err)
+				}
 				ctx := testCtx(t, 10*time.Second)
 				start := time.Now()
 				_, err := c.Get(ctx, key(3))
@@ -203,8 +210,8 @@ func TestServerDown(t *testing.T) {
 // TestClose: operations after Close fail with ErrClosed; Close is
 // idempotent.
 func TestClose(t *testing.T) {
-	cl := newTestCluster(t, clusterSpec{})
-	c := mustClient(t, testConfig(t, cl))
+	rc := startReal(t, 1, nil)
+	c := mustClient(t, realConfig(t, rc))
 	mustPut(t, c, 3)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

@@ -162,8 +162,12 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 	rs.req.Limit = uint32(want)
 	t := c.topo.Load()
 	var body []byte
+	var redirect *server // where a WrongServer reply sent us
 	for retries := 0; ; {
 		srv, reg, ok := t.route(rs.req.Ptr)
+		if redirect != nil {
+			srv, ok = redirect, true
+		}
 		var err error
 		if !ok {
 			err = fmt.Errorf("%w %d (meganode %v)", errNoRoute, rs.req.Ptr.Region(), rs.req.Ptr)
@@ -205,7 +209,11 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 			c.paths.drop(rs.req.Ptr)
 			rs.req.Ptr = 0
 		case retryRefresh:
-			c.noteRedirect(err)
+			if redirect = c.noteRedirect(err); redirect != nil {
+				// The server named the one that holds the range's
+				// start: go there with the same request.
+				continue
+			}
 			c.paths.drop(rs.req.Ptr)
 			rs.req.Ptr = 0
 			if cause == causeConnLost {

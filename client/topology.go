@@ -74,33 +74,6 @@ func (t *topology) inMeganode(p, m blink.Ptr) bool {
 	return p.Region() == m.Region() && p.Offset() >= m.Offset() && p.Offset()-m.Offset() < t.meganodeSize
 }
 
-// discoverer lists the servers of the cluster.
-type discoverer interface {
-	// discover returns the RPC addresses of the servers, the root pointer
-	// if the source knows it (nil otherwise), and remote keys it knows
-	// for regions (may be empty).
-	discover(ctx context.Context) (discovery, error)
-	// watch calls changed whenever the source's membership may have
-	// changed, until ctx ends. A source that cannot watch returns at once.
-	watch(ctx context.Context, changed func())
-	close() error
-}
-
-type discovery struct {
-	addrs []string
-	root  blink.Ptr
-	keys  map[uint32][]rdma.RemoteKey
-}
-
-// staticServers is the discoverer of Config.Servers.
-type staticServers []string
-
-func (s staticServers) discover(context.Context) (discovery, error) {
-	return discovery{addrs: s}, nil
-}
-func (staticServers) watch(context.Context, func()) {}
-func (staticServers) close() error                  { return nil }
-
 // refresh rebuilds the topology unless one newer than seen has been built
 // meanwhile. Concurrent callers share one refresh.
 func (c *Client) refresh(ctx context.Context, seen uint64) error {
@@ -233,18 +206,19 @@ func (c *Client) metadata(ctx context.Context, srv *server, out *wire.MetadataRe
 	return nil
 }
 
-// noteRedirect remembers the leader a WrongServer reply named, so that
-// the next refresh asks it too.
-func (c *Client) noteRedirect(err error) {
+// noteRedirect remembers the server a WrongServer reply named, so that
+// the next refresh asks it too, and returns it (nil if none was named).
+func (c *Client) noteRedirect(err error) *server {
 	var se *wire.StatusError
-	if !errors.As(err, &se) || se.Leader == "" {
-		return
+	if !errors.As(err, &se) || se.Leader == "" || !errors.Is(err, wire.ErrWrongServer) {
+		return nil
 	}
 	c.mu.Lock()
 	if len(c.mu.leaders) < 64 {
 		c.mu.leaders[se.Leader] = true
 	}
 	c.mu.Unlock()
+	return c.serverFor(se.Leader)
 }
 
 // withLeaders adds the redirect targets seen to the discovered addresses.

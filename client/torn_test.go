@@ -18,11 +18,11 @@ import (
 // still returns the right value, and the retries are counted by cause.
 func TestTornCopiesRetried(t *testing.T) {
 	const n = 200
-	cl := newTestCluster(t, clusterSpec{servers: 2, splits: splitsFor(n, 2)})
+	rc := startReal(t, 1, nil)
 	for _, provider := range []string{ProviderTCP, ProviderSHM} {
 		t.Run(provider, func(t *testing.T) {
 			var nodeReads, recReads atomic.Uint64
-			cfg := testConfig(t, cl)
+			cfg := realConfig(t, rc)
 			cfg.Mode, cfg.Provider = locality.Mode{Kind: locality.ClientOnly}, provider
 			cfg.NodeCacheBytes = -1 // every node is read, so every one can be torn
 			cfg.TestingKnobs.AfterNodeRead = func(_ uint64, buf []byte) {
@@ -52,7 +52,8 @@ func TestTornCopiesRetried(t *testing.T) {
 }
 
 // TestTornReadsUnderWriters pauses the servers' writers in the middle of
-// publishing nodes (blink's MidNodeWrite knob) while client-side readers
+// publishing nodes (blink's MidNodeWrite knob, on the fixture cluster
+// whose trees the test reaches) while client-side readers
 // copy the same nodes over shared memory and TCP: readers meet genuinely
 // half-written nodes, retry them, and never return a value that was not
 // the key's at some point during the read.
@@ -90,8 +91,8 @@ func TestTornReadsUnderWriters(t *testing.T) {
 // lengths while readers read it client-side; each value read must be one
 // of the values written (a torn or reused record would show as a mix).
 func TestTornValueNeverReturned(t *testing.T) {
-	cl := newTestCluster(t, clusterSpec{})
-	cfg := testConfig(t, cl)
+	rc := startReal(t, 1, nil)
+	cfg := realConfig(t, rc)
 	cfg.Mode, cfg.Provider = locality.Mode{Kind: locality.ClientOnly}, ProviderSHM
 	c := mustClient(t, cfg)
 	ctx := testCtx(t, 20*time.Second)

@@ -38,12 +38,16 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 	sc := c.getScratch(t.nodeSize)
 	defer c.putScratch(sc)
 	bypass := false
+	var redirect *server // where a WrongServer reply sent us
 	for retries := 0; ; {
 		ptr, err := c.writeTarget(ctx, t, key, bypass)
 		if err != nil {
 			return err
 		}
 		srv, reg, ok := t.route(ptr)
+		if redirect != nil {
+			srv, ok = redirect, true
+		}
 		if !ok {
 			err = fmt.Errorf("%w %d (meganode %v)", errNoRoute, ptr.Region(), ptr)
 		} else {
@@ -94,7 +98,9 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 			c.paths.drop(ptr)
 			bypass = true
 		case retryRefresh:
-			c.noteRedirect(err)
+			if redirect = c.noteRedirect(err); redirect != nil {
+				continue // the server named the leaf's server: go there
+			}
 			c.paths.drop(ptr)
 			if cause == causeConnLost {
 				if err := c.backoff(ctx, retries); err != nil {

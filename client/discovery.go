@@ -1,0 +1,123 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/rdma"
+	"github.com/cellstore/cell/regiontable"
+)
+
+// discoverer lists the servers of the cluster.
+type discoverer interface {
+	// discover returns the RPC addresses of the servers, the root pointer
+	// if the source knows it (nil otherwise), and the remote keys it
+	// knows for regions.
+	discover(ctx context.Context) (discovery, error)
+	// watch calls changed whenever the source's membership, regions or
+	// root may have changed, until ctx ends. A source that cannot watch
+	// returns at once.
+	watch(ctx context.Context, changed func())
+	close() error
+}
+
+type discovery struct {
+	addrs []string
+	root  blink.Ptr
+	keys  map[uint32][]rdma.RemoteKey
+}
+
+// staticServers is the discoverer of Config.Servers: the addresses, and
+// what each server's metadata says.
+type staticServers []string
+
+func (s staticServers) discover(context.Context) (discovery, error) {
+	return discovery{addrs: s}, nil
+}
+func (staticServers) watch(context.Context, func()) {}
+func (staticServers) close() error                  { return nil }
+
+// tableDiscovery finds servers in the region table (package regiontable):
+// the live members' RPC addresses, the root pointer, and the remote keys
+// of every provider each region is registered with (the shm registration
+// among them, which a server's metadata does not carry).
+type tableDiscovery struct {
+	store regiontable.Store
+	owned bool // close the store with the client
+	retry time.Duration
+}
+
+// newTableDiscovery opens the etcd region table of cfg.Endpoints, or uses
+// cfg.Store.
+func newTableDiscovery(cfg *Config) (*tableDiscovery, error) {
+	if cfg.Store != nil {
+		return &tableDiscovery{store: cfg.Store, retry: cfg.MaxRetryBackoff}, nil
+	}
+	st, err := regiontable.OpenEtcd(cfg.Endpoints, regiontable.EtcdOptions{
+		Prefix: cfg.EtcdPrefix, DialTimeout: cfg.EtcdDialTimeout, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &tableDiscovery{store: st, owned: true, retry: cfg.MaxRetryBackoff}, nil
+}
+
+func (d *tableDiscovery) discover(ctx context.Context) (discovery, error) {
+	st, err := d.store.Load(ctx)
+	if err != nil {
+		return discovery{}, fmt.Errorf("region table: %w", err)
+	}
+	out := discovery{root: st.Root}
+	for _, m := range st.Members {
+		if m.RPCAddr != "" {
+			out.addrs = append(out.addrs, m.RPCAddr)
+		}
+	}
+	for _, r := range st.Regions {
+		for _, raw := range r.ReadKey {
+			var k rdma.RemoteKey
+			if json.Unmarshal(raw, &k) != nil || k.Provider == "" || k.Region != r.ID {
+				continue
+			}
+			if out.keys == nil {
+				out.keys = make(map[uint32][]rdma.RemoteKey)
+			}
+			out.keys[r.ID] = append(out.keys[r.ID], k)
+		}
+	}
+	return out, nil
+}
+
+// watch follows the table from a fresh snapshot, and starts over from a
+// new one when a watch fails (a compacted revision, etcd unreachable).
+func (d *tableDiscovery) watch(ctx context.Context, changed func()) {
+	for first := true; ctx.Err() == nil; first = false {
+		st, err := d.store.Load(ctx)
+		if err == nil {
+			if !first {
+				changed() // whatever happened while not watching
+			}
+			for ev := range d.store.Watch(ctx, st.Revision) {
+				if ev.Err != nil {
+					break
+				}
+				changed()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d.retry):
+		}
+	}
+}
+
+func (d *tableDiscovery) close() error {
+	if d.owned {
+		return d.store.Close()
+	}
+	return nil
+}
