@@ -2,6 +2,7 @@ package regiontable_test
 
 import (
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -28,7 +29,7 @@ func (w *tWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.done {
-		w.t.Log(string(p))
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	}
 	return len(p), nil
 }

@@ -120,10 +120,6 @@ func (s *Server) apply(rec []byte) (applyResult, error) {
 		kind = "delete"
 		res.Found, err = lm.t.Delete(r.Key)
 	}
-	result := "ok"
-	if err != nil {
-		result = wire.StatusOf(wireError(err)).String()
-	}
-	s.metrics.applies.WithLabelValues(kind, result).Inc()
+	s.metrics.applies.WithLabelValues(kind, wire.StatusOf(wireError(err)).String()).Inc()
 	return res, err
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
@@ -131,7 +133,8 @@ func call(t testing.TB, c *wire.Conn, op wire.Op, req, rep wire.Message) (wire.H
 		}
 		return f.Header, nil
 	}
-	if err := rep.Decode(f.Body); err != nil {
+	// Decode a copy: the frame's buffer goes back to its pool on return.
+	if err := rep.Decode(bytes.Clone(f.Body)); err != nil {
 		t.Fatalf("%v: decode reply: %v", op, err)
 	}
 	return f.Header, nil
@@ -209,6 +212,9 @@ func (r *rawConn) reply() (wire.Header, []byte) {
 	r.t.Helper()
 	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	f, err := r.rd.ReadFrame()
+	if errors.Is(err, wire.ErrUnknownOp) {
+		return f.Header, nil // the reply to an unknown op carries it back
+	}
 	if err != nil {
 		r.t.Fatalf("read reply: %v", err)
 	}
@@ -241,4 +247,50 @@ func rootTree(t testing.TB, s *Server) *blink.Tree {
 		t.Fatalf("root %v is not a local meganode", s.Root())
 	}
 	return lm.t
+}
+
+// gather returns the server's metric families by name.
+func gather(t testing.TB, s *Server) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := s.opts.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]*dto.MetricFamily, len(fams))
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// metricValue returns the value of the metric of family name whose labels
+// include labels (-1 if none).
+func metricValue(fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	f := fams[name]
+	if f == nil {
+		return -1
+	}
+next:
+	for _, m := range f.GetMetric() {
+		for k, v := range labels {
+			found := false
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == k && lp.GetValue() == v {
+					found = true
+				}
+			}
+			if !found {
+				continue next
+			}
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return -1
 }

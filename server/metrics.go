@@ -85,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind"}),
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cell_server_applied_total",
-			Help: "Write records applied to the region, by kind (put, delete) and result (ok, or the error's status).",
+			Help: "Write records applied to the region, by kind (put, delete) and result (the status the write was answered with).",
 		}, []string{"kind", "result"}),
 	}
 	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, (*stateCollector)(m)} {

@@ -391,7 +391,8 @@ func (s *Server) failed(err error) {
 	}
 }
 
-// Addr returns the RPC address clients use (the advertised address).
+// Addr returns the RPC address clients use (the advertised address). Like
+// the other accessors it is valid once Start returned.
 func (s *Server) Addr() string { return s.rpcAddr }
 
 // ReadAddr returns the tcp one-sided responder's address.

@@ -1,0 +1,363 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/rdma"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// The server registers its member and region in the region table, and
+// leaves the member list at Close.
+func TestRegionTableEntries(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	s := startServer(t, testOptions(t, store))
+	ctx := ctxT(t)
+	ms, err := store.Members(ctx)
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("members %v, %v", ms, err)
+	}
+	if m := ms[0]; m.ID != "test-1" || m.RPCAddr != s.Addr() || m.ReadAddr != s.ReadAddr() || m.HostID != "test-host" || m.Version != "dev" {
+		t.Fatalf("member %+v", m)
+	}
+	r, err := store.Region(ctx, s.RegionID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Host != "test-1" || r.Epoch != 1 || r.Kind != regiontable.KindData || r.Size != 32<<20 || r.Path == "" || r.Path != s.region.Path() {
+		t.Fatalf("region %+v", r)
+	}
+	for _, p := range []string{rdma.ProviderTCP, rdma.ProviderSHM} {
+		raw, ok := r.ReadKeyFor(p)
+		if !ok {
+			t.Fatalf("no %s read key in %+v", p, r)
+		}
+		var rk rdma.RemoteKey
+		if err := json.Unmarshal(raw, &rk); err != nil || rk.Region != s.RegionID() || rk.Key == 0 || rk.Len != 32<<20 {
+			t.Fatalf("%s key %s: %+v, %v", p, raw, rk, err)
+		}
+	}
+	if root, _ := store.Root(ctx); root != s.Root() || root.Region() != s.RegionID() {
+		t.Fatalf("table root %v, server root %v", root, s.Root())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ms, _ := store.Members(ctx); len(ms) != 0 {
+		t.Fatalf("members after Close: %v", ms)
+	}
+}
+
+// One-sided reads through the registered tcp responder see the tree the
+// server wrote (the root's header and root node), and stop at Close.
+func TestOneSidedReadOfRegisteredRegion(t *testing.T) {
+	s, store := newTestServer(t)
+	c := dial(t, s)
+	put(t, c, "one-sided", "yes")
+	r, err := store.Region(ctxT(t), s.RegionID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := r.ReadKeyFor(rdma.ProviderTCP)
+	var rk rdma.RemoteKey
+	if err := json.Unmarshal(raw, &rk); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := rdma.NewTCPClient(rdma.TCPClientOptions{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	buf := make([]byte, 1024)
+	if err := cl.Read(ctxT(t), &rk, s.Root().Offset(), buf); err != nil {
+		t.Fatal(err)
+	}
+	h, why := blink.DecodeHeader(buf)
+	if why != blink.OK {
+		t.Fatalf("header: %v", why)
+	}
+	if err := cl.Read(ctxT(t), &rk, h.Root.Offset(), buf); err != nil {
+		t.Fatal(err)
+	}
+	v := blink.View(buf)
+	if blink.CheckCopy(buf) != blink.OK || v.Count() != 1 || string(v.Key(0)) != "one-sided" {
+		t.Fatalf("root node read one-sided: %v", v)
+	}
+	if n := metricValue(gather(t, s), "cell_server_onesided_reads_total", map[string]string{"provider": "tcp"}); n < 1 {
+		t.Fatalf("one-sided reads counted %v", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Read(ctxT(t), &rk, 0, buf[:8]); err == nil {
+		t.Fatal("one-sided read after Close succeeded")
+	}
+}
+
+// "After a clean shutdown the next start reopens the region file as it
+// was": data, region ID and root survive, the epoch grows.
+func TestRestartAfterCleanShutdown(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	s1, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, s1)
+	for _, k := range []string{"a", "b", "c"} {
+		put(t, c, k, "v-"+k)
+	}
+	id, root := s1.RegionID(), s1.Root()
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var mark cleanMarker
+	if b, err := os.ReadFile(filepath.Join(opts.DataDir, markerFile)); err != nil || json.Unmarshal(b, &mark) != nil || mark.Region != id {
+		t.Fatalf("clean marker %s, %v", b, err)
+	}
+
+	opts.Registry, opts.Logger = nil, testLogger(t)
+	s2 := startServer(t, opts)
+	if s2.RegionID() != id || s2.Root() != root || s2.Epoch() != 2 {
+		t.Fatalf("restart: region %d root %v epoch %d; want region %d root %v epoch 2", s2.RegionID(), s2.Root(), s2.Epoch(), id, root)
+	}
+	if _, err := os.Stat(filepath.Join(opts.DataDir, markerFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("clean marker still there while running: %v", err)
+	}
+	c2 := dial(t, s2)
+	for _, k := range []string{"a", "b", "c"} {
+		if v, ok := get(t, c2, k); !ok || v != "v-"+k {
+			t.Fatalf("after restart %s = %q, %v", k, v, ok)
+		}
+	}
+	if e, _ := store.Region(ctxT(t), id); e.Epoch != 2 {
+		t.Fatalf("table epoch %d, want 2", e.Epoch)
+	}
+	// A request with the first run's epoch is refused.
+	_, err = call(t, c2, wire.OpGet, &wire.GetRequest{Key: []byte("a"), Epoch: 1}, &wire.GetReply{})
+	wantStatus(t, err, wire.StatusStaleEpoch)
+}
+
+// "After an unclean stop ... the server logs a warning and starts EMPTY",
+// keeping its region ID and re-making the root that lived in it.
+func TestRestartAfterUncleanStop(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	s1, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	put(t, dial(t, s1), "lost", "v")
+	id := s1.RegionID()
+	oldPath := s1.region.Path()
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A crash is a stop without the marker.
+	if err := os.Remove(filepath.Join(opts.DataDir, markerFile)); err != nil {
+		t.Fatal(err)
+	}
+	opts.Registry, opts.Logger = nil, testLogger(t)
+	s2 := startServer(t, opts)
+	if s2.RegionID() != id || s2.Epoch() != 2 {
+		t.Fatalf("region %d epoch %d; want region %d (the table still gives it to us) epoch 2", s2.RegionID(), s2.Epoch(), id)
+	}
+	if s2.region.Path() != oldPath {
+		t.Fatalf("new region file %s, old %s", s2.region.Path(), oldPath)
+	}
+	c := dial(t, s2)
+	if _, ok := get(t, c, "lost"); ok {
+		t.Fatal("data of an unclean stop survived: the region was not discarded")
+	}
+	put(t, c, "new", "v")
+	if root, _ := store.Root(ctxT(t)); root != s2.Root() || s2.meganodeAt(root) == nil {
+		t.Fatalf("root %v not a meganode of the new region", root)
+	}
+}
+
+// A data directory whose region the table gave away gets a new region.
+func TestRestartUncleanRegionGivenAway(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	s1, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	id := s1.RegionID()
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(filepath.Join(opts.DataDir, markerFile))
+	if err := store.PutRegion(ctxT(t), regiontable.Region{ID: id, Kind: regiontable.KindData, Host: "someone-else", Epoch: 10}); err != nil {
+		t.Fatal(err)
+	}
+	opts.Registry, opts.Logger = nil, testLogger(t)
+	s2 := startServer(t, opts)
+	if s2.RegionID() == id {
+		t.Fatalf("kept region %d that the table gives to someone else", id)
+	}
+	// Our root was in the given-away region, whose host is not live: it
+	// stays the cluster's root (another server's business).
+	if s2.Root().Region() != id {
+		t.Fatalf("root %v", s2.Root())
+	}
+	// A clean restart of a region the table gives away refuses to start.
+	if err := s2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutRegion(ctxT(t), regiontable.Region{ID: s2.RegionID(), Kind: regiontable.KindData, Host: "thief", Epoch: 10}); err != nil {
+		t.Fatal(err)
+	}
+	opts.Registry, opts.Logger = nil, testLogger(t)
+	s3, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s3.Start(ctxT(t)); !errors.Is(err, ErrRegionOwned) {
+		t.Fatalf("Start = %v, want ErrRegionOwned", err)
+	}
+}
+
+func TestDataDirLockedAndOwned(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	s1 := startServer(t, opts)
+	second := opts
+	second.ServerID, second.Registry, second.Logger = "test-2", nil, testLogger(t)
+	s2, err := New(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Start(ctxT(t)); !errors.Is(err, ErrDataDirLocked) {
+		t.Fatalf("second server on a data directory in use: %v, want ErrDataDirLocked", err)
+	}
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s3, err := New(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s3.Start(ctxT(t)); !errors.Is(err, ErrDataDirOwned) {
+		t.Fatalf("another server ID on the data directory: %v, want ErrDataDirOwned", err)
+	}
+	// The failed start closed the region cleanly: the owner restarts.
+	opts.Registry, opts.Logger = nil, testLogger(t)
+	s4 := startServer(t, opts)
+	if s4.Epoch() != 2 {
+		t.Fatalf("epoch %d", s4.Epoch())
+	}
+}
+
+// A member key left by a crashed predecessor delays the start until its
+// lease expires; a live one makes the start fail after RegisterWait.
+func TestMemberAlreadyRegistered(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	reg, err := store.RegisterMember(ctxT(t), regiontable.Member{ID: "test-1", RPCAddr: "old:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		store.ExpireMember("test-1")
+	}()
+	opts := testOptions(t, store)
+	s := startServer(t, opts)
+	ms, _ := store.Members(ctxT(t))
+	if len(ms) != 1 || ms[0].RPCAddr != s.Addr() {
+		t.Fatalf("members %v", ms)
+	}
+	_ = reg
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.RegisterMember(ctxT(t), regiontable.Member{ID: "test-1", RPCAddr: "live:1"}); err != nil {
+		t.Fatal(err)
+	}
+	opts.Registry, opts.Logger, opts.RegisterWait = nil, testLogger(t), 300*time.Millisecond
+	s2, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Start(ctxT(t)); !errors.Is(err, regiontable.ErrMemberExists) {
+		t.Fatalf("Start with a live member of our ID = %v", err)
+	}
+}
+
+// A lost lease is noticed and the member registers again.
+func TestMembershipRecovers(t *testing.T) {
+	s, store := newTestServer(t)
+	store.ExpireMember("test-1")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ms, _ := store.Members(ctxT(t))
+		if len(ms) == 1 && ms[0].RPCAddr == s.Addr() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("member not registered again: %v", ms)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Serve returns nil when its context ends, after a clean shutdown.
+func TestServeUntilCancelled(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(must(store.Members(ctxT(t)))) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("server did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(opts.DataDir, markerFile)); err != nil {
+		t.Fatalf("no clean marker after Serve: %v", err)
+	}
+	if err := s.Start(ctxT(t)); !errors.Is(err, ErrStarted) {
+		t.Fatalf("Start after Close = %v", err)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
