@@ -60,7 +60,14 @@ func (op *searchOp) clientHop(ctx context.Context, h *hopState) (hopState, bool,
 		}
 		var via source
 		if h.root.IsNil() || hopRestarts > 0 {
-			if err := op.readHeader(ctx, h); err != nil {
+			err := op.readHeader(ctx, h)
+			if errors.Is(err, errNotHeader) {
+				// A server's Next may be any node of a meganode (a
+				// right link out of a split meganode): walk from it.
+				h.root, h.height = h.ptr, 0
+				err = nil
+			}
+			if err != nil {
 				return hopState{}, false, err
 			}
 			if op.kind == opLocate && h.level == 0 {
@@ -198,6 +205,9 @@ func (op *searchOp) walk(ctx context.Context, h *hopState, via source) (hopState
 	}
 }
 
+// errNotHeader: a hop's pointer is a tree node, not a meganode header.
+var errNotHeader = errors.New("cell: not a meganode header")
+
 // errCRC: an extent record did not match its leaf entry (re-read both).
 var errCRC = errors.New("cell: extent CRC mismatch")
 
@@ -273,7 +283,7 @@ func (op *searchOp) cacheable(level, local int) bool {
 // level of p, to skip cache lookups of nodes that cannot be cached.
 func (op *searchOp) node(ctx context.Context, p blink.Ptr, level, local int, fresh bool) (blink.View, bool, blink.Reason, error) {
 	c := op.c
-	if !fresh && op.cacheable(level, local) {
+	if !fresh && local >= 0 && op.cacheable(level, local) {
 		if v, ok := c.nodes.get(p); ok {
 			return v, true, blink.OK, nil
 		}
@@ -331,6 +341,9 @@ func (op *searchOp) readHeader(ctx context.Context, h *hopState) error {
 				return err
 			}
 			continue
+		}
+		if r == blink.Corrupt && !h.fromCache && h.via.IsNil() && blink.CheckCopy(buf) == blink.OK {
+			return errNotHeader
 		}
 		cause := causeInvalid
 		if r == blink.OK {

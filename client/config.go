@@ -131,8 +131,9 @@ type Config struct {
 	RangePageSize int
 
 	// Registerer, if set, receives the client's Prometheus metrics (see
-	// NewMetrics). Wrap it with prometheus.WrapRegistererWith to tell
-	// several clients of one process apart.
+	// NewMetrics); Close unregisters them. Several clients of one process
+	// need distinct registerers, e.g. each wrapped with
+	// prometheus.WrapRegistererWith and its own label.
 	Registerer prometheus.Registerer
 	// Logger receives connection and topology events. Default
 	// slog.Default().

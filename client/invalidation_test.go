@@ -157,3 +157,25 @@ func TestStalePathEntry(t *testing.T) {
 		})
 	}
 }
+
+// TestHopFromNodePointer: a server may answer a hop with Next pointing at
+// any node of a meganode (the right link out of a split meganode leads to
+// the new meganode's root node, not its header). A client-side hop that
+// starts there walks from that node.
+func TestHopFromNodePointer(t *testing.T) {
+	cl := newTestCluster(t, clusterSpec{})
+	cfg := testConfig(t, cl)
+	cfg.Mode = locality.Mode{Kind: locality.ClientOnly}
+	c := mustClient(t, cfg)
+	mustPut(t, c, 50)
+	root, _ := cl.leafRoot(key(7))
+	ctx := testCtx(t, 5*time.Second)
+	for _, i := range []int{0, 7, 49} {
+		op := searchOp{c: c, kind: opGet, key: key(i), t: c.topo.Load(), sc: c.getScratch(512)}
+		h := hopState{meganodeInfo: meganodeInfo{ptr: root, level: -1}}
+		_, done, err := op.clientHop(ctx, &h)
+		if err != nil || !done || !op.res.found || !bytes.Equal(op.res.value, value(i, 0)) {
+			t.Fatalf("hop from node %v for %s: done %v found %v value %q, %v", root, key(i), done, op.res.found, op.res.value, err)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package client
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/cellstore/cell/locality"
+	cellserver "github.com/cellstore/cell/server"
+)
+
+// BenchmarkGet measures one goroutine's gets against a real server in
+// process (one leaf meganode of 1 KiB nodes holding benchKeys keys, one
+// server core), server-side and client-side, over the tcp responder and
+// shared memory. The node cache is at its default (nodes 4 levels above
+// the leaves: none in this tree), so every client-side get reads the
+// meganode's nodes and the record. Run with -benchtime to taste:
+//
+//	go test -run '^$' -bench BenchmarkGet -benchmem ./client/
+func BenchmarkGet(b *testing.B) {
+	const benchKeys = 10000
+	rc := startReal(b, 1, func(o *cellserver.Options) {
+		o.NodeSize, o.MeganodeSize, o.RegionSize = 1024, 16<<20, 64<<20
+	})
+	load := realConfig(b, rc)
+	load.Mode = locality.Mode{Kind: locality.ServerOnly}
+	mustPut(b, mustClient(b, load), benchKeys)
+	for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}} {
+		for _, provider := range []string{ProviderTCP, ProviderSHM} {
+			b.Run("mode="+mode.String()+"/provider="+provider, func(b *testing.B) {
+				cfg := realConfig(b, rc)
+				cfg.Mode, cfg.Provider = mode, provider
+				cfg.NodeCacheMinLevel = DefaultNodeCacheMinLevel
+				c := mustClient(b, cfg)
+				ctx := b.Context()
+				dst := make([]byte, 0, 256)
+				keys := make([][]byte, benchKeys)
+				for i := range keys {
+					keys[i] = key(i)
+				}
+				// Warm up: connections, path cache, buffers.
+				for i := range 100 {
+					if _, err := c.GetAppend(ctx, dst[:0], keys[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					k := keys[i%benchKeys]
+					v, err := c.GetAppend(ctx, dst[:0], k)
+					if err != nil || !bytes.HasPrefix(v, k) {
+						b.Fatalf("Get %s = %q, %v", k, v, err)
+					}
+					i += 7919
+				}
+				st := c.Stats()
+				b.ReportMetric(float64(st.Reads)/float64(b.N+100), "reads/op")
+			})
+		}
+	}
+}
