@@ -105,6 +105,9 @@ func (op *searchOp) walk(ctx context.Context, h *hopState, via source) (hopState
 		bypassNode, crcRetry = false, false
 		if r != blink.OK {
 			// Invalid (freed or moved by a meganode split) or corrupt.
+			if err := op.corruptCopy(r, p); err != nil {
+				return hopState{}, false, err
+			}
 			op.dropSource(via)
 			c.countRetry(causeInvalid)
 			return hopState{}, false, errRestartHop
@@ -203,6 +206,23 @@ func (op *searchOp) walk(ctx context.Context, h *hopState, via source) (hopState
 		}
 		return next, false, nil
 	}
+}
+
+// maxCorrupt bounds the consistent copies that do not decode one operation
+// may meet: a stale pointer can lead to one now and then (a node being
+// reformatted), a steady stream means corruption.
+const maxCorrupt = 8
+
+// corruptCopy counts a copy CheckCopy called Corrupt and fails the op with
+// ErrCorruption once there were too many.
+func (op *searchOp) corruptCopy(r blink.Reason, p blink.Ptr) error {
+	if r != blink.Corrupt {
+		return nil
+	}
+	if op.corrupt++; op.corrupt > maxCorrupt {
+		return wrapErr(ErrCorruption, fmt.Errorf("node %v: %d consistent copies that do not decode", p, op.corrupt))
+	}
+	return nil
 }
 
 // errNotHeader: a hop's pointer is a tree node, not a meganode header.
@@ -360,6 +380,9 @@ func (op *searchOp) readHeader(ctx context.Context, h *hopState) error {
 			}
 		}
 		// The meganode is gone or is not the one the pointer meant.
+		if err := op.corruptCopy(r, h.ptr); err != nil {
+			return err
+		}
 		op.dropHop(h)
 		c.countRetry(cause)
 		if h.ptr == op.t.root {

@@ -180,12 +180,29 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 		return wrapErr(ErrServer, fmt.Errorf("servers report node size %d, meganode size %d", t.nodeSize, t.meganodeSize))
 	}
 	t.maxKey = blink.MaxKeySize(t.nodeSize)
+	if prev != nil && reincarnated(prev, t) {
+		// A region came back with a new epoch (its server restarted,
+		// maybe empty): what was cached of it may name nodes of another
+		// incarnation. Start over rather than meet it entry by entry.
+		c.nodes.clear()
+		c.paths.clear()
+	}
 	c.topo.Store(t)
 	if prev == nil || len(prev.servers) != len(t.servers) || len(prev.regions) != len(t.regions) || prev.root != t.root {
 		c.log.Info("cell client: topology", slog.Int("servers", len(t.servers)), slog.Int("regions", len(t.regions)),
 			slog.String("root", t.root.String()), slog.Int("node_size", t.nodeSize))
 	}
 	return nil
+}
+
+// reincarnated reports whether a region of prev has another epoch in t.
+func reincarnated(prev, t *topology) bool {
+	for id, r := range t.regions {
+		if old := prev.regions[id]; old != nil && old.epoch != r.epoch {
+			return true
+		}
+	}
+	return false
 }
 
 // metadata asks srv to describe itself.

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -149,4 +150,27 @@ func TestTornValueNeverReturned(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	t.Logf("retries %v", c.Stats().Retries)
+}
+
+// TestCorruptCopiesFail: consistent copies (equal, even versions) that do
+// not decode are corruption, not a race: after a few the get fails with
+// ErrCorruption instead of retrying forever.
+func TestCorruptCopiesFail(t *testing.T) {
+	rc := startReal(t, 1, nil)
+	cfg := realConfig(t, rc)
+	cfg.Mode = locality.Mode{Kind: locality.ClientOnly}
+	var corrupt atomic.Bool
+	cfg.TestingKnobs.AfterNodeRead = func(_ uint64, buf []byte) {
+		if corrupt.Load() {
+			binary.LittleEndian.PutUint16(buf[10:], 0xffff) // entry count beyond the node
+		}
+	}
+	c := mustClient(t, cfg)
+	mustPut(t, c, 10)
+	corrupt.Store(true)
+	if _, err := c.Get(testCtx(t, 10*time.Second), key(3)); !errors.Is(err, ErrCorruption) {
+		t.Fatalf("Get over corrupt nodes: %v, want ErrCorruption", err)
+	}
+	corrupt.Store(false)
+	getAll(t, c, 10)
 }

@@ -48,6 +48,7 @@ type searchOp struct {
 
 	retries  int // RPC-level retries used (Config.MaxRetries)
 	restarts int // torn re-reads and traversal restarts (Config.MaxRestarts)
+	corrupt  int // consistent copies that did not decode (maxCorrupt)
 	// bypass makes the op ignore both caches, after restarts suggest they
 	// hold stale entries the op keeps meeting.
 	bypass bool
