@@ -12,9 +12,11 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap/zapcore"
 )
 
 // Options configure the embedded etcd. The zero value of every field means
@@ -31,8 +33,9 @@ type Options struct {
 	// Name is the member's name. Default "cell". Fixed once Dir holds
 	// data.
 	Name string
-	// LogLevel is etcd's own log level (debug, info, warn, error). Default
-	// "error": etcd logs to stderr only what needs attention.
+	// LogLevel is the level from which etcd's own records reach Logger
+	// (debug, info, warn, error). Default "error": quiet, etcd reports only
+	// failures. Records etcd logs while Close stops it are dropped.
 	LogLevel string
 	// StartTimeout bounds the wait for etcd to serve. Default 60 s.
 	StartTimeout time.Duration
@@ -81,6 +84,10 @@ func (o *Options) Validate() error {
 			return fmt.Errorf("embedded: address %q: %w: %w", a, err, ErrInvalidOptions)
 		}
 	}
+	var l zapcore.Level
+	if err := l.UnmarshalText([]byte(o.LogLevel)); err != nil {
+		return fmt.Errorf("embedded: log level %q: %w", o.LogLevel, ErrInvalidOptions)
+	}
 	if o.StartTimeout <= 0 {
 		return fmt.Errorf("embedded: start timeout %v: %w", o.StartTimeout, ErrInvalidOptions)
 	}
@@ -92,6 +99,7 @@ type Etcd struct {
 	e        *embed.Etcd
 	endpoint string
 	log      *slog.Logger
+	quiet    *atomic.Bool
 	once     sync.Once
 }
 
@@ -111,13 +119,19 @@ func Start(opts Options) (*Etcd, error) {
 	cfg.ListenPeerUrls = []url.URL{pu}
 	cfg.AdvertisePeerUrls = []url.URL{pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	var level zapcore.Level
+	_ = level.UnmarshalText([]byte(opts.LogLevel)) // checked by Validate
+	quiet := new(atomic.Bool)
 	cfg.Logger = "zap"
 	cfg.LogLevel = opts.LogLevel
-	cfg.LogOutputs = []string{"stderr"}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(opts.Logger, level, quiet))
 	// The region table changes rarely; keep an hour of history for
 	// watchers that reconnect.
 	cfg.AutoCompactionMode = embed.CompactorModePeriodic
 	cfg.AutoCompactionRetention = "1h"
+	// NewConfig leaves this at 0, which makes every request "expensive"
+	// and logged as a warning.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: start etcd (client %s, peer %s, data %s): %w", opts.ClientAddr, opts.PeerAddr, opts.Dir, err)
@@ -127,9 +141,11 @@ func Start(opts Options) (*Etcd, error) {
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
+		quiet.Store(true)
 		e.Close()
 		return nil, fmt.Errorf("embedded: etcd failed while starting: %w", err)
 	case <-t.C:
+		quiet.Store(true)
 		e.Server.Stop()
 		e.Close()
 		return nil, fmt.Errorf("embedded: etcd not ready after %v", opts.StartTimeout)
@@ -139,7 +155,7 @@ func Start(opts Options) (*Etcd, error) {
 		ep = "http://" + e.Clients[0].Addr().String()
 	}
 	opts.Logger.Info("embedded etcd serving", slog.String("client", ep), slog.String("peer", pu.String()), slog.String("dir", opts.Dir))
-	return &Etcd{e: e, endpoint: ep, log: opts.Logger}, nil
+	return &Etcd{e: e, endpoint: ep, log: opts.Logger, quiet: quiet}, nil
 }
 
 // Endpoints returns the client URLs to give an etcd client.
@@ -152,6 +168,7 @@ func (e *Etcd) Err() <-chan error { return e.e.Err() }
 // twice is a no-op.
 func (e *Etcd) Close() error {
 	e.once.Do(func() {
+		e.quiet.Store(true)
 		e.e.Close()
 		e.log.Info("embedded etcd stopped", slog.String("client", e.endpoint))
 	})

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/server"
+)
+
+// config is the parsed command line.
+type config struct {
+	dataDir        string
+	listen         string
+	advertise      string
+	rdmaListen     string
+	metricsListen  string
+	etcdEndpoints  []string
+	etcdListen     string
+	etcdPeerListen string
+	etcdPrefix     string
+	cores          int
+	regionSize     uint64
+	meganodeSize   uint64
+	nodeSize       int
+	hugepages      meganode.HugepageMode
+	serverID       string
+	logLevel       slog.Level
+}
+
+// errHelp is returned for -h: usage was printed, exit 0.
+var errHelp = errors.New("help requested")
+
+// envName is the environment variable standing for a flag:
+// --data-dir is CELL_DATA_DIR.
+func envName(flagName string) string {
+	return "CELL_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseFlags parses args. Every flag's default comes from its environment
+// variable when that is set, and the command line overrides both.
+func parseFlags(args []string, out io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("cellserver", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var (
+		cfg                       config
+		endpoints, hugepages      string
+		regionSize, meganodeSize  string
+		nodeSize, cores, logLevel string
+	)
+	str := func(p *string, name, def, usage string) {
+		if v, ok := os.LookupEnv(envName(name)); ok {
+			def = v
+		}
+		fs.StringVar(p, name, def, usage+" (env "+envName(name)+")")
+	}
+	str(&cfg.dataDir, "data-dir", "./cell-data", "directory of the server's state: region file, markers, embedded etcd's data")
+	str(&cfg.listen, "listen", server.DefaultListen, "RPC address (wire protocol)")
+	str(&cfg.advertise, "advertise", "", "RPC address published to clients (default: the listen address; a wildcard host becomes the host name)")
+	str(&cfg.rdmaListen, "rdma-listen", server.DefaultRDMAListen, "address of the tcp one-sided read responder")
+	str(&cfg.metricsListen, "metrics-listen", server.DefaultMetricsListen, "address of /metrics and /debug/pprof/; empty turns it off")
+	str(&endpoints, "etcd-endpoints", "", "comma-separated endpoints of an external etcd cluster; empty starts an embedded etcd")
+	str(&cfg.etcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd")
+	str(&cfg.etcdPeerListen, "etcd-peer-listen", "127.0.0.1:2380", "peer address of the embedded etcd")
+	str(&cfg.etcdPrefix, "etcd-prefix", "/cell", "key prefix of the region table in etcd")
+	str(&cores, "cores", "1", "worker goroutines doing tree work (the paper's server cores)")
+	str(&regionSize, "region-size", "1GiB", "size of a new region (KiB, MiB, GiB suffixes)")
+	str(&meganodeSize, "meganode-size", "64MiB", "size of a meganode")
+	str(&nodeSize, "node-size", "1KiB", "B-link node size, a power of two from 512 to 8192")
+	str(&hugepages, "hugepages", "auto", "region backing: auto (hugetlbfs, else /dev/shm, else a file in --data-dir), on, off")
+	str(&cfg.serverID, "server-id", "", "server ID in the region table (default: derived from the host name and --listen)")
+	str(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: cellserver [flags]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, errHelp
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	for _, ep := range strings.Split(endpoints, ",") {
+		if ep = strings.TrimSpace(ep); ep != "" {
+			cfg.etcdEndpoints = append(cfg.etcdEndpoints, ep)
+		}
+	}
+	if cfg.cores, err = strconv.Atoi(cores); err != nil || cfg.cores < 1 {
+		return nil, fmt.Errorf("--cores %q: want a whole number >= 1", cores)
+	}
+	if cfg.regionSize, err = parseSize(regionSize); err != nil {
+		return nil, fmt.Errorf("--region-size: %w", err)
+	}
+	if cfg.meganodeSize, err = parseSize(meganodeSize); err != nil {
+		return nil, fmt.Errorf("--meganode-size: %w", err)
+	}
+	ns, err := parseSize(nodeSize)
+	if err != nil || ns > 1<<20 {
+		return nil, fmt.Errorf("--node-size %q: want a power of two from 512 to 8192", nodeSize)
+	}
+	cfg.nodeSize = int(ns)
+	if cfg.hugepages, err = meganode.ParseHugepageMode(hugepages); err != nil {
+		return nil, fmt.Errorf("--hugepages %q: want auto, on or off", hugepages)
+	}
+	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+	}
+	if cfg.serverID == "" {
+		cfg.serverID = server.DefaultServerID(cfg.listen)
+	}
+	return &cfg, nil
+}
+
+// parseSize parses a byte size: a whole number with an optional suffix
+// K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB (all powers of 1024, any case).
+func parseSize(s string) (uint64, error) {
+	t := strings.TrimSpace(s)
+	i := len(t)
+	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') {
+		i--
+	}
+	num, suffix := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	var shift uint
+	switch strings.TrimSuffix(strings.TrimSuffix(suffix, "b"), "i") {
+	case "":
+		if suffix == "b" || suffix == "" {
+			shift = 0
+		} else {
+			return 0, fmt.Errorf("size %q: unknown unit %q", s, suffix)
+		}
+	case "k":
+		shift = 10
+	case "m":
+		shift = 20
+	case "g":
+		shift = 30
+	case "t":
+		shift = 40
+	default:
+		return 0, fmt.Errorf("size %q: unknown unit %q", s, suffix)
+	}
+	v, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || v == 0 {
+		return 0, fmt.Errorf("size %q: want a positive whole number with an optional unit (KiB, MiB, GiB)", s)
+	}
+	if v > (1<<63)>>shift {
+		return 0, fmt.Errorf("size %q too large", s)
+	}
+	return v << shift, nil
+}

@@ -1,0 +1,118 @@
+// Command cellserver runs a Cell server (package server). With no flags it
+// is a complete single-node store: an embedded etcd holding the region
+// table (data under <data-dir>/etcd) and the server, with its region under
+// ./cell-data. With --etcd-endpoints it joins an external etcd cluster
+// instead. SIGTERM or SIGINT shut it down cleanly: it stops accepting
+// requests, finishes those in flight, revokes one-sided access, syncs and
+// closes its region, writes the clean-shutdown marker and stops etcd.
+//
+// Every flag has an environment variable: --data-dir is CELL_DATA_DIR, and
+// so on (the command line wins). Startup errors print one line and exit
+// with status 1 (2 for bad flags).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/regiontable/embedded"
+	"github.com/cellstore/cell/server"
+)
+
+// version is set at link time (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cellserver: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serve(ctx, cfg, log); err != nil {
+		fmt.Fprintf(stderr, "cellserver: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// serve wires etcd (embedded or external), the region table and the server
+// together and runs until ctx ends.
+func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	endpoints := cfg.etcdEndpoints
+	if len(endpoints) == 0 {
+		e, err := embedded.Start(embedded.Options{
+			Dir:        filepath.Join(cfg.dataDir, "etcd"),
+			ClientAddr: cfg.etcdListen,
+			PeerAddr:   cfg.etcdPeerListen,
+			Logger:     log,
+		})
+		if err != nil {
+			return err
+		}
+		defer e.Close()
+		go func() {
+			if err, ok := <-e.Err(); ok && err != nil {
+				cancel(fmt.Errorf("embedded etcd failed: %w", err))
+			}
+		}()
+		endpoints = e.Endpoints()
+	}
+	store, err := regiontable.OpenEtcd(endpoints, regiontable.EtcdOptions{Prefix: cfg.etcdPrefix, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = store.Root(pctx)
+	pcancel()
+	if err != nil {
+		return fmt.Errorf("etcd at %v does not answer: %w", endpoints, err)
+	}
+	srv, err := server.New(server.Options{
+		DataDir:       cfg.dataDir,
+		Listen:        cfg.listen,
+		AdvertiseAddr: cfg.advertise,
+		RDMAListen:    cfg.rdmaListen,
+		MetricsListen: cfg.metricsListen,
+		Cores:         cfg.cores,
+		RegionSize:    cfg.regionSize,
+		MeganodeSize:  cfg.meganodeSize,
+		NodeSize:      cfg.nodeSize,
+		Hugepages:     cfg.hugepages,
+		Store:         store,
+		ServerID:      cfg.serverID,
+		Version:       version,
+		Logger:        log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := srv.Serve(ctx); err != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// binary is cellserver built once for the tests that run it.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cellserver-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "cellserver")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// freeAddrs returns n distinct loopback addresses whose ports were free a
+// moment ago.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var lns []net.Listener
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return addrs
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a running cellserver.
+type proc struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	exited chan struct{}
+	err    error // Wait's result, once exited is closed
+}
+
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
+	p.cmd.Env = append(os.Environ(), "CELL_LOG_LEVEL=debug")
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("cellserver output:\n%s", p.stderr.String())
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(timeout):
+		t.Fatalf("cellserver still running after %v", timeout)
+	}
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		return ee.ExitCode()
+	}
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	return 0
+}
+
+// waitMember waits until a member is registered in etcd and returns it.
+func waitMember(t *testing.T, p *proc, store regiontable.Store) regiontable.Member {
+	t.Helper()
+	deadline := time.Now().Add(25 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.exited:
+			t.Fatalf("cellserver exited while starting: %v", p.err)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ms, err := store.Members(ctx)
+		cancel()
+		if err == nil && len(ms) == 1 {
+			return ms[0]
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("cellserver did not register in etcd")
+	return regiontable.Member{}
+}
+
+// The binary with an embedded etcd on free loopback ports: it starts,
+// serves Ping, Put and Get over the wire, registers in etcd, shuts down
+// cleanly on SIGTERM (exit 0, clean marker written), and a second run
+// finds the data of the first.
+func TestCellserverBinary(t *testing.T) {
+	dataDir := t.TempDir()
+	a := freeAddrs(t, 5)
+	listen, rdmaListen, metrics, etcdListen, etcdPeer := a[0], a[1], a[2], a[3], a[4]
+	args := []string{
+		"--data-dir", dataDir, "--listen", listen, "--rdma-listen", rdmaListen, "--metrics-listen", metrics,
+		"--etcd-listen", etcdListen, "--etcd-peer-listen", etcdPeer, "--hugepages", "off",
+		"--region-size", "64MiB", "--meganode-size", "4MiB", "--server-id", "cell-test", "--cores", "2",
+	}
+	store, err := regiontable.OpenEtcd([]string{etcdListen}, regiontable.EtcdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+
+	p := start(t, args...)
+	m := waitMember(t, p, store)
+	if m.ID != "cell-test" || m.RPCAddr != listen || m.ReadAddr != rdmaListen || m.HostID == "" {
+		t.Fatalf("member %+v", m)
+	}
+	regions, err := store.Regions(ctx)
+	if err != nil || len(regions) != 1 || regions[0].Host != "cell-test" || regions[0].Epoch != 1 || len(regions[0].ReadKey) != 2 {
+		t.Fatalf("regions %+v, %v", regions, err)
+	}
+	if root, err := store.Root(ctx); err != nil || root.Region() != regions[0].ID {
+		t.Fatalf("root %v, %v", root, err)
+	}
+	c, err := wire.Dial(ctx, m.RPCAddr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Call(ctx, wire.OpPing, []byte("ping"))
+	if err != nil || string(f.Body) != "ping" {
+		t.Fatalf("ping: %q, %v", f.Body, err)
+	}
+	f.Release()
+	f, err = c.CallMessage(ctx, wire.OpPut, &wire.PutRequest{Key: []byte("hello"), Value: []byte("world")})
+	if err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	f.Release()
+	if v := getValue(t, ctx, c, "hello"); v != "world" {
+		t.Fatalf("get: %q", v)
+	}
+	resp, err := http.Get("http://" + metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `cell_server_ops_total{op="put",status="OK"} 1`) {
+		t.Fatalf("metrics: %.500s", body)
+	}
+	c.Close()
+
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "CLEAN")); err != nil {
+		t.Fatalf("no clean-shutdown marker: %v", err)
+	}
+	if !strings.Contains(p.stderr.String(), "stopped cleanly") {
+		t.Fatal("no clean stop in the log")
+	}
+
+	// A clean restart keeps the data.
+	p2 := start(t, args...)
+	m = waitMember(t, p2, store)
+	c, err = wire.Dial(ctx, m.RPCAddr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := getValue(t, ctx, c, "hello"); v != "world" {
+		t.Fatalf("get after restart: %q", v)
+	}
+	c.Close()
+	if err := p2.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p2.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGINT", code)
+	}
+}
+
+func getValue(t *testing.T, ctx context.Context, c *wire.Conn, key string) string {
+	t.Helper()
+	f, err := c.CallMessage(ctx, wire.OpGet, &wire.GetRequest{Key: []byte(key)})
+	if err != nil {
+		t.Fatalf("get %q: %v", key, err)
+	}
+	defer f.Release()
+	var rep wire.GetReply
+	if err := rep.Decode(f.Body); err != nil {
+		t.Fatal(err)
+	}
+	return string(rep.Value)
+}
+
+// Startup errors print one clear line and exit non-zero.
+func TestCellserverStartupErrors(t *testing.T) {
+	p := start(t, "--hugepages", "maybe")
+	if code := p.wait(t, 10*time.Second); code != 2 {
+		t.Fatalf("bad flag: exit %d", code)
+	}
+	if out := strings.TrimSpace(p.stderr.String()); strings.Count(out, "\n") != 0 || !strings.HasPrefix(out, "cellserver: --hugepages") {
+		t.Fatalf("bad flag output: %q", out)
+	}
+
+	a := freeAddrs(t, 4)
+	busy, err := net.Listen("tcp", "127.0.0.1:0") // the RPC port is taken
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	p = start(t, "--data-dir", t.TempDir(), "--listen", busy.Addr().String(), "--rdma-listen", a[0], "--metrics-listen", "",
+		"--etcd-listen", a[1], "--etcd-peer-listen", a[2], "--hugepages", "off", "--region-size", "16MiB", "--meganode-size", "1MiB")
+	if code := p.wait(t, 30*time.Second); code != 1 {
+		t.Fatalf("busy port: exit %d", code)
+	}
+	lines := strings.Split(strings.TrimSpace(p.stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "cellserver: ") || !strings.Contains(last, busy.Addr().String()) {
+		t.Fatalf("busy port: last line %q", last)
+	}
+}
