@@ -59,3 +59,36 @@ func BenchmarkGet(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScan measures 100-pair forward ranges from one goroutine,
+// server-side (one Range call) and client-side (leaves along right links,
+// one vector read of the records per leaf).
+func BenchmarkScan(b *testing.B) {
+	const benchKeys = 10000
+	rc := startReal(b, 1, func(o *cellserver.Options) {
+		o.NodeSize, o.MeganodeSize, o.RegionSize = 1024, 16<<20, 64<<20
+	})
+	load := realConfig(b, rc)
+	load.Mode = locality.Mode{Kind: locality.ServerOnly}
+	mustPut(b, mustClient(b, load), benchKeys)
+	for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}} {
+		for _, provider := range []string{ProviderTCP, ProviderSHM} {
+			b.Run("mode="+mode.String()+"/provider="+provider, func(b *testing.B) {
+				cfg := realConfig(b, rc)
+				cfg.Mode, cfg.Provider = mode, provider
+				c := mustClient(b, cfg)
+				ctx := b.Context()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					start := key(i % (benchKeys - 100))
+					pairs, _, err := c.Range(ctx, start, nil, RangeOptions{Limit: 100})
+					if err != nil || len(pairs) != 100 || !bytes.Equal(pairs[0].Key, start) {
+						b.Fatalf("Range from %s: %d pairs, %v", start, len(pairs), err)
+					}
+					i += 7919
+				}
+			})
+		}
+	}
+}

@@ -169,6 +169,10 @@ func (op *searchOp) walk(ctx context.Context, h *hopState, via source) (hopState
 		}
 
 		if view.Extents() {
+			if op.kind == opScan {
+				op.res.leaf = p // the copy stays in op.sc.node
+				return hopState{}, true, nil
+			}
 			done, err := op.leaf(ctx, view, step)
 			if errors.Is(err, errCRC) {
 				crcRetry = true

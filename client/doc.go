@@ -48,7 +48,19 @@
 // Writes are server-side (paper §2.1): the write goes to the server of the
 // key's leaf meganode, found in the path cache, or by a search (whose hops
 // the selector routes as usual), or, with a single server, left to it.
-// Ranges are served by the servers, one meganode per call at most.
+//
+// Ranges go page by page (Config.RangePageSize pairs). The selector of the
+// server holding a page's first key chooses how: server-side, a Range call
+// (the server stops at the limit, the frame size or where the range
+// continues on another server, and says where to resume); client-side
+// (forward pages only: B-link trees have no left links), a client-side
+// search for the leaf of the first key, then leaves copied along their
+// right links, the records of each leaf fetched together in vector reads
+// (one request per leaf over tcp: rdma Caps.VectorReads) and each checked
+// against its entry's CRC and key. At a meganode's edge, where a leaf's
+// right link is nil or leads to the root of the meganode a split made,
+// the page searches again from the leaf's max key. A record that changed
+// under the scan makes it copy the leaf again from that key.
 //
 // # Consistency of one-sided reads and retries
 //

@@ -166,7 +166,20 @@ func runModel(t *testing.T, c *Client, n, writers, readers int, d time.Duration,
 				rs := time.Now()
 				var got []byte
 				var err error
-				if rng.IntN(4) == 0 {
+				if rng.IntN(8) == 0 {
+					// A short scan: each key of the window was read at some
+					// point of it, present with its value or absent.
+					hi := min(i+8, n)
+					var pairs []KV
+					pairs, _, err = c.Range(ctx, key(i), key(hi), RangeOptions{})
+					re := time.Now()
+					if err == nil {
+						if cerr := m.checkScan(i, hi, pairs, rs, re); cerr != nil {
+							errc <- cerr
+							return
+						}
+					}
+				} else if rng.IntN(4) == 0 {
 					var ok bool
 					ok, err = c.Contains(ctx, k)
 					re := time.Now()
@@ -217,6 +230,35 @@ func runModel(t *testing.T, c *Client, n, writers, readers int, d time.Duration,
 	default:
 	}
 	return m
+}
+
+// checkScan judges a scan of keys lo..hi-1 over [rs, re].
+func (m *regModel) checkScan(lo, hi int, pairs []KV, rs, re time.Time) error {
+	got := make(map[string][]byte)
+	for j, kv := range pairs {
+		if j > 0 && bytes.Compare(pairs[j-1].Key, kv.Key) >= 0 {
+			return fmt.Errorf("scan out of order: %q then %q", pairs[j-1].Key, kv.Key)
+		}
+		got[string(kv.Key)] = kv.Value
+	}
+	if len(got) != len(pairs) {
+		return fmt.Errorf("scan returned duplicate keys")
+	}
+	for i := lo; i < hi; i++ {
+		k := key(i)
+		v, ok := got[string(k)]
+		if ok && v == nil {
+			v = []byte{}
+		}
+		if err := m.check(k, v, rs, re); err != nil {
+			return fmt.Errorf("scan: %w", err)
+		}
+		delete(got, string(k))
+	}
+	if len(got) > 0 {
+		return fmt.Errorf("scan returned keys outside its range: %d", len(got))
+	}
+	return nil
 }
 
 // checkPresence judges a Contains over [rs, re].

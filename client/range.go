@@ -40,16 +40,17 @@ type RangeOptions struct {
 // replies would exceed the frame size.
 func (c *Client) Range(ctx context.Context, start, end []byte, opts RangeOptions) (pairs []KV, resume []byte, err error) {
 	begin := time.Now()
-	pairs, resume, err = c.rangeAll(ctx, start, end, opts)
-	c.finish(opRange, locality.ServerSide, begin, err)
+	rs := c.newRangeState(start, end, opts)
+	pairs, resume, err = rs.all(ctx, opts)
+	c.finish(opRange, rs.method, begin, err)
 	return pairs, resume, err
 }
 
-func (c *Client) rangeAll(ctx context.Context, start, end []byte, opts RangeOptions) ([]KV, []byte, error) {
+func (rs *rangeState) all(ctx context.Context, opts RangeOptions) ([]KV, []byte, error) {
+	c := rs.c
 	if opts.Limit < 0 {
 		return nil, nil, fmt.Errorf("cell: negative range limit %d", opts.Limit)
 	}
-	rs := c.newRangeState(start, end, opts)
 	var out []KV
 	for {
 		want := c.cfg.RangePageSize
@@ -81,12 +82,12 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, opts RangeOptions)
 	var err error
 	seq := func(yield func(key, value []byte) bool) {
 		begin := time.Now()
-		defer func() { c.finish(opRange, locality.ServerSide, begin, err) }()
+		rs := c.newRangeState(start, end, opts)
+		defer func() { c.finish(opRange, rs.method, begin, err) }()
 		if opts.Limit < 0 {
 			err = fmt.Errorf("cell: negative range limit %d", opts.Limit)
 			return
 		}
-		rs := c.newRangeState(start, end, opts)
 		var buf []KV
 		n := 0
 		for !rs.done {
@@ -114,9 +115,10 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, opts RangeOptions)
 
 // rangeState is a range being paged through.
 type rangeState struct {
-	c    *Client
-	req  wire.RangeRequest
-	done bool
+	c      *Client
+	req    wire.RangeRequest
+	method locality.Method // of the last page
+	done   bool
 	// last is the resume point the last reply gave.
 	last []byte
 }
@@ -159,8 +161,23 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 	if want <= 0 || rs.done {
 		return out, nil
 	}
-	rs.req.Limit = uint32(want)
 	t := c.topo.Load()
+	if rs.pageMethod(t) == locality.ClientSide {
+		n := len(out)
+		out, err := rs.clientPage(ctx, t, want, out)
+		switch {
+		case err == nil:
+			rs.method = locality.ClientSide
+			return out, nil
+		case errors.Is(err, errRestart):
+			return out[:n], wrapErr(ErrUnavailable, errors.New("client-side range page restarted too often"))
+		case !errors.Is(err, errNoReader):
+			return out[:n], err
+		}
+		out = out[:n] // served by the server after all
+	}
+	rs.method = locality.ServerSide
+	rs.req.Limit = uint32(want)
 	var body []byte
 	var redirect *server // where a WrongServer reply sent us
 	for retries := 0; ; {

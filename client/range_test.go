@@ -6,15 +6,24 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cellstore/cell/locality"
 )
 
 // TestRange checks Range and Scan against the sorted keys on a real
 // server: bounds, limits, resume keys, reverse order, keys only, paging.
 func TestRange(t *testing.T) {
 	rc := startReal(t, 1, nil)
-	cfg := realConfig(t, rc)
-	cfg.RangePageSize = 7
-	rangeChecks(t, mustClient(t, cfg))
+	for _, provider := range []string{ProviderTCP, ProviderSHM} {
+		for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}, {Kind: locality.Adaptive}} {
+			t.Run(mode.String()+"/"+provider, func(t *testing.T) {
+				cfg := realConfig(t, rc)
+				cfg.RangePageSize = 7
+				cfg.Mode, cfg.Provider = mode, provider
+				rangeChecks(t, mustClient(t, cfg))
+			})
+		}
+	}
 }
 
 // TestRangeMultiMeganode is TestRange across four leaf meganodes on two
@@ -22,9 +31,14 @@ func TestRange(t *testing.T) {
 // continue on the other server.
 func TestRangeMultiMeganode(t *testing.T) {
 	cl := newTestCluster(t, clusterSpec{servers: 2, splits: splitsFor(250, 4)})
-	cfg := testConfig(t, cl)
-	cfg.RangePageSize = 7
-	rangeChecks(t, mustClient(t, cfg))
+	for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := testConfig(t, cl)
+			cfg.RangePageSize = 7
+			cfg.Mode = mode
+			rangeChecks(t, mustClient(t, cfg))
+		})
+	}
 }
 
 func rangeChecks(t *testing.T, c *Client) {
@@ -142,7 +156,24 @@ func rangeChecks(t *testing.T, c *Client) {
 	if count != 20 || errf() != nil {
 		t.Fatalf("scan limit 20: %d pairs, %v", count, errf())
 	}
-	if st := c.Stats(); st.Ops["range"] < 20 {
+	st := c.Stats()
+	if st.Ops["range"] < 20 {
 		t.Errorf("range ops counted: %d", st.Ops["range"])
+	}
+	switch c.sel.Mode().Kind {
+	case locality.ClientOnly:
+		if st.ClientSideOps["range"] == 0 {
+			t.Error("no range served client-side in client mode")
+		}
+	case locality.ServerOnly:
+		if st.ClientSideOps["range"] != 0 {
+			t.Error("a range served client-side in server mode")
+		}
+	}
+	// Leave the store empty.
+	for i := range n {
+		if err := c.Delete(ctx, key(i)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

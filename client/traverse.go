@@ -137,7 +137,14 @@ func (op *searchOp) hop(ctx context.Context, h *hopState) (hopState, bool, error
 		return hopState{}, false, fmt.Errorf("%w %d (meganode %v)", errNoRoute, h.ptr.Region(), h.ptr)
 	}
 	method := locality.ServerSide
-	if reg != nil && reg.reader != nil && !op.forceServer {
+	switch {
+	case op.kind == opScan:
+		// A client-side range page: every hop client-side.
+		if reg == nil || reg.reader == nil || op.forceServer {
+			return hopState{}, false, errNoReader
+		}
+		method = locality.ClientSide
+	case reg != nil && reg.reader != nil && !op.forceServer:
 		method = srv.est.Choose().Method
 	}
 	op.c.counters.hops[method].Add(1)
@@ -153,6 +160,9 @@ func (op *searchOp) hop(ctx context.Context, h *hopState) (hopState, bool, error
 // ends the op.
 func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again bool, _ error) {
 	c := op.c
+	if errors.Is(err, errNoReader) {
+		return false, err
+	}
 	if errors.Is(err, errRestart) {
 		op.restarts++
 		if op.restarts > c.cfg.MaxRestarts {
