@@ -245,7 +245,7 @@ func (w *worker) search(body []byte) (wire.Message, error) {
 		}
 		if !hp.next.IsNil() {
 			rep.Kind, rep.Next = wire.SearchNext, hp.next
-			w.s.metrics.searches.WithLabelValues("next").Inc()
+			w.s.metrics.searchNext.Inc()
 			return rep, nil
 		}
 		rep.Kind, rep.Found = wire.SearchLeaf, hp.res.Found
@@ -263,7 +263,7 @@ func (w *worker) search(body []byte) (wire.Message, error) {
 				return nil, err
 			}
 		}
-		w.s.metrics.searches.WithLabelValues("leaf").Inc()
+		w.s.metrics.searchLeaf.Inc()
 		return rep, nil
 	}
 	return nil, wireErrorf(wire.StatusNeedsRetry, "key %q kept moving", req.Key)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,15 @@ type Metrics struct {
 	closed    *prometheus.CounterVec // reason
 	malformed *prometheus.CounterVec // kind
 	applies   *prometheus.CounterVec // kind, result
+
+	// Resolved children of the vectors on the request path, so that a
+	// request does not hash its labels: by op label index (opIndex), and
+	// for ops_total by status, filled on first use.
+	queueByOp   []prometheus.Observer
+	serviceByOp []prometheus.Observer
+	opsByStatus [][statusCache]atomic.Pointer[prometheus.Counter]
+	searchLeaf  prometheus.Counter
+	searchNext  prometheus.Counter
 
 	// srcMu guards src: after detach returns no scrape reads the server
 	// (whose region may then be unmapped).
@@ -93,36 +103,49 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	for _, name := range opNames {
+		m.queueByOp = append(m.queueByOp, m.queue.WithLabelValues(name))
+		m.serviceByOp = append(m.serviceByOp, m.service.WithLabelValues(name))
+	}
+	m.opsByStatus = make([][statusCache]atomic.Pointer[prometheus.Counter], len(opNames))
+	m.searchLeaf = m.searches.WithLabelValues("leaf")
+	m.searchNext = m.searches.WithLabelValues("next")
 	return m, nil
 }
 
-// opLabels are the op label values, indexed by op code.
-var opLabels = func() [256]string {
-	var l [256]string
-	for _, o := range []struct {
-		op   wire.Op
-		name string
-	}{
-		{wire.OpPing, "ping"}, {wire.OpMetadata, "metadata"}, {wire.OpSearch, "search"}, {wire.OpGet, "get"},
-		{wire.OpContains, "contains"}, {wire.OpRange, "range"}, {wire.OpNodeDump, "node_dump"},
-		{wire.OpPut, "put"}, {wire.OpDelete, "delete"},
-	} {
-		l[o.op] = o.name
-	}
-	for i := range l {
-		if l[i] == "" {
-			l[i] = "other"
+// statusCache is the number of statuses whose counters are cached.
+const statusCache = 32
+
+// opNames are the op label values; opIndex maps an op code to its name's
+// index ("other" for ops without a name).
+var (
+	opNames = []string{"other", "ping", "metadata", "search", "get", "contains", "range", "node_dump", "put", "delete"}
+	opIndex = func() [256]uint8 {
+		var ix [256]uint8
+		for i, op := range []wire.Op{wire.OpPing, wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete} {
+			ix[op] = uint8(i + 1)
 		}
-	}
-	return l
-}()
+		return ix
+	}()
+)
 
 // observe counts one answered request.
 func (m *Metrics) observe(op wire.Op, st wire.Status, queue, service time.Duration) {
-	name := opLabels[op]
-	m.ops.WithLabelValues(name, st.String()).Inc()
-	m.queue.WithLabelValues(name).Observe(queue.Seconds())
-	m.service.WithLabelValues(name).Observe(service.Seconds())
+	i := opIndex[op]
+	m.queueByOp[i].Observe(queue.Seconds())
+	m.serviceByOp[i].Observe(service.Seconds())
+	if int(st) >= statusCache {
+		m.ops.WithLabelValues(opNames[i], st.String()).Inc()
+		return
+	}
+	slot := &m.opsByStatus[i][st]
+	c := slot.Load()
+	if c == nil {
+		cc := m.ops.WithLabelValues(opNames[i], st.String())
+		c = &cc
+		slot.Store(c)
+	}
+	(*c).Inc()
 }
 
 func (m *Metrics) attach(s *Server) {

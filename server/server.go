@@ -310,8 +310,19 @@ func (s *Server) registerMember(ctx context.Context) error {
 		reg, err := s.opts.Store.RegisterMember(ctx, s.memberEntry())
 		if err == nil {
 			s.mu.Lock()
-			s.mu.member = reg
+			closed := s.mu.state == stateClosed
+			if !closed {
+				s.mu.member = reg
+			}
 			s.mu.Unlock()
+			if closed {
+				// Close ran meanwhile (keepMembership registering
+				// again): leave at once.
+				cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = reg.Close(cctx)
+				cancel()
+				return ErrClosed
+			}
 			return nil
 		}
 		if !errors.Is(err, regiontable.ErrMemberExists) || time.Now().After(deadline) {

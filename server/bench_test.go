@@ -1,0 +1,67 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"testing"
+
+	"github.com/cellstore/cell/wire"
+)
+
+// benchOp measures one request type over loopback, client and server in
+// this process (allocations of both sides are counted).
+func benchOp(b *testing.B, op wire.Op, req wire.Message) {
+	s, _ := newTestServer(b, func(o *Options) { o.Logger = slog.New(slog.DiscardHandler) })
+	c := dial(b, s)
+	for i := range 1000 {
+		put(b, c, fmt.Sprintf("key%05d", i), "value-value-value")
+	}
+	body := req.AppendTo(nil)
+	ctx := ctxT(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		f, err := c.Call(ctx, op, body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Release()
+	}
+}
+
+func BenchmarkGet(b *testing.B) {
+	benchOp(b, wire.OpGet, &wire.GetRequest{Key: []byte("key00420")})
+}
+
+func BenchmarkSearch(b *testing.B) {
+	benchOp(b, wire.OpSearch, &wire.SearchRequest{Key: []byte("key00420")})
+}
+
+func BenchmarkSearchWithValue(b *testing.B) {
+	benchOp(b, wire.OpSearch, &wire.SearchRequest{Key: []byte("key00420"), WantValue: true})
+}
+
+func BenchmarkPing(b *testing.B) {
+	benchOp(b, wire.OpPing, &wire.GetRequest{})
+}
+
+// BenchmarkGetParallel keeps many requests in flight on one connection.
+func BenchmarkGetParallel(b *testing.B) {
+	s, _ := newTestServer(b, func(o *Options) { o.Logger = slog.New(slog.DiscardHandler) })
+	c := dial(b, s)
+	put(b, c, "key", "value")
+	body := (&wire.GetRequest{Key: []byte("key")}).AppendTo(nil)
+	ctx := ctxT(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			f, err := c.Call(ctx, wire.OpGet, body)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			f.Release()
+		}
+	})
+}
