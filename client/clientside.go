@@ -92,11 +92,11 @@ var errRestartHop = errors.New("cell: restart hop")
 func (op *searchOp) walk(ctx context.Context, h *hopState, via source) (hopState, bool, error) {
 	c, t := op.c, op.t
 	p := h.root
-	level := h.level            // global level of the meganode(s) walked
-	local := max(h.height-1, 0) // expected local level of p
-	crossed := false            // left h's meganode through a right link
-	bypassNode := false         // read p fresh, not from the cache
-	crcRetry := false           // re-reading a leaf after a CRC mismatch
+	level := h.level      // global level of the meganode(s) walked
+	local := h.height - 1 // expected local level of p; -1 unknown
+	crossed := false      // left h's meganode through a right link
+	bypassNode := false   // read p fresh, not from the cache
+	crcRetry := false     // re-reading a leaf after a CRC mismatch
 	for {
 		view, cached, r, err := op.node(ctx, p, level, local, bypassNode || crcRetry)
 		if err != nil {
@@ -403,7 +403,7 @@ func (op *searchOp) learnHeader(h *hopState, hdr *blink.Header) {
 		return
 	}
 	b := &hdr.Bounds
-	if h.fromCache && paths.freshBounds(h.ptr, hdr.Level, h.height, b) {
+	if paths.freshBounds(h.ptr, hdr.Level, h.height, b) {
 		paths.setRoot(h.ptr, hdr.Root)
 		return
 	}
