@@ -3,6 +3,8 @@ package embedded
 import (
 	"context"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -48,9 +50,10 @@ func (c *slogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for _, f := range fields {
 		f.AddTo(enc)
 	}
-	attrs := make([]slog.Attr, 0, len(enc.Fields))
-	for k, v := range enc.Fields {
-		attrs = append(attrs, slog.Any(k, v))
+	keys := slices.Sorted(maps.Keys(enc.Fields))
+	attrs := make([]slog.Attr, 0, len(keys))
+	for _, k := range keys {
+		attrs = append(attrs, slog.Any(k, enc.Fields[k]))
 	}
 	c.log.LogAttrs(context.Background(), slogLevel(e.Level), e.Message, attrs...)
 	return nil

@@ -1,0 +1,100 @@
+package embedded
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	for name, o := range map[string]Options{
+		"no dir":      {},
+		"bad client":  {Dir: "d", ClientAddr: "nonsense"},
+		"bad peer":    {Dir: "d", PeerAddr: "x"},
+		"bad level":   {Dir: "d", LogLevel: "chatty"},
+		"bad timeout": {Dir: "d", StartTimeout: -1},
+	} {
+		o.EnsureDefaults()
+		if err := o.Validate(); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// lockedBuffer is a log sink safe for etcd's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Start serves on the given loopback ports; Close stops etcd without the
+// errors it logs about its own listeners closing; a second Close is a
+// no-op; the port in use fails a second Start.
+func TestStartClose(t *testing.T) {
+	var logs lockedBuffer
+	opts := Options{Dir: t.TempDir(), ClientAddr: freeAddr(t), PeerAddr: freeAddr(t), Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	e, err := Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eps := e.Endpoints(); len(eps) != 1 || eps[0] != "http://"+opts.ClientAddr {
+		t.Fatalf("endpoints %v", eps)
+	}
+	opts2 := opts
+	opts2.Dir, opts2.Logger = t.TempDir(), slog.New(slog.DiscardHandler)
+	if _, err := Start(opts2); err == nil {
+		t.Fatal("second etcd on the same ports started")
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("errors logged by a clean start and stop:\n%s", logs.String())
+	}
+}
+
+func TestSlogCore(t *testing.T) {
+	var buf lockedBuffer
+	quiet := new(atomic.Bool)
+	lg := newZapLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), zapcore.WarnLevel, quiet)
+	lg.Info("dropped below the level")
+	lg.With(zap.String("member", "m1")).Warn("kept", zap.Int("b", 2), zap.Int("a", 1))
+	quiet.Store(true)
+	lg.Error("dropped when quiet")
+	out := buf.String()
+	if strings.Contains(out, "dropped") || !strings.Contains(out, `level=WARN msg=kept component=etcd a=1 b=2 member=m1`) {
+		t.Fatalf("log output %q", out)
+	}
+}
