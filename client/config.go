@@ -279,6 +279,3 @@ func (c *Config) selectorOptions() locality.Options {
 	o.Mode = c.Mode
 	return o
 }
-
-func (c *Config) nodeCacheEnabled() bool { return c.NodeCacheBytes > 0 }
-func (c *Config) pathCacheEnabled() bool { return c.PathCacheEntries > 0 }

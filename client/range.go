@@ -163,18 +163,17 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 	}
 	t := c.topo.Load()
 	if rs.pageMethod(t) == locality.ClientSide {
-		n := len(out)
-		out, err := rs.clientPage(ctx, t, want, out)
+		got, err := rs.clientPage(ctx, t, want, out)
 		switch {
 		case err == nil:
 			rs.method = locality.ClientSide
-			return out, nil
+			return got, nil
 		case errors.Is(err, errRestart):
-			return out[:n], wrapErr(ErrUnavailable, errors.New("client-side range page restarted too often"))
+			return out, wrapErr(ErrUnavailable, errors.New("client-side range page restarted too often"))
 		case !errors.Is(err, errNoReader):
-			return out[:n], err
+			return out, err
 		}
-		out = out[:n] // served by the server after all
+		// errNoReader: the server serves the page after all.
 	}
 	rs.method = locality.ServerSide
 	rs.req.Limit = uint32(want)
