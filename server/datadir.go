@@ -170,3 +170,31 @@ func removeFile(path string) error {
 	}
 	return nil
 }
+
+// removeStaleRegionFile removes a region file named name in dir that no
+// process holds: one left by an earlier incarnation of this data directory
+// whose region.json is gone (the directory was deleted and made again; the
+// name is derived from the directory's path). A file some process holds
+// open as its region (flock) is an error wrapping ErrDataDirLocked. It
+// reports whether it removed a file.
+func removeStaleRegionFile(dir, name string) (bool, error) {
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("server: stale region file %s: %w", path, err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return false, fmt.Errorf("server: region file %s is in use by another process: %w", path, ErrDataDirLocked)
+		}
+		return false, fmt.Errorf("server: lock stale region file %s: %w", path, err)
+	}
+	if err := os.Remove(path); err != nil {
+		return false, fmt.Errorf("server: remove stale region file %s: %w", path, err)
+	}
+	return true, nil
+}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
@@ -360,4 +362,53 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// A data directory deleted and made again (same path) finds the region
+// file of its earlier incarnation in the shared tmpfs: it is removed, not
+// a reason to fail.
+func TestStaleRegionFileOfDeletedDataDir(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	shm := t.TempDir()
+	name := (&dataDir{dir: opts.DataDir}).regionFileName(1)
+	if err := os.WriteFile(filepath.Join(shm, name), []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(opts.DataDir, name), []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts.ShmDir = shm
+	s := startServer(t, opts)
+	if s.RegionID() != 1 {
+		t.Fatalf("region %d", s.RegionID())
+	}
+	if _, err := os.Stat(filepath.Join(shm, name)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale file in the tmpfs: %v", err)
+	}
+	put(t, dial(t, s), "k", "v")
+}
+
+// A region file some process holds is not removed.
+func TestRegionFileInUseIsKept(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "r")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := removeStaleRegionFile(dir, "r"); removed || !errors.Is(err, ErrDataDirLocked) {
+		t.Fatalf("removeStaleRegionFile of a held file = %v, %v", removed, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := removeStaleRegionFile(dir, "absent"); removed || err != nil {
+		t.Fatalf("absent file: %v, %v", removed, err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
@@ -118,6 +119,16 @@ func (s *Server) openRegion(ctx context.Context) error {
 			return fmt.Errorf("server: remove the discarded region file: %w", err)
 		}
 	}
+	name := d.regionFileName(id)
+	for _, dir := range []string{d.dir, s.opts.ShmDir} {
+		removed, err := removeStaleRegionFile(dir, name)
+		if err != nil {
+			return err
+		}
+		if removed {
+			s.log.Warn("server: removed a region file left by an earlier incarnation of this data directory", slog.String("path", filepath.Join(dir, name)))
+		}
+	}
 	r, err := meganode.Create(meganode.Options{
 		ID:           id,
 		Size:         s.opts.RegionSize,
@@ -126,7 +137,7 @@ func (s *Server) openRegion(ctx context.Context) error {
 		Hugepages:    s.opts.Hugepages,
 		Dir:          d.dir,
 		ShmDir:       s.opts.ShmDir,
-		Name:         d.regionFileName(id),
+		Name:         name,
 		Logger:       s.log,
 	})
 	if err != nil {
