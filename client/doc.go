@@ -7,15 +7,18 @@
 //
 // # Finding the store
 //
-// New finds the servers in etcd (Config.Endpoints: the members under
-// /cell/members/, the root under /cell/root, remote keys under
-// /cell/regions/; see etcd.go) or takes their addresses directly
-// (Config.Servers), and asks each for its metadata: node and meganode
-// size, the root meganode, and the regions it hosts with how to read them
-// one-sided. That is the topology, an immutable snapshot replaced as a
-// whole by a refresh: every RefreshInterval, when etcd reports a change,
-// and when an operation meets a redirect, an unknown region or a dead
-// connection.
+// New finds the servers in the region table (package regiontable: in etcd
+// at Config.Endpoints, or a Config.Store): the live members' RPC
+// addresses, the root pointer, and each region's remote keys, one per
+// one-sided provider. Or it takes server addresses directly
+// (Config.Servers). It asks each server for its metadata: node and
+// meganode size, the root meganode, the regions it hosts and their epochs
+// and read endpoints. That is the topology, an immutable snapshot replaced
+// as a whole by a refresh: every RefreshInterval, whenever the table's
+// watch reports a change, and when an operation meets a redirect, an
+// unknown region, a failed one-sided read or a dead connection. A
+// WrongServer reply's leader is asked too from then on, and the request
+// goes there at once.
 //
 // Each server has ConnsPerServer pipelined wire connections (any number of
 // operations in flight share them) and one estimator in the selector: a

@@ -85,7 +85,19 @@ func TestLimits(t *testing.T) {
 	rc := startReal(t, 1, nil)
 	c := mustClient(t, realConfig(t, rc))
 	ctx := testCtx(t, 10*time.Second)
-	served := func() float64 { return counterSum(t, rc.regs[0], "cell_server_ops_total") }
+	// The server counts a request after answering it: wait until the
+	// count settles before comparing.
+	served := func() float64 {
+		v := counterSum(t, rc.regs[0], "cell_server_ops_total")
+		for {
+			time.Sleep(20 * time.Millisecond)
+			w := counterSum(t, rc.regs[0], "cell_server_ops_total")
+			if w == v {
+				return v
+			}
+			v = w
+		}
+	}
 	before := served()
 	maxKey := 512 / 8
 	long := bytes.Repeat([]byte("k"), maxKey+1)
