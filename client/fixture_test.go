@@ -18,12 +18,20 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// The in-process test cluster: real regions (meganode.Create in a test
-// directory, hugepages off) holding real blink trees, the real rdma tcp
-// responder and shm server registering them, and a minimal wire responder
-// per server answering Metadata, Search, Get, Contains, Put, Delete, Range
-// and Ping over real TCP. It stands in for server/ until that package has
-// an in-process constructor.
+// The fixture cluster: real regions (meganode.Create in a test directory,
+// hugepages off) holding real blink trees, the real rdma tcp responder and
+// shm server registering them, and a minimal wire responder per server
+// answering Metadata, Search, Get, Contains, Put, Delete, Range and Ping
+// over real TCP.
+//
+// Everything the real servers (package server, realserver_test.go) can do
+// is tested against them. The fixture covers what they cannot provide
+// yet: a tree of several meganodes over several servers (a root inner
+// meganode and leaf meganodes: until meganode splits arrive, a server
+// holds a single leaf meganode), hooks into the trees (blink's
+// MidNodeWrite pause, puts behind the client's back that make its cached
+// parents stale), and faults in the RPC path (a connection dropped after
+// a write executed, connections killed under load).
 
 // clusterSpec shapes a test cluster.
 type clusterSpec struct {
