@@ -1,6 +1,9 @@
 package blink
 
-import "fmt"
+import (
+	"bytes"
+	"fmt"
+)
 
 // View is a read-only view over the bytes of a node copy that CheckCopy (or
 // CopyNode) accepted. It is what one-sided readers outside this package use
@@ -55,7 +58,9 @@ func (v View) Extent(i int) (Ptr, int, uint64) { return v.n().extent(i) }
 // below its min (OutOfRange: restart), or at/above its max (AboveMax:
 // continue at Next, the right link). For an inner node that covers key,
 // Next is the child to descend to. For a leaf that covers key, Next is nil
-// and Index/Found locate the key's entry.
+// and Index/Found locate the key's entry: in an extent leaf, the first
+// entry >= key; in a leaf of an inner meganode, the entry whose child
+// meganode covers key (the last entry <= key; Found when it equals key).
 type Step struct {
 	Covers Reason
 	Next   Ptr
@@ -78,6 +83,13 @@ func (v View) StepFor(key []byte) Step {
 		}
 		i := n.childIndex(key)
 		return Step{Covers: OK, Next: n.child(i), Index: i}
+	}
+	if !n.extents() {
+		if n.count() == 0 {
+			return Step{Covers: Corrupt}
+		}
+		i := n.childIndex(key)
+		return Step{Covers: OK, Index: i, Found: bytes.Equal(n.key(i), key)}
 	}
 	i, found := n.lowerBound(key)
 	return Step{Covers: OK, Index: i, Found: found}

@@ -56,3 +56,34 @@ func TestViewTraversal(t *testing.T) {
 		t.Fatalf("Tree.Header = %v, %v", got, err)
 	}
 }
+
+// TestViewStepInnerMeganode: in a leaf of an inner meganode, StepFor names
+// the entry whose child meganode covers the key.
+func TestViewStepInnerMeganode(t *testing.T) {
+	tr, _ := newTestTree(t, testTreeOpts{nodeSize: 512, level: 1})
+	for i, k := range []string{"d", "m", "t"} {
+		if err := tr.InsertChild([]byte(k), MakePtr(9, uint64(i+1)*4096)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	buf := make([]byte, 512)
+	tr.NodeBytes(tr.Root(), buf)
+	if r := CheckCopy(buf); r != OK {
+		t.Fatal(r)
+	}
+	cases := []struct {
+		key   string
+		index int
+		found bool
+	}{{"d", 0, true}, {"e", 0, false}, {"m", 1, true}, {"s", 1, false}, {"z", 2, false}}
+	for _, c := range cases {
+		st := View(buf).StepFor([]byte(c.key))
+		if st.Covers != OK || st.Index != c.index || st.Found != c.found {
+			t.Errorf("StepFor(%q) = %+v, want index %d found %v", c.key, st, c.index, c.found)
+		}
+		res, err := tr.Search([]byte(c.key))
+		if err != nil || res.Child != View(buf).Child(c.index) {
+			t.Errorf("Search(%q) child %v, view says %v (%v)", c.key, res.Child, View(buf).Child(c.index), err)
+		}
+	}
+}

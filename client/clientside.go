@@ -192,11 +192,7 @@ func (op *searchOp) walk(ctx context.Context, h *hopState, via source) (hopState
 			c.countRetry(causeInvalid)
 			return hopState{}, false, errRestartHop
 		}
-		i := step.Index
-		if !step.Found && i > 0 {
-			i--
-		}
-		child := view.Child(i)
+		child := view.Child(step.Index)
 		if !cached && op.cacheable(level, 0) {
 			c.nodes.put(p, view)
 			cached = true
