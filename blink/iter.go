@@ -23,8 +23,10 @@ type IterOptions struct {
 // positioning call; so is the slice Value returns.
 type Iter struct {
 	t        *Tree
-	lower    []byte
-	upper    []byte
+	lower    []byte // nil or lowerBuf
+	upper    []byte // nil or upperBuf
+	lowerBuf []byte
+	upperBuf []byte
 	nb       *nodeBuf
 	leaf     node
 	idx      int
@@ -38,19 +40,38 @@ type Iter struct {
 }
 
 // NewIter returns an unpositioned iterator; call First, Last, SeekGE or
-// SeekLT.
+// SeekLT. Call Close when done to return it to the tree's pool (optional:
+// an unclosed iterator is garbage collected), after which it must not be
+// used.
 func (t *Tree) NewIter(o *IterOptions) *Iter {
-	it := &Iter{t: t, nb: new(nodeBuf)}
+	it, _ := t.iters.Get().(*Iter)
+	if it == nil || it.t != t {
+		it = &Iter{t: t, nb: new(nodeBuf)}
+	}
 	it.leaf = it.nb.node(t.nodeSize)
+	it.lower, it.upper = nil, nil
 	if o != nil {
 		if o.Lower != nil {
-			it.lower = append([]byte{}, o.Lower...)
+			it.lowerBuf = append(it.lowerBuf[:0], o.Lower...)
+			it.lower = it.lowerBuf
 		}
 		if o.Upper != nil {
-			it.upper = append([]byte{}, o.Upper...)
+			it.upperBuf = append(it.upperBuf[:0], o.Upper...)
+			it.upper = it.upperBuf
 		}
 	}
+	it.reset()
+	it.idx = 0
 	return it
+}
+
+// Close returns the iterator to its tree's pool.
+func (it *Iter) Close() {
+	if it.t == nil {
+		return
+	}
+	it.valid = false
+	it.t.iters.Put(it)
 }
 
 type seekMode uint8
@@ -370,6 +391,7 @@ type ScanOptions struct {
 // ends. key and value are valid only during the call.
 func (t *Tree) Scan(o ScanOptions, fn func(key, value []byte) bool) error {
 	it := t.NewIter(&IterOptions{Lower: o.Lower, Upper: o.Upper})
+	defer it.Close()
 	var ok bool
 	if o.Reverse {
 		ok = it.Last()

@@ -134,7 +134,8 @@ type Tree struct {
 	// Stats are retry counters of lock-free readers.
 	Stats Stats
 
-	bufs sync.Pool // *nodeBuf for readers
+	bufs  sync.Pool // *nodeBuf for readers
+	iters sync.Pool // closed *Iter
 
 	mu struct {
 		sync.Mutex

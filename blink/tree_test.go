@@ -166,3 +166,30 @@ func TestNoAllocations(t *testing.T) {
 		t.Errorf("Put (insert with splits): %v allocs per call", a)
 	}
 }
+
+// TestIterReuse: a closed iterator comes back from the pool with no state
+// of its previous use.
+func TestIterReuse(t *testing.T) {
+	tr, _ := newTestTree(t, testTreeOpts{})
+	for _, k := range []string{"a", "b", "c", "d"} {
+		mustPut(t, tr, k, k)
+	}
+	it := tr.NewIter(&IterOptions{Lower: []byte("b"), Upper: []byte("d")})
+	var got []string
+	for ok := it.First(); ok; ok = it.Next() {
+		got = append(got, string(it.Key()))
+	}
+	it.Close()
+	it = tr.NewIter(nil)
+	defer it.Close()
+	if it.Valid() {
+		t.Fatal("reused iterator is positioned")
+	}
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		n++
+	}
+	if fmt.Sprint(got) != "[b c]" || n != 4 {
+		t.Fatalf("bounded %v, unbounded %d keys", got, n)
+	}
+}

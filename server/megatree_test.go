@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -63,7 +64,24 @@ func buildMegaTree(t *testing.T, s *Server) *megaTree {
 			mt.keys = append(mt.keys, k)
 		}
 	}
-	s.root.Store(uint64(mt.inner.m.Ptr()))
+	// Publish the new root through the region table, as a root split
+	// would, so the server's table follower agrees with it instead of
+	// restoring the table's old root after we set it.
+	ctx := context.Background()
+	cur, err := s.opts.Store.Root(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.opts.Store.SetRoot(ctx, cur, mt.inner.m.Ptr()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for blink.Ptr(s.root.Load()) != mt.inner.m.Ptr() {
+		if time.Now().After(deadline) {
+			t.Fatalf("server root %v never became %v", blink.Ptr(s.root.Load()), mt.inner.m.Ptr())
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return mt
 }
 

@@ -159,6 +159,7 @@ func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 			return sc.more(cur, next)
 		}
 		it := leaf.t.NewIter(&blink.IterOptions{Lower: cur, Upper: upper})
+		defer it.Close()
 		for ok := it.First(); ok; ok = it.Next() {
 			k := it.Key()
 			if len(w.spans) == sc.limit {
@@ -213,6 +214,7 @@ func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 			return sc.more(upper, next)
 		}
 		it := leaf.t.NewIter(&blink.IterOptions{Lower: lower, Upper: upper})
+		defer it.Close()
 		for ok := it.Last(); ok; ok = it.Prev() {
 			k := it.Key()
 			if len(w.spans) == sc.limit {
@@ -265,6 +267,7 @@ func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward bool) (*localM
 			}
 		} else {
 			it := lm.t.NewIter(nil)
+			defer it.Close()
 			var ok bool
 			switch {
 			case !backward:
