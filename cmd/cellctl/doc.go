@@ -1,18 +1,44 @@
 // Command cellctl is Cell's operator and benchmark CLI, in the manner of
 // etcdctl: one root command with global flags for the cluster's etcd
-// endpoints (--endpoints, default 127.0.0.1:2379) and the output format
-// (-w/--write-out table|json), and one subcommand per task.
+// endpoints (--endpoints, default 127.0.0.1:2379), the output format
+// (-w/--write-out table|json) and time limits (--command-timeout,
+// --dial-timeout), and one subcommand per task.
 //
 // Errors print as a single line on stderr, prefixed "cellctl: ", and make
-// cellctl exit with status 1; usage is printed only with --help.
+// cellctl exit with status 1 ("key not found" included); usage is printed
+// only with --help.
+//
+// # Commands
+//
+//	put KEY VALUE             store a value (--hex: hexadecimal arguments)
+//	get KEY                   print a value, byte for byte (--hex)
+//	del KEY                   delete a key
+//	range START [END]         list pairs (--limit, --prefix, --reverse, --keys-only, --hex)
+//	status                    every server's region, meganodes, fill, height, selector hints
+//	                          (--metrics host:port,...: operation counters too)
+//	dump node PTR             one node, decoded (--hex: annotated hex dump)
+//	dump meganode PTR|root    a meganode's header and every node, level by level
+//	bench                     closed-loop throughput and latency (see cellctl bench --help)
+//	sim table2|spike          the locality selector's simulations
+//
+// Data commands go through package client (the region table in etcd at
+// --endpoints finds the servers); status and dump read the region table and
+// talk to the servers with wire's Metadata and NodeDump calls.
 //
 // # Layout
 //
 //   - main.go: the root command and its global flags. A new subcommand is
 //     one constructor, newXCommand(g *globals) *cobra.Command, in its own
 //     file, added in newRootCommand.
+//   - conn.go: connecting (client, region table, servers) and the parsing
+//     and printing of keys, values and pointers shared by subcommands.
 //   - output.go: table and JSON output (globals.print) and value
-//     formatting shared by subcommands.
+//     formatting; progress.go: the progress bar.
+//   - put.go, get.go, del.go, range.go, status.go (+ scrape.go, the
+//     metrics it reads), dump.go: one command each.
+//   - bench.go (flags, result, table), benchrun.go (the runner),
+//     histogram.go (latency percentiles), cpu_linux.go (CPU time of this
+//     process and of --server-pid).
 //   - sim.go: "cellctl sim table2" and "cellctl sim spike", the locality
 //     selector's simulations (locality/sim).
 package main

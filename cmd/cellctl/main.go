@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -26,10 +27,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // globals are the flags every subcommand shares.
 type globals struct {
-	endpoints []string
-	output    outputFormat
-	stdout    io.Writer
-	stderr    io.Writer
+	endpoints   []string
+	output      outputFormat
+	timeout     time.Duration // --command-timeout
+	dialTimeout time.Duration // --dial-timeout
+	stdout      io.Writer
+	stderr      io.Writer
 }
 
 // newRootCommand builds the command tree. Subcommands are added here, one
@@ -49,8 +52,14 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	pf := root.PersistentFlags()
 	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints of the cluster, comma-separated")
 	pf.VarP(&g.output, "write-out", "w", "output format: table or json")
+	pf.DurationVar(&g.timeout, "command-timeout", 15*time.Second, "time limit of a command (bench: of its connection and preload)")
+	pf.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "time limit of connecting to etcd and to a server")
 
-	root.AddCommand(newSimCommand(g))
+	root.AddCommand(
+		newPutCommand(g), newGetCommand(g), newDelCommand(g), newRangeCommand(g),
+		newStatusCommand(g), newDumpCommand(g), newBenchCommand(g),
+		newSimCommand(g),
+	)
 	return root
 }
 

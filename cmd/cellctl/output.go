@@ -35,9 +35,10 @@ func (f *outputFormat) Type() string { return "format" }
 // table is a titled grid of text cells printed with aligned columns.
 type table struct {
 	title  string
-	header []string
+	header []string // none when empty
 	rows   [][]string
 	notes  []string // lines printed under the table
+	left   bool     // align cells left (text); default right (numbers)
 }
 
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
@@ -49,9 +50,23 @@ func (t *table) write(w io.Writer) error {
 			return err
 		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	for _, cells := range append([][]string{t.header}, t.rows...) {
-		if _, err := fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t"); err != nil {
+	var flags uint = tabwriter.AlignRight
+	if t.left {
+		flags = 0
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', flags)
+	rows := t.rows
+	if len(t.header) > 0 {
+		rows = append([][]string{t.header}, rows...)
+	}
+	for _, cells := range rows {
+		// Right-aligned cells must end with a tab; left-aligned, the last
+		// cell of a line is left unpadded.
+		end := "\t\n"
+		if t.left {
+			end = "\n"
+		}
+		if _, err := fmt.Fprint(tw, strings.Join(cells, "\t")+end); err != nil {
 			return err
 		}
 	}
@@ -70,9 +85,7 @@ func (t *table) write(w io.Writer) error {
 // tables builds, separated by blank lines.
 func (g *globals) print(v any, tables func() []*table) error {
 	if g.output == formatJSON {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return g.printJSON(v)
 	}
 	for i, t := range tables() {
 		if i > 0 {
@@ -85,6 +98,23 @@ func (g *globals) print(v any, tables func() []*table) error {
 		}
 	}
 	return nil
+}
+
+// printJSON writes v as indented JSON.
+func (g *globals) printJSON(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// printLine writes v as JSON with -w json, or else line.
+func (g *globals) printLine(v any, line string) error {
+	if g.output == formatJSON {
+		return g.printJSON(v)
+	}
+	_, err := fmt.Fprintln(g.stdout, line)
+	return err
 }
 
 // fmtRate formats operations per second in thousands, as the paper does

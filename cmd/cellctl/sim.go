@@ -2,10 +2,8 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -68,7 +66,7 @@ steps. Client-only does not depend on the cores; it is simulated once.`,
 			if err := p.Validate(); err != nil {
 				return err
 			}
-			bar := newProgress(g, "simulating")
+			bar := newProgress(g, "simulating", false)
 			p.Progress = func(done, total int) { bar.set(done, total) }
 			rows, err := p.Run()
 			bar.finish()
@@ -187,43 +185,4 @@ func fmtShift(d time.Duration) string {
 		return "no change"
 	}
 	return d.String()
-}
-
-// progress is a progress bar on stderr when stderr is a terminal, and
-// nothing otherwise (so that piped and captured output stays clean).
-type progress struct {
-	bar *progressbar.ProgressBar
-	g   *globals
-	msg string
-}
-
-func newProgress(g *globals, msg string) *progress {
-	return &progress{g: g, msg: msg}
-}
-
-func (p *progress) set(done, total int) {
-	if p.bar == nil {
-		if !isTerminal(p.g.stderr) {
-			return
-		}
-		p.bar = progressbar.NewOptions(total, progressbar.OptionSetWriter(p.g.stderr),
-			progressbar.OptionSetDescription(p.msg), progressbar.OptionShowCount(),
-			progressbar.OptionClearOnFinish(), progressbar.OptionSetPredictTime(true))
-	}
-	_ = p.bar.Set(done)
-}
-
-func (p *progress) finish() {
-	if p.bar != nil {
-		_ = p.bar.Finish()
-	}
-}
-
-func isTerminal(w any) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/locality"
+)
+
+// benchParams are the flags of cellctl bench.
+type benchParams struct {
+	Mode         string        `json:"mode"`
+	Provider     string        `json:"provider"`
+	Clients      int           `json:"clients"`
+	InFlight     int           `json:"in_flight"`
+	Conns        int           `json:"conns_per_server"`
+	Duration     time.Duration `json:"duration_ns"`
+	Warmup       time.Duration `json:"warmup_ns"`
+	Keys         int           `json:"keys"`
+	Keyspace     int           `json:"keyspace"`
+	Cache        string        `json:"cache"`
+	Workload     string        `json:"workload"`
+	WritePercent float64       `json:"write_percent"`
+	ValueSize    int           `json:"value_size"`
+	KeyPrefix    string        `json:"key_prefix"`
+	Seed         uint64        `json:"seed"`
+	ServerPID    int           `json:"server_pid,omitempty"`
+	NoProgress   bool          `json:"-"`
+
+	mode locality.Mode
+}
+
+// Workloads.
+const (
+	workloadSearch = "search" // Contains: a search without the value
+	workloadGet    = "get"
+	workloadPut    = "put"
+	workloadMixed  = "mixed" // --write-percent puts, the rest gets
+)
+
+// validate checks the flags and fills the derived fields.
+func (p *benchParams) validate() error {
+	m, err := locality.ParseMode(p.Mode)
+	if err != nil {
+		return fmt.Errorf("--mode: %w", err)
+	}
+	p.mode, p.Mode = m, m.String()
+	switch p.Provider = strings.ToLower(p.Provider); p.Provider {
+	case client.ProviderTCP, client.ProviderSHM, client.ProviderAuto:
+	default:
+		return fmt.Errorf("--provider %q: want tcp, shm or auto", p.Provider)
+	}
+	switch p.Cache = strings.ToLower(p.Cache); p.Cache {
+	case "on", "off":
+	default:
+		return fmt.Errorf("--cache %q: want on or off", p.Cache)
+	}
+	switch p.Workload = strings.ToLower(p.Workload); p.Workload {
+	case workloadSearch, workloadGet, workloadPut, workloadMixed:
+	default:
+		return fmt.Errorf("--workload %q: want search, get, put or mixed", p.Workload)
+	}
+	switch {
+	case p.Clients < 1 || p.Clients > 1024:
+		return fmt.Errorf("--clients %d: want 1..1024", p.Clients)
+	case p.InFlight < 1 || p.InFlight > 4096:
+		return fmt.Errorf("--in-flight %d: want 1..4096", p.InFlight)
+	case p.Conns < 1 || p.Conns > 64:
+		return fmt.Errorf("--conns %d: want 1..64", p.Conns)
+	case p.Duration <= 0:
+		return fmt.Errorf("--duration %v: want more than 0", p.Duration)
+	case p.Warmup < 0:
+		return fmt.Errorf("--warmup %v: want 0 or more", p.Warmup)
+	case p.Keys < 0 || p.Keyspace < 0:
+		return fmt.Errorf("--keys %d, --keyspace %d: want 0 or more", p.Keys, p.Keyspace)
+	case p.ValueSize < 0 || p.ValueSize > 1<<20:
+		return fmt.Errorf("--value-size %d: want 0..1048576", p.ValueSize)
+	case p.WritePercent < 0 || p.WritePercent > 100:
+		return fmt.Errorf("--write-percent %v: want 0..100", p.WritePercent)
+	case p.ServerPID < 0:
+		return fmt.Errorf("--server-pid %d", p.ServerPID)
+	case p.KeyPrefix == "":
+		return fmt.Errorf("--key-prefix: want at least one byte")
+	}
+	if p.Keyspace == 0 {
+		p.Keyspace = p.Keys
+	}
+	if p.Workload != workloadPut && p.Keyspace == 0 {
+		return fmt.Errorf("--workload %s reads stored keys: give --keys N (to store them first) or --keyspace N (stored by an earlier run)", p.Workload)
+	}
+	if p.Keyspace == 0 {
+		p.Keyspace = 100000
+	}
+	return nil
+}
+
+// config returns the client configuration of one bench client.
+func (p *benchParams) config(base client.Config) client.Config {
+	base.Mode = p.mode
+	base.Provider = p.Provider
+	base.ConnsPerServer = p.Conns
+	if p.Cache == "off" {
+		base.NodeCacheBytes = -1
+		base.PathCacheEntries = -1
+	}
+	return base
+}
+
+func newBenchCommand(g *globals) *cobra.Command {
+	p := benchParams{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput and latency of searches, gets and puts",
+		Long: `Run a closed-loop workload against the cluster: --clients client
+instances (each with its own selector and --conns connections per server),
+each keeping --in-flight operations going, for --warmup then --duration.
+--keys keys are stored first (values of --value-size bytes); operations
+pick keys uniformly among --keyspace (default: the preloaded keys) with a
+generator seeded by --seed.
+
+Workloads: search (Contains: a search without the value), get, put, and
+mixed (--write-percent puts, the rest gets). --mode sets the locality
+selector (adaptive, server, client, ratio=P: P% of hops server-side),
+--provider the one-sided read provider, --cache off disables the node and
+meganode path caches.
+
+Prints throughput, latency percentiles, the fraction of meganode hops done
+server-side and the retries by cause, all over the measured --duration;
+with --server-pid (a cellserver on this host) also the server's CPU
+seconds per operation, from /proc/PID/stat. A progress bar goes to stderr
+when it is a terminal (not with --no-progress).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := p.validate(); err != nil {
+				return err
+			}
+			res, err := runBench(g, &p)
+			if err != nil {
+				return err
+			}
+			return g.print(res, func() []*table { return benchTables(res) })
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&p.Mode, "mode", "adaptive", "search mode: adaptive, server, client or ratio=P")
+	fs.StringVar(&p.Provider, "provider", "tcp", "one-sided read provider: tcp, shm or auto")
+	fs.IntVar(&p.Clients, "clients", 4, "client instances, each with its own selector and connections")
+	fs.IntVar(&p.InFlight, "in-flight", 1, "operations each client keeps in flight (pipelining)")
+	fs.IntVar(&p.Conns, "conns", client.DefaultConnsPerServer, "connections per client and server")
+	fs.DurationVar(&p.Duration, "duration", 10*time.Second, "measured time")
+	fs.DurationVar(&p.Warmup, "warmup", time.Second, "time run before measuring (the selector settles)")
+	fs.IntVar(&p.Keys, "keys", 10000, "keys stored before the run (0: none; put only)")
+	fs.IntVar(&p.Keyspace, "keyspace", 0, "keys operations choose from (default: --keys, or 100000 without)")
+	fs.StringVar(&p.Cache, "cache", "on", "node and meganode path caches: on or off")
+	fs.StringVar(&p.Workload, "workload", "get", "search, get, put or mixed")
+	fs.Float64Var(&p.WritePercent, "write-percent", 10, "mixed: percentage of puts")
+	fs.IntVar(&p.ValueSize, "value-size", 64, "bytes per value")
+	fs.StringVar(&p.KeyPrefix, "key-prefix", "bench/", "prefix of the keys (then 12 digits)")
+	fs.Uint64Var(&p.Seed, "seed", 1, "random seed of key choice and values")
+	fs.IntVar(&p.ServerPID, "server-pid", 0, "PID of a cellserver on this host, to report its CPU time per operation")
+	fs.BoolVar(&p.NoProgress, "no-progress", false, "no progress bar")
+	return cmd
+}
+
+// benchResult is the outcome of a bench run (the JSON output).
+type benchResult struct {
+	Params benchParams `json:"params"`
+	// Ops counts operations completed in the measured window, Errors
+	// those that failed (not-found answers excluded: NotFound counts them).
+	Ops      uint64  `json:"ops"`
+	Errors   uint64  `json:"errors"`
+	NotFound uint64  `json:"not_found"`
+	Seconds  float64 `json:"seconds"`
+	// Throughput is Ops per second.
+	Throughput float64       `json:"throughput"`
+	Mean       time.Duration `json:"mean_ns"`
+	P50        time.Duration `json:"p50_ns"`
+	P90        time.Duration `json:"p90_ns"`
+	P99        time.Duration `json:"p99_ns"`
+	Max        time.Duration `json:"max_ns"`
+	// ServerHops and ClientHops count meganode hops by method (client
+	// Stats); ServerSide is ServerHops over both, -1 without hops.
+	ServerHops uint64            `json:"server_hops"`
+	ClientHops uint64            `json:"client_hops"`
+	ServerSide float64           `json:"server_side_fraction"`
+	Reads      uint64            `json:"one_sided_reads"`
+	Retries    map[string]uint64 `json:"retries"`
+	// M is the selectors' mean meganode height estimate at the end.
+	M float64 `json:"m"`
+	// ServerCPU is the server's CPU seconds (user + system) during the
+	// window, with --server-pid; ServerCPUPerOp per operation, in µs.
+	ServerCPU      float64 `json:"server_cpu_seconds,omitempty"`
+	ServerCPUPerOp float64 `json:"server_cpu_us_per_op,omitempty"`
+	// ClientCPUPerOp is this process's CPU per operation, in µs.
+	ClientCPUPerOp float64 `json:"client_cpu_us_per_op"`
+	FirstError     string  `json:"first_error,omitempty"`
+}
+
+func benchTables(r benchResult) []*table {
+	p := r.Params
+	t := &table{
+		title: fmt.Sprintf("bench: %s workload, %d clients × %d in flight (%d conns each), provider %s, cache %s, %d keys, %d-byte values; %v measured after %v",
+			p.Workload, p.Clients, p.InFlight, p.Conns, p.Provider, p.Cache, p.Keys, p.ValueSize, p.Duration, p.Warmup),
+		header: []string{"MODE", "OPS", "THROUGHPUT", "MEAN", "P50", "P99", "SERVER-SIDE", "ERRORS"},
+	}
+	row := []string{p.Mode, fmt.Sprint(r.Ops), fmtOpsRate(r.Throughput), fmtLatency(r.Mean), fmtLatency(r.P50), fmtLatency(r.P99),
+		fmtFraction(r.ServerSide), fmt.Sprint(r.Errors)}
+	if p.ServerPID > 0 {
+		t.header = append(t.header, "SERVER CPU/OP")
+		row = append(row, fmtMicros(r.ServerCPUPerOp))
+	}
+	t.header = append(t.header, "CLIENT CPU/OP")
+	row = append(row, fmtMicros(r.ClientCPUPerOp))
+	t.add(row...)
+	t.notes = append(t.notes, "retries: "+fmtRetries(r.Retries))
+	t.notes = append(t.notes, fmt.Sprintf("meganode hops: %d server-side, %d client-side (%d one-sided reads); m=%.2f", r.ServerHops, r.ClientHops, r.Reads, r.M))
+	if r.NotFound > 0 {
+		t.notes = append(t.notes, fmt.Sprintf("not found: %d", r.NotFound))
+	}
+	if r.FirstError != "" {
+		t.notes = append(t.notes, "first error: "+oneLine(r.FirstError))
+	}
+	return []*table{t}
+}
+
+// fmtOpsRate formats operations per second.
+func fmtOpsRate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM/s", v/1e6)
+	case v >= 1e4:
+		return fmt.Sprintf("%.1fK/s", v/1e3)
+	default:
+		return fmt.Sprintf("%.0f/s", v)
+	}
+}
+
+// fmtFraction formats a fraction as a percentage, "-" when negative
+// (undefined).
+func fmtFraction(f float64) string {
+	if f < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*f)
+}
+
+func fmtMicros(us float64) string { return fmt.Sprintf("%.2fµs", us) }
+
+// fmtRetries lists the non-zero retry counts by cause, sorted.
+func fmtRetries(m map[string]uint64) string {
+	var parts []string
+	for k, v := range m {
+		if v > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}

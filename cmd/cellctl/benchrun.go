@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellstore/cell/client"
+)
+
+// The bench runner: clients connect, keys are preloaded, then workers run
+// closed loops; operations completed inside [warmup end, run end] are
+// counted and their latencies recorded, and the clients' counters, this
+// process's CPU time and the server's (--server-pid) are read at both ends
+// of that window.
+
+// benchWorker is one closed loop of operations.
+type benchWorker struct {
+	c    *client.Client
+	rng  *rand.Rand
+	hist histogram
+	done atomic.Uint64 // operations completed in the window (for progress)
+
+	errors, notFound uint64
+	firstErr         error
+	key, val, buf    []byte
+}
+
+// benchSnapshot is what is read at each end of the measured window.
+type benchSnapshot struct {
+	at        time.Time
+	stats     []client.Stats
+	clientCPU time.Duration
+	serverCPU time.Duration
+	serverErr error
+}
+
+func runBench(g *globals, p *benchParams) (benchResult, error) {
+	base, err := g.clientConfig()
+	if err != nil {
+		return benchResult{}, err
+	}
+	ctx, cancel := g.commandContext()
+	defer cancel()
+	clients := make([]*client.Client, 0, p.Clients)
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+	}()
+	for range p.Clients {
+		c, err := client.New(ctx, p.config(base))
+		if err != nil {
+			return benchResult{}, fmt.Errorf("connect to the cluster: %w", err)
+		}
+		clients = append(clients, c)
+	}
+	if p.ServerPID > 0 {
+		if _, err := processCPU(p.ServerPID); err != nil {
+			return benchResult{}, fmt.Errorf("--server-pid: %w", err)
+		}
+	}
+	if err := preload(g, p, clients); err != nil {
+		return benchResult{}, err
+	}
+
+	var workers []*benchWorker
+	for i := range p.Clients * p.InFlight {
+		w := &benchWorker{
+			c:   clients[i%p.Clients],
+			rng: rand.New(rand.NewPCG(p.Seed, uint64(i)+1)),
+			key: make([]byte, 0, len(p.KeyPrefix)+12),
+			buf: make([]byte, 0, p.ValueSize),
+		}
+		w.val = make([]byte, p.ValueSize)
+		fillValue(w.rng, w.val)
+		workers = append(workers, w)
+	}
+	start := time.Now()
+	from, to := start.Add(p.Warmup), start.Add(p.Warmup+p.Duration)
+	runCtx, runCancel := context.WithDeadline(context.Background(), to.Add(max(g.timeout, time.Second)))
+	defer runCancel()
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.run(runCtx, p, from, to)
+		}()
+	}
+
+	bar := newProgress(g, fmt.Sprintf("bench %s", p.Mode), p.NoProgress)
+	total := int(p.Warmup/time.Millisecond + p.Duration/time.Millisecond)
+	var snaps [2]benchSnapshot
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for i, at := range []time.Time{from, to} {
+		timer := time.NewTimer(time.Until(at))
+	wait:
+		for {
+			select {
+			case <-timer.C:
+				break wait
+			case now := <-tick.C:
+				var n uint64
+				for _, w := range workers {
+					n += w.done.Load()
+				}
+				desc := fmt.Sprintf("bench %s: warming up", p.Mode)
+				if el := now.Sub(from); el > 0 {
+					desc = fmt.Sprintf("bench %s: %s", p.Mode, fmtOpsRate(float64(n)/el.Seconds()))
+				}
+				bar.describe(desc)
+				bar.set(int(now.Sub(start)/time.Millisecond), total)
+			}
+		}
+		snaps[i] = takeSnapshot(clients, p.ServerPID)
+	}
+	bar.finish()
+	wg.Wait()
+	return benchSummary(p, workers, snaps), nil
+}
+
+// run is one worker's loop: operations until to, recording those that
+// complete in [from, to].
+func (w *benchWorker) run(ctx context.Context, p *benchParams, from, to time.Time) {
+	var seq uint64
+	for {
+		t0 := time.Now()
+		if !t0.Before(to) {
+			return
+		}
+		idx := w.rng.IntN(p.Keyspace)
+		w.key = appendKey(w.key[:0], p.KeyPrefix, idx)
+		write := p.Workload == workloadPut || p.Workload == workloadMixed && w.rng.Float64()*100 < p.WritePercent
+		var err error
+		switch {
+		case write:
+			seq++
+			if len(w.val) >= 8 {
+				putUint64(w.val, seq)
+			}
+			err = w.c.Put(ctx, w.key, w.val)
+		case p.Workload == workloadSearch:
+			var found bool
+			found, err = w.c.Contains(ctx, w.key)
+			if err == nil && !found {
+				err = client.ErrNotFound
+			}
+		default:
+			w.buf, err = w.c.GetAppend(ctx, w.buf[:0], w.key)
+		}
+		t1 := time.Now()
+		if t1.Before(from) || t1.After(to) {
+			continue
+		}
+		w.hist.record(t1.Sub(t0))
+		w.done.Add(1)
+		switch {
+		case err == nil:
+		case errors.Is(err, client.ErrNotFound):
+			w.notFound++
+		default:
+			w.errors++
+			if w.firstErr == nil {
+				w.firstErr = err
+			}
+		}
+	}
+}
+
+// preload stores keys 0..Keys-1 with concurrent puts.
+func preload(g *globals, p *benchParams, clients []*client.Client) error {
+	if p.Keys == 0 {
+		return nil
+	}
+	bar := newProgress(g, "preloading", p.NoProgress)
+	defer bar.finish()
+	var next, done atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	workers := max(p.Clients*p.InFlight, 16)
+	for i := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(p.Seed, uint64(1<<32+i)))
+			key := make([]byte, 0, len(p.KeyPrefix)+12)
+			val := make([]byte, p.ValueSize)
+			fillValue(rng, val)
+			for {
+				k := next.Add(1) - 1
+				if k >= int64(p.Keys) {
+					return
+				}
+				key = appendKey(key[:0], p.KeyPrefix, int(k))
+				ctx, cancel := context.WithTimeout(context.Background(), max(g.timeout, time.Second))
+				err := clients[i%len(clients)].Put(ctx, key, val)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("preload of key %q: %w", key, err)
+					}
+					mu.Unlock()
+					next.Store(int64(p.Keys)) // stop everyone
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-finished:
+			bar.set(int(done.Load()), p.Keys)
+			return firstErr
+		case <-tick.C:
+			bar.set(int(done.Load()), p.Keys)
+		}
+	}
+}
+
+func takeSnapshot(clients []*client.Client, pid int) benchSnapshot {
+	s := benchSnapshot{at: time.Now()}
+	for _, c := range clients {
+		s.stats = append(s.stats, c.Stats())
+	}
+	s.clientCPU, _ = selfCPU()
+	if pid > 0 {
+		s.serverCPU, s.serverErr = processCPU(pid)
+	}
+	return s
+}
+
+func benchSummary(p *benchParams, workers []*benchWorker, snaps [2]benchSnapshot) benchResult {
+	r := benchResult{Params: *p, Retries: map[string]uint64{}, ServerSide: -1}
+	var h histogram
+	for _, w := range workers {
+		h.merge(&w.hist)
+		r.Errors += w.errors
+		r.NotFound += w.notFound
+		if w.firstErr != nil && r.FirstError == "" {
+			r.FirstError = w.firstErr.Error()
+		}
+	}
+	r.Ops = h.n
+	r.Seconds = snaps[1].at.Sub(snaps[0].at).Seconds()
+	if r.Seconds > 0 {
+		r.Throughput = float64(r.Ops) / r.Seconds
+	}
+	r.Mean, r.P50, r.P90, r.P99, r.Max = h.mean(), h.quantile(0.50), h.quantile(0.90), h.quantile(0.99), time.Duration(h.max)
+	for i := range snaps[1].stats {
+		a, b := &snaps[0].stats[i], &snaps[1].stats[i]
+		r.ServerHops += b.ServerHops - a.ServerHops
+		r.ClientHops += b.ClientHops - a.ClientHops
+		r.Reads += b.Reads - a.Reads
+		for k, v := range b.Retries {
+			r.Retries[k] += v - a.Retries[k]
+		}
+		r.M += b.Selector.M / float64(len(snaps[1].stats))
+	}
+	if hops := r.ServerHops + r.ClientHops; hops > 0 {
+		r.ServerSide = float64(r.ServerHops) / float64(hops)
+	}
+	if r.Ops > 0 {
+		r.ClientCPUPerOp = (snaps[1].clientCPU - snaps[0].clientCPU).Seconds() * 1e6 / float64(r.Ops)
+	}
+	if p.ServerPID > 0 && snaps[0].serverErr == nil && snaps[1].serverErr == nil {
+		r.ServerCPU = (snaps[1].serverCPU - snaps[0].serverCPU).Seconds()
+		if r.Ops > 0 {
+			r.ServerCPUPerOp = r.ServerCPU * 1e6 / float64(r.Ops)
+		}
+	}
+	return r
+}
+
+// appendKey appends prefix and idx as 12 decimal digits.
+func appendKey(dst []byte, prefix string, idx int) []byte {
+	dst = append(dst, prefix...)
+	var digits [20]byte
+	d := strconv.AppendUint(digits[:0], uint64(idx), 10)
+	for range 12 - len(d) {
+		dst = append(dst, '0')
+	}
+	return append(dst, d...)
+}
+
+// fillValue fills v with printable random bytes.
+func fillValue(rng *rand.Rand, v []byte) {
+	const alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	for i := range v {
+		v[i] = alphabet[rng.IntN(len(alphabet))]
+	}
+}
+
+// putUint64 writes n in the first 8 bytes of v as printable hex digits'
+// worth of change: each put stores a different value.
+func putUint64(v []byte, n uint64) {
+	const digits = "0123456789abcdef"
+	for i := 7; i >= 0; i-- {
+		v[i] = digits[n&15]
+		n >>= 4
+	}
+}

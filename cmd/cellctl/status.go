@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// statusResult is the JSON output of status.
+type statusResult struct {
+	Root    string         `json:"root"`
+	Servers []serverStatus `json:"servers"`
+}
+
+// serverStatus describes one member of the region table and what its
+// Metadata reply (and, with --metrics, its metrics) says.
+type serverStatus struct {
+	ID       string `json:"id"`
+	RPCAddr  string `json:"rpc_addr"`
+	ReadAddr string `json:"read_addr"`
+	Version  string `json:"version"`
+	HostID   string `json:"host_id"`
+	// Error is why the server could not be asked; the rest is then empty.
+	Error string `json:"error,omitempty"`
+
+	Ping         time.Duration     `json:"ping_ns"`
+	NodeSize     uint32            `json:"node_size"`
+	MeganodeSize uint64            `json:"meganode_size"`
+	Regions      []wire.RegionInfo `json:"regions"`
+	Meganodes    []meganodeStatus  `json:"meganodes"`
+	// UsedNodes and Capacity sum the meganodes' nodes; Fill is their ratio.
+	UsedNodes uint64  `json:"used_nodes"`
+	Capacity  uint64  `json:"capacity"`
+	Fill      float64 `json:"fill"`
+	// Height is the tallest meganode's local height.
+	Height int                `json:"height"`
+	Hints  wire.SelectorHints `json:"hints"`
+	// Metrics is set with --metrics, for the server whose region matches.
+	Metrics *serverMetrics `json:"metrics,omitempty"`
+}
+
+type meganodeStatus struct {
+	Ptr      string  `json:"ptr"`
+	Level    uint16  `json:"level"`
+	Height   uint16  `json:"height"`
+	Min      string  `json:"min"` // "-inf" for the open end
+	Max      string  `json:"max"` // "+inf"
+	Used     uint32  `json:"used_nodes"`
+	Capacity uint32  `json:"capacity"`
+	Fill     float64 `json:"fill"`
+}
+
+func newStatusCommand(g *globals) *cobra.Command {
+	var metricsAddrs []string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Describe every server: address, region, meganodes, fill, height, selector hints",
+		Long: `Ask every live member of the region table for its metadata: its region
+(ID, epoch, size), meganodes (level, local height, key range, nodes in use
+of capacity), and the selector hints it reports (workers, requests queued,
+recent mean queueing and service times), and measure a ping. Operation
+counters are not part of the metadata: name the servers' metrics listeners
+with --metrics (cellserver --metrics-listen) to add them. Servers that do
+not answer are listed with the error, and status then exits with status 1.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.commandContext()
+			defer cancel()
+			res, failed, err := collectStatus(ctx, g, metricsAddrs)
+			if err != nil {
+				return err
+			}
+			if err := g.print(res, func() []*table { return statusTables(res) }); err != nil {
+				return err
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d servers did not answer", failed, len(res.Servers))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&metricsAddrs, "metrics", nil, "metrics listeners of the servers (host:port, comma-separated), for operation counters")
+	return cmd
+}
+
+// collectStatus asks each member for its metadata.
+func collectStatus(ctx context.Context, g *globals, metricsAddrs []string) (statusResult, int, error) {
+	eps, err := g.etcdEndpoints()
+	if err != nil {
+		return statusResult{}, 0, err
+	}
+	store, err := g.openTable()
+	if err != nil {
+		return statusResult{}, 0, err
+	}
+	defer store.Close()
+	st, err := loadTable(ctx, store, eps)
+	if err != nil {
+		return statusResult{}, 0, err
+	}
+	if len(st.Members) == 0 {
+		return statusResult{}, 0, fmt.Errorf("no live server in the region table at %s", strings.Join(eps, ","))
+	}
+	var scraped []*serverMetrics
+	for _, a := range metricsAddrs {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		m, err := scrapeMetrics(ctx, a)
+		if err != nil {
+			return statusResult{}, 0, err
+		}
+		scraped = append(scraped, m)
+	}
+	res := statusResult{Root: st.Root.String()}
+	failed := 0
+	for _, m := range st.Members {
+		s := serverStatusOf(ctx, m)
+		if s.Error != "" {
+			failed++
+		}
+		for _, sm := range scraped {
+			for _, r := range s.Regions {
+				if r.ID == sm.Region {
+					s.Metrics = sm
+				}
+			}
+		}
+		res.Servers = append(res.Servers, s)
+	}
+	return res, failed, nil
+}
+
+func serverStatusOf(ctx context.Context, m regiontable.Member) serverStatus {
+	s := serverStatus{ID: m.ID, RPCAddr: m.RPCAddr, ReadAddr: m.ReadAddr, Version: m.Version, HostID: m.HostID}
+	c, err := dialServer(ctx, m.RPCAddr)
+	if err != nil {
+		s.Error = err.Error()
+		return s
+	}
+	defer c.Close()
+	start := time.Now()
+	f, err := c.Call(ctx, wire.OpPing, nil)
+	if err != nil {
+		s.Error = fmt.Sprintf("ping %s: %v", m.RPCAddr, err)
+		return s
+	}
+	s.Ping = time.Since(start)
+	f.Release()
+	md, err := metadata(ctx, c, true)
+	if err != nil {
+		s.Error = err.Error()
+		return s
+	}
+	fillStatus(&s, md)
+	return s
+}
+
+// fillStatus copies a metadata reply into s.
+func fillStatus(s *serverStatus, md *wire.MetadataReply) {
+	s.NodeSize, s.MeganodeSize, s.Hints = md.NodeSize, md.MeganodeSize, md.Hints
+	s.Regions = md.Regions
+	for _, mn := range md.Meganodes {
+		ms := meganodeStatus{
+			Ptr: mn.Ptr.String(), Level: mn.Level, Height: mn.Height,
+			Min: boundText(mn.Range.Min, mn.Range.MinInf, "-inf"), Max: boundText(mn.Range.Max, mn.Range.MaxInf, "+inf"),
+			Used: mn.UsedNodes, Capacity: mn.Capacity,
+		}
+		if mn.Capacity > 0 {
+			ms.Fill = float64(mn.UsedNodes) / float64(mn.Capacity)
+		}
+		s.Meganodes = append(s.Meganodes, ms)
+		s.UsedNodes += uint64(mn.UsedNodes)
+		s.Capacity += uint64(mn.Capacity)
+		s.Height = max(s.Height, int(mn.Height))
+	}
+	sort.Slice(s.Meganodes, func(i, j int) bool {
+		a, b := s.Meganodes[i], s.Meganodes[j]
+		if a.Level != b.Level {
+			return a.Level > b.Level
+		}
+		return a.Ptr < b.Ptr
+	})
+	if s.Capacity > 0 {
+		s.Fill = float64(s.UsedNodes) / float64(s.Capacity)
+	}
+}
+
+func boundText(k []byte, inf bool, infName string) string {
+	if inf {
+		return infName
+	}
+	return byteArg{}.cell(k)
+}
+
+func statusTables(res statusResult) []*table {
+	t := &table{
+		title:  "Servers (root meganode " + res.Root + ")",
+		header: []string{"SERVER", "ADDRESS", "REGION", "EPOCH", "SIZE", "MEGANODES", "FILL", "HEIGHT", "WORKERS", "QUEUED", "QUEUE", "SERVICE", "PING"},
+	}
+	var errs []string
+	for _, s := range res.Servers {
+		if s.Error != "" {
+			t.add(s.ID, s.RPCAddr, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-")
+			errs = append(errs, s.ID+": "+oneLine(s.Error))
+			continue
+		}
+		region, epoch, size := "-", "-", "-"
+		if len(s.Regions) > 0 {
+			r := s.Regions[0]
+			region, epoch, size = fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), fmtBytes(r.Size)
+		}
+		t.add(s.ID, s.RPCAddr, region, epoch, size, fmt.Sprint(len(s.Meganodes)),
+			fmt.Sprintf("%.1f%%", 100*s.Fill), fmt.Sprint(s.Height), fmt.Sprint(s.Hints.Workers), fmt.Sprint(s.Hints.Queued),
+			fmtLatency(time.Duration(s.Hints.QueueNanos)), fmtLatency(time.Duration(s.Hints.ServiceNanos)), fmtLatency(s.Ping))
+	}
+	for _, e := range errs {
+		t.notes = append(t.notes, "error: "+e)
+	}
+	if len(errs) == 0 {
+		t.notes = append(t.notes, "QUEUE and SERVICE: the server's recent mean queueing time and search-hop service time (selector hints).")
+	}
+	tables := []*table{t}
+
+	if ops := opsTable(res); ops != nil {
+		tables = append(tables, ops)
+	}
+	for _, s := range res.Servers {
+		if len(s.Meganodes) == 0 {
+			continue
+		}
+		mt := &table{
+			title:  fmt.Sprintf("Meganodes of %s (%s nodes, %s meganodes)", s.ID, fmtBytes(uint64(s.NodeSize)), fmtBytes(s.MeganodeSize)),
+			header: []string{"MEGANODE", "LEVEL", "HEIGHT", "NODES", "FILL", "MIN", "MAX"},
+		}
+		for _, m := range s.Meganodes {
+			mt.add(m.Ptr, fmt.Sprint(m.Level), fmt.Sprint(m.Height), fmt.Sprintf("%d/%d", m.Used, m.Capacity),
+				fmt.Sprintf("%.1f%%", 100*m.Fill), m.Min, m.Max)
+		}
+		tables = append(tables, mt)
+	}
+	return tables
+}
+
+// opsTable lists the operation counters of the servers scraped with
+// --metrics, or is nil.
+func opsTable(res statusResult) *table {
+	var names []string
+	seen := map[string]bool{}
+	for _, s := range res.Servers {
+		if s.Metrics == nil {
+			continue
+		}
+		for op := range s.Metrics.Ops {
+			if !seen[op] {
+				seen[op] = true
+				names = append(names, op)
+			}
+		}
+	}
+	if len(seen) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	t := &table{title: "Operations answered (from --metrics)", header: []string{"SERVER"}}
+	for _, n := range names {
+		t.header = append(t.header, strings.ToUpper(n))
+	}
+	t.header = append(t.header, "ERRORS", "ONE-SIDED")
+	for _, s := range res.Servers {
+		if s.Metrics == nil {
+			continue
+		}
+		row := []string{s.ID}
+		for _, n := range names {
+			row = append(row, fmt.Sprint(s.Metrics.Ops[n]))
+		}
+		row = append(row, fmt.Sprint(s.Metrics.Errors), fmt.Sprint(s.Metrics.OneSided))
+		t.add(row...)
+	}
+	t.notes = []string{"Counts since the server started; ERRORS are replies with a status other than OK or NotFound."}
+	return t
+}
+
+// fmtBytes formats a size with a binary unit.
+func fmtBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	for i, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		d := uint64(unit) << (10 * i)
+		if n < d*unit || i == 3 {
+			if n%d == 0 {
+				return fmt.Sprintf("%d%s", n/d, u)
+			}
+			return fmt.Sprintf("%.1f%s", float64(n)/float64(d), u)
+		}
+	}
+	return fmt.Sprint(n)
+}
