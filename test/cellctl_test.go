@@ -1,0 +1,201 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// cellctl end to end against a running cellserver: put, get, del, range,
+// status, dump and bench through --endpoints, their outputs (table and
+// JSON) and exit codes, and errors as one line with exit status 1.
+func TestCellctl(t *testing.T) {
+	srv := startServer(t, serverOptions{cores: 1})
+	run := func(args ...string) (string, string) {
+		t.Helper()
+		code, out, errs := srv.cellctl(t, args...)
+		if code != 0 || errs != "" {
+			t.Fatalf("cellctl %q: exit %d, stderr %q, stdout %q", args, code, errs, out)
+		}
+		return out, errs
+	}
+	fails := func(want string, args ...string) {
+		t.Helper()
+		code, out, errs := srv.cellctl(t, args...)
+		if code != 1 || out != "" || !strings.HasPrefix(errs, "cellctl: ") || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, want) {
+			t.Fatalf("cellctl %q: exit %d, stdout %q, stderr %q; want exit 1 and one line with %q", args, code, out, errs, want)
+		}
+	}
+	expect := func(got, want string) {
+		t.Helper()
+		if got != want {
+			t.Fatalf("output %q, want %q", got, want)
+		}
+	}
+
+	// put, get, del.
+	out, _ := run("put", "fruit/apple", "red")
+	expect(out, "OK\n")
+	out, _ = run("get", "fruit/apple")
+	expect(out, "red\n")
+	run("put", "fruit/banana", "yellow")
+	run("put", "fruit/cherry", "dark red") // a space in the value
+	run("put", "veg/kale", "green")
+	out, _ = run("get", "fruit/cherry")
+	expect(out, "dark red\n")
+	out, _ = run("get", "fruit/apple", "-w", "json")
+	var kv struct{ Key, Value string }
+	if err := json.Unmarshal([]byte(out), &kv); err != nil || kv.Key != "fruit/apple" || kv.Value != "red" {
+		t.Fatalf("get JSON %q: %v", out, err)
+	}
+	fails(`key not found: "fruit/durian"`, "get", "fruit/durian")
+	out, _ = run("put", "--hex", "00ff", "0x0102")
+	expect(out, "OK\n")
+	out, _ = run("get", "--hex", "00ff")
+	expect(out, "0102\n")
+	out, _ = run("get", "--hex", "00ff", "-w", "json")
+	expect(out, "{\n  \"key\": \"00ff\",\n  \"value\": \"0102\"\n}\n")
+	out, _ = run("del", "--hex", "00ff")
+	expect(out, "OK\n")
+	fails("key not found: 00ff", "get", "--hex", "00ff")
+	fails("key not found: 00ff", "del", "--hex", "00ff")
+
+	// range.
+	out, _ = run("range", "fruit/", "--prefix")
+	want := "KEY           VALUE\nfruit/apple   red\nfruit/banana  yellow\nfruit/cherry  \"dark red\"\n"
+	expect(out, want)
+	out, _ = run("range", "fruit/b", "veg/zzz", "--keys-only")
+	expect(out, "KEY\nfruit/banana\nfruit/cherry\nveg/kale\n")
+	out, _ = run("range", "", "--reverse", "--limit", "2", "--keys-only")
+	expect(out, "KEY\nveg/kale\nfruit/cherry\n(--limit 2 reached; more below fruit/cherry: pass it as END)\n")
+	out, _ = run("range", "fruit/", "--prefix", "--limit", "2", "-w", "json")
+	var rr struct {
+		Pairs  []struct{ Key, Value string }
+		Count  int
+		More   bool
+		Resume string
+	}
+	if err := json.Unmarshal([]byte(out), &rr); err != nil || rr.Count != 2 || !rr.More || rr.Resume != "fruit/cherry" ||
+		rr.Pairs[1].Key != "fruit/banana" || rr.Pairs[1].Value != "yellow" {
+		t.Fatalf("range JSON %q: %v", out, err)
+	}
+	out, _ = run("range", "nothing/", "--prefix")
+	expect(out, "KEY  VALUE\n")
+
+	// del.
+	out, _ = run("del", "veg/kale")
+	expect(out, "OK\n")
+	fails(`key not found: "veg/kale"`, "get", "veg/kale")
+	fails(`key not found: "veg/kale"`, "del", "veg/kale")
+
+	// Bad input: typed errors on one line.
+	fails("key too large", "put", strings.Repeat("k", 129), "v")
+	fails("empty key", "put", "", "v")
+	fails("not hexadecimal", "get", "--hex", "xyz")
+
+	// status, with and without the metrics.
+	out, _ = run("status", "--metrics", srv.metrics)
+	for _, want := range []string{"Servers (root meganode 1:0x", srv.id, srv.rpc, "MEGANODES", "Operations answered", "PUT", "Meganodes of " + srv.id, "-inf"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+	out, _ = run("status", "-w", "json")
+	var st struct {
+		Root    string
+		Servers []struct {
+			ID        string
+			RPCAddr   string `json:"rpc_addr"`
+			Regions   []struct{ ID uint32 }
+			Meganodes []struct {
+				Ptr    string
+				Height int
+			}
+			Hints  struct{ Workers int }
+			Height int
+			Fill   float64
+			Error  string
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &st); err != nil || len(st.Servers) != 1 {
+		t.Fatalf("status JSON %q: %v", out, err)
+	}
+	s := st.Servers[0]
+	if s.RPCAddr != srv.rpc || s.Error != "" || len(s.Regions) != 1 || len(s.Meganodes) != 1 || s.Hints.Workers != 1 ||
+		s.Height < 1 || s.Fill <= 0 || s.Meganodes[0].Ptr != st.Root {
+		t.Fatalf("status %+v", st)
+	}
+
+	// dump: the root meganode, then its local root node.
+	out, _ = run("dump", "meganode", "root")
+	if !strings.HasPrefix(out, "meganode "+st.Root+": level 0, local height ") || !strings.Contains(out, "(copy ok (meganode header))") ||
+		!strings.Contains(out, `"fruit/apple" -> extent`) {
+		t.Fatalf("dump meganode root:\n%s", out)
+	}
+	m := regexp.MustCompile(`root (\d+:0x[0-9a-f]+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no local root in %q", out)
+	}
+	out, _ = run("dump", "node", m[1], "--hex")
+	for _, want := range []string{"node " + m[1] + " (copy ok)", "head version", "tail version", "right link"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dump node --hex lacks %q:\n%s", want, out)
+		}
+	}
+	out, _ = run("dump", "meganode", st.Root, "-w", "json")
+	var md struct {
+		Meganode string
+		Height   int
+		Levels   []struct {
+			Level int
+			Nodes []struct{ Ptr, Check string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &md); err != nil || md.Meganode != st.Root || len(md.Levels) != md.Height || md.Levels[len(md.Levels)-1].Level != 0 {
+		t.Fatalf("dump meganode JSON: %v\n%s", err, out)
+	}
+	for _, l := range md.Levels {
+		for _, n := range l.Nodes {
+			if n.Check != "ok" {
+				t.Errorf("node %s at level %d: copy %s", n.Ptr, l.Level, n.Check)
+			}
+		}
+	}
+	fails("not a meganode header", "dump", "meganode", m[1])
+	fails("out of bounds", "dump", "node", fmt.Sprintf("%d:0x%x", s.Regions[0].ID, 1<<40-8))
+	fails("not in the region table", "dump", "node", "4242:0x1000")
+
+	// bench: a short run of every workload, JSON, with the server's CPU.
+	for _, wl := range []string{"put", "get", "search", "mixed"} {
+		out, _ = run("bench", "--workload", wl, "--keys", "300", "--duration", "300ms", "--warmup", "100ms", "--clients", "2",
+			"--in-flight", "2", "--mode", "ratio=50", "--cache", "off", "--no-progress", "--server-pid", fmt.Sprint(srv.pid()), "-w", "json")
+		var br struct {
+			Ops        uint64
+			Errors     uint64
+			NotFound   uint64 `json:"not_found"`
+			Throughput float64
+			P50        int64   `json:"p50_ns"`
+			P99        int64   `json:"p99_ns"`
+			ServerSide float64 `json:"server_side_fraction"`
+			ServerCPU  float64 `json:"server_cpu_seconds"`
+			Retries    map[string]uint64
+		}
+		if err := json.Unmarshal([]byte(out), &br); err != nil {
+			t.Fatalf("bench JSON: %v\n%s", err, out)
+		}
+		if br.Ops == 0 || br.Errors != 0 || br.NotFound != 0 || br.Throughput <= 0 || br.P50 <= 0 || br.P99 < br.P50 || br.ServerCPU <= 0 || br.Retries == nil {
+			t.Errorf("bench %s: %s", wl, out)
+		}
+		if wl != "put" && (br.ServerSide < 0.2 || br.ServerSide > 0.8) {
+			t.Errorf("bench %s at ratio=50: server-side fraction %v", wl, br.ServerSide)
+		}
+	}
+	out, _ = run("bench", "--workload", "get", "--keys", "0", "--keyspace", "300", "--duration", "200ms", "--warmup", "0s", "--no-progress")
+	for _, want := range []string{"MODE", "THROUGHPUT", "P50", "P99", "SERVER-SIDE", "adaptive", "retries:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bench table lacks %q:\n%s", want, out)
+		}
+	}
+}

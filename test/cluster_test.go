@@ -1,0 +1,345 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// bins are cellserver and cellctl, built once by TestMain.
+var bins struct {
+	dir, cellserver, cellctl string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "cell-test-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bins.dir = dir
+	bins.cellserver = filepath.Join(dir, "cellserver")
+	bins.cellctl = filepath.Join(dir, "cellctl")
+	for bin, pkg := range map[string]string{
+		bins.cellserver: "github.com/cellstore/cell/cmd/cellserver",
+		bins.cellctl:    "github.com/cellstore/cell/cmd/cellctl",
+	} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// serverOptions shape a cellserver.
+type serverOptions struct {
+	cores        int    // --cores; default 2
+	regionSize   string // default 64MiB
+	meganodeSize string // default 16MiB
+	nodeSize     string // default 1KiB
+}
+
+// cellServer is a running cellserver subprocess with its embedded etcd.
+type cellServer struct {
+	id                             string
+	dataDir                        string
+	rpc, rdma, metrics, etcd, peer string
+	cmd                            *exec.Cmd
+	out                            *syncBuffer
+	exited                         chan struct{}
+	err                            error // Wait's result, once exited is closed
+}
+
+// freeAddrs returns n distinct loopback addresses whose ports were free a
+// moment ago.
+func freeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var lns []net.Listener
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		addrs = append(addrs, ln.Addr().String())
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return addrs
+}
+
+// serverSeq numbers the servers of this process, for unique IDs.
+var serverSeq struct {
+	sync.Mutex
+	n int
+}
+
+// startServer starts a cellserver on free loopback ports, waits until it
+// is registered in its etcd and answers a ping, and stops it when the test
+// ends. A start that lost a port race to another process is retried.
+func startServer(t testing.TB, o serverOptions) *cellServer {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		s, err := tryStartServer(t, o)
+		if err == nil {
+			return s
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("cellserver did not start: %v", err)
+		}
+		t.Logf("cellserver start %d lost a port race, retrying: %v", attempt, err)
+	}
+}
+
+func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
+	t.Helper()
+	if o.cores == 0 {
+		o.cores = 2
+	}
+	if o.regionSize == "" {
+		o.regionSize = "64MiB"
+	}
+	if o.meganodeSize == "" {
+		o.meganodeSize = "16MiB"
+	}
+	if o.nodeSize == "" {
+		o.nodeSize = "1KiB"
+	}
+	serverSeq.Lock()
+	serverSeq.n++
+	id := fmt.Sprintf("cell-test-%d-%d", os.Getpid(), serverSeq.n)
+	serverSeq.Unlock()
+	a := freeAddrs(t, 5)
+	s := &cellServer{
+		id: id, dataDir: t.TempDir(),
+		rpc: a[0], rdma: a[1], metrics: a[2], etcd: a[3], peer: a[4],
+		out: &syncBuffer{}, exited: make(chan struct{}),
+	}
+	s.cmd = exec.Command(bins.cellserver,
+		"--data-dir", s.dataDir, "--listen", s.rpc, "--rdma-listen", s.rdma, "--metrics-listen", s.metrics,
+		"--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer, "--server-id", id,
+		"--hugepages", "off", "--cores", fmt.Sprint(o.cores),
+		"--region-size", o.regionSize, "--meganode-size", o.meganodeSize, "--node-size", o.nodeSize)
+	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
+	s.cmd.Env = os.Environ()
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() {
+		s.err = s.cmd.Wait()
+		close(s.exited)
+	}()
+	if err := s.waitReady(t, 60*time.Second); err != nil {
+		s.kill()
+		return nil, fmt.Errorf("%w\ncellserver output:\n%s", err, s.out.String())
+	}
+	t.Cleanup(func() { s.stop(t) })
+	return s, nil
+}
+
+// waitReady polls until the server is registered in etcd and answers a
+// ping, or it exits, or timeout passes.
+func (s *cellServer) waitReady(t testing.TB, timeout time.Duration) error {
+	store, err := regiontable.OpenEtcd([]string{s.etcd}, regiontable.EtcdOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.exited:
+			return fmt.Errorf("cellserver exited while starting: %v", s.err)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		last = s.ready(ctx, store)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-s.exited:
+		case <-time.After(20 * time.Millisecond): // poll interval
+		}
+	}
+	return fmt.Errorf("not ready after %v: %w", timeout, last)
+}
+
+func (s *cellServer) ready(ctx context.Context, store regiontable.Store) error {
+	ms, err := store.Members(ctx)
+	if err != nil {
+		return err
+	}
+	if len(ms) != 1 || ms[0].ID != s.id {
+		return fmt.Errorf("members %+v", ms)
+	}
+	c, err := wire.Dial(ctx, s.rpc, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	f, err := c.Call(ctx, wire.OpPing, []byte("ready?"))
+	if err != nil {
+		return err
+	}
+	f.Release()
+	return nil
+}
+
+// alive reports whether the process is still running.
+func (s *cellServer) alive() bool {
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (s *cellServer) pid() int { return s.cmd.Process.Pid }
+
+// stop sends SIGTERM and waits for a clean exit; after 20 s it kills.
+// A server that does not exit cleanly fails the test.
+func (s *cellServer) stop(t testing.TB) {
+	if !s.alive() {
+		if !t.Failed() {
+			t.Errorf("cellserver exited before the end of the test: %v\n%s", s.err, s.out.String())
+		}
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.exited:
+		if s.err != nil {
+			t.Errorf("cellserver exit after SIGTERM: %v\n%s", s.err, s.out.String())
+		}
+	case <-time.After(20 * time.Second):
+		s.kill()
+		t.Errorf("cellserver still running 20s after SIGTERM: killed\n%s", s.out.String())
+	}
+	if t.Failed() {
+		t.Logf("cellserver %s output:\n%s", s.id, s.out.String())
+	}
+}
+
+func (s *cellServer) kill() {
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// clientConfig is a client configuration for the server's cluster.
+func (s *cellServer) clientConfig(t testing.TB) client.Config {
+	return client.Config{
+		Endpoints: []string{s.etcd},
+		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
+// newClient connects a client, closed when the test ends.
+func (s *cellServer) newClient(t testing.TB, edit func(*client.Config)) *client.Client {
+	t.Helper()
+	cfg := s.clientConfig(t)
+	if edit != nil {
+		edit(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("client.New: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// testWriter sends log output to t.Log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// cellctl runs the cellctl binary against the server's cluster.
+func (s *cellServer) cellctl(t testing.TB, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bins.cellctl, append([]string{"--endpoints", s.etcd}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("cellctl %q: %v", args, err)
+	}
+	return code, out.String(), errb.String()
+}
+
+// put stores key=value through c, failing the test on error.
+func mustPut(t testing.TB, c *client.Client, key, value string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Put(ctx, []byte(key), []byte(value)); err != nil {
+		t.Fatalf("put %q: %v", key, err)
+	}
+}
+
+// mustGet reads key through c and checks its value.
+func mustGet(t testing.TB, c *client.Client, key, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	v, err := c.Get(ctx, []byte(key))
+	if err != nil || string(v) != want {
+		t.Fatalf("get %q = %.40q, %v; want %.40q", key, v, err, want)
+	}
+}

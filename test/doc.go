@@ -1,0 +1,22 @@
+// Package test holds Cell's multi-process integration tests: they build
+// cellserver and cellctl once (go build into a temporary directory), run
+// cellserver as a subprocess with its embedded etcd on free loopback ports,
+// and drive it through package client, cellctl and raw connections.
+//
+//   - cluster_test.go: the harness (building, starting, readiness, stop).
+//   - linearizability_test.go: concurrent writers and readers in every
+//     search mode with both one-sided providers, checked against a model
+//     and, per key, for linearizability with porcupine.
+//   - cellctl_test.go: cellctl end to end against the running server.
+//   - badinput_test.go: oversized keys and values, malformed and oversized
+//     frames, one-sided reads with a wrong key or out of bounds.
+//
+// Everything binds 127.0.0.1 only, and every process a test starts is
+// stopped in its cleanup (SIGTERM, then SIGKILL after a timeout). On a
+// linearizability failure the history is saved as porcupine's HTML
+// visualization under the test's temporary directory, or under
+// $CELL_TEST_ARTIFACTS when set (t.TempDir is removed when the test ends).
+//
+// fig4.sh and redis.sh run the benchmarks recorded in BENCH_NOTES.md; they
+// are not tests.
+package test
