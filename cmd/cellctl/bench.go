@@ -31,6 +31,7 @@ type benchParams struct {
 	Seed         uint64        `json:"seed"`
 	ServerPID    int           `json:"server_pid,omitempty"`
 	NoProgress   bool          `json:"-"`
+	CPUProfile   string        `json:"-"`
 
 	mode locality.Mode
 }
@@ -164,6 +165,7 @@ when it is a terminal (not with --no-progress).`,
 	fs.Uint64Var(&p.Seed, "seed", 1, "random seed of key choice and values")
 	fs.IntVar(&p.ServerPID, "server-pid", 0, "PID of a cellserver on this host, to report its CPU time per operation")
 	fs.BoolVar(&p.NoProgress, "no-progress", false, "no progress bar")
+	fs.StringVar(&p.CPUProfile, "cpu-profile", "", "write a CPU profile of the measured window (this process) to this file")
 	return cmd
 }
 
@@ -192,6 +194,9 @@ type benchResult struct {
 	Retries    map[string]uint64 `json:"retries"`
 	// M is the selectors' mean meganode height estimate at the end.
 	M float64 `json:"m"`
+	// Selector sums the selectors' decisions in the window and what
+	// their estimators did with samples (adaptive mode's diagnostics).
+	Selector selectorSummary `json:"selector"`
 	// ServerCPU is the server's CPU seconds (user + system) during the
 	// window, with --server-pid; ServerCPUPerOp per operation, in µs.
 	ServerCPU      float64 `json:"server_cpu_seconds,omitempty"`
@@ -219,6 +224,11 @@ func benchTables(r benchResult) []*table {
 	t.add(row...)
 	t.notes = append(t.notes, "retries: "+fmtRetries(r.Retries))
 	t.notes = append(t.notes, fmt.Sprintf("meganode hops: %d server-side, %d client-side (%d one-sided reads); m=%.2f", r.ServerHops, r.ClientHops, r.Reads, r.M))
+	if sel := r.Selector; p.mode.Kind == locality.Adaptive && sel.Decisions.Total() > 0 {
+		t.notes = append(t.notes, fmt.Sprintf("selector: %d server, %d client decisions (%d exploring); l_s %v, l_r %v, RTT %v; l_r samples %d, %d dropped, %d resets; %d idle resets",
+			sel.Decisions.Server, sel.Decisions.Client, sel.Decisions.Explore, fmtLatency(sel.MeanLS), fmtLatency(sel.MeanLR), fmtLatency(sel.RTT),
+			sel.LR.Observed, sel.LR.Dropped, sel.LR.Resets, sel.IdleResets))
+	}
 	if r.NotFound > 0 {
 		t.notes = append(t.notes, fmt.Sprintf("not found: %d", r.NotFound))
 	}
@@ -226,6 +236,29 @@ func benchTables(r benchResult) []*table {
 		t.notes = append(t.notes, "first error: "+oneLine(r.FirstError))
 	}
 	return []*table{t}
+}
+
+// selectorSummary sums the selectors' state over the measured window.
+type selectorSummary struct {
+	Decisions locality.Decisions `json:"decisions"`
+	// LS and LR count, over every estimator, the samples offered to the
+	// l_s and l_r averages, those dropped as outliers and the history
+	// resets (more dropped than kept).
+	LS sampleCounts `json:"ls"`
+	LR sampleCounts `json:"lr"`
+	// IdleResets counts histories dropped after 3 s idle.
+	IdleResets uint64 `json:"idle_resets"`
+	// MeanLS, MeanLR and RTT average the estimators' final l_s, l_r and
+	// RTT.
+	MeanLS time.Duration `json:"mean_ls_ns"`
+	MeanLR time.Duration `json:"mean_lr_ns"`
+	RTT    time.Duration `json:"rtt_ns"`
+}
+
+type sampleCounts struct {
+	Observed uint64 `json:"observed"`
+	Dropped  uint64 `json:"dropped"`
+	Resets   uint64 `json:"resets"`
 }
 
 // fmtOpsRate formats operations per second.

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/locality"
 )
 
 // The bench runner: clients connect, keys are preloaded, then workers run
@@ -120,6 +123,15 @@ func runBench(g *globals, p *benchParams) (benchResult, error) {
 			}
 		}
 		snaps[i] = takeSnapshot(clients, p.ServerPID)
+		if i == 0 && p.CPUProfile != "" {
+			stop, err := startCPUProfile(p.CPUProfile)
+			if err != nil {
+				runCancel()
+				wg.Wait()
+				return benchResult{}, err
+			}
+			defer stop()
+		}
 	}
 	bar.finish()
 	wg.Wait()
@@ -269,6 +281,12 @@ func benchSummary(p *benchParams, workers []*benchWorker, snaps [2]benchSnapshot
 			r.Retries[k] += v - a.Retries[k]
 		}
 		r.M += b.Selector.M / float64(len(snaps[1].stats))
+		addSelector(&r.Selector, a.Selector, b.Selector)
+	}
+	if n := time.Duration(len(snaps[1].stats)); n > 0 {
+		r.Selector.MeanLS /= n
+		r.Selector.MeanLR /= n
+		r.Selector.RTT /= n
 	}
 	if hops := r.ServerHops + r.ClientHops; hops > 0 {
 		r.ServerSide = float64(r.ServerHops) / float64(hops)
@@ -283,6 +301,45 @@ func benchSummary(p *benchParams, workers []*benchWorker, snaps [2]benchSnapshot
 		}
 	}
 	return r
+}
+
+// startCPUProfile starts profiling this process into path; stop ends it.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// addSelector adds the change of one selector from a to b to sum (and its
+// final estimates, averaged by the caller).
+func addSelector(sum *selectorSummary, a, b locality.Snapshot) {
+	sum.Decisions.Server += b.Decisions.Server - a.Decisions.Server
+	sum.Decisions.Client += b.Decisions.Client - a.Decisions.Client
+	sum.Decisions.Explore += b.Decisions.Explore - a.Decisions.Explore
+	before := map[locality.ServerID]locality.EstimatorSnapshot{}
+	for _, e := range a.Servers {
+		before[e.Server] = e
+	}
+	n := time.Duration(len(b.Servers))
+	for _, e := range b.Servers {
+		o := before[e.Server] // zero if the estimator is new
+		sum.LS.Observed += e.LS.Observed - o.LS.Observed
+		sum.LS.Dropped += e.LS.Dropped - o.LS.Dropped
+		sum.LS.Resets += e.LS.Resets - o.LS.Resets
+		sum.LR.Observed += e.LR.Observed - o.LR.Observed
+		sum.LR.Dropped += e.LR.Dropped - o.LR.Dropped
+		sum.LR.Resets += e.LR.Resets - o.LR.Resets
+		sum.IdleResets += e.IdleResets - o.IdleResets
+		sum.MeanLS += e.LS.Mean / n
+		sum.MeanLR += e.LR.Mean / n
+		sum.RTT += e.RTT / n
+	}
 }
 
 // appendKey appends prefix and idx as 12 decimal digits.
