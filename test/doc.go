@@ -17,6 +17,7 @@
 // visualization under the test's temporary directory, or under
 // $CELL_TEST_ARTIFACTS when set (t.TempDir is removed when the test ends).
 //
-// fig4.sh and redis.sh run the benchmarks recorded in BENCH_NOTES.md; they
-// are not tests.
+// fig4.sh (the paper's Fig. 4) and redis.sh (one server core against
+// redis-server) run the benchmarks recorded in BENCH_NOTES.md; they are
+// scripts, not tests.
 package test
