@@ -22,8 +22,10 @@ func (v Violation) String() string { return fmt.Sprintf("node %v at %s: %s", v.N
 // [min, max) in every node; each child's bounds equal to its parent entry's
 // range; entry 0 of inner nodes equal to their min; levels decreasing by one
 // down the tree; right links joining each level left to right with the right
-// sibling's min equal to this node's max; every node reachable once and
-// allocated; free nodes invalid and unreachable; versions even and equal at
+// sibling's min equal to this node's max, and the rightmost nodes of all
+// levels linking to one place (the meganode's right link); every node
+// reachable once and allocated, or detached by a meganode split and not
+// freed yet; free nodes invalid and unreachable; versions even and equal at
 // rest; node counts adding up; records' CRCs, lengths and keys matching
 // their leaf entries, and no record shared by two entries.
 //
@@ -104,6 +106,7 @@ func (c *checker) run() {
 	max := bound{h[hdrKeys+t.maxKey : hdrKeys+t.maxKey+h.u16(hdrMaxLen)], h.flags()&flagMaxInf != 0}
 	root := Ptr(h.u64(hdrRoot))
 	c.node(root, "root", height-1, min, max)
+	var right Ptr
 	for lv, p := range c.last {
 		if p.IsNil() {
 			c.bad(root, "root", "no node reached at level %d", lv)
@@ -113,11 +116,50 @@ func (c *checker) run() {
 		if t.local(n.rightLink()) {
 			c.bad(p, c.seen[p], "rightmost node at level %d links to %v inside the meganode", lv, n.rightLink())
 		}
+		// Every level goes on at the same place: the meganode's right
+		// link (nil, or a node of the next meganode of its level).
+		if lv == 0 {
+			right = n.rightLink()
+		} else if n.rightLink() != right {
+			c.bad(p, c.seen[p], "rightmost node at level %d links to %v, the leaf level to %v", lv, n.rightLink(), right)
+		}
 	}
 	c.freeList()
-	if got := len(c.seen) + t.freeCount() + 1; got != fresh {
-		c.bad(hp, "header", "%d reachable + %d free + header = %d nodes, header says %d allocated", len(c.seen), t.freeCount(), got, fresh)
+	detached := c.detached()
+	if got := len(c.seen) + t.freeCount() + detached + 1; got != fresh {
+		c.bad(hp, "header", "%d reachable + %d free + %d detached + header = %d nodes, header says %d allocated",
+			len(c.seen), t.freeCount(), detached, got, fresh)
 	}
+}
+
+// detached checks the right half a meganode split detached and has not
+// freed yet (split.go): unreachable, valid nodes of their level at or
+// above the split key. It returns how many there are.
+func (c *checker) detached() int {
+	t := c.t
+	s := &t.mu.split
+	if s.role != splitSource || !s.linked {
+		return 0
+	}
+	count := 0
+	for lv, p := range s.heads {
+		for ; t.local(p); p = t.nodeBytes(p).rightLink() {
+			where := fmt.Sprintf("detached level %d", lv)
+			if count > t.capacity() {
+				c.bad(p, where, "cycle in the detached right half")
+				return count
+			}
+			count++
+			if path, ok := c.seen[p]; ok {
+				c.bad(p, where, "detached node reachable at %s", path)
+			}
+			n := t.nodeBytes(p)
+			if !n.valid() || n.kind() != kindTree || n.level() != lv || n.minInf() || bytes.Compare(n.minKey(), s.sep) < 0 {
+				c.bad(p, where, "not a valid node of level %d at or above split key %q", lv, s.sep)
+			}
+		}
+	}
+	return count
 }
 
 func (c *checker) node(p Ptr, path string, level int, min, max bound) {

@@ -36,7 +36,8 @@
 // # Concurrency contract
 //
 // One writer per meganode at a time, any number of lock-free readers.
-// Mutators (Put, InsertChild, Delete) serialise on the tree's internal lock;
+// Mutators (Put, InsertChild, Delete, and the split steps) serialise on the
+// tree's internal lock;
 // in Cell the raft apply loop of the region is the only caller. Readers
 // (Get, Search, Contains, Iter, Scan) never take it.
 //
@@ -65,10 +66,69 @@
 //
 // An insert of a new key returns ErrNeedsSplit, without changing anything,
 // once the nodes in use plus a worst-case cascade (height+1 nodes) would
-// pass Options.FillThreshold of the meganode's capacity: the meganode split
-// of the paper is done by the layer above. Keys are 1..NodeSize/8 bytes,
-// values at most Options.MaxValueSize; both are typed errors, never
-// truncation.
+// pass Options.FillThreshold of the meganode's capacity: the layer above
+// then splits the meganode (below). Keys are 1..NodeSize/8 bytes, values
+// at most Options.MaxValueSize; both are typed errors, never truncation.
+//
+// # Meganode split (paper §2.2, §2.4)
+//
+// Meganodes are level-linked like nodes: the rightmost node of every local
+// level links to the same place, the meganode's right link (Tree.Right): a
+// node of the next meganode of the same global level, or nil. A split of
+// meganode X into X (left) and a new meganode Y (right) is a sequence of
+// steps (split.go), each under X's or Y's writer lock for a bounded time,
+// never both:
+//
+//  1. Choose (SplitKey): the middle entry key sep of the topmost node with
+//     two entries or more. An inner entry key is a node boundary at every
+//     level below it, so X_right = [sep, X.max) is a set of whole leaves.
+//  2. Freeze (Freeze): Put, Delete and InsertChild of keys >= sep return
+//     ErrFrozen; writes below sep go on (they only make nodes whose max is
+//     at most sep, so the leaf boundary at sep stays); reads never block.
+//  3. Copy (BeginCopy, then CopyRight or FrozenEntries + AppendEntries in
+//     batches): Y, formatted with bounds [sep, X.max) at X's global level,
+//     takes X's right link as its own and the leaf entries of X_right in
+//     key order, filling its nodes (pack). A leaf meganode in the same
+//     region shares the records: Y's entries hold X's extent pointers,
+//     lengths and CRCs. Y is frozen whole and unreachable.
+//  4. Link (LinkRight): at every level, top down, the node of X whose range
+//     ends at sep gets Y's local root as its right link; a node that
+//     straddles sep (only above the level where sep is an entry key) is
+//     truncated to its entries below sep, with max sep and the same right
+//     link; X's header max becomes sep. Each node is published with the
+//     version protocol. From here a search for a key >= sep in X meets
+//     max <= key and follows the right link into Y (AboveMax), whatever
+//     mix of old and new nodes it sees: the old X_right nodes stay valid,
+//     frozen, and hold the same entries as Y. This is the point of no
+//     return; before it, Thaw on X and discarding Y undo the split.
+//  5. Invalidate (FreeRight in batches, then Thaw on X and Y): the detached
+//     X_right nodes are freed (valid flag cleared, versions growing) onto
+//     X's free list, to be reused by X's left half. The shared records now
+//     belong to Y and are not freed. Y stays frozen until every old node
+//     is invalid: a lock-free reader that copied an old X_right leaf and
+//     then its record checks the leaf's version afterwards, so the record
+//     must not be reused while the leaf is still valid.
+//
+// Inserting sep into the parent meganode (or growing a new root meganode)
+// is the layer above's decoupled insert; until then readers reach Y through
+// X's right links.
+//
+// Readers stay correct throughout (paper §2.4). A reader of a key >= sep
+// either reads old X_right nodes, valid and unchanged, or is sent right to
+// Y. One that meets an invalid node restarts from X's root, which sends it
+// to Y. One holding a stale pointer to an X_right node that was freed and
+// reused by X's left half finds a node whose max is at most sep <= key:
+// it moves right along that level and reaches Y through the boundary, or
+// finds the key below the node's min and restarts; a reused node never
+// covers a key >= sep. Iterators resume from the leaf max where they left
+// the meganode (Iter.Edge), never from the header's bounds, and a backward
+// positioning below a key past the meganode's current range continues in
+// the meganode to the right.
+//
+// Check accounts for a split in progress (detached nodes not yet freed);
+// CheckLinks verifies two neighbouring meganodes: X.max == sep == Y.min,
+// equal global levels, and X's right link on Y's leftmost spine (Y's local
+// root when the split published it).
 //
 // # Checking
 //

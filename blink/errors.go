@@ -22,6 +22,16 @@ var (
 	// ErrKeyOutOfRange: the key is outside the meganode's key range; the
 	// caller must route it to another meganode.
 	ErrKeyOutOfRange = errors.New("blink: key outside the meganode's range")
+	// ErrFrozen: the key is in the right half of a meganode split in
+	// progress; the write was not applied. Retry once the split is done
+	// (the key may then belong to another meganode).
+	ErrFrozen = errors.New("blink: key range frozen by a meganode split")
+	// ErrSplitState: a meganode split step was called out of order, or on
+	// a meganode in no split or in another one.
+	ErrSplitState = errors.New("blink: meganode split step out of order")
+	// ErrSplitTooSmall: the meganode's keys all sit in one leaf; there is
+	// no inner entry key to split at.
+	ErrSplitTooSmall = errors.New("blink: meganode too small to split")
 	// ErrRestart: a lock-free reader gave up after too many restarts; the
 	// operation can be retried.
 	ErrRestart = errors.New("blink: too many restarts")

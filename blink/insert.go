@@ -53,7 +53,8 @@ func (t *Tree) descendLocked(key []byte) (Ptr, error) {
 // Put inserts key with value, or replaces the value of an existing key.
 // A new key returns ErrNeedsSplit when the meganode is at its fill
 // threshold, and ErrExtentsFull when the region has no room for the record;
-// nothing changes then. Replacing a value never needs a new node.
+// nothing changes then. Replacing a value never needs a new node. A key in
+// the frozen range of a meganode split returns ErrFrozen.
 func (t *Tree) Put(key, value []byte) error {
 	if err := t.checkKey(key); err != nil {
 		return err
@@ -66,6 +67,9 @@ func (t *Tree) Put(key, value []byte) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.frozenLocked(key) {
+		return t.errFrozen(key)
+	}
 	leaf, err := t.descendLocked(key)
 	if err != nil {
 		return err
@@ -94,7 +98,7 @@ func (t *Tree) Put(key, value []byte) error {
 		t.ext.Free(old.Offset(), roundUp8(oldLen))
 		return nil
 	}
-	t.insertLocked(0, leaf, i, key, payload)
+	t.insertLocked(0, leaf, i, key, payload, false)
 	t.flushHeaderLocked()
 	return nil
 }
@@ -111,6 +115,9 @@ func (t *Tree) InsertChild(key []byte, child Ptr) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.frozenLocked(key) {
+		return t.errFrozen(key)
+	}
 	leaf, err := t.descendLocked(key)
 	if err != nil {
 		return err
@@ -129,7 +136,7 @@ func (t *Tree) InsertChild(key []byte, child Ptr) error {
 	if err := t.roomForInsertLocked(); err != nil {
 		return err
 	}
-	t.insertLocked(0, leaf, i, key, payload)
+	t.insertLocked(0, leaf, i, key, payload, false)
 	t.flushHeaderLocked()
 	return nil
 }
@@ -175,8 +182,11 @@ func (t *Tree) writeExtentLocked(key, value []byte) (Ptr, int, uint64, error) {
 // insertLocked inserts (key, payload) as entry i of node p at local level
 // lv, splitting it if it is full, and carries the separator of each split
 // up to the parent as a decoupled insert (Sagiv), growing a new root when
-// the root splits. REQUIRES: t.mu held; roomForInsertLocked passed.
-func (t *Tree) insertLocked(lv int, p Ptr, i int, key, payload []byte) {
+// the root splits. With pack, an entry appended after the last one of the
+// rightmost node of a level splits that node by leaving it full and
+// starting a new node (the loading pattern of a meganode split's copy,
+// which appends in key order). REQUIRES: t.mu held; room for a cascade.
+func (t *Tree) insertLocked(lv int, p Ptr, i int, key, payload []byte, pack bool) {
 	sepBuf := t.mu.sep[:]
 	childPayload := t.mu.childPl[:]
 	for {
@@ -188,7 +198,7 @@ func (t *Tree) insertLocked(lv int, p Ptr, i int, key, payload []byte) {
 			t.publish(p, img)
 			return
 		}
-		sep, right := t.splitLocked(p, i, key, payload)
+		sep, right := t.splitLocked(p, i, key, payload, pack)
 		key = sepBuf[:copy(sepBuf, sep)]
 		le.PutUint64(childPayload, uint64(right))
 		payload = childPayload
@@ -213,8 +223,10 @@ func (t *Tree) insertLocked(lv int, p Ptr, i int, key, payload []byte) {
 // first (it is unreachable until the left half links to it), then publishes
 // the lower half with its max lowered to the separator and its right link
 // pointing to the sibling. It returns the separator (valid until the next
-// split) and the sibling. REQUIRES: t.mu held; a free node exists.
-func (t *Tree) splitLocked(p Ptr, i int, key, payload []byte) ([]byte, Ptr) {
+// split) and the sibling. With pack (see insertLocked) an append at the
+// end of a level keeps every old entry left. REQUIRES: t.mu held; a free
+// node exists.
+func (t *Tree) splitLocked(p Ptr, i int, key, payload []byte, pack bool) ([]byte, Ptr) {
 	old := t.mu.tmp
 	copy(old, t.nodeBytes(p))
 	c := old.count()
@@ -229,7 +241,13 @@ func (t *Tree) splitLocked(p Ptr, i int, key, payload []byte) ([]byte, Ptr) {
 		ents = append(ents, entryRef{key, payload})
 	}
 	t.mu.splitBuf = ents
-	k := chooseSplit(ents, len(old), old.minKey(), old.maxKey())
+	k := -1
+	if pack && i == c && !t.local(old.rightLink()) && splitFits(ents, c, len(old), old.minKey(), old.maxKey()) {
+		k = c
+	}
+	if k < 0 {
+		k = chooseSplit(ents, len(old), old.minKey(), old.maxKey())
+	}
 
 	right, err := t.allocNodeLocked()
 	if err != nil {
@@ -253,6 +271,22 @@ func (t *Tree) splitLocked(p Ptr, i int, key, payload []byte) ([]byte, Ptr) {
 	t.publish(right, r)
 	t.publish(p, l)
 	return r.minKey(), right
+}
+
+// splitFits reports whether splitting ents before entry k gives two halves
+// that fit in a node with their bounds (the separator is ents[k]'s key).
+func splitFits(ents []entryRef, k, nodeSize int, min, max []byte) bool {
+	left, right := 0, 0
+	for j, e := range ents {
+		sz := slotSize + entrySize(len(e.key), len(e.payload))
+		if j < k {
+			left += sz
+		} else {
+			right += sz
+		}
+	}
+	fixed, sep := offSlots+tailSize, len(ents[k].key)
+	return k > 0 && k < len(ents) && fixed+len(min)+sep+left <= nodeSize && fixed+sep+len(max)+right <= nodeSize
 }
 
 // chooseSplit picks the index of the first entry of the right half so that
@@ -323,6 +357,9 @@ func (t *Tree) Delete(key []byte) (bool, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.frozenLocked(key) {
+		return false, t.errFrozen(key)
+	}
 	leaf, err := t.descendLocked(key)
 	if err != nil {
 		return false, err

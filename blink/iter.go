@@ -36,6 +36,8 @@ type Iter struct {
 	val      []byte
 	err      error
 	boundary Ptr
+	edge     []byte // see Edge
+	hasEdge  bool
 	attempts int
 }
 
@@ -92,7 +94,7 @@ restart:
 	p := root
 	for {
 		if !t.local(p) {
-			it.boundary = p
+			it.setEdge(p, key)
 			return false
 		}
 		r := CopyNode(buf, t.nodeBytes(p))
@@ -115,8 +117,14 @@ restart:
 					r = AboveMax
 				}
 			case seekLast:
-				if t.local(buf.rightLink()) {
+				if rl := buf.rightLink(); t.local(rl) {
 					r = AboveMax
+				} else if !rl.IsNil() && p == root {
+					// The meganode's keys go on in the meganode to its
+					// right (a split moved them there): so does the
+					// search for the last key.
+					it.setEdge(rl, nil)
+					return false
 				}
 			}
 		}
@@ -140,6 +148,13 @@ restart:
 		case AboveMax:
 			rl := buf.rightLink()
 			if mode == seekLT && !t.local(rl) {
+				if !rl.IsNil() {
+					// key is past the meganode and the key space goes
+					// on to its right: the keys just below key may be
+					// there (a split moved them): continue there.
+					it.setEdge(rl, key)
+					return false
+				}
 				// key is past the meganode: its predecessor is the last key.
 				mode = seekLast
 				continue
@@ -163,6 +178,18 @@ restart:
 // reset clears the position before a new positioning call.
 func (it *Iter) reset() {
 	it.valid, it.err, it.boundary, it.attempts = false, nil, 0, 0
+	it.hasEdge = false
+}
+
+// setEdge records that the iteration left the meganode at key, to go on
+// at p (see Edge).
+func (it *Iter) setEdge(p Ptr, key []byte) {
+	it.boundary = p
+	it.edge = append(it.edge[:0], key...)
+	it.hasEdge = true
+	if key == nil {
+		it.edge = nil
+	}
 }
 
 // First moves to the first key >= Lower.
@@ -266,7 +293,7 @@ func (it *Iter) settleForward() bool {
 		rl := it.leaf.rightLink()
 		for {
 			if !t.local(rl) {
-				it.boundary = rl
+				it.setEdge(rl, it.anchor)
 				return it.stop()
 			}
 			r := CopyNodeFor(it.leaf, t.nodeBytes(rl), it.anchor)
@@ -345,8 +372,22 @@ func (it *Iter) Key() []byte { return it.key }
 func (it *Iter) Error() error { return it.err }
 
 // Boundary returns, after the iteration ran off the end of the meganode
-// through a right link into another meganode, where to continue.
+// through a right link into another meganode, where to continue (see
+// Edge).
 func (it *Iter) Boundary() Ptr { return it.boundary }
+
+// Edge reports where the key space goes on when the iterator ran off what
+// this meganode holds rather than stopping at a bound or an end of the key
+// space (ok false then, and on errors). Moving forward it is the max key
+// of the last leaf visited: every key below it was visited, and the keys
+// from it on are at Boundary or, with a nil Boundary, wherever a search
+// for it leads. Moving backward (Last, SeekLT, Prev) the iterator stops
+// with an edge only when the position it looked for lies right of the
+// meganode's current range, which a meganode split can cause under it:
+// the keys below the edge (nil: unbounded) go on at Boundary. Resuming
+// from the edge, never from the header's bounds, stays exact while a
+// split moves the header's max.
+func (it *Iter) Edge() (key []byte, ok bool) { return it.edge, it.hasEdge }
 
 // Value reads the current key's record. If the record changed since the
 // leaf was copied it reads the key again, so the value may be newer than

@@ -146,6 +146,7 @@ type Tree struct {
 		right    node // right half of a split
 		path     []Ptr
 		splitBuf []entryRef
+		split    splitState // the meganode split in progress (split.go)
 		// Writer-owned buffers that split entries may reference (on the
 		// stack they would escape to the heap on every insert).
 		sep     [MaxNodeSize / 8]byte
@@ -368,6 +369,19 @@ type Usage struct {
 
 // Fill is the fraction of nodes in use.
 func (u Usage) Fill() float64 { return float64(u.Nodes) / float64(u.Capacity) }
+
+// Fill returns the fraction of the meganode's nodes in use, read from the
+// live header without the writer's lock: a cheap estimate (it may mix two
+// moments of a concurrent write) for deciding when to split.
+func (t *Tree) Fill() float64 {
+	w32 := atomicmem.LoadUint64(t.mem, int(t.base)+hdrCapacity)  // capacity | next fresh
+	w40 := atomicmem.LoadUint64(t.mem, int(t.base)+hdrFreeCount) // free count | reserved
+	capa, fresh, free := uint32(w32), uint32(w32>>32), uint32(w40)
+	if capa == 0 || free > fresh {
+		return 0
+	}
+	return float64(fresh-free) / float64(capa)
+}
 
 // Usage returns the meganode's node usage. It takes the writer's lock.
 func (t *Tree) Usage() Usage {

@@ -1,0 +1,511 @@
+package blink
+
+import (
+	"bytes"
+	"fmt"
+)
+
+// Meganode split primitives (paper §2.2, DESIGN §4; the protocol is in
+// doc.go, "Meganode split"). The layer above sequences them:
+//
+//	X.SplitKey → X.Freeze(sep) → Y.BeginCopy(X.Right()) →
+//	CopyRight(X, Y, ...)* → X.LinkRight(Y.Root()) → X.FreeRight(...)* →
+//	X.Thaw(), Y.Thaw()
+//
+// and then inserts the separator into the parent meganode. Every step
+// takes the tree's writer lock for a bounded time only; writes to the left
+// half go on between them.
+
+// RecordRef locates a key-value record in the region's extent area, as a
+// leaf entry of a leaf meganode holds it.
+type RecordRef struct {
+	Extent Ptr
+	Len    int
+	CRC    uint64
+}
+
+// Entry is one leaf entry of a meganode's local tree: in a leaf meganode a
+// record (Ref), in an inner meganode a child meganode (Child, its header).
+type Entry struct {
+	Key   []byte
+	Child Ptr
+	Ref   RecordRef
+}
+
+// splitRole is the tree's part in a meganode split.
+type splitRole uint8
+
+const (
+	splitNone   splitRole = iota
+	splitSource           // X: keys >= sep are frozen, then moved out
+	splitTarget           // Y: a new meganode being filled, frozen whole
+)
+
+// splitState is the tree's split in progress. Guarded by t.mu. It lives in
+// memory only: recovery of an interrupted split works from the split
+// records of the layer above.
+type splitState struct {
+	role   splitRole
+	sep    []byte // source: the split key (owned)
+	linked bool   // source: LinkRight published the boundary
+	// heads are, per local level, the next node of the detached right
+	// half to free (nil when the level is done); set by LinkRight.
+	heads []Ptr
+}
+
+// frozenLocked reports whether writes to key must wait for the split.
+// REQUIRES: t.mu held.
+func (t *Tree) frozenLocked(key []byte) bool {
+	s := &t.mu.split
+	return s.role == splitTarget || s.role == splitSource && bytes.Compare(key, s.sep) >= 0
+}
+
+func (t *Tree) errFrozen(key []byte) error {
+	return fmt.Errorf("key %q is in a range a meganode split moves: %w", key, ErrFrozen)
+}
+
+// Right returns the meganode's right link: the node of the next meganode
+// of the same global level where every level of this local tree continues
+// (the right link of the rightmost node of each level), nil at the right
+// end of the key space.
+func (t *Tree) Right() Ptr {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.nodeBytes(Ptr(t.mu.hdr.u64(hdrRoot))).rightLink()
+}
+
+// SplitKey chooses where to split the meganode: the middle entry key of
+// the topmost node with at least two entries (the local root, unless an
+// earlier split left it with one). An entry key of an inner node is a node
+// boundary at every level below it, so the right half is a set of whole
+// subtrees and leaves. It changes nothing. A tree whose keys all sit in one
+// leaf cannot split (ErrSplitTooSmall); one already splitting returns
+// ErrSplitState.
+func (t *Tree) SplitKey() ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.split.role != splitNone {
+		return nil, fmt.Errorf("split key: %w", ErrSplitState)
+	}
+	p := Ptr(t.mu.hdr.u64(hdrRoot))
+	for range t.height() {
+		n := t.nodeBytes(p)
+		switch c := n.count(); {
+		case n.level() == 0:
+			return nil, fmt.Errorf("%d keys in a single leaf: %w", c, ErrSplitTooSmall)
+		case c >= 2:
+			return bytes.Clone(n.key(c / 2)), nil
+		case c == 0:
+			return nil, fmt.Errorf("inner node %v without entries: %w", p, ErrCorruption)
+		}
+		p = n.child(0)
+	}
+	return nil, fmt.Errorf("no leaf below the root within the height: %w", ErrCorruption)
+}
+
+// Freeze starts a split of the meganode at sep: from now on Put, Delete
+// and InsertChild of keys >= sep return ErrFrozen, writes below sep go on,
+// and reads never block. sep must lie strictly inside the meganode's range
+// and be a leaf boundary (the leaf covering it starts at sep), as a key
+// from SplitKey is. Writes below sep cannot take the boundary away: they
+// only create nodes whose max is at most sep.
+func (t *Tree) Freeze(sep []byte) error {
+	if err := t.checkKey(sep); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.split.role != splitNone {
+		return fmt.Errorf("freeze at %q: %w", sep, ErrSplitState)
+	}
+	rn := t.nodeBytes(Ptr(t.mu.hdr.u64(hdrRoot)))
+	if !rn.aboveMin(sep) || !rn.minInf() && bytes.Equal(rn.minKey(), sep) || !rn.belowMax(sep) {
+		return fmt.Errorf("split key %q not strictly inside the meganode's range: %w", sep, ErrKeyOutOfRange)
+	}
+	leaf, err := t.descendLocked(sep)
+	if err != nil {
+		return err
+	}
+	if ln := t.nodeBytes(leaf); ln.minInf() || !bytes.Equal(ln.minKey(), sep) {
+		return fmt.Errorf("split key %q is not a leaf boundary (leaf %v starts at %q): %w", sep, leaf, ln.minKey(), ErrSplitState)
+	}
+	t.mu.split = splitState{role: splitSource, sep: bytes.Clone(sep)}
+	return nil
+}
+
+// BeginCopy makes this meganode, new and empty, the target of a split: it
+// is frozen whole until Thaw (only AppendEntries writes to it), and its
+// right link is set to right, the source's Right(), so that its levels go
+// on where the source's did.
+func (t *Tree) BeginCopy(right Ptr) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.split.role != splitNone {
+		return fmt.Errorf("begin copy: %w", ErrSplitState)
+	}
+	if t.local(right) {
+		return fmt.Errorf("right link %v inside the meganode: %w", right, ErrSplitState)
+	}
+	root := Ptr(t.mu.hdr.u64(hdrRoot))
+	rn := t.nodeBytes(root)
+	if t.height() != 1 || rn.count() != 0 {
+		return fmt.Errorf("copy target holds %d entries at height %d: %w", rn.count(), t.height(), ErrSplitState)
+	}
+	img := t.mu.scratch
+	copy(img, rn)
+	img.putU64(offRightLink, uint64(right))
+	t.publish(root, img)
+	t.mu.split = splitState{role: splitTarget}
+	return nil
+}
+
+// FrozenEntries appends to buf the leaf entries of the frozen right half
+// from key from on, leaf by leaf along right links, for at most maxLeaves
+// leaves, and returns them with the key to continue from (the max of the
+// last leaf read; nil when the right half is done). from is the split key
+// or a key FrozenEntries returned, hence a leaf boundary. The entries' keys
+// are copies. It takes the writer's lock for one batch.
+func (t *Tree) FrozenEntries(from []byte, maxLeaves int, buf []Entry) (ents []Entry, next []byte, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := &t.mu.split
+	if s.role != splitSource || s.linked || bytes.Compare(from, s.sep) < 0 {
+		return buf, nil, fmt.Errorf("frozen entries from %q: %w", from, ErrSplitState)
+	}
+	leaf, err := t.descendLocked(from)
+	if err != nil {
+		return buf, nil, err
+	}
+	ents = buf
+	var arena []byte
+	for n := 1; ; n++ {
+		ln := t.nodeBytes(leaf)
+		i, _ := ln.lowerBound(from)
+		for ; i < ln.count(); i++ {
+			k := ln.key(i)
+			start := len(arena)
+			arena = append(arena, k...)
+			e := Entry{Key: arena[start:len(arena):len(arena)]}
+			if ln.extents() {
+				ext, l, crc := ln.extent(i)
+				e.Ref = RecordRef{Extent: ext, Len: l, CRC: crc}
+			} else {
+				e.Child = ln.child(i)
+			}
+			ents = append(ents, e)
+		}
+		rl := ln.rightLink()
+		if ln.maxInf() || !t.local(rl) {
+			return ents, nil, nil
+		}
+		if n >= maxLeaves {
+			return ents, bytes.Clone(ln.maxKey()), nil
+		}
+		leaf = rl
+	}
+}
+
+// AppendEntries inserts entries into the target of a split (BeginCopy),
+// past its freeze. A leaf meganode takes the records by reference: the
+// entries share them with the source, and ownership moves here when the
+// source's right half is freed (the records themselves are never freed by
+// the split). Entries appended in key order fill nodes completely (see
+// insertLocked's pack). It fails with ErrNeedsSplit when the meganode runs
+// out of nodes, and with ErrSplitState on a key already present.
+func (t *Tree) AppendEntries(ents []Entry) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.split.role != splitTarget {
+		return fmt.Errorf("append entries: %w", ErrSplitState)
+	}
+	defer t.flushHeaderLocked()
+	for _, e := range ents {
+		if err := t.checkKey(e.Key); err != nil {
+			return err
+		}
+		var payload []byte
+		if t.leafKind == flagExtents {
+			r := e.Ref
+			off := r.Extent.Offset()
+			if r.Extent.Region() != t.region || off%8 != 0 || r.Len < extentHeader || off+uint64(roundUp8(r.Len)) > uint64(len(t.mem)) {
+				return fmt.Errorf("record %v of %d bytes for %q outside region %d: %w", r.Extent, r.Len, e.Key, t.region, ErrCorruption)
+			}
+			payload = t.mu.payload[:]
+			le.PutUint64(payload[0:], uint64(r.Extent))
+			le.PutUint32(payload[8:], uint32(r.Len))
+			le.PutUint64(payload[12:], r.CRC)
+		} else {
+			if e.Child.IsNil() {
+				return fmt.Errorf("nil child for %q: %w", e.Key, ErrCorruption)
+			}
+			payload = t.mu.payload[:pointerPayload]
+			le.PutUint64(payload, uint64(e.Child))
+		}
+		leaf, err := t.descendLocked(e.Key)
+		if err != nil {
+			return err
+		}
+		i, found := t.nodeBytes(leaf).lowerBound(e.Key)
+		if found {
+			return fmt.Errorf("append of %q, already present: %w", e.Key, ErrSplitState)
+		}
+		if t.nodesInUse()+t.height()+1 > t.capacity() {
+			return fmt.Errorf("all %d nodes in use: %w", t.capacity(), ErrNeedsSplit)
+		}
+		t.insertLocked(0, leaf, i, e.Key, payload, true)
+	}
+	return nil
+}
+
+// CopyRight copies one batch of a local split: the leaf entries of src's
+// frozen right half from key from on, at most maxLeaves leaves of them,
+// into dst (BeginCopy'ed, same region and global level), and returns the
+// key to continue from, nil when the copy is complete. It holds src's
+// writer lock while it reads the batch and dst's while it appends, never
+// both.
+func CopyRight(src, dst *Tree, from []byte, maxLeaves int) (next []byte, err error) {
+	if src.region != dst.region || src.leafKind != dst.leafKind || src.nodeSize != dst.nodeSize {
+		return nil, fmt.Errorf("copy between meganodes of regions %d and %d, kinds %d and %d: %w",
+			src.region, dst.region, src.leafKind, dst.leafKind, ErrSplitState)
+	}
+	ents, next, err := src.FrozenEntries(from, max(maxLeaves, 1), nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := dst.AppendEntries(ents); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// LinkRight publishes the split (paper §2.2: "it locks X_left long enough
+// to update the right-link pointers of X_left along the split boundary to
+// point to the root of the new meganode"): at every local level, the node
+// whose range ends at or straddles the split key gets right as its right
+// link and the split key as its max, losing its entries at or above it
+// (only nodes above the level where the split key is an entry key
+// straddle it); then the header's max becomes the split key. Readers of
+// keys at or above it now follow the right links into the new meganode;
+// the old right-half nodes stay valid, unreachable, until FreeRight. right
+// is the new meganode's local root. It is the split's point of no return.
+//
+// A straddling node that could not take the split key as its max (the
+// left half's writes filled it during the copy) makes LinkRight fail with
+// ErrSplitState before changing anything: abort the split and try again.
+func (t *Tree) LinkRight(right Ptr) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := &t.mu.split
+	if s.role != splitSource || s.linked {
+		return fmt.Errorf("link right: %w", ErrSplitState)
+	}
+	if right.IsNil() || t.local(right) {
+		return fmt.Errorf("right link %v is not a node of another meganode: %w", right, ErrSplitState)
+	}
+	// Two passes over the boundary: the first checks every image fits,
+	// the second publishes, top down.
+	for _, apply := range []bool{false, true} {
+		var heads []Ptr
+		if apply {
+			heads = make([]Ptr, t.height())
+		}
+		p := Ptr(t.mu.hdr.u64(hdrRoot))
+		for lv := t.height() - 1; lv >= 0; lv-- {
+			n := t.nodeBytes(p)
+			for !n.maxInf() && bytes.Compare(n.maxKey(), s.sep) < 0 {
+				if p = n.rightLink(); !t.local(p) {
+					return fmt.Errorf("level %d ends below split key %q: %w", lv, s.sep, ErrCorruption)
+				}
+				n = t.nodeBytes(p)
+			}
+			if n.level() != lv || !n.aboveMin(s.sep) || !n.minInf() && bytes.Equal(n.minKey(), s.sep) {
+				return fmt.Errorf("node %v at level %d (%d) does not start below split key %q: %w", p, lv, n.level(), s.sep, ErrCorruption)
+			}
+			j, _ := n.lowerBound(s.sep) // entries [0, j) stay
+			boundary := !n.maxInf() && bytes.Equal(n.maxKey(), s.sep)
+			if lv == 0 && !boundary {
+				return fmt.Errorf("leaf %v straddles split key %q: %w", p, s.sep, ErrCorruption)
+			}
+			if !boundary {
+				used := offSlots + tailSize + len(n.minKey()) + len(s.sep)
+				for e := 0; e < j; e++ {
+					used += slotSize + entrySize(len(n.key(e)), n.payloadSize())
+				}
+				if used > len(n) {
+					return fmt.Errorf("node %v cannot take split key %q as its max: %w", p, s.sep, ErrSplitState)
+				}
+			}
+			var child Ptr
+			if lv > 0 {
+				if j == 0 {
+					return fmt.Errorf("inner node %v has no entry below split key %q: %w", p, s.sep, ErrCorruption)
+				}
+				child = n.child(j - 1)
+			}
+			if apply {
+				if rl := n.rightLink(); t.local(rl) {
+					heads[lv] = rl
+				}
+				img := t.mu.scratch
+				if boundary {
+					copy(img, n)
+					img.putU64(offRightLink, uint64(right))
+				} else {
+					initNode(img, kindTree, lv, n.flags()&^flagMaxInf, n.minKey(), s.sep, right)
+					for e := 0; e < j; e++ {
+						img.appendEntry(n.key(e), n.payload(e))
+					}
+				}
+				t.publish(p, img)
+			}
+			p = child
+		}
+		if apply {
+			s.heads = heads
+		}
+	}
+	h := t.mu.hdr
+	h[offFlags] &^= flagMaxInf
+	clear(h[hdrKeys+t.maxKey : hdrKeys+2*t.maxKey])
+	copy(h[hdrKeys+t.maxKey:], s.sep)
+	h.putU16(hdrMaxLen, len(s.sep))
+	t.mu.dirty = true
+	t.flushHeaderLocked()
+	s.linked = true
+	return nil
+}
+
+// FreeRight invalidates and frees up to maxNodes nodes of the right half
+// that LinkRight detached (paper §2.2: "the server invalidates the old
+// X_right by setting a boolean flag in each node, indicating that the
+// nodes can be reused"), and reports whether none is left. Freed nodes go
+// to the meganode's free list; their versions keep growing, so a reader
+// holding a stale pointer to one that is reused sees a new node whose
+// range does not cover its key (§2.4). The records the right half pointed
+// to belong to the new meganode now and are not freed.
+func (t *Tree) FreeRight(maxNodes int) (done bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := &t.mu.split
+	if s.role != splitSource || !s.linked {
+		return false, fmt.Errorf("free right: %w", ErrSplitState)
+	}
+	defer t.flushHeaderLocked()
+	freed := 0
+	for lv, p := range s.heads {
+		for t.local(p) && freed < max(maxNodes, 1) {
+			n := t.nodeBytes(p)
+			if !n.valid() || n.kind() != kindTree || n.level() != lv || n.minInf() || bytes.Compare(n.minKey(), s.sep) < 0 {
+				return false, fmt.Errorf("detached node %v is not a right-half node of level %d: %w", p, lv, ErrCorruption)
+			}
+			next := n.rightLink()
+			t.freeNodeLocked(p)
+			freed++
+			p = next
+		}
+		if !t.local(p) {
+			p = 0
+		}
+		s.heads[lv] = p
+	}
+	for _, p := range s.heads {
+		if !p.IsNil() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// Thaw ends the tree's part in a split: writes to the frozen range are
+// accepted again. On the source before LinkRight it aborts the split
+// (nothing was changed); after LinkRight it requires FreeRight to be done,
+// and keys at or above the split key are then outside the meganode. On
+// the target it opens the meganode to ordinary writes. Without a split it
+// returns ErrSplitState.
+func (t *Tree) Thaw() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := &t.mu.split
+	switch {
+	case s.role == splitNone:
+		return fmt.Errorf("thaw: %w", ErrSplitState)
+	case s.role == splitSource && s.linked:
+		for _, p := range s.heads {
+			if !p.IsNil() {
+				return fmt.Errorf("thaw with detached nodes left: %w", ErrSplitState)
+			}
+		}
+	}
+	t.mu.split = splitState{}
+	return nil
+}
+
+// SplitInfo describes the tree's part in a split in progress.
+type SplitInfo struct {
+	Source, Target bool   // the meganode being split, or the new one
+	Sep            []byte // source: the split key
+	Linked         bool   // source: LinkRight done
+}
+
+// Split returns the tree's split in progress (zero when none).
+func (t *Tree) Split() SplitInfo {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := &t.mu.split
+	return SplitInfo{Source: s.role == splitSource, Target: s.role == splitTarget, Sep: bytes.Clone(s.sep), Linked: s.linked}
+}
+
+// CheckLinks verifies the link between two meganodes of one global level
+// that are neighbours, left then right (after a split, X and Y): their
+// levels are equal, left's max equals right's min, and left's right link
+// (the right link of the rightmost node of each of its levels, which Check
+// verifies to be one pointer) is a valid node of right on its leftmost
+// spine: its local root when the split published, or a node below the
+// root once right grew taller. Each tree's own invariants are Check's. It
+// takes one tree's writer lock at a time, so the trees should be at rest.
+func CheckLinks(left, right *Tree) []Violation {
+	var out []Violation
+	bad := func(p Ptr, format string, args ...any) {
+		out = append(out, Violation{Node: p, Path: "link", Msg: fmt.Sprintf(format, args...)})
+	}
+	left.mu.Lock()
+	lh := left.mu.hdr
+	lLevel := lh.u16(hdrGlobalLevel)
+	lMaxInf := lh.flags()&flagMaxInf != 0
+	lMax := bytes.Clone(lh[hdrKeys+left.maxKey : hdrKeys+left.maxKey+lh.u16(hdrMaxLen)])
+	link := left.nodeBytes(Ptr(lh.u64(hdrRoot))).rightLink()
+	left.mu.Unlock()
+
+	right.mu.Lock()
+	defer right.mu.Unlock()
+	rh := right.mu.hdr
+	if l := rh.u16(hdrGlobalLevel); l != lLevel {
+		bad(right.headerPtr(), "global level %d, left neighbour %v has %d", l, left.headerPtr(), lLevel)
+	}
+	rMin := rh[hdrKeys : hdrKeys+rh.u16(hdrMinLen)]
+	if lMaxInf || rh.flags()&flagMinInf != 0 || !bytes.Equal(lMax, rMin) {
+		bad(right.headerPtr(), "min %q differs from left neighbour's max %q (inf %v)", rMin, lMax, lMaxInf)
+	}
+	if !right.local(link) {
+		bad(left.headerPtr(), "right link %v is not a node of %v", link, right.headerPtr())
+		return out
+	}
+	for p := Ptr(rh.u64(hdrRoot)); right.local(p); {
+		n := right.nodeBytes(p)
+		if !n.valid() || n.kind() != kindTree || n.count() == 0 && n.level() > 0 {
+			break
+		}
+		if p == link {
+			if n.minInf() || !bytes.Equal(n.minKey(), rMin) {
+				bad(link, "link target's min %q differs from %q", n.minKey(), rMin)
+			}
+			return out
+		}
+		if n.level() == 0 {
+			break
+		}
+		p = n.child(0)
+	}
+	bad(left.headerPtr(), "right link %v is not on %v's leftmost spine", link, right.headerPtr())
+	return out
+}
