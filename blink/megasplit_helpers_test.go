@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -167,6 +168,7 @@ func (r *megaRegion) oneSided(key []byte, start, restart Ptr) (val []byte, found
 		}
 		reason := CopyNode(buf, r.mem[p.Offset():p.Offset()+ns])
 		if reason == Torn {
+			runtime.Gosched() // a writer is publishing the node: let it finish
 			continue
 		}
 		if reason != OK {

@@ -20,20 +20,113 @@ import (
 // A write record, little-endian at fixed offsets (a format that log
 // entries will keep):
 //
-//	0  version u8 (1)        1 kind u8 (1 put, 2 delete)   2 reserved u16 (0)
+//	0  version u8 (1)        1 kind u8                   2 reserved u16 (0)
 //	4  key length u32
-//	8  meganode Ptr u64      the header of the leaf meganode to change
+//	8  meganode Ptr u64      the header of the meganode to change
 //	16 client id u64         24 sequence u64   (at-most-once application,
 //	                                            DESIGN §9; 0 = none)
-//	32 value length u32      36 reserved u32 (0; delete: value length 0)
+//	32 value length u32      36 reserved u32 (0)
 //	40 key, then value
+//
+// Kinds:
+//
+//	1 put     a key and its value, into a leaf meganode
+//	2 delete  a key (no value), from a leaf meganode
+//	3 child   key and an 8-byte child meganode Ptr as the value: the
+//	          separator of a meganode split, inserted into the parent (an
+//	          inner meganode) as a decoupled insert
+//	4 split   one step of a meganode split (split.go): the meganode is the
+//	          one being split (X), the key the split key (sep), the value a
+//	          split body:
+//
+//	  0  phase u8  1 reserved [7]u8 (0)
+//	  8  new meganode Ptr u64    Y, the right half's meganode; for phase
+//	                             root the new root meganode
+//	  16 batch u32               copy: leaves per batch; free: nodes
+//	  20 reserved u32 (0)
+//	  24 cursor key              copy: the key to copy from; else empty
+//
+// Split phases, in log order: start (freeze X at sep, format Y with bounds
+// [sep, X.max) at X's level, taking X's right link), copy* (one batch of
+// X's frozen leaf entries into Y, records shared), link (X's boundary right
+// links to Y's root, X.max = sep: the point of no return), free* (one batch
+// of the old right half invalidated and freed; the last thaws X and Y),
+// then the separator as a child record into the parent, or root (a new
+// root meganode over X's level) when X was the root, and end. abort undoes
+// a split before its link: X thawed, Y (or an unpublished new root) freed.
+// So the log says, for recovery, whether an interrupted split must be
+// undone (no link record: drop Y, thaw X) or finished (link without end:
+// free what is left of X's right half, insert the separator).
 const (
 	recVersion    = 1
 	recHeaderSize = 40
 
 	recPut    = 1
 	recDelete = 2
+	recChild  = 3
+	recSplit  = 4
+
+	splitBodySize = 24
 )
+
+// splitPhase is the step of a split a split record applies.
+type splitPhase uint8
+
+const (
+	phaseStart splitPhase = iota + 1
+	phaseCopy
+	phaseLink
+	phaseFree
+	phaseRoot
+	phaseEnd
+	phaseAbort
+)
+
+var phaseNames = [...]string{"", "start", "copy", "link", "free", "root", "end", "abort"}
+
+func (p splitPhase) String() string {
+	if int(p) < len(phaseNames) && p > 0 {
+		return phaseNames[p]
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
+// splitBody is the value of a split record.
+type splitBody struct {
+	Phase  splitPhase
+	New    blink.Ptr // Y, or the new root meganode
+	Batch  uint32
+	Cursor []byte // aliases the record
+}
+
+func appendSplitBody(dst []byte, b *splitBody) []byte {
+	var h [splitBodySize]byte
+	h[0] = byte(b.Phase)
+	le.PutUint64(h[8:], uint64(b.New))
+	le.PutUint32(h[16:], b.Batch)
+	return append(append(dst, h[:]...), b.Cursor...)
+}
+
+func decodeSplitBody(v []byte) (splitBody, error) {
+	if len(v) < splitBodySize {
+		return splitBody{}, fmt.Errorf("server: %d-byte split body: %w", len(v), ErrBadRecord)
+	}
+	for _, b := range v[1:8] {
+		if b != 0 {
+			return splitBody{}, fmt.Errorf("server: split body reserved bytes: %w", ErrBadRecord)
+		}
+	}
+	b := splitBody{Phase: splitPhase(v[0]), New: blink.Ptr(le.Uint64(v[8:])), Batch: le.Uint32(v[16:]), Cursor: v[splitBodySize:]}
+	switch {
+	case b.Phase < phaseStart || b.Phase > phaseAbort:
+		return splitBody{}, fmt.Errorf("server: split phase %d: %w", v[0], ErrBadRecord)
+	case le.Uint32(v[20:]) != 0:
+		return splitBody{}, fmt.Errorf("server: split body reserved word: %w", ErrBadRecord)
+	case len(b.Cursor) > 0 && b.Phase != phaseCopy:
+		return splitBody{}, fmt.Errorf("server: %v record with a cursor: %w", b.Phase, ErrBadRecord)
+	}
+	return b, nil
+}
 
 // writeRecord is a decoded write record; Key and Value alias the record.
 type writeRecord struct {
@@ -83,10 +176,16 @@ func decodeRecord(b []byte) (writeRecord, error) {
 	r.Key = b[recHeaderSize : recHeaderSize+kl]
 	r.Value = b[recHeaderSize+kl:]
 	switch {
-	case r.Kind != recPut && r.Kind != recDelete:
+	case r.Kind < recPut || r.Kind > recSplit:
 		return writeRecord{}, fmt.Errorf("server: record kind %d: %w", r.Kind, ErrBadRecord)
 	case r.Kind == recDelete && vl != 0:
 		return writeRecord{}, fmt.Errorf("server: delete record with a value: %w", ErrBadRecord)
+	case r.Kind == recChild && vl != 8:
+		return writeRecord{}, fmt.Errorf("server: child record with a %d-byte value: %w", vl, ErrBadRecord)
+	case r.Kind == recSplit:
+		if _, err := decodeSplitBody(r.Value); err != nil {
+			return writeRecord{}, err
+		}
 	}
 	return r, nil
 }
@@ -95,6 +194,10 @@ func decodeRecord(b []byte) (writeRecord, error) {
 type applyResult struct {
 	// Found: a delete removed a key (false: the key was absent).
 	Found bool
+	// Next: a split copy's cursor for the next batch (nil: copy done).
+	Next []byte
+	// Done: a split free batch freed the last node of the right half.
+	Done bool
 }
 
 // apply applies an encoded write record to the region. It is the only
@@ -107,19 +210,35 @@ func (s *Server) apply(rec []byte) (applyResult, error) {
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	s.applied.Add(1)
-	lm := s.meganodeAt(r.Meganode)
-	if lm == nil || lm.m.Ptr() != r.Meganode || lm.level != 0 {
-		return applyResult{}, fmt.Errorf("server: record for %v, not a leaf meganode of region %d: %w", r.Meganode, s.regionID, ErrBadRecord)
-	}
 	var res applyResult
 	kind := "put"
 	switch r.Kind {
-	case recPut:
-		err = lm.t.Put(r.Key, r.Value)
-	case recDelete:
-		kind = "delete"
-		res.Found, err = lm.t.Delete(r.Key)
+	case recPut, recDelete:
+		lm := s.meganodeAt(r.Meganode)
+		if lm == nil || lm.m.Ptr() != r.Meganode || lm.level != 0 {
+			return applyResult{}, fmt.Errorf("server: record for %v, not a leaf meganode of region %d: %w", r.Meganode, s.regionID, ErrBadRecord)
+		}
+		if r.Kind == recPut {
+			err = lm.t.Put(r.Key, r.Value)
+		} else {
+			kind = "delete"
+			res.Found, err = lm.t.Delete(r.Key)
+		}
+	case recChild:
+		kind = "child"
+		lm := s.meganodeAt(r.Meganode)
+		if lm == nil || lm.m.Ptr() != r.Meganode || lm.level == 0 {
+			return applyResult{}, fmt.Errorf("server: child record for %v, not an inner meganode of region %d: %w", r.Meganode, s.regionID, ErrBadRecord)
+		}
+		err = lm.t.InsertChild(r.Key, blink.Ptr(le.Uint64(r.Value)))
+	case recSplit:
+		b, _ := decodeSplitBody(r.Value) // decodeRecord checked it
+		kind = "split_" + b.Phase.String()
+		res, err = s.applySplitLocked(&r, &b)
 	}
 	s.metrics.applies.WithLabelValues(kind, wire.StatusOf(wireError(err)).String()).Inc()
+	if hook := s.opts.TestingKnobs.OnApply; hook != nil {
+		hook(rec, err)
+	}
 	return res, err
 }

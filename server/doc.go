@@ -93,20 +93,84 @@
 // StatusWrongServer with the host's address from the cached region table
 // (StatusUnknownRegion when the table does not know the region), and one
 // with another epoch StatusStaleEpoch with the current epoch. Tree errors
-// map to statuses in errors.go; a full meganode is StatusUnavailable,
-// "meganode full (split arrives with issue #4)".
+// map to statuses in errors.go; a full meganode that cannot split (splits
+// off, no free meganode slot) is StatusUnavailable.
+//
+// # Meganode splits (paper §2.2, DESIGN §4)
+//
+// A meganode whose fill reaches Options.SplitFill (0.75), or that refused
+// a new key (blink.ErrNeedsSplit), is split into itself (X, the left half)
+// and a new meganode of the same region (Y, the right half). One goroutine
+// (splitLoop) runs the server's splits one at a time; writes queue them
+// (requestSplit, deduplicated per meganode). A split is a sequence of
+// split records through apply (apply.go draws their format), each holding
+// the apply lock and the trees' writer locks for one bounded step, so
+// writes to other keys and other meganodes go on in between:
+//
+//  1. chose: sep = blink's SplitKey, the middle entry key of X's topmost
+//     node with two entries (a node boundary at every level below).
+//  2. start record: X frozen at sep (writes of keys >= sep get
+//     blink.ErrFrozen; reads never block), Y formatted in the lowest free
+//     slot (named by the record) with bounds [sep, X.max), X's global
+//     level and X's right link, frozen whole, and published in the
+//     meganode table (reachable by nobody yet).
+//  3. copy records, Options.SplitCopyBatch leaves each: X's frozen leaf
+//     entries into Y; a leaf meganode's records are shared, not copied.
+//  4. link record: at every local level the node of X ending at sep links
+//     right to Y's local root, X's root is cut at sep, X's header max
+//     becomes sep. The point of no return: before it, a failure applies an
+//     abort record (X thawed, Y freed); after it the split is finished.
+//  5. free records, Options.SplitFreeBatch nodes each: X's old right half
+//     invalidated and freed; the last one thaws X and Y, and the writes
+//     that waited go on (in Y).
+//  6. the separator: a child record puts (sep → Y) into the parent
+//     meganode, found by searching sep from the root down to X's level + 1
+//     (a full parent is split first, recursively); when X's level is the
+//     root's, a root record formats a new root meganode one level up with
+//     an entry per meganode of that level ("\x00" stands for -inf), and
+//     the root pointer moves: the region table's with a compare-and-set,
+//     then the server's and offset 0 of the region.
+//  7. end record.
+//
+// Failpoints (FailpointSplit*) pause or fail the split after each step.
+//
+// Readers stay right throughout, server-side and one-sided (blink's doc,
+// "Meganode split"): until the separator is in the parent, searches reach
+// Y through X's right links, which the server follows like child pointers
+// (they lead to a node of another local meganode); ranges resume from the
+// max of the last leaf they read (blink.Iter.Edge), never from a header
+// that a split is changing.
+//
+// Writes never see a split. worker.write searches again when the key's
+// meganode changed since its search (ErrKeyOutOfRange: the split linked),
+// and when the key is frozen, or its meganode is full and must split, it
+// waits for the split (a generation-stamped broadcast, splitSignal), up to
+// the request's deadline or Options.MaxSplitWait, and then answers
+// NeedsRetry, which clients retry. A waiting write holds its worker.
+//
+// What the log gives a later recovery (not implemented here): a start
+// without a link means undo (free Y, whose entries only share X's
+// records; X's memory was not changed); a link without an end means
+// finish (free what is left of X's right half: nodes of X that are
+// allocated, unreachable and not free; insert the separator). The freeze
+// and the list of detached nodes live in memory only.
+//
+// Server.Check verifies the whole tree of meganodes at rest: each
+// meganode, the right links along every level (blink.CheckLinks), the
+// parents' entries, and that no meganode is left out.
 //
 // # Writes and concurrency
 //
 // Every write to the region goes through apply (apply.go), which takes an
 // encoded write record and changes memory deterministically under
-// applyMu: the place raft's log will sit in front of. Reads never take
-// applyMu: blink's readers are lock-free and the meganode table is an
-// immutable snapshot behind an atomic pointer.
+// applyMu: the place raft's log will sit in front of. Puts, deletes, the
+// separators of meganode splits and every step of a split are records.
+// Reads never take applyMu: blink's readers are lock-free and the meganode
+// table is an immutable snapshot behind an atomic pointer.
 //
-// Locking order: Server.lifecycle < Server.mu; Server.applyMu <
-// Server.megaMu < meganode.Region.mu < meganode.Extents.mu < a blink
-// tree's writer lock.
+// Locking order: Server.lifecycle < Server.mu; Server.splitMu <
+// Server.applyMu < Server.megaMu < meganode.Region.mu <
+// meganode.Extents.mu < a blink tree's writer lock.
 //
 // # Metrics
 //

@@ -33,7 +33,7 @@ var (
 
 // Messages of statuses whose cause a client cannot guess.
 const (
-	msgNeedsSplit  = "meganode full (split arrives with issue #4)"
+	msgNeedsSplit  = "meganode full and not splitting (splits off, or no free meganode slot)"
 	msgExtentsFull = "region extent area full"
 	msgNoRoot      = "the cluster has no root meganode yet"
 )
@@ -58,6 +58,8 @@ func wireError(err error) error {
 		return &wire.StatusError{Status: wire.StatusKeyTooLarge, Message: err.Error()}
 	case errors.Is(err, blink.ErrValueTooLarge):
 		return &wire.StatusError{Status: wire.StatusValueTooLarge, Message: err.Error()}
+	case errors.Is(err, blink.ErrFrozen):
+		return &wire.StatusError{Status: wire.StatusNeedsRetry, Message: "a meganode split is moving the key"}
 	case errors.Is(err, blink.ErrNeedsSplit):
 		return &wire.StatusError{Status: wire.StatusUnavailable, Message: msgNeedsSplit}
 	case errors.Is(err, blink.ErrExtentsFull):

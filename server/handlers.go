@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/atomicmem"
@@ -36,6 +37,10 @@ type worker struct {
 	rangeRep    wire.RangeReply
 	dumpRep     wire.NodeDumpReply
 	metaRep     wire.MetadataReply
+
+	// The request being handled: when it started, and its deadline (zero
+	// when it has none).
+	started, deadline time.Time
 
 	hdr    []byte // one node, 8-byte aligned: meganode header copies
 	val    []byte // a value read by Get or Search
@@ -335,12 +340,10 @@ func (w *worker) put(body []byte) error {
 	if len(req.Value) > wire.MaxValueSize {
 		return wireErrorf(wire.StatusValueTooLarge, "value of %d bytes, limit %d", len(req.Value), wire.MaxValueSize)
 	}
-	hp, err := w.leafFor(req.Ptr, req.Epoch, req.Key, "put")
-	if err != nil {
-		return err
-	}
-	w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recPut, Meganode: hp.lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: req.Value})
-	_, err = w.s.apply(w.rec)
+	_, err := w.write(req.Ptr, req.Epoch, req.Key, "put", func(lm *localMeganode) []byte {
+		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recPut, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: req.Value})
+		return w.rec
+	})
 	return err
 }
 
@@ -349,16 +352,87 @@ func (w *worker) del(body []byte) error {
 	if err := req.Decode(body); err != nil {
 		return err
 	}
-	hp, err := w.leafFor(req.Ptr, req.Epoch, req.Key, "delete")
-	if err != nil {
-		return err
-	}
-	w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recDelete, Meganode: hp.lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key})
-	res, err := w.s.apply(w.rec)
+	res, err := w.write(req.Ptr, req.Epoch, req.Key, "delete", func(lm *localMeganode) []byte {
+		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recDelete, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key})
+		return w.rec
+	})
 	if err == nil && !res.Found {
 		return wire.ErrNotFound
 	}
 	return err
+}
+
+// Bounds of worker.write's retries.
+const (
+	maxMoves      = 8 // the key's meganode changed between search and apply
+	maxFullWaits  = 3 // splits waited for after ErrNeedsSplit
+	maxSplitWaits = 1 << 10
+)
+
+// write descends to the leaf meganode of key and applies the record rec
+// builds for it. Meganode splits stay invisible to the client: a key that
+// moved to another meganode since the search (a split linked) is searched
+// again; a write into a range a split froze waits until the split lets go
+// of it, and one into a full meganode asks for a split and waits for it,
+// within the request's deadline (Options.MaxSplitWait without one), then
+// NeedsRetry. A meganode that cannot split keeps answering ErrNeedsSplit.
+func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec func(*localMeganode) []byte) (applyResult, error) {
+	s := w.s
+	moves, full := 0, 0
+	for waits := 0; waits < maxSplitWaits; {
+		gen := s.splitWake.generation()
+		hp, err := w.leafFor(p, epoch, key, what)
+		if err != nil {
+			return applyResult{}, err
+		}
+		res, err := s.apply(rec(hp.lm))
+		switch {
+		case err == nil:
+			s.maybeRequestSplit(hp.lm)
+			return res, nil
+		case errors.Is(err, blink.ErrKeyOutOfRange) && moves < maxMoves:
+			moves++
+			continue
+		case errors.Is(err, blink.ErrFrozen):
+			s.metrics.waits.WithLabelValues("frozen").Inc()
+		case errors.Is(err, blink.ErrNeedsSplit) && !s.opts.DisableSplits && full < maxFullWaits:
+			full++
+			s.metrics.waits.WithLabelValues("full").Inc()
+			s.requestSplit(hp.lm, true)
+		default:
+			return res, err
+		}
+		waits++
+		if err := w.waitSplit(gen); err != nil {
+			return applyResult{}, err
+		}
+	}
+	return applyResult{}, wireErrorf(wire.StatusNeedsRetry, "%s of %q waited for %d meganode splits", what, key, maxSplitWaits)
+}
+
+// waitSplit waits for the first split event after generation gen, until
+// the request's deadline (or Options.MaxSplitWait after the request
+// started when it has none).
+func (w *worker) waitSplit(gen uint64) error {
+	s := w.s
+	dl := w.deadline
+	if dl.IsZero() {
+		dl = w.started.Add(s.opts.MaxSplitWait)
+	}
+	d := time.Until(dl)
+	if d <= 0 {
+		return wireErrorf(wire.StatusNeedsRetry, "a meganode split is in progress")
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.splitWake.after(gen):
+		return nil
+	case <-t.C:
+		return wireErrorf(wire.StatusNeedsRetry, "a meganode split is in progress")
+	case <-s.bgCtx.Done():
+		return ErrClosed
+	}
 }
 
 // nodeDump copies bytes of the region (OpNodeDump) with 8-byte atomic

@@ -13,8 +13,8 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// megaTree is a hand-built two-level tree of meganodes (splits arrive with
-// issue #4): an inner root meganode whose children are two leaf meganodes
+// megaTree is a hand-built two-level tree of meganodes (with a meganode of
+// another server, which local splits cannot make): an inner root meganode whose children are two leaf meganodes
 // of this server, for [-inf, "m") and ["m", "x"), and a meganode of region
 // 999 on another server for ["x", +inf).
 type megaTree struct {

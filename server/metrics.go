@@ -36,6 +36,9 @@ type Metrics struct {
 	closed    *prometheus.CounterVec // reason
 	malformed *prometheus.CounterVec // kind
 	applies   *prometheus.CounterVec // kind, result
+	splits    *prometheus.CounterVec // result: done, aborted, failed
+	splitTime prometheus.Histogram
+	waits     *prometheus.CounterVec // cause: frozen, full
 
 	// Resolved children of the vectors on the request path, so that a
 	// request does not hash its labels: by op label index (opIndex), and
@@ -95,10 +98,23 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"kind"}),
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cell_server_applied_total",
-			Help: "Write records applied to the region, by kind (put, delete) and result (the status the write was answered with).",
+			Help: "Write records applied to the region, by kind (put, delete, child, split_<phase>) and result (the status the write was answered with).",
 		}, []string{"kind", "result"}),
+		splits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cell_server_meganode_splits_total",
+			Help: "Meganode splits by result: done, aborted (undone before the link), failed (linked, then stopped: readers are right, the parent lacks the separator).",
+		}, []string{"result"}),
+		splitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cell_server_meganode_split_seconds",
+			Help:    "Time from the start of a meganode split to its end record (buckets 1µs..4.2s).",
+			Buckets: LatencyBuckets,
+		}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cell_server_split_waits_total",
+			Help: "Writes that waited for a meganode split, by cause: frozen (the key was in a range being moved), full (the meganode had to split first).",
+		}, []string{"cause"}),
 	}
-	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, (*stateCollector)(m)} {
+	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, m.splits, m.splitTime, m.waits, (*stateCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -87,6 +87,29 @@ type Options struct {
 	// MaxRangePairs bounds the pairs of one Range reply (a request's Limit
 	// is capped to it; 0 there means this). Default 4096.
 	MaxRangePairs int
+	// SplitFill is the fraction of a meganode's nodes in use from which the
+	// server splits it (paper §2.2: "A meganode should be split before it
+	// becomes too full, otherwise concurrent updates to X_left may fail if
+	// we run out of space"), in (0, 1]. Default 0.75. A meganode that
+	// reaches blink's fill threshold (0.9) first refuses new keys until a
+	// split made room; those writes wait for it.
+	SplitFill float64
+	// DisableSplits turns meganode splits off: a full meganode answers
+	// writes of new keys StatusUnavailable. For tests and benchmarks of a
+	// single meganode.
+	DisableSplits bool
+	// SplitCopyBatch is how many leaves one copy step of a split moves
+	// (one apply record, holding the meganode's writer lock and the apply
+	// lock meanwhile). Default 64.
+	SplitCopyBatch int
+	// SplitFreeBatch is how many nodes one free step of a split
+	// invalidates. Default 256.
+	SplitFreeBatch int
+	// MaxSplitWait bounds how long a write waits for a meganode split that
+	// froze its key (or that must make room for it) when the request
+	// carries no deadline; it is then answered NeedsRetry. Requests with a
+	// deadline wait until it. Default 10 s.
+	MaxSplitWait time.Duration
 	// Registry receives the server's metrics (NewMetrics) and is what
 	// MetricsListen serves. Default: a new registry with the Go and
 	// process collectors.
@@ -103,18 +126,26 @@ type TestingKnobs struct {
 	// queue, after the request's queueing time was measured and before
 	// it is handled. Tests block in it to fill the queue.
 	BeforeHandle func(op wire.Op)
+	// OnApply fires in apply, under the apply lock, after each record was
+	// applied, with the record (valid only during the call) and the
+	// error the apply returned. Tests record the log with it.
+	OnApply func(rec []byte, err error)
 }
 
 // Defaults.
 const (
-	DefaultListen        = "127.0.0.1:7070"
-	DefaultRDMAListen    = "127.0.0.1:7071"
-	DefaultMetricsListen = "127.0.0.1:7072"
-	DefaultQueueDepth    = 1024
-	DefaultShmDir        = "/dev/shm"
-	DefaultRegisterWait  = 15 * time.Second
-	DefaultWriteTimeout  = 10 * time.Second
-	DefaultMaxRangePairs = 4096
+	DefaultListen         = "127.0.0.1:7070"
+	DefaultRDMAListen     = "127.0.0.1:7071"
+	DefaultMetricsListen  = "127.0.0.1:7072"
+	DefaultQueueDepth     = 1024
+	DefaultShmDir         = "/dev/shm"
+	DefaultRegisterWait   = 15 * time.Second
+	DefaultWriteTimeout   = 10 * time.Second
+	DefaultMaxRangePairs  = 4096
+	DefaultSplitFill      = 0.75
+	DefaultSplitCopyBatch = 64
+	DefaultSplitFreeBatch = 256
+	DefaultMaxSplitWait   = 10 * time.Second
 )
 
 // EnsureDefaults fills zero fields with their defaults. HostID stays empty
@@ -165,6 +196,18 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxRangePairs == 0 {
 		o.MaxRangePairs = DefaultMaxRangePairs
 	}
+	if o.SplitFill == 0 {
+		o.SplitFill = DefaultSplitFill
+	}
+	if o.SplitCopyBatch == 0 {
+		o.SplitCopyBatch = DefaultSplitCopyBatch
+	}
+	if o.SplitFreeBatch == 0 {
+		o.SplitFreeBatch = DefaultSplitFreeBatch
+	}
+	if o.MaxSplitWait == 0 {
+		o.MaxSplitWait = DefaultMaxSplitWait
+	}
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -205,6 +248,12 @@ func (o *Options) Validate() error {
 		return bad("max frame size %d not in [64 KiB, 4 GiB)", o.MaxFrameSize)
 	case o.MaxRangePairs < 1:
 		return bad("max range pairs %d < 1", o.MaxRangePairs)
+	case o.SplitFill <= 0 || o.SplitFill > 1:
+		return bad("split fill %v not in (0, 1]", o.SplitFill)
+	case o.SplitCopyBatch < 1 || o.SplitFreeBatch < 1:
+		return bad("split batches %d and %d must be at least 1", o.SplitCopyBatch, o.SplitFreeBatch)
+	case o.MaxSplitWait < 0:
+		return bad("negative split wait")
 	}
 	if err := regiontable.ValidServerID(o.ServerID); err != nil {
 		return fmt.Errorf("server: %w: %w", err, ErrInvalidOptions)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
@@ -18,6 +19,10 @@ type localMeganode struct {
 	m     *meganode.Meganode
 	t     *blink.Tree
 	level int // level in the global tree, fixed for the meganode's life
+
+	// splitQueued: a split request for the meganode is queued (split.go);
+	// splitForce: a write found it full, split whatever its fill.
+	splitQueued, splitForce atomic.Bool
 }
 
 // meganodeTable holds the region's meganodes by slot. It is immutable once

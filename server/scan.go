@@ -177,15 +177,13 @@ func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 			return err
 		}
 		// No more keys of the range in this meganode: does the range go
-		// on to its right?
-		h, err := w.header(leaf)
-		if err != nil {
-			return err
-		}
-		if h.Bounds.MaxInf || upper != nil && bytes.Compare(h.Bounds.Max, upper) >= 0 {
+		// on to its right? From the max of the last leaf visited, not the
+		// header's: a split moves the header's max while we iterate.
+		edge, more := it.Edge()
+		if !more {
 			return nil
 		}
-		w.maxMin = append(w.maxMin[:0], h.Bounds.Max...)
+		w.maxMin = append(w.maxMin[:0], edge...)
 		cur = w.maxMin
 		if b := it.Boundary(); !b.IsNil() {
 			if lm = w.s.meganodeAt(b); lm == nil {
@@ -231,6 +229,24 @@ func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 		if err := it.Error(); err != nil {
 			return err
 		}
+		if b := it.Boundary(); !b.IsNil() {
+			// The keys below the edge lie right of this meganode's
+			// current range (a split moved them): go on there.
+			edge, _ := it.Edge()
+			if edge == nil {
+				upper = nil
+			} else {
+				w.maxMin = append(w.maxMin[:0], edge...)
+				upper = w.maxMin
+			}
+			if lm = w.s.meganodeAt(b); lm == nil {
+				if len(w.spans) > 0 {
+					return sc.more(sc.lastKey(), b)
+				}
+				return sc.more(upper, b)
+			}
+			continue
+		}
 		h, err := w.header(leaf)
 		if err != nil {
 			return err
@@ -275,7 +291,7 @@ func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward bool) (*localM
 			case key == nil:
 				ok = it.Last()
 			default:
-				if ok = it.SeekLT(key); !ok && it.Error() == nil {
+				if ok = it.SeekLT(key); !ok && it.Error() == nil && it.Boundary().IsNil() {
 					ok = it.First() // key is at or below the first child's key
 				}
 			}
@@ -284,6 +300,14 @@ func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward bool) (*localM
 			}
 			if ok {
 				child = it.Child()
+			} else if b := it.Boundary(); !b.IsNil() {
+				// The position lies right of this meganode's current
+				// range (a split moved it): go on at the same level.
+				if nl := w.s.meganodeAt(b); nl != nil {
+					lm = nl
+					continue
+				}
+				return nil, b, nil
 			}
 		}
 		if child.IsNil() {

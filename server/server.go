@@ -50,10 +50,18 @@ type Server struct {
 	table  atomic.Pointer[tableView]
 
 	// applyMu serialises every write to the region (apply.go).
-	// Locking notes: Server.applyMu < Server.megaMu < meganode.Region.mu <
-	// meganode.Extents.mu < a blink tree's writer lock.
+	// Locking notes: Server.splitMu < Server.applyMu < Server.megaMu <
+	// meganode.Region.mu < meganode.Extents.mu < a blink tree's writer
+	// lock.
 	applyMu sync.Mutex
 	applied atomic.Uint64
+
+	// Meganode splits (split.go): splitMu is held by the split loop for a
+	// whole split (one at a time); splitReqs queues meganodes to consider;
+	// splitWake wakes writes waiting for a split.
+	splitMu   sync.Mutex
+	splitReqs chan blink.Ptr
+	splitWake splitSignal
 
 	// Worker accounting (workers.go).
 	busyNanos   atomic.Int64
@@ -109,6 +117,8 @@ func New(opts Options) (*Server, error) {
 		wopts:   wire.Options{MaxFrameSize: opts.MaxFrameSize, WriteTimeout: opts.WriteTimeout},
 		fatal:   make(chan error, 1),
 		done:    make(chan struct{}),
+
+		splitReqs: make(chan blink.Ptr, 256),
 	}
 	s.megas.Store(&meganodeTable{})
 	s.table.Store(&tableView{})
@@ -175,6 +185,7 @@ func (s *Server) start(ctx context.Context) error {
 		s.workers.Add(1)
 		go s.worker()
 	}
+	s.goBackground(s.splitLoop)
 	s.goBackground(s.acceptLoop)
 	s.goBackground(s.utilizationLoop)
 	if s.metricsLn != nil {

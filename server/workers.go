@@ -39,9 +39,11 @@ func (w *worker) run(j job) {
 	}
 	var msg wire.Message
 	var err error
-	if dl, ok := h.Deadline(j.arrived); ok && start.After(dl) {
+	dl, ok := h.Deadline(j.arrived)
+	if ok && start.After(dl) {
 		err = wire.ErrExpired // the caller gave up: not executed
 	} else {
+		w.started, w.deadline = start, dl
 		msg, err = w.handle(h.Op, j.f.Body)
 	}
 	service := time.Since(start)
