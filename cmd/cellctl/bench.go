@@ -198,9 +198,10 @@ type benchResult struct {
 	// their estimators did with samples (adaptive mode's diagnostics).
 	Selector selectorSummary `json:"selector"`
 	// ServerCPU is the server's CPU seconds (user + system) during the
-	// window, with --server-pid; ServerCPUPerOp per operation, in µs.
-	ServerCPU      float64 `json:"server_cpu_seconds,omitempty"`
-	ServerCPUPerOp float64 `json:"server_cpu_us_per_op,omitempty"`
+	// window, with --server-pid (else nil); ServerCPUPerOp per operation,
+	// in µs. /proc counts in 10 ms ticks.
+	ServerCPU      *float64 `json:"server_cpu_seconds,omitempty"`
+	ServerCPUPerOp *float64 `json:"server_cpu_us_per_op,omitempty"`
 	// ClientCPUPerOp is this process's CPU per operation, in µs.
 	ClientCPUPerOp float64 `json:"client_cpu_us_per_op"`
 	FirstError     string  `json:"first_error,omitempty"`
@@ -215,9 +216,9 @@ func benchTables(r benchResult) []*table {
 	}
 	row := []string{p.Mode, fmt.Sprint(r.Ops), fmtOpsRate(r.Throughput), fmtLatency(r.Mean), fmtLatency(r.P50), fmtLatency(r.P99),
 		fmtFraction(r.ServerSide), fmt.Sprint(r.Errors)}
-	if p.ServerPID > 0 {
+	if r.ServerCPUPerOp != nil {
 		t.header = append(t.header, "SERVER CPU/OP")
-		row = append(row, fmtMicros(r.ServerCPUPerOp))
+		row = append(row, fmtMicros(*r.ServerCPUPerOp))
 	}
 	t.header = append(t.header, "CLIENT CPU/OP")
 	row = append(row, fmtMicros(r.ClientCPUPerOp))

@@ -295,10 +295,12 @@ func benchSummary(p *benchParams, workers []*benchWorker, snaps [2]benchSnapshot
 		r.ClientCPUPerOp = (snaps[1].clientCPU - snaps[0].clientCPU).Seconds() * 1e6 / float64(r.Ops)
 	}
 	if p.ServerPID > 0 && snaps[0].serverErr == nil && snaps[1].serverErr == nil {
-		r.ServerCPU = (snaps[1].serverCPU - snaps[0].serverCPU).Seconds()
+		cpu := (snaps[1].serverCPU - snaps[0].serverCPU).Seconds()
+		perOp := 0.0
 		if r.Ops > 0 {
-			r.ServerCPUPerOp = r.ServerCPU * 1e6 / float64(r.Ops)
+			perOp = cpu * 1e6 / float64(r.Ops)
 		}
+		r.ServerCPU, r.ServerCPUPerOp = &cpu, &perOp
 	}
 	return r
 }

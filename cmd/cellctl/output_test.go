@@ -126,7 +126,7 @@ func TestBenchOutput(t *testing.T) {
 			Warmup: time.Second, Keys: 100, Cache: "off", Workload: "get", ValueSize: 64, ServerPID: 1},
 		Ops: 12345, Errors: 1, Throughput: 12345, Mean: 30 * time.Microsecond, P50: 20 * time.Microsecond, P99: 2 * time.Millisecond,
 		ServerHops: 1, ClientHops: 3, ServerSide: 0.25, Retries: map[string]uint64{"torn": 2, "crc": 0, "invalid": 1},
-		ServerCPUPerOp: 1.5, ClientCPUPerOp: 10, M: 3.5, FirstError: "cell: unavailable:\nboom",
+		ServerCPUPerOp: ptr(1.5), ClientCPUPerOp: 10, M: 3.5, FirstError: "cell: unavailable:\nboom",
 	}
 	out := squeeze(render(t, benchTables(r)))
 	for _, want := range []string{
@@ -157,6 +157,8 @@ func TestBenchOutput(t *testing.T) {
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func TestFmtBytes(t *testing.T) {
 	for n, want := range map[uint64]string{0: "0B", 1000: "1000B", 1024: "1KiB", 1536: "1.5KiB", 64 << 20: "64MiB", 1 << 30: "1GiB", 3 << 40: "3TiB", 5 << 50: "5120TiB"} {
