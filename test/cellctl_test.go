@@ -179,13 +179,13 @@ func TestCellctl(t *testing.T) {
 			P50        int64   `json:"p50_ns"`
 			P99        int64   `json:"p99_ns"`
 			ServerSide float64 `json:"server_side_fraction"`
-			ServerCPU  float64 `json:"server_cpu_seconds"`
+			ServerCPU  *float64 `json:"server_cpu_seconds"`
 			Retries    map[string]uint64
 		}
 		if err := json.Unmarshal([]byte(out), &br); err != nil {
 			t.Fatalf("bench JSON: %v\n%s", err, out)
 		}
-		if br.Ops == 0 || br.Errors != 0 || br.NotFound != 0 || br.Throughput <= 0 || br.P50 <= 0 || br.P99 < br.P50 || br.ServerCPU < 0 || br.Retries == nil {
+		if br.Ops == 0 || br.Errors != 0 || br.NotFound != 0 || br.Throughput <= 0 || br.P50 <= 0 || br.P99 < br.P50 || br.ServerCPU == nil || *br.ServerCPU < 0 || br.Retries == nil {
 			t.Errorf("bench %s: %s", wl, out)
 		}
 		if wl != "put" && (br.ServerSide < 0.2 || br.ServerSide > 0.8) {

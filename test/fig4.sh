@@ -14,6 +14,8 @@
 # Usage (from anywhere in the repository): test/fig4.sh
 # Environment: DURATION (10s), WARMUP (2s), KEYS (100000), VALUE_SIZE (64),
 # CLIENTS (4), IN_FLIGHT (4), CONNS (1), REPEAT (1), HUGEPAGES (auto),
+# BIN (a directory with cellserver and cellctl already built; default: go
+# build them from the working tree),
 # SERVER_CPU (0), CLIENT_CPU (1), BASE_PORT (27070), OUT (a temp dir:
 # the JSON of every run).
 set -euo pipefail
@@ -36,6 +38,7 @@ work=$(mktemp -d -t cell-fig4-XXXXXX)
 OUT=${OUT:-$work/out}
 mkdir -p "$OUT"
 server_pid=
+region_file=
 
 cleanup() {
 	if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
@@ -43,12 +46,19 @@ cleanup() {
 		for _ in $(seq 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.2; done
 		kill -KILL "$server_pid" 2>/dev/null || true
 	fi
+	# A clean shutdown keeps the region file for the next start; with
+	# hugepages it lives outside the data directory (hugetlbfs, /dev/shm).
+	[[ -n $region_file ]] && rm -f "$region_file"
 	rm -rf "$work/bin" "$work/data"
 }
 trap cleanup EXIT
 
-echo "# building cellserver and cellctl" >&2
-(cd "$root" && go build -o "$work/bin/cellserver" ./cmd/cellserver && go build -o "$work/bin/cellctl" ./cmd/cellctl)
+if [[ -n ${BIN:-} ]]; then
+	mkdir -p "$work/bin" && cp "$BIN/cellserver" "$BIN/cellctl" "$work/bin/"
+else
+	echo "# building cellserver and cellctl" >&2
+	(cd "$root" && go build -o "$work/bin/cellserver" ./cmd/cellserver && go build -o "$work/bin/cellctl" ./cmd/cellctl)
+fi
 
 etcd=127.0.0.1:$((BASE_PORT + 9))
 taskset -c "$SERVER_CPU" "$work/bin/cellserver" --data-dir "$work/data" --cores 1 --hugepages "$HUGEPAGES" \
@@ -69,7 +79,8 @@ until ctl status --command-timeout 1s >/dev/null 2>&1; do
 	sleep 0.2
 done
 
-echo "# storing $KEYS keys" >&2
+region_file=$(ctl status -w json | jq -r '.servers[0].regions[0].Path')
+echo "# region file $region_file; storing $KEYS keys" >&2
 ctl bench --workload put --keys "$KEYS" --keyspace "$KEYS" --value-size "$VALUE_SIZE" --duration 100ms --warmup 0s --no-progress >/dev/null
 ctl status | tee "$OUT/status.txt" | sed -n '/^Meganodes/,$p' >&2
 
@@ -94,17 +105,32 @@ echo "|---|---|---|---|---|---|---|---|---|---|"
 for rep in $(seq "$REPEAT"); do
 	for r in "${runs[@]}"; do
 		set -- $r
-		jq -r --arg rep "$rep" '"| \($rep) | \(.params.mode) | \(.params.provider) | \(.throughput|floor) | \(.p50_ns/1000*10|floor/10) | \(.p99_ns/1000*10|floor/10) | \(if .server_side_fraction < 0 then "-" else "\(.server_side_fraction*1000|floor/10)%" end) | \(.server_cpu_us_per_op*100|floor/100) | \(.client_cpu_us_per_op*100|floor/100) | \([.retries|to_entries[]|select(.value>0)|"\(.key)=\(.value)"]|join(" ")) |"' "$OUT/$rep-$1-$2.json"
+		jq -r --arg rep "$rep" '"| \($rep) | \(.params.mode) | \(.params.provider) | \(.throughput|floor) | \(.p50_ns/1000*10|floor/10) | \(.p99_ns/1000*10|floor/10) | \(if .server_side_fraction < 0 then "-" else "\(.server_side_fraction*1000|floor/10)%" end) | \((.server_cpu_us_per_op // 0)*100|floor/100) | \(.client_cpu_us_per_op*100|floor/100) | \([.retries|to_entries[]|select(.value>0)|"\(.key)=\(.value)"]|join(" ")) |"' "$OUT/$rep-$1-$2.json"
 	done
 done
 echo
-# Adaptive against the best single mode, per provider: medians over the
-# repeats (the machine is shared; rows of one repeat ran back to back).
+# Medians over the repeats (the machine is shared: a repeat runs the five
+# modes back to back, so that a disturbance hits few of them), then
+# adaptive against the best single mode, per provider.
+if ((REPEAT > 1)); then
+	echo "Medians of $REPEAT repeats:"
+	echo
+	echo "| mode | provider | throughput (ops/s) | p50 (µs) | p99 (µs) | server-side hops | server CPU µs/op | client CPU µs/op |"
+	echo "|---|---|---|---|---|---|---|---|"
+	for r in "${runs[@]}"; do
+		set -- $r
+		jq -rs '
+			def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+			def m(f): [.[] | f] | median;
+			"| \(.[0].params.mode) | \(.[0].params.provider) | \(m(.throughput)|floor) | \(m(.p50_ns)/100|floor/10) | \(m(.p99_ns)/100|floor/10) | \(m(.server_side_fraction)*1000|floor/10)% | \(m(.server_cpu_us_per_op // 0)*100|floor/100) | \(m(.client_cpu_us_per_op)*100|floor/100) |"' "$OUT"/*-"$1"-"$2".json
+	done
+	echo
+fi
 for p in tcp shm; do
 	jq -rs --arg p "$p" '
 		def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 		def tp(m): [.[] | select(.params.mode == m and (m == "server" or .params.provider == $p)) | .throughput] | median;
 		(tp("server")) as $s | (tp("client")) as $c | (tp("adaptive")) as $a | ([$s, $c] | max) as $best |
-		"\($p): adaptive \($a|floor) ops/s = \($a / $best * 1000 | floor / 1000) × the best single mode (\(if $s >= $c then "server-only" else "client-only" end), \($best|floor) ops/s); medians of \(length / 5 | floor) runs"' "$OUT"/*-*-*.json
+		"\($p): adaptive \($a|floor) ops/s = \($a / $best * 1000 | floor / 1000) × the best single mode (\(if $s >= $c then "server-only" else "client-only" end), \($best|floor) ops/s)"' "$OUT"/*-*-*.json
 done
 echo "(JSON of every run: $OUT)"

@@ -21,7 +21,8 @@
 # if they are missing. Environment: CLIENTS (16), KEYS (100000),
 # VALUE_SIZE (64), DURATION (10s, Cell), REDIS_N1 (1000000) and REDIS_N16
 # (6000000) requests for redis-benchmark, SERVER_CPU (0), CLIENT_CPU (1),
-# BASE_PORT (28070).
+# BASE_PORT (28070), BIN (a directory with cellserver and cellctl already
+# built; default: go build them from the working tree).
 set -euo pipefail
 
 CLIENTS=${CLIENTS:-16}
@@ -87,8 +88,12 @@ done
 kill -TERM "$redis_pid"
 
 # --- Cell ---
-echo "# building cellserver and cellctl" >&2
-(cd "$root" && go build -o "$work/cellserver" ./cmd/cellserver && go build -o "$work/cellctl" ./cmd/cellctl)
+if [[ -n ${BIN:-} ]]; then
+	cp "$BIN/cellserver" "$BIN/cellctl" "$work/"
+else
+	echo "# building cellserver and cellctl" >&2
+	(cd "$root" && go build -o "$work/cellserver" ./cmd/cellserver && go build -o "$work/cellctl" ./cmd/cellctl)
+fi
 etcd=127.0.0.1:$((BASE_PORT + 9))
 taskset -c "$SERVER_CPU" "$work/cellserver" --data-dir "$work/data" --cores 1 --hugepages off \
 	--listen 127.0.0.1:$BASE_PORT --rdma-listen 127.0.0.1:$((BASE_PORT + 1)) --metrics-listen "" \
@@ -112,7 +117,7 @@ for P in 1 16; do
 	cell_rps[$P]=$(jq -r '.throughput' "$work/cell-$P.json")
 	cell_p50[$P]=$(jq -r '.p50_ns / 1000 * 10 | floor / 10' "$work/cell-$P.json")
 	cell_p99[$P]=$(jq -r '.p99_ns / 1000 * 10 | floor / 10' "$work/cell-$P.json")
-	cell_cpu[$P]=$(jq -r '.server_cpu_us_per_op * 100 | floor / 100' "$work/cell-$P.json")
+	cell_cpu[$P]=$(jq -r '(.server_cpu_us_per_op // 0) * 100 | floor / 100' "$work/cell-$P.json")
 done
 
 echo
