@@ -8,6 +8,35 @@ import (
 	"testing"
 )
 
+// statusJSON is cellctl status -w json, decoded.
+type statusJSON struct {
+	Root    string
+	Servers []struct {
+		ID        string
+		RPCAddr   string `json:"rpc_addr"`
+		Regions   []struct{ ID uint32 }
+		Meganodes []struct {
+			Ptr    string
+			Level  int
+			Height int
+		}
+		Hints  struct{ Workers int }
+		Height int
+		Fill   float64
+		Error  string
+	}
+}
+
+func (s *cellServer) statusJSON(t *testing.T) statusJSON {
+	t.Helper()
+	code, out, errs := s.cellctl(t, "status", "-w", "json")
+	var st statusJSON
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Servers) != 1 {
+		t.Fatalf("status: exit %d, %v, stderr %q, stdout %q", code, err, errs, out)
+	}
+	return st
+}
+
 // cellctl end to end against a running cellserver: put, get, del, range,
 // status, dump and bench through --endpoints, their outputs (table and
 // JSON) and exit codes, and errors as one line with exit status 1.
@@ -176,9 +205,9 @@ func TestCellctl(t *testing.T) {
 			Errors     uint64
 			NotFound   uint64 `json:"not_found"`
 			Throughput float64
-			P50        int64   `json:"p50_ns"`
-			P99        int64   `json:"p99_ns"`
-			ServerSide float64 `json:"server_side_fraction"`
+			P50        int64    `json:"p50_ns"`
+			P99        int64    `json:"p99_ns"`
+			ServerSide float64  `json:"server_side_fraction"`
 			ServerCPU  *float64 `json:"server_cpu_seconds"`
 			Retries    map[string]uint64
 		}

@@ -6,7 +6,8 @@
 //   - cluster_test.go: the harness (building, starting, readiness, stop).
 //   - linearizability_test.go: concurrent writers and readers in every
 //     search mode with both one-sided providers, checked against a model
-//     and, per key, for linearizability with porcupine.
+//     and, per key, for linearizability with porcupine; again with small
+//     meganodes that keep splitting during the run.
 //   - cellctl_test.go: cellctl end to end against the running server.
 //   - badinput_test.go: oversized keys and values, malformed and oversized
 //     frames, one-sided reads with a wrong key or out of bounds.

@@ -209,6 +209,35 @@ func TestLinearizable(t *testing.T) {
 	}
 }
 
+// The same with meganodes of 256 nodes, so that the bulk load leaves
+// several leaf meganodes under an inner root meganode and the churn keeps
+// splitting meganodes while the histories are recorded: searches hop
+// between meganodes, server-side and client-side.
+func TestLinearizableAcrossMeganodes(t *testing.T) {
+	srv := startServer(t, serverOptions{cores: 2, meganodeSize: "256KiB"})
+	w := linWorkload{keys: 6, writers: 3, readers: 3, opsEach: 800, bulk: 4000}
+	if testing.Short() {
+		w.opsEach = 200
+	}
+	bulkLoad(t, srv, "lin/bulk/", w.bulk)
+	for _, run := range []struct{ mode, provider string }{
+		{"adaptive", client.ProviderTCP}, {"server", client.ProviderSHM}, {"client", client.ProviderTCP}, {"client", client.ProviderSHM}, {"ratio=50", client.ProviderSHM},
+	} {
+		t.Run(run.mode+"/"+run.provider, func(t *testing.T) {
+			runLinearizable(t, srv, run.mode, run.provider, w)
+		})
+	}
+	st := srv.statusJSON(t)
+	levels := map[int]int{}
+	for _, m := range st.Servers[0].Meganodes {
+		levels[m.Level]++
+	}
+	t.Logf("meganodes by level: %v", levels)
+	if levels[0] < 2 || levels[1] < 1 {
+		t.Errorf("meganodes by level %v: want several leaf meganodes under an inner one", levels)
+	}
+}
+
 func runLinearizable(t *testing.T, srv *cellServer, modeName, provider string, w linWorkload) {
 	mode, err := locality.ParseMode(modeName)
 	if err != nil {
