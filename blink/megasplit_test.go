@@ -588,3 +588,72 @@ func TestMeganodeSplitMisuse(t *testing.T) {
 	mustFind(t, r, x, keys)
 	mustPut(t, x, string(sep)+"z", "v")
 }
+
+// Writes below the split key during the freeze can split X's root and grow
+// its height: the boundary then runs through a root that straddles the
+// split key, which LinkRight cuts (its entries below sep stay, max = sep).
+func TestMeganodeSplitRootGrowsDuringFreeze(t *testing.T) {
+	r := newTestRegion(t, tinyNode, 256*tinyNode, 3)
+	x := r.format(t, 0, Full)
+	var keys []string
+	for i := 0; x.Usage().Height < 2 || len(keys) < 40; i++ {
+		k := splitKey(2 * i)
+		mustPut(t, x, k, "v"+k)
+		keys = append(keys, k)
+	}
+	sep, err := x.SplitKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Freeze(sep); err != nil {
+		t.Fatal(err)
+	}
+	h0 := x.Usage().Height
+	// Odd keys below sep, many per gap, until the root has split.
+	for i := 1; x.Usage().Height == h0; i++ {
+		k := pad(fmt.Sprintf("%s%04d", splitKey(2 * (i % 20))[:7], i))
+		if k >= string(sep) {
+			continue
+		}
+		mustPut(t, x, k, "v"+k)
+		keys = append(keys, k)
+		if i > 20000 {
+			t.Fatal("root never split")
+		}
+	}
+	h, _ := x.Header()
+	y := r.format(t, 0, Bounds{Min: sep, MaxInf: true})
+	if err := y.BeginCopy(x.Right()); err != nil {
+		t.Fatal(err)
+	}
+	for from := sep; from != nil; {
+		if from, err = CopyRight(x, y, from, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := x.LinkRight(y.Root()); err != nil {
+		t.Fatal(err)
+	}
+	mustFind(t, r, x, keys)
+	for done := false; !done; {
+		if done, err = x.FreeRight(4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := errors.Join(x.Thaw(), y.Thaw()); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, x)
+	mustCheck(t, y)
+	mustCheckLinks(t, x, y)
+	mustFind(t, r, x, keys)
+	mustScan(t, r, x, keys)
+	rn := x.nodeBytes(x.Root())
+	if string(rn.maxKey()) != string(sep) || rn.level() != h.Height-1 {
+		t.Fatalf("X's root after the split: level %d max %q, want level %d max %q", rn.level(), rn.maxKey(), h.Height-1, sep)
+	}
+	if x.NeedsSplit() || y.NeedsSplit() {
+		t.Fatal("a half still needs a split")
+	}
+	t.Logf("height %d -> %d during the freeze; %d keys", h0, h.Height, len(keys))
+}

@@ -74,6 +74,14 @@ func (t *Tree) Right() Ptr {
 	return t.nodeBytes(Ptr(t.mu.hdr.u64(hdrRoot))).rightLink()
 }
 
+// NeedsSplit reports whether an insert of a new key would fail with
+// ErrNeedsSplit now (the fill threshold, or the nodes left for a cascade).
+func (t *Tree) NeedsSplit() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.roomForInsertLocked() != nil
+}
+
 // SplitKey chooses where to split the meganode: the middle entry key of
 // the topmost node with at least two entries (the local root, unless an
 // earlier split left it with one). An entry key of an inner node is a node

@@ -417,6 +417,9 @@ func (w *worker) waitSplit(gen uint64) error {
 	s := w.s
 	dl := w.deadline
 	if dl.IsZero() {
+		if w.started.IsZero() {
+			w.started = time.Now()
+		}
 		dl = w.started.Add(s.opts.MaxSplitWait)
 	}
 	d := time.Until(dl)

@@ -14,6 +14,7 @@ import (
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/regiontable"
 )
 
 // Local meganode splits (paper §2.2, DESIGN §4; the protocol is drawn in
@@ -119,21 +120,30 @@ func (s *Server) serveSplit(p blink.Ptr) {
 		return
 	}
 	lm.splitQueued.Store(false)
-	force := lm.splitForce.Swap(false)
+	// A write that found the meganode full forces a split, unless a split
+	// made room since.
+	force := lm.splitForce.Swap(false) && lm.t.NeedsSplit()
 	if !force && lm.t.Fill() < s.opts.SplitFill {
 		return
 	}
+	s.runSplit(lm)
+}
+
+// runSplit splits lm now, wakes the writes waiting for it, and requests
+// further splits of the two halves if they are still above the fill
+// threshold (an unbalanced split). It reports whether the split was done.
+func (s *Server) runSplit(lm *localMeganode) bool {
 	s.splitMu.Lock()
 	y, err := s.splitLocked(lm, 0)
 	s.splitMu.Unlock()
 	s.splitWake.broadcast()
 	if err != nil {
-		s.log.Warn("server: meganode split failed", slog.String("meganode", p.String()), slog.Any("err", err))
-		return
+		s.log.Warn("server: meganode split failed", slog.String("meganode", lm.m.Ptr().String()), slog.Any("err", err))
+		return false
 	}
-	// An unbalanced split may leave either half above the threshold.
 	s.maybeRequestSplit(lm)
 	s.maybeRequestSplit(y)
+	return true
 }
 
 // failpointAfterLink evaluates a failpoint past a split's point of no
@@ -273,7 +283,11 @@ func (s *Server) insertSeparatorLocked(x *localMeganode, sep []byte, y *localMeg
 		case root == nil:
 			return fmt.Errorf("server: the root meganode %v is not on this server (remote splits come later)", blink.Ptr(s.root.Load()))
 		case root.level == x.level:
-			return s.growRootLocked(root, sep)
+			err := s.growRootLocked(root, sep)
+			if errors.Is(err, regiontable.ErrConflict) {
+				continue // the table had a newer root, now ours: look again
+			}
+			return err
 		case root.level < x.level:
 			return fmt.Errorf("server: root meganode at level %d below meganode %v at %d: %w", root.level, x.m.Ptr(), x.level, blink.ErrCorruption)
 		}
@@ -344,9 +358,14 @@ func (s *Server) growRootLocked(root *localMeganode, sep []byte) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.opts.Store.SetRoot(ctx, root.m.Ptr(), np); err != nil {
+	if cur, err := s.opts.Store.SetRoot(ctx, root.m.Ptr(), np); err != nil {
 		if _, aerr := s.applySplit(root, sep, splitBody{Phase: phaseAbort, New: np}); aerr != nil {
 			s.log.Error("server: drop the unpublished root meganode", slog.String("meganode", np.String()), slog.Any("err", aerr))
+		}
+		if errors.Is(err, regiontable.ErrConflict) && !cur.IsNil() {
+			// Our root was stale (the table's follower had not caught
+			// up): adopt the table's, the caller looks again.
+			s.learnRoot(cur)
 		}
 		return fmt.Errorf("server: publish the new root meganode %v: %w", np, err)
 	}
@@ -368,6 +387,9 @@ func (s *Server) applySplitLocked(r *writeRecord, b *splitBody) (applyResult, er
 	case phaseStart:
 		return applyResult{}, s.startSplitLocked(x, r.Key, b.New)
 	case phaseRoot:
+		if blink.Ptr(s.root.Load()) != x.m.Ptr() {
+			return applyResult{}, fmt.Errorf("server: root record for %v, which is not the root: %w", x.m.Ptr(), ErrBadRecord)
+		}
 		return applyResult{}, s.makeRootLocked(x, b.New)
 	case phaseAbort:
 		return applyResult{}, s.abortSplitLocked(x, b.New)
@@ -488,11 +510,22 @@ func (s *Server) abortSplitLocked(x *localMeganode, np blink.Ptr) error {
 	if info.Linked {
 		return fmt.Errorf("server: abort of the split of %v after its link: %w", x.m.Ptr(), ErrBadRecord)
 	}
+	n := s.meganodeAt(np)
+	if n != nil && n.m.Ptr() != np {
+		n = nil
+	}
+	// Only a meganode nobody can reach may go: the target of x's split,
+	// or one level above x while x is the root (an unpublished root).
+	target := n != nil && info.Source && n.level == x.level && n.t.Split().Target
+	rootCandidate := n != nil && n.level == x.level+1 && blink.Ptr(s.root.Load()) == x.m.Ptr()
+	if n != nil && !target && !rootCandidate {
+		return fmt.Errorf("server: abort record for %v would drop %v, which may be reachable: %w", x.m.Ptr(), np, ErrBadRecord)
+	}
 	var errs []error
 	if info.Source {
 		errs = append(errs, x.t.Thaw())
 	}
-	if n := s.meganodeAt(np); n != nil && n.m.Ptr() == np && n != x {
+	if n != nil {
 		s.megaMu.Lock()
 		s.removeMeganodeLocked(n.m.Slot())
 		errs = append(errs, s.region.FreeMeganode(n.m.Slot()))

@@ -362,7 +362,8 @@ func TestSplitFailpoints(t *testing.T) {
 		fill(x, 0.55)
 		oldRoot := s.Root()
 		lo, hi := xMin(t, x), xMax(t, x) // X's range before the split
-		s.requestSplit(x, true)
+		splitDone := make(chan bool, 1)
+		go func() { splitDone <- s.runSplit(x) }()
 		var y *localMeganode
 		var sep string
 		var blocked chan error // a put above sep issued while frozen
@@ -465,6 +466,9 @@ func TestSplitFailpoints(t *testing.T) {
 			}
 			p.release <- struct{}{}
 		}
+		if !<-splitDone {
+			t.Fatal("split failed")
+		}
 		waitSplitsIdle(t, s)
 		if err := s.Check(); err != nil {
 			t.Fatal(err)
@@ -545,15 +549,12 @@ func TestSplitAbort(t *testing.T) {
 	disable := failpoint.Enable(FailpointSplitCopied, func() error { return boom })
 	defer disable()
 	megas := len(s.region.Meganodes())
-	s.requestSplit(x, true)
-	deadline := time.Now().Add(10 * time.Second)
-	for metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "aborted"}) < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("split not aborted")
-		}
-		time.Sleep(5 * time.Millisecond)
+	if s.runSplit(x) {
+		t.Fatal("split done despite the failpoint")
 	}
-	waitSplitsIdle(t, s)
+	if got := metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "aborted"}); got != 1 {
+		t.Fatalf("%v aborted splits counted", got)
+	}
 	if got := len(s.region.Meganodes()); got != megas || x.t.Split().Source {
 		t.Fatalf("after the abort: %d meganodes (%d before), X splitting %v", got, megas, x.t.Split().Source)
 	}
@@ -566,7 +567,9 @@ func TestSplitAbort(t *testing.T) {
 	keys = append(keys, "zzz")
 
 	disable()
-	s.requestSplit(x, true)
+	if !s.runSplit(x) {
+		t.Fatal("second attempt failed")
+	}
 	waitSplitsIdle(t, s)
 	if levels(t, s) != 2 {
 		t.Fatalf("%d levels after the second attempt", levels(t, s))
