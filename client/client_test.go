@@ -23,6 +23,12 @@ func TestRoundTrip(t *testing.T) {
 			})
 		}
 	}
+	t.Run("adaptive/tcp/paper-rule", func(t *testing.T) {
+		cfg := realConfig(t, rc)
+		cfg.Mode, cfg.Provider = locality.Mode{Kind: locality.Adaptive}, ProviderTCP
+		cfg.Selector.PaperRule = true
+		roundTrip(t, mustClient(t, cfg), 300)
+	})
 }
 
 // TestRoundTripMultiMeganode is TestRoundTrip in a two-level tree over two
@@ -88,6 +94,16 @@ func roundTrip(t *testing.T, c *Client, n int) {
 	case locality.ClientOnly:
 		if st.ServerHops != 0 || st.Reads == 0 {
 			t.Errorf("client mode: %d server hops, %d reads", st.ServerHops, st.Reads)
+		}
+	case locality.Adaptive:
+		if c.cfg.Provider == ProviderTCP && !c.cfg.Selector.PaperRule {
+			// One-sided tcp reads cost the server CPU: adaptive searches
+			// server-side (locality doc.go, "Reads that cost the server CPU").
+			if st.ClientHops != 0 || st.ServerHops == 0 {
+				t.Errorf("adaptive over tcp: server hops %d, client hops %d; want server only", st.ServerHops, st.ClientHops)
+			}
+		} else if st.ServerHops == 0 || st.ClientHops == 0 {
+			t.Errorf("%v: server hops %d, client hops %d; want both", mode, st.ServerHops, st.ClientHops)
 		}
 	default:
 		if st.ServerHops == 0 || st.ClientHops == 0 {

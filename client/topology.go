@@ -282,6 +282,12 @@ func (c *Client) newRegion(srv *server, ri *wire.RegionInfo, extra []rdma.Remote
 	r := &region{id: ri.ID, epoch: ri.Epoch, srv: srv}
 	keys := append(regionKeys(ri), extra...)
 	r.rk, r.reader = c.chooseAccess(ri.ID, keys)
+	if r.reader != nil {
+		// A provider whose reads are served by the server's CPU (tcp)
+		// makes client-side searches cost that CPU more than
+		// server-side ones: the selector must know (locality doc.go).
+		srv.est.SetReadsShareServerCPU(!r.reader.Caps().SparesServerCPU)
+	}
 	return r
 }
 

@@ -85,6 +85,23 @@
 //
 // Locking notes: Selector.mu < Estimator.mu; Selector.heightMu is a leaf.
 //
+// # Reads that cost the server CPU (Cell's refinement, measured)
+//
+// The paper assumes the server's CPU queue and its NIC's read queue are
+// independent (§2.5). That holds for RDMA NICs and for the same-host shm
+// provider, whose reads never touch the server's CPU. It does not hold
+// for the TCP stand-in provider: each one-sided read is a syscall and a
+// copy on the server, costing about as much server CPU as a whole
+// server-side search step, so a client-side search (m node reads and a
+// record read) costs the server several times more than a server-side one.
+// Under load, the paper's rule sees l_s grow and moves searches to the
+// client side, which adds load to the very CPU it tries to relieve.
+// Clients therefore mark such servers with
+// Estimator.SetReadsShareServerCPU (from rdma.Caps.SparesServerCPU), and in
+// adaptive mode those servers are searched server-side, without
+// exploration. Options.PaperRule restores the paper's rule for side-by-side
+// measurement (`cellctl bench --paper-rule`); BENCHMARKS.md records both.
+//
 // Time comes from Options.Clock and randomness from a PCG stream per
 // Estimator seeded from Options.Seed and the server ID, so a run with a
 // fixed seed and a virtual clock is deterministic (locality/sim relies on

@@ -29,7 +29,21 @@ type Estimator struct {
 		credit  float64 // Ratio mode: server-side credit in percent, in [0, 100)
 		dec     Decisions
 		idle    uint64 // histories discarded for idleness
+		// sharedCPU: this server's one-sided reads are served by its CPU
+		// (a software provider), not by a NIC.
+		sharedCPU bool
 	}
+}
+
+// SetReadsShareServerCPU records whether one-sided reads from this server
+// are served by the server's own CPU (rdma.Caps.SparesServerCPU false: the
+// TCP stand-in) rather than by hardware that spares it (shm, RDMA NICs).
+// In adaptive mode, unless Options.PaperRule, such a server is always
+// searched server-side: see "Reads that cost the server CPU" in doc.go.
+func (e *Estimator) SetReadsShareServerCPU(v bool) {
+	e.mu.Lock()
+	e.mu.sharedCPU = v
+	e.mu.Unlock()
 }
 
 func newEstimator(s *Selector, id ServerID) *Estimator {
@@ -82,7 +96,18 @@ func (e *Estimator) chooseLocked() Choice {
 		}
 		return Choice{Method: ClientSide}
 	}
-	// Adaptive. Cold start: get each estimate its first sample.
+	// Adaptive. The paper's rule models the server's CPU queue and its
+	// NIC's read queue as independent (§2.5: "We assume that Q_s and Q_r
+	// are independent of each other"). When one-sided reads are served by
+	// the server's CPU the two queues are one, and a client-side search
+	// puts m node reads and a record read on it, each costing about as
+	// much CPU as a whole server-side search: the server-side search is
+	// never the worse choice, and exploring the other one only wastes
+	// server CPU.
+	if e.mu.sharedCPU && !s.opts.PaperRule {
+		return Choice{Method: ServerSide}
+	}
+	// Cold start: get each estimate its first sample.
 	if e.mu.ls.win.n == 0 {
 		return Choice{Method: ServerSide}
 	}

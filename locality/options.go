@@ -68,6 +68,11 @@ type Options struct {
 	// ID. Default 0 means a seed drawn at random by EnsureDefaults; set any
 	// other value for a reproducible run.
 	Seed uint64
+	// PaperRule applies the paper's inequality even to servers whose
+	// one-sided reads cost the server CPU (Estimator.SetReadsShareServerCPU).
+	// Default false: see "Reads that cost the server CPU" in doc.go. Set it
+	// to measure the paper's rule side by side with Cell's refinement.
+	PaperRule bool
 }
 
 // EnsureDefaults fills zero fields with their defaults.

@@ -186,3 +186,34 @@ func TestRatioSpreadEvenly(t *testing.T) {
 		}
 	}
 }
+
+// TestReadsShareServerCPU: a server whose one-sided reads cost its CPU is
+// searched server-side in adaptive mode, even when the paper's inequality
+// would choose client-side; Options.PaperRule restores the paper's rule.
+func TestReadsShareServerCPU(t *testing.T) {
+	for _, paper := range []bool{false, true} {
+		s, err := NewSelector(Options{Seed: 1, Explore: -1, PaperRule: paper})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := s.Estimator(1)
+		e.SetReadsShareServerCPU(true)
+		// A loaded server: l_s far above m·l_r.
+		for i := 0; i < 50; i++ {
+			e.ObserveServer(500*time.Microsecond, 480*time.Microsecond, 5*time.Microsecond)
+			e.ObserveRead(16 * time.Microsecond)
+		}
+		got := e.Choose().Method
+		want := ServerSide
+		if paper {
+			want = ClientSide
+		}
+		if got != want {
+			t.Errorf("PaperRule=%v: chose %v, want %v", paper, got, want)
+		}
+		e.SetReadsShareServerCPU(false)
+		if got := e.Choose().Method; got != ClientSide {
+			t.Errorf("PaperRule=%v, reads spare the CPU: chose %v, want client-side", paper, got)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 // benchParams are the flags of cellctl bench.
 type benchParams struct {
 	Mode         string        `json:"mode"`
+	PaperRule    bool          `json:"paper_rule,omitempty"`
 	Provider     string        `json:"provider"`
 	Clients      int           `json:"clients"`
 	InFlight     int           `json:"in_flight"`
@@ -103,6 +104,7 @@ func (p *benchParams) validate() error {
 // config returns the client configuration of one bench client.
 func (p *benchParams) config(base client.Config) client.Config {
 	base.Mode = p.mode
+	base.Selector.PaperRule = p.PaperRule
 	base.Provider = p.Provider
 	base.ConnsPerServer = p.Conns
 	if p.Cache == "off" {
@@ -149,6 +151,7 @@ when it is a terminal (not with --no-progress).`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&p.Mode, "mode", "adaptive", "search mode: adaptive, server, client or ratio=P")
+	fs.BoolVar(&p.PaperRule, "paper-rule", false, "adaptive: apply the paper's rule even where one-sided reads cost the server CPU (tcp), for side-by-side comparison")
 	fs.StringVar(&p.Provider, "provider", "tcp", "one-sided read provider: tcp, shm or auto")
 	fs.IntVar(&p.Clients, "clients", 4, "client instances, each with its own selector and connections")
 	fs.IntVar(&p.InFlight, "in-flight", 1, "operations each client keeps in flight (pipelining)")
