@@ -86,13 +86,17 @@ ctl status | tee "$OUT/status.txt" | sed -n '/^Meganodes/,$p' >&2
 
 common=(--workload get --keys 0 --keyspace "$KEYS" --cache off --clients "$CLIENTS" --in-flight "$IN_FLIGHT" --conns "$CONNS"
 	--duration "$DURATION" --warmup "$WARMUP" --server-pid "$server_pid" --no-progress -w json)
-runs=("server tcp" "client tcp" "client shm" "adaptive tcp" "adaptive shm")
+# "adaptive tcp paper" is adaptive with --paper-rule: the paper's rule even
+# though tcp reads cost the server CPU (locality doc.go), side by side.
+runs=("server tcp" "client tcp" "client shm" "adaptive tcp" "adaptive shm" "adaptive tcp paper")
 
 for rep in $(seq "$REPEAT"); do
 	for r in "${runs[@]}"; do
 		set -- $r
-		echo "# run $rep: mode $1, provider $2" >&2
-		ctl bench --mode "$1" --provider "$2" "${common[@]}" >"$OUT/$rep-$1-$2.json"
+		echo "# run $rep: mode $1, provider $2 ${3:-}" >&2
+		extra=()
+		[[ ${3:-} == paper ]] && extra=(--paper-rule)
+		ctl bench --mode "$1" --provider "$2" "${extra[@]}" "${common[@]}" >"$OUT/$rep-$1-$2${3:+-$3}.json"
 	done
 done
 
@@ -105,7 +109,7 @@ echo "|---|---|---|---|---|---|---|---|---|---|"
 for rep in $(seq "$REPEAT"); do
 	for r in "${runs[@]}"; do
 		set -- $r
-		jq -r --arg rep "$rep" '"| \($rep) | \(.params.mode) | \(.params.provider) | \(.throughput|floor) | \(.p50_ns/1000*10|floor/10) | \(.p99_ns/1000*10|floor/10) | \(if .server_side_fraction < 0 then "-" else "\(.server_side_fraction*1000|floor/10)%" end) | \((.server_cpu_us_per_op // 0)*100|floor/100) | \(.client_cpu_us_per_op*100|floor/100) | \([.retries|to_entries[]|select(.value>0)|"\(.key)=\(.value)"]|join(" ")) |"' "$OUT/$rep-$1-$2.json"
+		jq -r --arg rep "$rep" '"| \($rep) | \(.params.mode)\(if .params.paper_rule then " (paper rule)" else "" end) | \(.params.provider) | \(.throughput|floor) | \(.p50_ns/1000*10|floor/10) | \(.p99_ns/1000*10|floor/10) | \(if .server_side_fraction < 0 then "-" else "\(.server_side_fraction*1000|floor/10)%" end) | \((.server_cpu_us_per_op // 0)*100|floor/100) | \(.client_cpu_us_per_op*100|floor/100) | \([.retries|to_entries[]|select(.value>0)|"\(.key)=\(.value)"]|join(" ")) |"' "$OUT/$rep-$1-$2${3:+-$3}.json"
 	done
 done
 echo
@@ -120,17 +124,18 @@ if ((REPEAT > 1)); then
 	for r in "${runs[@]}"; do
 		set -- $r
 		jq -rs '
-			def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+			def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 			def m(f): [.[] | f] | median;
-			"| \(.[0].params.mode) | \(.[0].params.provider) | \(m(.throughput)|floor) | \(m(.p50_ns)/100|floor/10) | \(m(.p99_ns)/100|floor/10) | \(m(.server_side_fraction)*1000|floor/10)% | \(m(.server_cpu_us_per_op // 0)*100|floor/100) | \(m(.client_cpu_us_per_op)*100|floor/100) |"' "$OUT"/*-"$1"-"$2".json
+			"| \(.[0].params.mode)\(if .[0].params.paper_rule then " (paper rule)" else "" end) | \(.[0].params.provider) | \(m(.throughput)|floor) | \(m(.p50_ns)/100|floor/10) | \(m(.p99_ns)/100|floor/10) | \(m(.server_side_fraction)*1000|floor/10)% | \(m(.server_cpu_us_per_op // 0)*100|floor/100) | \(m(.client_cpu_us_per_op)*100|floor/100) |"' "$OUT"/*-"$1"-"$2"${3:+-$3}.json
 	done
 	echo
 fi
 for p in tcp shm; do
 	jq -rs --arg p "$p" '
-		def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
-		def tp(m): [.[] | select(.params.mode == m and (m == "server" or .params.provider == $p)) | .throughput] | median;
-		(tp("server")) as $s | (tp("client")) as $c | (tp("adaptive")) as $a | ([$s, $c] | max) as $best |
-		"\($p): adaptive \($a|floor) ops/s = \($a / $best * 1000 | floor / 1000) × the best single mode (\(if $s >= $c then "server-only" else "client-only" end), \($best|floor) ops/s)"' "$OUT"/*-*-*.json
+		def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+		def tp(m; paper): [.[] | select(.params.mode == m and (m == "server" or .params.provider == $p) and ((.params.paper_rule // false) == paper)) | .throughput] | median;
+		(tp("server"; false)) as $s | (tp("client"; false)) as $c | (tp("adaptive"; false)) as $a | (tp("adaptive"; true)) as $pa | ([$s, $c] | max) as $best |
+		"\($p): adaptive \($a|floor) ops/s = \($a / $best * 1000 | floor / 1000) × the best single mode (\(if $s >= $c then "server-only" else "client-only" end), \($best|floor) ops/s)" +
+		(if $pa then "; paper rule \($pa|floor) ops/s = \($pa / $best * 1000 | floor / 1000) ×" else "" end)' "$OUT"/*-*-*.json
 done
 echo "(JSON of every run: $OUT)"
