@@ -23,6 +23,7 @@ type Client struct {
 	cfg      Config
 	log      *slog.Logger
 	sel      *locality.Selector
+	sysClock bool // the selector reads the system clock (observeRead)
 	metrics  *Metrics
 	counters counters
 	nodes    *nodeCache
@@ -81,6 +82,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		cfg:        cfg,
 		log:        cfg.Logger,
 		sel:        sel,
+		sysClock:   sel.Options().Clock == locality.SystemClock,
 		hostID:     cfg.HostID,
 		clientID:   randomID(),
 		refreshSem: make(chan struct{}, 1),

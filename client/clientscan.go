@@ -293,7 +293,7 @@ func (c *Client) fetchRecords(ctx context.Context, t *topology, bufs *scanBufs) 
 		}
 		if len(segs) == 1 {
 			// One range: a read like any other for the selector.
-			reg.srv.est.ObserveRead(time.Since(start))
+			c.observeRead(reg.srv.est, start)
 		}
 		c.counters.reads.Add(1)
 		c.counters.readBytes.Add(uint64(bytes))

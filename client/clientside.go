@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cellstore/cell/locality"
 	"math"
 	"runtime"
 	"time"
@@ -430,8 +431,21 @@ func (op *searchOp) read(ctx context.Context, p blink.Ptr, dst []byte) error {
 		c.kickRefresh()
 		return errRestart
 	}
-	reg.srv.est.ObserveRead(time.Since(start))
+	c.observeRead(reg.srv.est, start)
 	c.counters.reads.Add(1)
 	c.counters.readBytes.Add(uint64(len(dst)))
 	return nil
+}
+
+// observeRead feeds a one-sided read that started at start to the server's
+// estimator. With the system clock (the default) it hands over the end
+// time it read, saving the estimator a second clock read per read: clock
+// reads were a fifth of the client's CPU on the shm read path.
+func (c *Client) observeRead(est *locality.Estimator, start time.Time) {
+	if c.sysClock {
+		end := time.Now()
+		est.ObserveReadAt(end.Sub(start), end)
+		return
+	}
+	est.ObserveRead(time.Since(start))
 }

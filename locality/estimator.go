@@ -158,7 +158,16 @@ func (e *Estimator) ObserveRead(latency time.Duration) {
 	if latency <= 0 {
 		return
 	}
-	now := e.sel.opts.Clock.Now()
+	e.ObserveReadAt(latency, e.sel.opts.Clock.Now())
+}
+
+// ObserveReadAt is ObserveRead for a read that ended at now (a time from
+// Options.Clock): callers that timed the read pass its end time and save a
+// clock read on the hot path.
+func (e *Estimator) ObserveReadAt(latency time.Duration, now time.Time) {
+	if latency <= 0 {
+		return
+	}
 	x := float64(latency)
 	e.mu.Lock()
 	e.touchLocked(now)
