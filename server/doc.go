@@ -143,10 +143,13 @@
 //
 // Writes never see a split. worker.write searches again when the key's
 // meganode changed since its search (ErrKeyOutOfRange: the split linked),
-// and when the key is frozen, or its meganode is full and must split, it
-// waits for the split (a generation-stamped broadcast, splitSignal), up to
-// the request's deadline or Options.MaxSplitWait, and then answers
-// NeedsRetry, which clients retry. A waiting write holds its worker.
+// and when the key is frozen, or its meganode is full and must split, the
+// request is parked (park.go): its worker moves on, and the split's next
+// event (the right half freed, the split done or failed) puts it back in
+// the queue to run again from its search. The wait ends after
+// Options.MaxSplitWait (NeedsRetry, which clients retry) or at the
+// request's deadline (Expired). So a split never holds a worker, and reads
+// are served throughout even with one core.
 //
 // What the log gives a later recovery (not implemented here): a start
 // without a link means undo (free Y, whose entries only share X's

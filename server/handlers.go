@@ -39,8 +39,11 @@ type worker struct {
 	metaRep     wire.MetadataReply
 
 	// The request being handled: when it started, and its deadline (zero
-	// when it has none).
+	// when it has none); its job, when it came from the queue (a write
+	// may park it: park.go), and the split generation it parks at.
 	started, deadline time.Time
+	job               *job
+	parkGen           uint64
 
 	hdr    []byte // one node, 8-byte aligned: meganode header copies
 	val    []byte // a value read by Get or Search
@@ -364,22 +367,28 @@ func (w *worker) del(body []byte) error {
 
 // Bounds of worker.write's retries.
 const (
-	maxMoves      = 8 // the key's meganode changed between search and apply
-	maxFullWaits  = 3 // splits waited for after ErrNeedsSplit
-	maxSplitWaits = 1 << 10
+	maxMoves     = 8 // the key's meganode changed between search and apply
+	maxFullWaits = 3 // splits asked for after ErrNeedsSplit
 )
 
 // write descends to the leaf meganode of key and applies the record rec
 // builds for it. Meganode splits stay invisible to the client: a key that
 // moved to another meganode since the search (a split linked) is searched
 // again; a write into a range a split froze waits until the split lets go
-// of it, and one into a full meganode asks for a split and waits for it,
-// within the request's deadline (Options.MaxSplitWait without one), then
-// NeedsRetry. A meganode that cannot split keeps answering ErrNeedsSplit.
+// of it, and one into a full meganode asks for a split and waits for it
+// (at most maxFullWaits times), for Options.MaxSplitWait at most and
+// within the request's deadline, then NeedsRetry (Expired past the
+// deadline). A request from the
+// queue waits parked (errPark: its worker moves on); one without a job (a
+// direct call) waits in place.
 func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec func(*localMeganode) []byte) (applyResult, error) {
 	s := w.s
-	moves, full := 0, 0
-	for waits := 0; waits < maxSplitWaits; {
+	var local job // a direct call's wait state
+	j := w.job
+	if j == nil {
+		j = &local
+	}
+	for moves := 0; ; {
 		gen := s.splitWake.generation()
 		hp, err := w.leafFor(p, epoch, key, what)
 		if err != nil {
@@ -395,38 +404,37 @@ func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec f
 			continue
 		case errors.Is(err, blink.ErrFrozen):
 			s.metrics.waits.WithLabelValues("frozen").Inc()
-		case errors.Is(err, blink.ErrNeedsSplit) && !s.opts.DisableSplits && full < maxFullWaits:
-			full++
+		case errors.Is(err, blink.ErrNeedsSplit) && !s.opts.DisableSplits && j.fullWaits < maxFullWaits:
+			j.fullWaits++
 			s.metrics.waits.WithLabelValues("full").Inc()
 			s.requestSplit(hp.lm, true)
 		default:
 			return res, err
 		}
-		waits++
-		if err := w.waitSplit(gen); err != nil {
+		if j.waitUntil.IsZero() {
+			j.waitUntil = time.Now().Add(s.opts.MaxSplitWait)
+			if !w.deadline.IsZero() && w.deadline.Before(j.waitUntil) {
+				j.waitUntil = w.deadline
+			}
+		}
+		if !time.Now().Before(j.waitUntil) {
+			return applyResult{}, wireErrorf(wire.StatusNeedsRetry, "a meganode split is in progress")
+		}
+		if w.job != nil {
+			w.parkGen = gen
+			return applyResult{}, errPark
+		}
+		if err := w.waitSplit(gen, j.waitUntil); err != nil {
 			return applyResult{}, err
 		}
 	}
-	return applyResult{}, wireErrorf(wire.StatusNeedsRetry, "%s of %q waited for %d meganode splits", what, key, maxSplitWaits)
 }
 
-// waitSplit waits for the first split event after generation gen, until
-// the request's deadline (or Options.MaxSplitWait after the request
-// started when it has none).
-func (w *worker) waitSplit(gen uint64) error {
+// waitSplit waits in place for the first split event after generation
+// gen, until the time until.
+func (w *worker) waitSplit(gen uint64, until time.Time) error {
 	s := w.s
-	dl := w.deadline
-	if dl.IsZero() {
-		if w.started.IsZero() {
-			w.started = time.Now()
-		}
-		dl = w.started.Add(s.opts.MaxSplitWait)
-	}
-	d := time.Until(dl)
-	if d <= 0 {
-		return wireErrorf(wire.StatusNeedsRetry, "a meganode split is in progress")
-	}
-	t := time.NewTimer(d)
+	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	select {
 	case <-s.splitWake.after(gen):

@@ -105,10 +105,10 @@ type Options struct {
 	// SplitFreeBatch is how many nodes one free step of a split
 	// invalidates. Default 256.
 	SplitFreeBatch int
-	// MaxSplitWait bounds how long a write waits for a meganode split that
-	// froze its key (or that must make room for it) when the request
-	// carries no deadline; it is then answered NeedsRetry. Requests with a
-	// deadline wait until it. Default 10 s.
+	// MaxSplitWait bounds how long a write waits (parked, not holding a
+	// worker) for a meganode split that froze its key or must make room
+	// for it; it is then answered NeedsRetry, which clients retry. A
+	// request's deadline ends the wait earlier (Expired). Default 10 s.
 	MaxSplitWait time.Duration
 	// Registry receives the server's metrics (NewMetrics) and is what
 	// MetricsListen serves. Default: a new registry with the Go and

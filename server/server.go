@@ -62,6 +62,7 @@ type Server struct {
 	splitMu   sync.Mutex
 	splitReqs chan blink.Ptr
 	splitWake splitSignal
+	parking   parking // writes waiting for a split (park.go)
 
 	// Worker accounting (workers.go).
 	busyNanos   atomic.Int64
@@ -487,6 +488,7 @@ func (s *Server) closeLocked() error {
 func (s *Server) shutdown(member regiontable.Registration) error {
 	var errs []error
 	s.bgCancel()
+	s.closeParking()
 	if member != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := member.Close(ctx); err != nil {

@@ -136,7 +136,7 @@ func (s *Server) runSplit(lm *localMeganode) bool {
 	s.splitMu.Lock()
 	y, err := s.splitLocked(lm, 0)
 	s.splitMu.Unlock()
-	s.splitWake.broadcast()
+	s.splitEvent()
 	if err != nil {
 		s.log.Warn("server: meganode split failed", slog.String("meganode", lm.m.Ptr().String()), slog.Any("err", err))
 		return false
@@ -224,7 +224,7 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (y *localMeganode, err
 		}
 		runtime.Gosched()
 	}
-	s.splitWake.broadcast() // writes to [sep, X.max) go on, in Y
+	s.splitEvent() // writes to [sep, X.max) go on, in Y
 	s.failpointAfterLink(FailpointSplitInvalidated)
 	if err := s.insertSeparatorLocked(x, sep, y, depth); err != nil {
 		return y, err
@@ -304,7 +304,7 @@ func (s *Server) insertSeparatorLocked(x *localMeganode, sep []byte, y *localMeg
 			if _, err := s.splitLocked(p, depth+1); err != nil {
 				return fmt.Errorf("server: split parent %v: %w", p.m.Ptr(), err)
 			}
-			s.splitWake.broadcast()
+			s.splitEvent()
 		case errors.Is(err, blink.ErrKeyOutOfRange), errors.Is(err, blink.ErrFrozen):
 			// The parent moved under us: search again.
 		default:

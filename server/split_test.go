@@ -615,3 +615,99 @@ func TestSplitRecords(t *testing.T) {
 		t.Error("phase names")
 	}
 }
+
+// A write into a frozen range parks (its worker moves on), so that even
+// with a single worker reads and other writes are served while the split
+// is paused; it runs again when the split lets go of the range, or is
+// answered NeedsRetry when its wait bound passes first.
+func TestSplitParksWrites(t *testing.T) {
+	s, _ := newTestServer(t, func(o *Options) {
+		o.MeganodeSize = 64 << 10
+		o.Cores = 1
+		o.SplitFill = 1
+		o.MaxSplitWait = 1500 * time.Millisecond
+	})
+	c := dial(t, s)
+	x := s.meganodeAt(s.Root())
+	var keys []string
+	for i := 0; x.t.Fill() < 0.6; i++ {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		put(t, c, k, "v"+k)
+		keys = append(keys, k)
+	}
+	p := pauseSplits(t)
+	splitDone := make(chan bool, 1)
+	go func() { splitDone <- s.runSplit(x) }()
+	p.wait(t, FailpointSplitChose)
+	p.release <- struct{}{}
+	p.wait(t, FailpointSplitFroze)
+	sep := string(x.t.Split().Sep)
+
+	// Parked for MaxSplitWait (the request's deadline is later), then
+	// NeedsRetry.
+	k1 := sep + "1"
+	start := time.Now()
+	_, err := call(t, c, wire.OpPut, &wire.PutRequest{Key: []byte(k1), Value: []byte("v" + k1)}, nil)
+	wantStatus(t, err, wire.StatusNeedsRetry)
+	if d := time.Since(start); d < 1400*time.Millisecond {
+		t.Fatalf("frozen put answered after %v, before its wait bound", d)
+	}
+	// Parked until the split lets go of the range.
+	k2 := sep + "2"
+	bc := dial(t, s)
+	blocked := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := bc.CallMessage(ctx, wire.OpPut, &wire.PutRequest{Key: []byte(k2), Value: []byte("v" + k2)})
+		blocked <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.parked() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the frozen put never parked")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The only worker still serves reads and writes below sep.
+	for _, k := range keys[:20] {
+		if v, ok := get(t, c, k); !ok || v != "v"+k {
+			t.Fatalf("get %q while a write is parked: %q %v", k, v, ok)
+		}
+	}
+	for i := 0; i < 100; i++ {
+		if k := fmt.Sprintf("key%06d", (1000+i)*7919%100003); k < sep {
+			put(t, c, k, "v"+k)
+			keys = append(keys, k)
+		}
+	}
+	select {
+	case err := <-blocked:
+		t.Fatalf("frozen put answered during the split: %v", err)
+	default:
+	}
+	for _, next := range splitFailpoints[2:] { // from froze on
+		p.release <- struct{}{}
+		p.wait(t, next)
+	}
+	p.release <- struct{}{}
+	if !<-splitDone {
+		t.Fatal("split failed")
+	}
+	select {
+	case err := <-blocked:
+		if err != nil {
+			t.Fatalf("parked put: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("parked put never answered")
+	}
+	keys = append(keys, k2)
+	if s.parked() != 0 {
+		t.Fatalf("%d jobs still parked", s.parked())
+	}
+	mustServeAll(t, s, c, keys)
+	if _, ok := get(t, c, k1); ok {
+		t.Fatalf("%q, answered NeedsRetry, was written", k1)
+	}
+}

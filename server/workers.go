@@ -14,6 +14,11 @@ type job struct {
 	c       *conn
 	f       wire.Frame // owned by the job until the reply is written
 	arrived time.Time  // when the reader had read it
+
+	// A write parked while a meganode split froze its key (park.go): the
+	// end of its wait, and how many splits it asked for.
+	waitUntil time.Time
+	fullWaits uint8
 }
 
 // worker runs tree work: exactly Options.Cores of them take jobs from the
@@ -44,7 +49,17 @@ func (w *worker) run(j job) {
 		err = wire.ErrExpired // the caller gave up: not executed
 	} else {
 		w.started, w.deadline = start, dl
+		w.job = &j
 		msg, err = w.handle(h.Op, j.f.Body)
+		w.job = nil
+		if errors.Is(err, errPark) {
+			if s.park(j, w.parkGen) {
+				// Answered when it runs again (park.go).
+				s.busyNanos.Add(int64(time.Since(start)))
+				return
+			}
+			err = wireErrorf(wire.StatusUnavailable, "server stopping")
+		}
 	}
 	service := time.Since(start)
 	st := wire.StatusOK

@@ -1,0 +1,147 @@
+package server
+
+import (
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cellstore/cell/wire"
+)
+
+// Writes that must wait for a meganode split are parked, not blocked: a
+// worker that meets a frozen range (or a full meganode that must split
+// first) hands its job to the parking lot and takes the next request. The
+// split's progress (splitEvent) puts every parked job back in the queue,
+// where a worker runs it again from its search; so does the end of a job's
+// wait bound (its deadline, or Options.MaxSplitWait), and the re-run then
+// answers Expired or NeedsRetry. A split therefore never holds a worker,
+// and reads keep flowing during it, whatever the number of cores.
+//
+// Close stops parking (closeParking) before it waits for the connections:
+// parked jobs are run again, and a job that would park is answered
+// Unavailable instead.
+//
+// Locking notes: parking.mu is a leaf.
+
+// errPark is what worker.write returns to ask run to park its job.
+var errPark = errors.New("server: park the request until a split moves on")
+
+type parking struct {
+	mu     sync.Mutex
+	jobs   []job
+	closed bool
+	timer  *time.Timer // fires at the earliest wait bound of a parked job
+	next   time.Time   // when timer fires; zero when it is not armed
+}
+
+// splitEvent tells the writes waiting for a split that it moved on: the
+// blocking ones through the broadcast, the parked ones by requeueing them.
+func (s *Server) splitEvent() {
+	s.splitWake.broadcast()
+	s.unpark(false)
+}
+
+// park parks job j, whose write met a split at generation gen. It returns
+// false when parking is closed (the server stops). A split that moved on
+// since gen gets the job back in the queue at once.
+func (s *Server) park(j job, gen uint64) bool {
+	p := &s.parking
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
+	if s.splitWake.generation() != gen {
+		p.mu.Unlock()
+		s.requeue(j)
+		return true
+	}
+	p.jobs = append(p.jobs, j)
+	if p.next.IsZero() || j.waitUntil.Before(p.next) {
+		p.next = j.waitUntil
+		d := max(time.Until(j.waitUntil), 0)
+		if p.timer == nil {
+			p.timer = time.AfterFunc(d, func() { s.unpark(true) })
+		} else {
+			p.timer.Reset(d)
+		}
+	}
+	p.mu.Unlock()
+	return true
+}
+
+// unpark requeues the parked jobs: all of them, or with expired only those
+// whose wait bound passed (the timer), re-arming the timer for the rest.
+func (s *Server) unpark(expired bool) {
+	p := &s.parking
+	p.mu.Lock()
+	var run []job
+	if expired {
+		now := time.Now()
+		var keep []job
+		p.next = time.Time{}
+		for _, j := range p.jobs {
+			if now.Before(j.waitUntil) {
+				keep = append(keep, j)
+				if p.next.IsZero() || j.waitUntil.Before(p.next) {
+					p.next = j.waitUntil
+				}
+			} else {
+				run = append(run, j)
+			}
+		}
+		p.jobs = keep
+		if !p.next.IsZero() && p.timer != nil {
+			p.timer.Reset(max(time.Until(p.next), 0))
+		}
+	} else {
+		run, p.jobs = p.jobs, nil
+		p.next = time.Time{}
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+	}
+	p.mu.Unlock()
+	for _, j := range run {
+		s.requeue(j)
+	}
+}
+
+// closeParking stops parking and requeues every parked job. Close calls it
+// while the queue still takes jobs.
+func (s *Server) closeParking() {
+	p := &s.parking
+	p.mu.Lock()
+	p.closed = true
+	run := slices.Clone(p.jobs)
+	p.jobs, p.next = nil, time.Time{}
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	p.mu.Unlock()
+	for _, j := range run {
+		s.requeue(j)
+	}
+}
+
+// parked returns the number of parked jobs.
+func (s *Server) parked() int {
+	s.parking.mu.Lock()
+	defer s.parking.mu.Unlock()
+	return len(s.parking.jobs)
+}
+
+// requeue puts a parked job back in the queue, or answers it Overloaded
+// when the queue is full (it was not applied; the client retries).
+func (s *Server) requeue(j job) {
+	select {
+	case s.queue <- j:
+	default:
+		h := &j.f.Header
+		_ = j.c.rw.WriteError(h, wire.ErrOverloaded, time.Since(j.arrived), 0)
+		s.metrics.observe(h.Op, wire.StatusOverloaded, time.Since(j.arrived), 0)
+		j.f.Release()
+		j.c.inflight.Done()
+	}
+}
