@@ -86,7 +86,8 @@ type Bounds struct {
 // Full is the bounds of the whole key space.
 var Full = Bounds{MinInf: true, MaxInf: true}
 
-func (b Bounds) contains(key []byte) bool {
+// Contains reports whether key lies in [Min, Max).
+func (b Bounds) Contains(key []byte) bool {
 	return (b.MinInf || bytes.Compare(key, b.Min) >= 0) && (b.MaxInf || bytes.Compare(key, b.Max) < 0)
 }
 
