@@ -79,18 +79,24 @@
 // steps (split.go), each under X's or Y's writer lock for a bounded time,
 // never both:
 //
-//  1. Choose (SplitKey): the middle entry key sep of the topmost node with
-//     two entries or more. An inner entry key is a node boundary at every
-//     level below it, so X_right = [sep, X.max) is a set of whole leaves.
+//  1. Choose (SplitKey): sep is the middle entry key, by position, of the
+//     highest local level with at least 256 entries (close to half of the
+//     leaves on each side), or, if the boundary there could not be
+//     published, the middle entry key of the topmost node with two entries
+//     or more (the paper's choice). An inner entry key is a node boundary
+//     at every level below it, so X_right = [sep, X.max) is a set of whole
+//     leaves.
 //  2. Freeze (Freeze): Put, Delete and InsertChild of keys >= sep return
 //     ErrFrozen; writes below sep go on (they only make nodes whose max is
 //     at most sep, so the leaf boundary at sep stays); reads never block.
 //  3. Copy (BeginCopy, then CopyRight or FrozenEntries + AppendEntries in
 //     batches): Y, formatted with bounds [sep, X.max) at X's global level,
 //     takes X's right link as its own and the leaf entries of X_right in
-//     key order, filling its nodes (pack). A leaf meganode in the same
-//     region shares the records: Y's entries hold X's extent pointers,
-//     lengths and CRCs. Y is frozen whole and unreachable.
+//     key order, filling its nodes (pack: an append that does not fit in
+//     the rightmost node moves as few entries as fit to a new node). A
+//     leaf meganode in the same region shares the records: Y's entries
+//     hold X's extent pointers, lengths and CRCs. Y is frozen whole and
+//     unreachable.
 //  4. Link (LinkRight): at every level, top down, the node of X whose range
 //     ends at sep gets Y's local root as its right link; a node that
 //     straddles sep (only above the level where sep is an entry key) is

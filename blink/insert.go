@@ -242,8 +242,14 @@ func (t *Tree) splitLocked(p Ptr, i int, key, payload []byte, pack bool) ([]byte
 	}
 	t.mu.splitBuf = ents
 	k := -1
-	if pack && i == c && !t.local(old.rightLink()) && splitFits(ents, c, len(old), old.minKey(), old.maxKey()) {
-		k = c
+	if pack && i == c && !t.local(old.rightLink()) {
+		// Move as few entries right as fit: the left node's max grows
+		// from +inf (or the old max) to the separator.
+		for k = c; k > 0 && !splitFits(ents, k, len(old), old.minKey(), old.maxKey()); k-- {
+		}
+		if k == 0 || c-k > c/4 {
+			k = -1
+		}
 	}
 	if k < 0 {
 		k = chooseSplit(ents, len(old), old.minKey(), old.maxKey())

@@ -82,34 +82,77 @@ func (t *Tree) NeedsSplit() bool {
 	return t.roomForInsertLocked() != nil
 }
 
-// SplitKey chooses where to split the meganode: the middle entry key of
-// the topmost node with at least two entries (the local root, unless an
-// earlier split left it with one). An entry key of an inner node is a node
-// boundary at every level below it, so the right half is a set of whole
-// subtrees and leaves. It changes nothing. A tree whose keys all sit in one
-// leaf cannot split (ErrSplitTooSmall); one already splitting returns
-// ErrSplitState.
+// SplitKey chooses where to split the meganode: the middle entry, by
+// position, of the highest local level holding at least splitFanout
+// entries (subtrees of one level are within a small factor of each other
+// in size, so the halves come out close to even), if the boundary at that
+// key can be published (LinkRight's fit rules); else the middle entry key
+// of the topmost node with two entries or more, which always can. An
+// entry key of an inner node is a node boundary at every level below it,
+// so the right half is a set of whole subtrees and leaves. It changes
+// nothing. A tree whose keys all sit in one leaf cannot split
+// (ErrSplitTooSmall); one already splitting returns ErrSplitState.
 func (t *Tree) SplitKey() ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.mu.split.role != splitNone {
 		return nil, fmt.Errorf("split key: %w", ErrSplitState)
 	}
-	p := Ptr(t.mu.hdr.u64(hdrRoot))
-	for range t.height() {
+	root := Ptr(t.mu.hdr.u64(hdrRoot))
+	var top []byte // the fallback: the middle of the topmost node with two entries
+	for p, lv := root, 0; lv < t.height(); lv++ {
 		n := t.nodeBytes(p)
 		switch c := n.count(); {
 		case n.level() == 0:
 			return nil, fmt.Errorf("%d keys in a single leaf: %w", c, ErrSplitTooSmall)
-		case c >= 2:
-			return bytes.Clone(n.key(c / 2)), nil
 		case c == 0:
 			return nil, fmt.Errorf("inner node %v without entries: %w", p, ErrCorruption)
+		case c >= 2:
+			top = bytes.Clone(n.key(c / 2))
+		}
+		if top != nil {
+			break
 		}
 		p = n.child(0)
 	}
-	return nil, fmt.Errorf("no leaf below the root within the height: %w", ErrCorruption)
+	if top == nil {
+		return nil, fmt.Errorf("no leaf below the root within the height: %w", ErrCorruption)
+	}
+	// The finer choice: walk the levels top down, each from its leftmost
+	// node, to the first with splitFanout entries.
+	for first := root; ; {
+		n := t.nodeBytes(first)
+		if n.level() == 0 {
+			break
+		}
+		total := 0
+		for q := first; t.local(q); q = t.nodeBytes(q).rightLink() {
+			total += t.nodeBytes(q).count()
+		}
+		if total >= splitFanout {
+			mid := total / 2
+			for q := first; t.local(q); q = t.nodeBytes(q).rightLink() {
+				qn := t.nodeBytes(q)
+				if mid < qn.count() {
+					key := bytes.Clone(qn.key(mid))
+					if _, err := t.linkPassLocked(key, 0, false); err == nil {
+						return key, nil
+					}
+					break
+				}
+				mid -= qn.count()
+			}
+			break
+		}
+		first = n.child(0)
+	}
+	return top, nil
 }
+
+// splitFanout is how many subtrees SplitKey wants to choose the middle of:
+// enough for halves within a few percent of each other, from a level high
+// enough to walk in well under a millisecond.
+const splitFanout = 256
 
 // Freeze starts a split of the meganode at sep: from now on Put, Delete
 // and InsertChild of keys >= sep return ErrFrozen, writes below sep go on,
@@ -312,66 +355,14 @@ func (t *Tree) LinkRight(right Ptr) error {
 	}
 	// Two passes over the boundary: the first checks every image fits,
 	// the second publishes, top down.
-	for _, apply := range []bool{false, true} {
-		var heads []Ptr
-		if apply {
-			heads = make([]Ptr, t.height())
-		}
-		p := Ptr(t.mu.hdr.u64(hdrRoot))
-		for lv := t.height() - 1; lv >= 0; lv-- {
-			n := t.nodeBytes(p)
-			for !n.maxInf() && bytes.Compare(n.maxKey(), s.sep) < 0 {
-				if p = n.rightLink(); !t.local(p) {
-					return fmt.Errorf("level %d ends below split key %q: %w", lv, s.sep, ErrCorruption)
-				}
-				n = t.nodeBytes(p)
-			}
-			if n.level() != lv || !n.aboveMin(s.sep) || !n.minInf() && bytes.Equal(n.minKey(), s.sep) {
-				return fmt.Errorf("node %v at level %d (%d) does not start below split key %q: %w", p, lv, n.level(), s.sep, ErrCorruption)
-			}
-			j, _ := n.lowerBound(s.sep) // entries [0, j) stay
-			boundary := !n.maxInf() && bytes.Equal(n.maxKey(), s.sep)
-			if lv == 0 && !boundary {
-				return fmt.Errorf("leaf %v straddles split key %q: %w", p, s.sep, ErrCorruption)
-			}
-			if !boundary {
-				used := offSlots + tailSize + len(n.minKey()) + len(s.sep)
-				for e := 0; e < j; e++ {
-					used += slotSize + entrySize(len(n.key(e)), n.payloadSize())
-				}
-				if used > len(n) {
-					return fmt.Errorf("node %v cannot take split key %q as its max: %w", p, s.sep, ErrSplitState)
-				}
-			}
-			var child Ptr
-			if lv > 0 {
-				if j == 0 {
-					return fmt.Errorf("inner node %v has no entry below split key %q: %w", p, s.sep, ErrCorruption)
-				}
-				child = n.child(j - 1)
-			}
-			if apply {
-				if rl := n.rightLink(); t.local(rl) {
-					heads[lv] = rl
-				}
-				img := t.mu.scratch
-				if boundary {
-					copy(img, n)
-					img.putU64(offRightLink, uint64(right))
-				} else {
-					initNode(img, kindTree, lv, n.flags()&^flagMaxInf, n.minKey(), s.sep, right)
-					for e := 0; e < j; e++ {
-						img.appendEntry(n.key(e), n.payload(e))
-					}
-				}
-				t.publish(p, img)
-			}
-			p = child
-		}
-		if apply {
-			s.heads = heads
-		}
+	if _, err := t.linkPassLocked(s.sep, right, false); err != nil {
+		return err
 	}
+	heads, err := t.linkPassLocked(s.sep, right, true)
+	if err != nil {
+		return err
+	}
+	s.heads = heads
 	h := t.mu.hdr
 	h[offFlags] &^= flagMaxInf
 	clear(h[hdrKeys+t.maxKey : hdrKeys+2*t.maxKey])
@@ -381,6 +372,72 @@ func (t *Tree) LinkRight(right Ptr) error {
 	t.flushHeaderLocked()
 	s.linked = true
 	return nil
+}
+
+// linkPassLocked walks the boundary at sep from the local root down: at
+// every level the node covering the keys just below sep. Without apply it
+// only checks that LinkRight can publish it (a leaf boundary at sep, and
+// every node straddling sep able to take it as its max); with apply it
+// publishes each node with right as its right link and returns, per level,
+// the first node right of the boundary (the detached right half).
+// REQUIRES: t.mu held.
+func (t *Tree) linkPassLocked(sep []byte, right Ptr, apply bool) ([]Ptr, error) {
+	var heads []Ptr
+	if apply {
+		heads = make([]Ptr, t.height())
+	}
+	p := Ptr(t.mu.hdr.u64(hdrRoot))
+	for lv := t.height() - 1; lv >= 0; lv-- {
+		n := t.nodeBytes(p)
+		for !n.maxInf() && bytes.Compare(n.maxKey(), sep) < 0 {
+			if p = n.rightLink(); !t.local(p) {
+				return nil, fmt.Errorf("level %d ends below split key %q: %w", lv, sep, ErrCorruption)
+			}
+			n = t.nodeBytes(p)
+		}
+		if n.level() != lv || !n.aboveMin(sep) || !n.minInf() && bytes.Equal(n.minKey(), sep) {
+			return nil, fmt.Errorf("node %v at level %d (%d) does not start below split key %q: %w", p, lv, n.level(), sep, ErrCorruption)
+		}
+		j, _ := n.lowerBound(sep) // entries [0, j) stay
+		boundary := !n.maxInf() && bytes.Equal(n.maxKey(), sep)
+		if lv == 0 && !boundary {
+			return nil, fmt.Errorf("leaf %v straddles split key %q: %w", p, sep, ErrSplitState)
+		}
+		if !boundary {
+			used := offSlots + tailSize + len(n.minKey()) + len(sep)
+			for e := 0; e < j; e++ {
+				used += slotSize + entrySize(len(n.key(e)), n.payloadSize())
+			}
+			if used > len(n) {
+				return nil, fmt.Errorf("node %v cannot take split key %q as its max: %w", p, sep, ErrSplitState)
+			}
+		}
+		var child Ptr
+		if lv > 0 {
+			if j == 0 {
+				return nil, fmt.Errorf("inner node %v has no entry below split key %q: %w", p, sep, ErrCorruption)
+			}
+			child = n.child(j - 1)
+		}
+		if apply {
+			if rl := n.rightLink(); t.local(rl) {
+				heads[lv] = rl
+			}
+			img := t.mu.scratch
+			if boundary {
+				copy(img, n)
+				img.putU64(offRightLink, uint64(right))
+			} else {
+				initNode(img, kindTree, lv, n.flags()&^flagMaxInf, n.minKey(), sep, right)
+				for e := 0; e < j; e++ {
+					img.appendEntry(n.key(e), n.payload(e))
+				}
+			}
+			t.publish(p, img)
+		}
+		p = child
+	}
+	return heads, nil
 }
 
 // FreeRight invalidates and frees up to maxNodes nodes of the right half

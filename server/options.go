@@ -100,7 +100,7 @@ type Options struct {
 	DisableSplits bool
 	// SplitCopyBatch is how many leaves one copy step of a split moves
 	// (one apply record, holding the meganode's writer lock and the apply
-	// lock meanwhile). Default 64.
+	// lock meanwhile). Default 16 (about 2 ms with 1 KiB nodes).
 	SplitCopyBatch int
 	// SplitFreeBatch is how many nodes one free step of a split
 	// invalidates. Default 256.
@@ -143,7 +143,7 @@ const (
 	DefaultWriteTimeout   = 10 * time.Second
 	DefaultMaxRangePairs  = 4096
 	DefaultSplitFill      = 0.75
-	DefaultSplitCopyBatch = 64
+	DefaultSplitCopyBatch = 16
 	DefaultSplitFreeBatch = 256
 	DefaultMaxSplitWait   = 10 * time.Second
 )
