@@ -153,6 +153,12 @@ func waitSplitsIdle(t testing.TB, s *Server) {
 // meganodes and right links, and restarts from the root whenever a copy is
 // invalid or does not cover the key (paper §2.3, §2.4).
 func oneSidedGet(s *Server, key []byte) (string, bool, error) {
+	return oneSidedFrom(s, key, 0)
+}
+
+// oneSidedFrom is oneSidedGet starting at meganode header start (0: the
+// root pointer at offset 0 of the region); restarts go to the root.
+func oneSidedFrom(s *Server, key []byte, start blink.Ptr) (string, bool, error) {
 	mem := s.region.Bytes()
 	ns := uint64(s.nodeSize)
 	buf := atomicmem.Alloc(s.nodeSize)
@@ -166,6 +172,9 @@ func oneSidedGet(s *Server, key []byte) (string, bool, error) {
 	}
 	for restarts := 0; restarts < 1<<12; restarts++ {
 		hp := s.region.Root()
+		if restarts == 0 && !start.IsNil() {
+			hp = start
+		}
 	hop:
 		for hops := 0; hops < 64; hops++ {
 			var h blink.Header
@@ -327,4 +336,28 @@ func levels(t testing.TB, s *Server) int {
 		t.Fatalf("root %v is not a local meganode", s.Root())
 	}
 	return lm.level + 1
+}
+
+// iterKeys returns the keys from lower on that blink iterators yield from
+// meganode lm on, crossing to the meganodes to the right through
+// Iter.Edge and Boundary (what the server's range does within a level).
+func iterKeys(s *Server, lm *localMeganode, lower []byte) ([]string, error) {
+	var out []string
+	for hops := 0; hops < maxHops; hops++ {
+		it := lm.t.NewIter(&blink.IterOptions{Lower: lower})
+		for ok := it.First(); ok; ok = it.Next() {
+			out = append(out, string(it.Key()))
+		}
+		edge, more := it.Edge()
+		b, err := it.Boundary(), it.Error()
+		it.Close()
+		if err != nil || !more {
+			return out, err
+		}
+		if lm = s.meganodeAt(b); lm == nil {
+			return out, fmt.Errorf("iteration left at %q for %v, no local meganode", edge, b)
+		}
+		lower = bytes.Clone(edge)
+	}
+	return out, errors.New("too many hops")
 }

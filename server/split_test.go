@@ -304,9 +304,11 @@ func (p *splitPauses) wait(t *testing.T, want string) {
 // (paper §2.4, Theorem 2):
 //   - "Search operations can either continue or backtrack correctly during
 //     and after the split": keys on both sides of the split key are found
-//     by Get, server-side Search and one-sided searches from the root, by
-//     lock-free searches in X (following its right links) and in Y once it
-//     is copied; ranges in both directions return every key in order;
+//     by Get, server-side Search and one-sided searches (CopyNode and
+//     View.StepFor over the region's memory) from the root and from X's
+//     header, by lock-free searches in X (following its right links) and
+//     in Y once it is copied; blink iterators from X and from Y, and ranges
+//     in both directions, return every key in order;
 //   - "Insert and delete operations are blocked during the meganode split,
 //     and proceed correctly once the split is complete": a put at or above
 //     the split key waits (the client sees nothing) until the old right
@@ -398,17 +400,36 @@ func TestSplitFailpoints(t *testing.T) {
 				keys = append(keys, blockedKey)
 			}
 			mustServeAll(t, s, c, keys)
+			var inX, inY []string // keys of X's range before the split; of Y's
 			for _, k := range keys {
 				if k < lo || k >= hi {
 					continue
 				}
+				inX = append(inX, k)
+				if k >= sep && sep != "" {
+					inY = append(inY, k)
+				}
 				if v, err := lockFreeGet(s, x, []byte(k)); err != nil || v != "v"+k {
 					t.Fatalf("%s: lock-free get %q from X: %q, %v", step, k, v, err)
+				}
+				if v, ok, err := oneSidedFrom(s, []byte(k), x.m.Ptr()); err != nil || !ok || v != "v"+k {
+					t.Fatalf("%s: one-sided get %q from X's header: %q %v %v", step, k, v, ok, err)
 				}
 				if y != nil && k >= sep && step != FailpointSplitFroze {
 					if v, err := lockFreeGet(s, y, []byte(k)); err != nil || v != "v"+k {
 						t.Fatalf("%s: lock-free get %q from Y: %q, %v", step, k, v, err)
 					}
+				}
+			}
+			// Iterators from X (right links into Y) and from Y.
+			slices.Sort(inX)
+			slices.Sort(inY)
+			if got, err := iterKeys(s, x, []byte(lo)); err != nil || !slices.Equal(got[:min(len(got), len(inX))], inX) {
+				t.Fatalf("%s: iteration from X: %d keys, %v; want %d first", step, len(got), err, len(inX))
+			}
+			if y != nil && step != FailpointSplitFroze {
+				if got, err := iterKeys(s, y, []byte(sep)); err != nil || !slices.Equal(got[:min(len(got), len(inY))], inY) {
+					t.Fatalf("%s: iteration from Y: %d keys, %v; want %d first", step, len(got), err, len(inY))
 				}
 			}
 			if err := x.t.CheckErr(); err != nil {
