@@ -3,33 +3,11 @@ package blink
 import (
 	"bytes"
 	"encoding/binary"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/cellstore/cell/internal/atomicmem"
+	"github.com/cellstore/cell/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s changed: this is a memory and wire format change.\n--- got\n%s--- want\n%s", name, got, want)
-	}
-}
 
 // TestGoldenLeaf pins the byte layout of a leaf node (format.go).
 func TestGoldenLeaf(t *testing.T) {
@@ -46,8 +24,8 @@ func TestGoldenLeaf(t *testing.T) {
 	if !tr.NodeBytes(tr.Root(), b) {
 		t.Fatal("NodeBytes")
 	}
-	golden(t, "leaf.golden", AnnotatedHex(b))
-	golden(t, "leaf.describe.golden", DescribeNode(b)+"\n")
+	testutil.Golden(t, "leaf.golden", AnnotatedHex(b), "memory and wire format")
+	testutil.Golden(t, "leaf.describe.golden", DescribeNode(b)+"\n", "memory and wire format")
 }
 
 // TestGoldenInner pins an inner node and the header after a root split.
@@ -61,15 +39,15 @@ func TestGoldenInner(t *testing.T) {
 	}
 	b := make([]byte, 512)
 	tr.NodeBytes(tr.Root(), b)
-	golden(t, "inner.golden", AnnotatedHex(b))
+	testutil.Golden(t, "inner.golden", AnnotatedHex(b), "memory and wire format")
 	h := make([]byte, 512)
 	tr.NodeBytes(tr.HeaderPtr(), h)
-	golden(t, "header.golden", DescribeNode(h)+"\n")
+	testutil.Golden(t, "header.golden", DescribeNode(h)+"\n", "memory and wire format")
 	var dump bytes.Buffer
 	if err := tr.Dump(&dump); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "tree.dump.golden", dump.String())
+	testutil.Golden(t, "tree.dump.golden", dump.String(), "memory and wire format")
 }
 
 func TestPtr(t *testing.T) {

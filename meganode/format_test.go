@@ -4,19 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/testutil"
 )
-
-var rewrite = flag.Bool("rewrite", false, "rewrite golden files in testdata/")
 
 func TestComputeLayout(t *testing.T) {
 	for _, tc := range []struct {
@@ -179,7 +175,7 @@ func TestHeaderDecodeErrors(t *testing.T) {
 
 // TestGoldenImage pins the byte layout of a small region image: header,
 // free lists, slot bitmap, control bytes and free-block links. Run with
-// -rewrite to accept a deliberate format change.
+// -update to accept a deliberate format change.
 func TestGoldenImage(t *testing.T) {
 	l := mustLayout(t, 64<<10, 4096, 512, 16, 2)
 	r := newMemRegion(t, l, 42)
@@ -216,19 +212,7 @@ func TestGoldenImage(t *testing.T) {
 	b.WriteString("\n# heap (free blocks start with next, prev links)\n")
 	hexDump(&b, r.Bytes()[l.HeapOff:l.HeapOff+l.Atoms*l.AtomSize], l.HeapOff)
 
-	path := filepath.Join("testdata", "region_image.golden")
-	if *rewrite {
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -rewrite to create it)", err)
-	}
-	if !bytes.Equal(b.Bytes(), want) {
-		t.Fatalf("region image differs from %s (run with -rewrite if the format change is deliberate):\n%s", path, b.String())
-	}
+	testutil.Golden(t, "region_image.golden", b.String(), "region format")
 }
 
 func FuzzDecodeHeader(f *testing.F) {

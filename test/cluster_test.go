@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/internal/testutil"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -52,24 +52,6 @@ func testMain(m *testing.M) int {
 	return m.Run()
 }
 
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serverOptions shape a cellserver.
 type serverOptions struct {
 	cores        int    // --cores; default 2
@@ -84,29 +66,9 @@ type cellServer struct {
 	dataDir                        string
 	rpc, rdma, metrics, etcd, peer string
 	cmd                            *exec.Cmd
-	out                            *syncBuffer
+	out                            *testutil.SyncBuffer
 	exited                         chan struct{}
 	err                            error // Wait's result, once exited is closed
-}
-
-// freeAddrs returns n distinct loopback addresses whose ports were free a
-// moment ago.
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	var lns []net.Listener
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
 }
 
 // serverSeq numbers the servers of this process, for unique IDs.
@@ -150,11 +112,11 @@ func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 	serverSeq.n++
 	id := fmt.Sprintf("cell-test-%d-%d", os.Getpid(), serverSeq.n)
 	serverSeq.Unlock()
-	a := freeAddrs(t, 5)
+	a := testutil.FreeAddrs(t, 5)
 	s := &cellServer{
 		id: id, dataDir: t.TempDir(),
 		rpc: a[0], rdma: a[1], metrics: a[2], etcd: a[3], peer: a[4],
-		out: &syncBuffer{}, exited: make(chan struct{}),
+		out: &testutil.SyncBuffer{}, exited: make(chan struct{}),
 	}
 	s.cmd = exec.Command(bins.cellserver,
 		"--data-dir", s.dataDir, "--listen", s.rpc, "--rdma-listen", s.rdma, "--metrics-listen", s.metrics,

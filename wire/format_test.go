@@ -3,35 +3,14 @@ package wire
 import (
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cellstore/cell/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create)", err)
-	}
-	if got != string(want) {
-		t.Errorf("%s changed: this is a wire format change.\n--- got\n%s--- want\n%s", name, got, want)
-	}
-}
 
 func mustHex(t testing.TB, s string) []byte {
 	t.Helper()
@@ -203,7 +182,7 @@ func TestGoldenFrames(t *testing.T) {
 		b.WriteString(annotate(frame, s.fresh()))
 		b.WriteString("\n")
 	}
-	golden(t, "frames.golden", b.String())
+	testutil.Golden(t, "frames.golden", b.String(), "wire format")
 }
 
 // annotate renders a frame as an annotated hex dump, naming the body's

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,11 +11,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cellstore/cell/internal/testutil"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -41,55 +40,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// freeAddrs returns n distinct loopback addresses whose ports were free a
-// moment ago.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var lns []net.Listener
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		addrs = append(addrs, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return addrs
-}
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a running cellserver.
 type proc struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testutil.SyncBuffer
 	exited chan struct{}
 	err    error // Wait's result, once exited is closed
 }
 
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	p := &proc{cmd: exec.Command(binary, args...), stderr: &testutil.SyncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
 	p.cmd.Env = append(os.Environ(), "CELL_LOG_LEVEL=debug")
 	if err := p.cmd.Start(); err != nil {
@@ -159,7 +120,7 @@ func waitMember(t *testing.T, p *proc, store regiontable.Store) regiontable.Memb
 // finds the data of the first.
 func TestCellserverBinary(t *testing.T) {
 	dataDir := t.TempDir()
-	a := freeAddrs(t, 5)
+	a := testutil.FreeAddrs(t, 5)
 	listen, rdmaListen, metrics, etcdListen, etcdPeer := a[0], a[1], a[2], a[3], a[4]
 	args := []string{
 		"--data-dir", dataDir, "--listen", listen, "--rdma-listen", rdmaListen, "--metrics-listen", metrics,
@@ -270,7 +231,7 @@ func TestCellserverStartupErrors(t *testing.T) {
 		t.Fatalf("bad flag output: %q", out)
 	}
 
-	a := freeAddrs(t, 4)
+	a := testutil.FreeAddrs(t, 4)
 	busy, err := net.Listen("tcp", "127.0.0.1:0") // the RPC port is taken
 	if err != nil {
 		t.Fatal(err)
