@@ -8,6 +8,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/wire"
+	"github.com/cellstore/cell/wire/wiretest"
 )
 
 // Typed statuses for requests the server refuses, on a connection that
@@ -78,67 +79,52 @@ func TestMalformedFrames(t *testing.T) {
 	s, _ := newTestServer(t, func(o *Options) { o.MaxFrameSize = 64<<10 + wire.HeaderSize })
 	c := dial(t, s)
 	put(t, c, "keep", "me")
-	ping := func(r *rawConn, id uint64) {
-		t.Helper()
-		r.sendFrame(wire.OpPing, id, []byte("p"))
-		h, body := r.reply()
-		if h.ID != id || h.Status != wire.StatusOK || string(body) != "p" {
-			t.Fatalf("ping reply %v %q", h, body)
-		}
-	}
-	expect := func(r *rawConn, id uint64, st wire.Status) {
-		t.Helper()
-		h, _ := r.reply()
-		if h.ID != id || h.Status != st || !h.IsReply() {
-			t.Fatalf("reply %v, want id %d status %v", h, id, st)
-		}
-	}
 
 	t.Run("in sync", func(t *testing.T) {
-		r := dialRaw(t, s)
+		r := wiretest.Dial(t, s.Addr())
 		// Body that does not decode: truncated, trailing bytes, bad flags.
-		r.sendFrame(wire.OpGet, 1, []byte{1, 2, 3})
-		expect(r, 1, wire.StatusBadRequest)
+		r.SendFrame(wire.OpGet, 1, []byte{1, 2, 3})
+		r.Expect(1, wire.StatusBadRequest)
 		good := (&wire.GetRequest{Key: []byte("keep")}).AppendTo(nil)
-		r.sendFrame(wire.OpGet, 2, append(bytes.Clone(good), 0))
-		expect(r, 2, wire.StatusBadRequest)
+		r.SendFrame(wire.OpGet, 2, append(bytes.Clone(good), 0))
+		r.Expect(2, wire.StatusBadRequest)
 		sr := (&wire.SearchRequest{Key: []byte("keep")}).AppendTo(nil)
 		sr[16] = 0x80 // unknown flag bit
-		r.sendFrame(wire.OpSearch, 3, sr)
-		expect(r, 3, wire.StatusBadRequest)
+		r.SendFrame(wire.OpSearch, 3, sr)
+		r.Expect(3, wire.StatusBadRequest)
 		// A key length that points past the body.
 		bad := (&wire.PutRequest{Key: []byte("k"), Value: []byte("v")}).AppendTo(nil)
 		binary.LittleEndian.PutUint32(bad[32:], 1<<31)
-		r.sendFrame(wire.OpPut, 4, bad)
-		expect(r, 4, wire.StatusBadRequest)
+		r.SendFrame(wire.OpPut, 4, bad)
+		r.Expect(4, wire.StatusBadRequest)
 		// Unknown ops: reserved, extension, never assigned.
-		r.sendFrame(0x30, 5, nil)
-		expect(r, 5, wire.StatusUnknownOp)
-		r.sendFrame(0xc7, 6, []byte("ext"))
-		expect(r, 6, wire.StatusUnknownOp)
-		r.sendFrame(0x99, 7, []byte("zzz"))
-		expect(r, 7, wire.StatusUnknownOp)
+		r.SendFrame(0x30, 5, nil)
+		r.Expect(5, wire.StatusUnknownOp)
+		r.SendFrame(0xc7, 6, []byte("ext"))
+		r.Expect(6, wire.StatusUnknownOp)
+		r.SendFrame(0x99, 7, []byte("zzz"))
+		r.Expect(7, wire.StatusUnknownOp)
 		// A reply frame sent as a request.
-		r.send(wire.AppendFrame(nil, wire.Header{Op: wire.OpGet, ID: 8, Flags: wire.FlagReply}, good))
-		expect(r, 8, wire.StatusBadRequest)
+		r.Send(wire.AppendFrame(nil, wire.Header{Op: wire.OpGet, ID: 8, Flags: wire.FlagReply}, good))
+		r.Expect(8, wire.StatusBadRequest)
 		// Too large: the body is skipped, the stream stays in sync.
-		r.sendFrame(wire.OpPut, 9, make([]byte, 64<<10+1))
-		expect(r, 9, wire.StatusFrameTooLarge)
-		r.sendFrame(wire.OpGet, 10, good)
-		h, body := r.reply()
+		r.SendFrame(wire.OpPut, 9, make([]byte, 64<<10+1))
+		r.Expect(9, wire.StatusFrameTooLarge)
+		r.SendFrame(wire.OpGet, 10, good)
+		h, body := r.Reply()
 		var gr wire.GetReply
 		if h.ID != 10 || h.Status != wire.StatusOK || gr.Decode(body) != nil || string(gr.Value) != "me" {
 			t.Fatalf("get after malformed frames: %v %q", h, body)
 		}
-		ping(r, 11)
+		r.Ping(11)
 	})
 	t.Run("bad version", func(t *testing.T) {
-		r := dialRaw(t, s)
+		r := wiretest.Dial(t, s.Addr())
 		f := wire.AppendFrame(nil, wire.Header{Op: wire.OpPing, ID: 42}, nil)
 		f[5] = 9 // version
-		r.send(f)
-		expect(r, 42, wire.StatusBadVersion)
-		if !r.closed() {
+		r.Send(f)
+		r.Expect(42, wire.StatusBadVersion)
+		if !r.Closed() {
 			t.Fatal("connection open after a bad version")
 		}
 	})
@@ -162,13 +148,13 @@ func TestMalformedFrames(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := dialRaw(t, s)
-			ping(r, 1)
-			r.send(tc.frame())
+			r := wiretest.Dial(t, s.Addr())
+			r.Ping(1)
+			r.Send(tc.frame())
 			if tc.name == "truncated" {
-				_ = r.nc.(interface{ CloseWrite() error }).CloseWrite()
+				_ = r.NC.(interface{ CloseWrite() error }).CloseWrite()
 			}
-			if !r.closed() {
+			if !r.Closed() {
 				t.Fatal("connection open after a corrupt stream")
 			}
 		})
@@ -178,7 +164,7 @@ func TestMalformedFrames(t *testing.T) {
 	if v, ok := get(t, c, "keep"); !ok || v != "me" {
 		t.Fatalf("keep = %q, %v", v, ok)
 	}
-	ping(dialRaw(t, s), 100)
+	wiretest.Dial(t, s.Addr()).Ping(100)
 	fam := gather(t, s)
 	for _, kind := range []string{"too_large", "unknown_op", "bad_version", "corrupt", "not_a_request"} {
 		if v := metricValue(fam, "cell_server_malformed_frames_total", map[string]string{"kind": kind}); v < 1 {
@@ -196,7 +182,7 @@ func TestGarbageConnections(t *testing.T) {
 	c := dial(t, s)
 	put(t, c, "keep", "me")
 	for i := range 50 {
-		r := dialRaw(t, s)
+		r := wiretest.Dial(t, s.Addr())
 		b := make([]byte, 32+i*7)
 		for j := range b {
 			b[j] = byte(j*131 + i*17)
@@ -205,8 +191,8 @@ func TestGarbageConnections(t *testing.T) {
 			copy(b, wire.AppendFrame(nil, wire.Header{Op: wire.Op(i), ID: uint64(i)}, nil))
 			binary.LittleEndian.PutUint32(b, uint32(len(b)))
 		}
-		r.send(b)
-		_ = r.nc.Close()
+		r.Send(b)
+		_ = r.NC.Close()
 	}
 	if v, ok := get(t, c, "keep"); !ok || v != "me" {
 		t.Fatalf("keep = %q, %v", v, ok)

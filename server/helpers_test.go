@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -171,72 +169,6 @@ func wantStatus(t testing.TB, err error, st wire.Status) {
 	if got := wire.StatusOf(err); got != st || err == nil && st != wire.StatusOK {
 		t.Fatalf("error %v has status %v, want %v", err, got, st)
 	}
-}
-
-// rawConn is a TCP connection for hand-made frames.
-type rawConn struct {
-	t  testing.TB
-	nc net.Conn
-	rd *wire.Reader
-}
-
-func dialRaw(t testing.TB, s *Server) *rawConn {
-	t.Helper()
-	nc, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nc.Close() })
-	rd, err := wire.NewReader(nc, &wire.Options{MaxFrameSize: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &rawConn{t: t, nc: nc, rd: rd}
-}
-
-func (r *rawConn) send(b []byte) {
-	r.t.Helper()
-	if _, err := r.nc.Write(b); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-// sendFrame sends a request frame with op, id and body.
-func (r *rawConn) sendFrame(op wire.Op, id uint64, body []byte) {
-	r.t.Helper()
-	r.send(wire.AppendFrame(nil, wire.Header{Op: op, ID: id}, body))
-}
-
-// reply reads the next frame (a copy of its header and body).
-func (r *rawConn) reply() (wire.Header, []byte) {
-	r.t.Helper()
-	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	f, err := r.rd.ReadFrame()
-	if errors.Is(err, wire.ErrUnknownOp) {
-		return f.Header, nil // the reply to an unknown op carries it back
-	}
-	if err != nil {
-		r.t.Fatalf("read reply: %v", err)
-	}
-	return f.Header, append([]byte(nil), f.Body...)
-}
-
-// closed reports whether the server closed the connection (EOF or reset
-// before any further frame).
-func (r *rawConn) closed() bool {
-	r.t.Helper()
-	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	_, err := r.rd.ReadFrame()
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		r.t.Fatal("connection still open after 10s")
-	}
-	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || isReset(err))
-}
-
-func isReset(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe)
 }
 
 // rootTree returns the tree of the server's root meganode.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/wire"
+	"github.com/cellstore/cell/wire/wiretest"
 )
 
 // gate blocks workers in TestingKnobs.BeforeHandle until opened.
@@ -93,17 +94,17 @@ func TestExpired(t *testing.T) {
 	g := newGate()
 	s, _ := newTestServer(t, func(o *Options) { o.TestingKnobs.BeforeHandle = g.hook })
 	t.Cleanup(g.release)
-	r := dialRaw(t, s)
-	r.sendFrame(wire.OpPut, 1, (&wire.PutRequest{Key: []byte("a"), Value: []byte("1")}).AppendTo(nil))
+	r := wiretest.Dial(t, s.Addr())
+	r.SendFrame(wire.OpPut, 1, (&wire.PutRequest{Key: []byte("a"), Value: []byte("1")}).AppendTo(nil))
 	<-g.entered // the worker holds request 1
 	h := wire.Header{Op: wire.OpPut, ID: 2}
 	h.SetBudget(time.Millisecond)
-	r.send(wire.AppendFrame(nil, h, (&wire.PutRequest{Key: []byte("b"), Value: []byte("2")}).AppendTo(nil)))
+	r.Send(wire.AppendFrame(nil, h, (&wire.PutRequest{Key: []byte("b"), Value: []byte("2")}).AppendTo(nil)))
 	time.Sleep(20 * time.Millisecond)
 	g.release()
 	got := map[uint64]wire.Header{}
 	for range 2 {
-		h, _ := r.reply()
+		h, _ := r.Reply()
 		got[h.ID] = h
 	}
 	if got[1].Status != wire.StatusOK || got[2].Status != wire.StatusExpired {
@@ -131,16 +132,16 @@ func TestTimingAndOutOfOrder(t *testing.T) {
 			}
 		}
 	})
-	r := dialRaw(t, s)
-	r.sendFrame(wire.OpContains, 1, (&wire.GetRequest{Key: []byte("a")}).AppendTo(nil))
-	r.sendFrame(wire.OpGet, 2, (&wire.GetRequest{Key: []byte("a")}).AppendTo(nil))
-	h, _ := r.reply()
+	r := wiretest.Dial(t, s.Addr())
+	r.SendFrame(wire.OpContains, 1, (&wire.GetRequest{Key: []byte("a")}).AppendTo(nil))
+	r.SendFrame(wire.OpGet, 2, (&wire.GetRequest{Key: []byte("a")}).AppendTo(nil))
+	h, _ := r.Reply()
 	if h.ID != 2 || h.Status != wire.StatusNotFound {
 		t.Fatalf("first reply %v: want request 2's, while request 1 is held", h)
 	}
 	time.Sleep(5 * time.Millisecond)
 	close(block)
-	h, _ = r.reply()
+	h, _ = r.Reply()
 	if h.ID != 1 || h.Status != wire.StatusOK || h.ServiceNanos < uint32(5*time.Millisecond) {
 		t.Fatalf("second reply %v: want request 1 with its service time", h)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
+	"github.com/cellstore/cell/wire/wiretest"
 )
 
 // Bad input against the real server: oversized keys and values (typed
@@ -122,26 +123,26 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("frames in sync", func(t *testing.T) {
-		r := dialRaw(t, srv.rpc)
+		r := wiretest.Dial(t, srv.rpc)
 		good := (&wire.GetRequest{Key: []byte("keep/007")}).AppendTo(nil)
-		r.sendFrame(wire.OpGet, 1, []byte{1, 2, 3}) // truncated body
-		r.expect(1, wire.StatusBadRequest)
-		r.sendFrame(wire.OpGet, 2, append(bytes.Clone(good), 0)) // trailing byte
-		r.expect(2, wire.StatusBadRequest)
+		r.SendFrame(wire.OpGet, 1, []byte{1, 2, 3}) // truncated body
+		r.Expect(1, wire.StatusBadRequest)
+		r.SendFrame(wire.OpGet, 2, append(bytes.Clone(good), 0)) // trailing byte
+		r.Expect(2, wire.StatusBadRequest)
 		bad := (&wire.PutRequest{Key: []byte("k"), Value: []byte("v")}).AppendTo(nil)
 		binary.LittleEndian.PutUint32(bad[32:], 1<<31) // a key length past the body
-		r.sendFrame(wire.OpPut, 3, bad)
-		r.expect(3, wire.StatusBadRequest)
-		r.sendFrame(0x99, 4, []byte("unknown op"))
-		r.expect(4, wire.StatusUnknownOp)
-		r.send(wire.AppendFrame(nil, wire.Header{Op: wire.OpGet, ID: 5, Flags: wire.FlagReply}, good)) // a reply as a request
-		r.expect(5, wire.StatusBadRequest)
+		r.SendFrame(wire.OpPut, 3, bad)
+		r.Expect(3, wire.StatusBadRequest)
+		r.SendFrame(0x99, 4, []byte("unknown op"))
+		r.Expect(4, wire.StatusUnknownOp)
+		r.Send(wire.AppendFrame(nil, wire.Header{Op: wire.OpGet, ID: 5, Flags: wire.FlagReply}, good)) // a reply as a request
+		r.Expect(5, wire.StatusBadRequest)
 		// Over the frame limit (4 MiB + 32): the body is skipped, the
 		// stream stays in sync.
-		r.sendFrame(wire.OpPut, 6, make([]byte, wire.DefaultMaxFrameSize-wire.HeaderSize+1))
-		r.expect(6, wire.StatusFrameTooLarge)
-		r.sendFrame(wire.OpGet, 7, good)
-		h, body := r.reply()
+		r.SendFrame(wire.OpPut, 6, make([]byte, wire.DefaultMaxFrameSize-wire.HeaderSize+1))
+		r.Expect(6, wire.StatusFrameTooLarge)
+		r.SendFrame(wire.OpGet, 7, good)
+		h, body := r.Reply()
 		var gr wire.GetReply
 		if h.ID != 7 || h.Status != wire.StatusOK || gr.Decode(body) != nil || string(gr.Value) != keep["keep/007"] {
 			t.Fatalf("get after malformed frames: %+v %q", h, body)
@@ -163,25 +164,25 @@ func TestBadInput(t *testing.T) {
 			"oversized, cut off":  huge,
 		} {
 			t.Run(name, func(t *testing.T) {
-				r := dialRaw(t, srv.rpc)
-				r.ping(100)
-				r.send(frame)
+				r := wiretest.Dial(t, srv.rpc)
+				r.Ping(100)
+				r.Send(frame)
 				if name == "truncated" || name == "oversized, cut off" {
-					_ = r.nc.(*net.TCPConn).CloseWrite()
+					_ = r.NC.(*net.TCPConn).CloseWrite()
 				}
-				r.expectClosed()
+				r.ExpectClosed()
 			})
 		}
 		t.Run("bad version", func(t *testing.T) {
-			r := dialRaw(t, srv.rpc)
+			r := wiretest.Dial(t, srv.rpc)
 			f := wire.AppendFrame(nil, wire.Header{Op: wire.OpPing, ID: 42}, nil)
 			f[5] = 9
-			r.send(f)
-			r.expect(42, wire.StatusBadVersion)
-			r.expectClosed()
+			r.Send(f)
+			r.Expect(42, wire.StatusBadVersion)
+			r.ExpectClosed()
 		})
 		// Other connections did not notice.
-		dialRaw(t, srv.rpc).ping(1)
+		wiretest.Dial(t, srv.rpc).Ping(1)
 	})
 
 	t.Run("one-sided reads", func(t *testing.T) {
@@ -280,92 +281,6 @@ func dialWire(t *testing.T, srv *cellServer) *wire.Conn {
 	return c
 }
 
-// rawConn writes raw bytes to a server and reads its frames.
-type rawConn struct {
-	t  *testing.T
-	nc net.Conn
-	rd *wire.Reader
-}
-
-func dialRaw(t *testing.T, addr string) *rawConn {
-	t.Helper()
-	nc, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = nc.Close() })
-	rd, err := wire.NewReader(nc, &wire.Options{MaxFrameSize: 64 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &rawConn{t: t, nc: nc, rd: rd}
-}
-
-func (r *rawConn) send(b []byte) {
-	r.t.Helper()
-	if _, err := r.nc.Write(b); err != nil {
-		r.t.Fatal(err)
-	}
-}
-
-func (r *rawConn) sendFrame(op wire.Op, id uint64, body []byte) {
-	r.t.Helper()
-	r.send(wire.AppendFrame(nil, wire.Header{Op: op, ID: id}, body))
-}
-
-// reply reads the next frame: a copy of its header and body.
-func (r *rawConn) reply() (wire.Header, []byte) {
-	r.t.Helper()
-	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	f, err := r.rd.ReadFrame()
-	if errors.Is(err, wire.ErrUnknownOp) {
-		return f.Header, nil // the reply to an unknown op carries it back
-	}
-	if err != nil {
-		r.t.Fatalf("read reply: %v", err)
-	}
-	return f.Header, bytes.Clone(f.Body)
-}
-
-func (r *rawConn) expect(id uint64, st wire.Status) {
-	r.t.Helper()
-	h, _ := r.reply()
-	if h.ID != id || h.Status != st || !h.IsReply() {
-		r.t.Fatalf("reply %+v, want id %d status %v", h, id, st)
-	}
-}
-
-func (r *rawConn) ping(id uint64) {
-	r.t.Helper()
-	r.sendFrame(wire.OpPing, id, []byte("p"))
-	h, body := r.reply()
-	if h.ID != id || h.Status != wire.StatusOK || string(body) != "p" {
-		r.t.Fatalf("ping reply %+v %q", h, body)
-	}
-}
-
-// expectClosed waits for the server to close the connection.
-func (r *rawConn) expectClosed() {
-	r.t.Helper()
-	_ = r.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	_, err := r.rd.ReadFrame()
-	var ne net.Error
-	switch {
-	case err == nil:
-		r.t.Fatal("a frame arrived, want the connection closed")
-	case errors.As(err, &ne) && ne.Timeout():
-		r.t.Fatal("connection still open after 10s")
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isReset(err):
-	default:
-		r.t.Fatalf("read after a corrupt stream: %v", err)
-	}
-}
-
-func isReset(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe)
-}
-
 // tcpRemoteKey returns the tcp registration of the server's region, from
 // the region table.
 func tcpRemoteKey(t *testing.T, srv *cellServer) rdma.RemoteKey {
@@ -430,4 +345,10 @@ func (m metrics) value(name, label, v string) float64 {
 		}
 	}
 	return sum
+}
+
+// isReset reports a connection error from the peer closing or resetting.
+func isReset(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe)
 }
