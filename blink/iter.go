@@ -400,7 +400,7 @@ func (it *Iter) Value() ([]byte, error) {
 		return nil, fmt.Errorf("value in an inner meganode: %w", ErrKeyOutOfRange)
 	}
 	ext, n, crc := it.leaf.extent(it.idx)
-	out, ok, err := it.t.loadRecord(it.val[:0], ext, n, crc, it.key)
+	out, ok, err := it.t.loadRecord(it.val[:0], ext, n, it.key, recordCheck{crc: crc})
 	if err != nil {
 		return nil, err
 	}

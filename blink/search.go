@@ -180,7 +180,7 @@ func (t *Tree) Get(key, dst []byte) ([]byte, error) {
 			return dst, ErrNotFound
 		}
 		ext, n, _ := buf.extent(i)
-		out, ok, err := t.loadRecordLocal(dst, ext, n, key, leaf, buf.headVersion())
+		out, ok, err := t.loadRecord(dst, ext, n, key, recordCheck{leaf: leaf, version: buf.headVersion()})
 		if err != nil {
 			return dst, err
 		}
@@ -195,10 +195,25 @@ func (t *Tree) Get(key, dst []byte) ([]byte, error) {
 	}
 }
 
-// loadRecord copies the record at ext into dst's spare capacity with atomic
-// loads, checks its CRC and key, and appends the value to dst. ok is false
-// when the record no longer matches the leaf entry (re-read).
-func (t *Tree) loadRecord(dst []byte, ext Ptr, n int, crc uint64, key []byte) (out []byte, ok bool, err error) {
+// recordCheck says how a record copied lock-free is validated. With leaf
+// set, the leaf the entry came from must still have version: the writer
+// frees a record only after publishing the leaf without it (a version
+// change) and writes a record before the leaf that points to it, so an
+// unchanged leaf version after the copy means the record was not reused
+// during it. This is cheaper than a CRC and serves readers in this
+// process. Without leaf, the record's CRC-64 must equal crc (paper §2.3),
+// for readers that cannot read the leaf's version again cheaply.
+type recordCheck struct {
+	leaf    Ptr
+	version uint64
+	crc     uint64
+}
+
+// loadRecord copies the record at ext (n bytes) into dst's spare capacity
+// with atomic loads, validates it as check says and that it holds key, and
+// appends the value to dst. ok is false when the record changed under the
+// reader (re-read the leaf).
+func (t *Tree) loadRecord(dst []byte, ext Ptr, n int, key []byte, check recordCheck) (out []byte, ok bool, err error) {
 	off := ext.Offset()
 	padded := uint64(roundUp8(n))
 	if ext.Region() != t.region || n < extentHeader || off%8 != 0 || off+padded > uint64(len(t.mem)) {
@@ -209,7 +224,11 @@ func (t *Tree) loadRecord(dst []byte, ext Ptr, n int, crc uint64, key []byte) (o
 	rec := dst[base : base+int(padded)]
 	atomicmem.LoadTo(rec, t.mem[off:off+padded])
 	rec = rec[:n]
-	if ExtentCRC(rec) != crc {
+	if !check.leaf.IsNil() {
+		if atomicmem.LoadUint64(t.mem, int(check.leaf.Offset())+offHeadVersion) != check.version {
+			return dst[:base], false, nil
+		}
+	} else if ExtentCRC(rec) != check.crc {
 		return dst[:base], false, nil
 	}
 	k, v, err := parseExtent(rec)
@@ -217,36 +236,9 @@ func (t *Tree) loadRecord(dst []byte, ext Ptr, n int, crc uint64, key []byte) (o
 		return dst[:base], false, fmt.Errorf("extent %v: %w", ext, err)
 	}
 	if !bytes.Equal(k, key) {
-		return dst[:base], false, nil
-	}
-	copy(dst[base:], v)
-	return dst[:base+len(v)], true, nil
-}
-
-// loadRecordLocal is loadRecord for readers in this process: instead of the
-// record's CRC it checks that the leaf the entry came from still has the
-// version it was copied at. The writer frees a record only after publishing
-// the leaf without it (a version change), and writes a record before the
-// leaf that points to it, so an unchanged leaf version after the copy means
-// the record was not reused during it.
-func (t *Tree) loadRecordLocal(dst []byte, ext Ptr, n int, key []byte, leaf Ptr, version uint64) (out []byte, ok bool, err error) {
-	off := ext.Offset()
-	padded := uint64(roundUp8(n))
-	if ext.Region() != t.region || n < extentHeader || off%8 != 0 || off+padded > uint64(len(t.mem)) {
-		return dst, false, fmt.Errorf("extent %v of %d bytes outside region: %w", ext, n, ErrCorruption)
-	}
-	base := len(dst)
-	dst = grow(dst, int(padded))
-	rec := dst[base : base+int(padded)]
-	atomicmem.LoadTo(rec, t.mem[off:off+padded])
-	if atomicmem.LoadUint64(t.mem, int(leaf.Offset())+offHeadVersion) != version {
-		return dst[:base], false, nil
-	}
-	k, v, err := parseExtent(rec[:n])
-	if err != nil {
-		return dst[:base], false, fmt.Errorf("extent %v: %w", ext, err)
-	}
-	if !bytes.Equal(k, key) {
+		if check.leaf.IsNil() {
+			return dst[:base], false, nil // a CRC collision with another record: re-read
+		}
 		return dst[:base], false, fmt.Errorf("extent %v holds key %q, leaf entry says %q: %w", ext, k, key, ErrCorruption)
 	}
 	copy(dst[base:], v)
