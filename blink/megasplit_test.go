@@ -424,7 +424,10 @@ func TestMeganodeSplitConcurrent(t *testing.T) {
 				acked.Store(k, true)
 				if k < string(sep) {
 					leftPuts.Add(1)
-				} else {
+				} else if x.Split().Source {
+					// Still frozen when the put returned: the freeze leaked.
+					// (A put that ends after the thaw, just before done is
+					// closed, is routed to Y and rightly succeeds.)
 					t.Errorf("put %q above the split key %q while frozen", k, sep)
 				}
 			case errors.Is(err, ErrFrozen):
