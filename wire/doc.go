@@ -64,7 +64,12 @@
 //	0x14 NodeDump   NodeDumpRequest  -> NodeDumpReply
 //	0x20 Put        PutRequest       -> empty
 //	0x21 Delete     DeleteRequest    -> empty          (or NotFound)
-//	0x30-0x3f       reserved: meganode split and migration
+//	0x30 SplitBegin  SplitBeginRequest  -> SplitBeginReply   (server to server:
+//	0x31 SplitAppend SplitAppendRequest -> SplitAppendReply   a remote meganode
+//	0x32 SplitEnd    SplitEndRequest    -> empty              split, split.go)
+//	0x33 InsertChild InsertChildRequest -> InsertChildReply
+//	0x34 Meganode    MeganodeRequest    -> MeganodeReply
+//	0x35-0x3f       reserved: meganode split and migration
 //	0x40-0x5f       reserved: raft transport
 //	0x60-0x6f       reserved: one-sided reads (the software rdma provider
 //	                may keep its own framing instead)

@@ -115,12 +115,12 @@ func TestTimingSaturates(t *testing.T) {
 }
 
 func TestOpsAndStatuses(t *testing.T) {
-	for _, op := range []Op{OpPing, OpMetadata, OpSearch, OpGet, OpContains, OpRange, OpNodeDump, OpPut, OpDelete} {
+	for _, op := range []Op{OpPing, OpMetadata, OpSearch, OpGet, OpContains, OpRange, OpNodeDump, OpPut, OpDelete, OpSplitBegin, OpSplitAppend, OpSplitEnd, OpInsertChild, OpMeganode} {
 		if !op.Known() || !op.Valid() || strings.HasPrefix(op.String(), "Op(") {
 			t.Errorf("%v: known=%v valid=%v", op, op.Known(), op.Valid())
 		}
 	}
-	for _, op := range []Op{0, 0x03, OpSplitFirst, OpRaftLast, OpReadFirst, 0xbf} {
+	for _, op := range []Op{0, 0x03, OpSplitLast, OpRaftLast, OpReadFirst, 0xbf} {
 		if op.Valid() {
 			t.Errorf("%v should be unknown", op)
 		}

@@ -107,3 +107,13 @@ func FuzzMetadataRequest(f *testing.F) {
 }
 func FuzzMetadataReply(f *testing.F) { fuzzMessage(f, func() Message { return new(MetadataReply) }) }
 func FuzzErrorReply(f *testing.F)    { fuzzMessage(f, func() Message { return new(ErrorReply) }) }
+func FuzzSplitBeginRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(SplitBeginRequest) })
+}
+func FuzzSplitAppendRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(SplitAppendRequest) })
+}
+func FuzzInsertChildRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(InsertChildRequest) })
+}
+func FuzzMeganodeReply(f *testing.F) { fuzzMessage(f, func() Message { return new(MeganodeReply) }) }

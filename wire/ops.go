@@ -64,6 +64,12 @@ var opNames = [...]string{
 	OpNodeDump: "NodeDump",
 	OpPut:      "Put",
 	OpDelete:   "Delete",
+
+	OpSplitBegin:  "SplitBegin",
+	OpSplitAppend: "SplitAppend",
+	OpSplitEnd:    "SplitEnd",
+	OpInsertChild: "InsertChild",
+	OpMeganode:    "Meganode",
 }
 
 // Known reports whether o is an op defined by this protocol version.
@@ -79,7 +85,13 @@ func (o Op) Valid() bool { return o.Known() || o.IsExtension() }
 // IsWrite reports whether o changes the store. A write whose outcome is
 // unknown (ErrOutcomeUnknown, or ConnError with Sent set) must not be
 // blindly retried unless it carries a client id and sequence number.
-func (o Op) IsWrite() bool { return o == OpPut || o == OpDelete }
+func (o Op) IsWrite() bool {
+	switch o {
+	case OpPut, OpDelete, OpSplitBegin, OpSplitAppend, OpSplitEnd, OpInsertChild:
+		return true
+	}
+	return false
+}
 
 // String returns the op's name, or "Op(0xNN)".
 func (o Op) String() string {
