@@ -3,6 +3,8 @@ package blink
 import (
 	"bytes"
 	"fmt"
+
+	"github.com/cellstore/cell/internal/atomicmem"
 )
 
 // Meganode split primitives (paper §2.2, DESIGN §4; the protocol is in
@@ -26,10 +28,13 @@ type RecordRef struct {
 
 // Entry is one leaf entry of a meganode's local tree: in a leaf meganode a
 // record (Ref), in an inner meganode a child meganode (Child, its header).
+// An entry copied to another region carries its value instead of a Ref
+// (FrozenRecords; AppendEntries then writes a new record).
 type Entry struct {
 	Key   []byte
 	Child Ptr
 	Ref   RecordRef
+	Value []byte
 }
 
 // splitRole is the tree's part in a meganode split.
@@ -48,6 +53,9 @@ type splitState struct {
 	role   splitRole
 	sep    []byte // source: the split key (owned)
 	linked bool   // source: LinkRight published the boundary
+	// remote: the source linked to a meganode of another region, which
+	// holds copies of the right half's records: FreeRight frees them.
+	remote bool
 	// heads are, per local level, the next node of the detached right
 	// half to free (nil when the level is done); set by LinkRight.
 	heads []Ptr
@@ -217,6 +225,19 @@ func (t *Tree) BeginCopy(right Ptr) error {
 // or a key FrozenEntries returned, hence a leaf boundary. The entries' keys
 // are copies. It takes the writer's lock for one batch.
 func (t *Tree) FrozenEntries(from []byte, maxLeaves int, buf []Entry) (ents []Entry, next []byte, err error) {
+	return t.frozenEntries(from, maxLeaves, 0, false, buf)
+}
+
+// FrozenRecords is FrozenEntries for a copy into another region: a leaf
+// meganode's entries carry copies of their values (Value, Ref zero), read
+// from the records and checked against their CRCs. A batch ends after the
+// leaf that brings its keys and values to maxBytes or more (a leaf at
+// least), or after maxLeaves leaves.
+func (t *Tree) FrozenRecords(from []byte, maxLeaves, maxBytes int, buf []Entry) (ents []Entry, next []byte, err error) {
+	return t.frozenEntries(from, maxLeaves, maxBytes, true, buf)
+}
+
+func (t *Tree) frozenEntries(from []byte, maxLeaves, maxBytes int, values bool, buf []Entry) (ents []Entry, next []byte, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := &t.mu.split
@@ -237,11 +258,17 @@ func (t *Tree) FrozenEntries(from []byte, maxLeaves int, buf []Entry) (ents []En
 			start := len(arena)
 			arena = append(arena, k...)
 			e := Entry{Key: arena[start:len(arena):len(arena)]}
-			if ln.extents() {
+			switch {
+			case !ln.extents():
+				e.Child = ln.child(i)
+			case values:
+				ext, l, crc := ln.extent(i)
+				if e.Value, arena, err = t.copyValueLocked(arena, ext, l, crc, k); err != nil {
+					return buf, nil, err
+				}
+			default:
 				ext, l, crc := ln.extent(i)
 				e.Ref = RecordRef{Extent: ext, Len: l, CRC: crc}
-			} else {
-				e.Child = ln.child(i)
 			}
 			ents = append(ents, e)
 		}
@@ -249,18 +276,38 @@ func (t *Tree) FrozenEntries(from []byte, maxLeaves int, buf []Entry) (ents []En
 		if ln.maxInf() || !t.local(rl) {
 			return ents, nil, nil
 		}
-		if n >= maxLeaves {
+		if n >= maxLeaves || maxBytes > 0 && len(arena) >= maxBytes {
 			return ents, bytes.Clone(ln.maxKey()), nil
 		}
 		leaf = rl
 	}
 }
 
+// copyValueLocked appends the value of the record at ext (l bytes, CRC
+// crc, key key) to arena and returns it (aliasing arena's new tail).
+// REQUIRES: t.mu held (the record cannot change under the writer's lock).
+func (t *Tree) copyValueLocked(arena []byte, ext Ptr, l int, crc uint64, key []byte) (value, grown []byte, err error) {
+	off := ext.Offset()
+	if ext.Region() != t.region || off%8 != 0 || l < extentHeader || off+uint64(roundUp8(l)) > uint64(len(t.mem)) {
+		return nil, arena, fmt.Errorf("record %v of %d bytes for %q outside region %d: %w", ext, l, key, t.region, ErrCorruption)
+	}
+	rec := atomicmem.Alloc(roundUp8(l))
+	atomicmem.LoadTo(rec, t.mem[off:off+uint64(roundUp8(l))])
+	k, v, err := DecodeExtent(rec[:l], crc)
+	if err != nil || !bytes.Equal(k, key) {
+		return nil, arena, fmt.Errorf("record %v for %q: key %q, %v: %w", ext, key, k, err, ErrCorruption)
+	}
+	start := len(arena)
+	arena = append(arena, v...)
+	return arena[start:len(arena):len(arena)], arena, nil
+}
+
 // AppendEntries inserts entries into the target of a split (BeginCopy),
 // past its freeze. A leaf meganode takes the records by reference: the
 // entries share them with the source, and ownership moves here when the
 // source's right half is freed (the records themselves are never freed by
-// the split). Entries appended in key order fill nodes completely (see
+// a local split). An entry without a Ref (a copy from another region,
+// FrozenRecords) gets a new record here holding its Value. Entries appended in key order fill nodes completely (see
 // insertLocked's pack). It fails with ErrNeedsSplit when the meganode runs
 // out of nodes, and with ErrSplitState on a key already present.
 func (t *Tree) AppendEntries(ents []Entry) error {
@@ -275,7 +322,29 @@ func (t *Tree) AppendEntries(ents []Entry) error {
 			return err
 		}
 		var payload []byte
-		if t.leafKind == flagExtents {
+		if t.leafKind == flagExtents && e.Ref.Extent.IsNil() {
+			if len(e.Value) > t.opts.MaxValueSize {
+				return fmt.Errorf("value of %d bytes for %q, limit %d: %w", len(e.Value), e.Key, t.opts.MaxValueSize, ErrValueTooLarge)
+			}
+			if t.nodesInUse()+t.height()+1 > t.capacity() {
+				return fmt.Errorf("all %d nodes in use: %w", t.capacity(), ErrNeedsSplit)
+			}
+			leaf, err := t.descendLocked(e.Key)
+			if err != nil {
+				return err
+			}
+			if _, found := t.nodeBytes(leaf).lowerBound(e.Key); found {
+				return fmt.Errorf("append of %q, already present: %w", e.Key, ErrSplitState)
+			}
+			ext, n, crc, err := t.writeExtentLocked(e.Key, e.Value)
+			if err != nil {
+				return err
+			}
+			payload = t.mu.payload[:]
+			le.PutUint64(payload[0:], uint64(ext))
+			le.PutUint32(payload[8:], uint32(n))
+			le.PutUint64(payload[12:], crc)
+		} else if t.leafKind == flagExtents {
 			r := e.Ref
 			off := r.Extent.Offset()
 			if r.Extent.Region() != t.region || off%8 != 0 || r.Len < extentHeader || off+uint64(roundUp8(r.Len)) > uint64(len(t.mem)) {
@@ -363,6 +432,7 @@ func (t *Tree) LinkRight(right Ptr) error {
 		return err
 	}
 	s.heads = heads
+	s.remote = right.Region() != t.region
 	h := t.mu.hdr
 	h[offFlags] &^= flagMaxInf
 	clear(h[hdrKeys+t.maxKey : hdrKeys+2*t.maxKey])
@@ -447,7 +517,9 @@ func (t *Tree) linkPassLocked(sep []byte, right Ptr, apply bool) ([]Ptr, error) 
 // to the meganode's free list; their versions keep growing, so a reader
 // holding a stale pointer to one that is reused sees a new node whose
 // range does not cover its key (§2.4). The records the right half pointed
-// to belong to the new meganode now and are not freed.
+// to belong to the new meganode now and are not freed, unless it is in
+// another region (a remote split), which holds copies: then they are
+// freed with their leaves.
 func (t *Tree) FreeRight(maxNodes int) (done bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -464,6 +536,12 @@ func (t *Tree) FreeRight(maxNodes int) (done bool, err error) {
 				return false, fmt.Errorf("detached node %v is not a right-half node of level %d: %w", p, lv, ErrCorruption)
 			}
 			next := n.rightLink()
+			if s.remote && lv == 0 && n.extents() {
+				for i := range n.count() {
+					ext, l, _ := n.extent(i)
+					t.ext.Free(ext.Offset(), roundUp8(l))
+				}
+			}
 			t.freeNodeLocked(p)
 			freed++
 			p = next
