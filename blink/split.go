@@ -559,6 +559,40 @@ func (t *Tree) FreeRight(maxNodes int) (done bool, err error) {
 	return true, nil
 }
 
+// DropRecords frees the records of every entry of a split target in a
+// leaf meganode (one filled from another region, whose records are its
+// own), before the target is dropped: an aborted remote split. The tree
+// must not be used afterwards but to free its meganode.
+func (t *Tree) DropRecords() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.mu.split.role != splitTarget {
+		return fmt.Errorf("drop records: %w", ErrSplitState)
+	}
+	if t.leafKind != flagExtents {
+		return nil
+	}
+	p := Ptr(t.mu.hdr.u64(hdrRoot))
+	for n := t.nodeBytes(p); n.level() > 0; n = t.nodeBytes(p) {
+		if n.count() == 0 {
+			return fmt.Errorf("inner node %v without entries: %w", p, ErrCorruption)
+		}
+		p = n.child(0)
+	}
+	for seen := 0; t.local(p); seen++ {
+		if seen > t.capacity() {
+			return fmt.Errorf("leaf level longer than the meganode: %w", ErrCorruption)
+		}
+		n := t.nodeBytes(p)
+		for i := range n.count() {
+			ext, l, _ := n.extent(i)
+			t.ext.Free(ext.Offset(), roundUp8(l))
+		}
+		p = n.rightLink()
+	}
+	return nil
+}
+
 // Thaw ends the tree's part in a split: writes to the frozen range are
 // accepted again. On the source before LinkRight it aborts the split
 // (nothing was changed); after LinkRight it requires FreeRight to be done,

@@ -44,7 +44,11 @@ import (
 //	                             root the new root meganode
 //	  16 batch u32               copy: leaves per batch; free: nodes
 //	  20 reserved u32 (0)
-//	  24 cursor key              copy: the key to copy from; else empty
+//	  24 cursor                  copy: the key to copy from; link of a
+//	                             remote split: Y's local root (8 bytes);
+//	                             root: the new root's entries, each
+//	                             [key length u32][key][child Ptr u64];
+//	                             else empty
 //
 // Split phases, in log order: start (freeze X at sep, format Y with bounds
 // [sep, X.max) at X's level, taking X's right link), copy* (one batch of
@@ -57,6 +61,27 @@ import (
 // So the log says, for recovery, whether an interrupted split must be
 // undone (no link record: drop Y, thaw X) or finished (link without end:
 // free what is left of X's right half, insert the separator).
+//
+// A remote split (Y in another server's region) writes the same source
+// records without copy records (X's entries are read, not written, here);
+// start names Y in the other region, link carries Y's root. The target
+// server logs its side as target records:
+//
+//	5 target  one step of the target's part in a remote split: the
+//	          meganode is Y, the key the split key (begin) or empty, the
+//	          value a target body:
+//
+//	  0  phase u8 (1 begin, 2 append, 3 commit, 4 abort)
+//	  1  flags u8: bit0 max +inf
+//	  2  level u16                Y's global level (begin)
+//	  4  reserved u32 (0)
+//	  8  right Ptr u64            Y's right link (begin)
+//	  16 source Ptr u64           X, for the operator (begin)
+//	  24 begin: Y's max key; append: a wire.SplitAppendRequest body
+//
+// begin formats Y, frozen, with bounds [sep, max) in the slot the record
+// names; append adds a batch of X's entries (new records for values);
+// commit thaws Y after X freed its old right half; abort drops Y.
 const (
 	recVersion    = 1
 	recHeaderSize = 40
@@ -65,9 +90,72 @@ const (
 	recDelete = 2
 	recChild  = 3
 	recSplit  = 4
+	recTarget = 5
 
-	splitBodySize = 24
+	splitBodySize  = 24
+	targetBodySize = 24
 )
+
+// targetPhase is the step of a remote split's target a target record
+// applies.
+type targetPhase uint8
+
+const (
+	targetBegin targetPhase = iota + 1
+	targetAppend
+	targetCommit
+	targetAbort
+)
+
+var targetPhaseNames = [...]string{"", "begin", "append", "commit", "abort"}
+
+func (p targetPhase) String() string {
+	if int(p) < len(targetPhaseNames) && p > 0 {
+		return targetPhaseNames[p]
+	}
+	return fmt.Sprintf("target phase(%d)", uint8(p))
+}
+
+// targetBody is the value of a target record.
+type targetBody struct {
+	Phase   targetPhase
+	MaxInf  bool
+	Level   uint16
+	Right   blink.Ptr
+	Source  blink.Ptr
+	Payload []byte // aliases the record
+}
+
+const targetMaxInf = 1 << 0
+
+func appendTargetBody(dst []byte, b *targetBody) []byte {
+	var h [targetBodySize]byte
+	h[0] = byte(b.Phase)
+	if b.MaxInf {
+		h[1] = targetMaxInf
+	}
+	le.PutUint16(h[2:], b.Level)
+	le.PutUint64(h[8:], uint64(b.Right))
+	le.PutUint64(h[16:], uint64(b.Source))
+	return append(append(dst, h[:]...), b.Payload...)
+}
+
+func decodeTargetBody(v []byte) (targetBody, error) {
+	if len(v) < targetBodySize {
+		return targetBody{}, fmt.Errorf("server: %d-byte target body: %w", len(v), ErrBadRecord)
+	}
+	b := targetBody{Phase: targetPhase(v[0]), MaxInf: v[1]&targetMaxInf != 0, Level: le.Uint16(v[2:]),
+		Right: blink.Ptr(le.Uint64(v[8:])), Source: blink.Ptr(le.Uint64(v[16:])), Payload: v[targetBodySize:]}
+	switch {
+	case b.Phase < targetBegin || b.Phase > targetAbort:
+		return targetBody{}, fmt.Errorf("server: target phase %d: %w", v[0], ErrBadRecord)
+	case v[1]&^targetMaxInf != 0 || le.Uint32(v[4:]) != 0:
+		return targetBody{}, fmt.Errorf("server: target body reserved bits: %w", ErrBadRecord)
+	case b.Phase != targetBegin && b.Phase != targetAppend && len(b.Payload) > 0:
+		return targetBody{}, fmt.Errorf("server: target %v record with a payload: %w", b.Phase, ErrBadRecord)
+	}
+	return b, nil
+}
 
 // splitPhase is the step of a split a split record applies.
 type splitPhase uint8
@@ -122,8 +210,10 @@ func decodeSplitBody(v []byte) (splitBody, error) {
 		return splitBody{}, fmt.Errorf("server: split phase %d: %w", v[0], ErrBadRecord)
 	case le.Uint32(v[20:]) != 0:
 		return splitBody{}, fmt.Errorf("server: split body reserved word: %w", ErrBadRecord)
-	case len(b.Cursor) > 0 && b.Phase != phaseCopy:
+	case len(b.Cursor) > 0 && b.Phase != phaseCopy && b.Phase != phaseLink && b.Phase != phaseRoot:
 		return splitBody{}, fmt.Errorf("server: %v record with a cursor: %w", b.Phase, ErrBadRecord)
+	case b.Phase == phaseLink && len(b.Cursor) != 0 && len(b.Cursor) != 8:
+		return splitBody{}, fmt.Errorf("server: link record with a %d-byte root: %w", len(b.Cursor), ErrBadRecord)
 	}
 	return b, nil
 }
@@ -176,7 +266,7 @@ func decodeRecord(b []byte) (writeRecord, error) {
 	r.Key = b[recHeaderSize : recHeaderSize+kl]
 	r.Value = b[recHeaderSize+kl:]
 	switch {
-	case r.Kind < recPut || r.Kind > recSplit:
+	case r.Kind < recPut || r.Kind > recTarget:
 		return writeRecord{}, fmt.Errorf("server: record kind %d: %w", r.Kind, ErrBadRecord)
 	case r.Kind == recDelete && vl != 0:
 		return writeRecord{}, fmt.Errorf("server: delete record with a value: %w", ErrBadRecord)
@@ -184,6 +274,10 @@ func decodeRecord(b []byte) (writeRecord, error) {
 		return writeRecord{}, fmt.Errorf("server: child record with a %d-byte value: %w", vl, ErrBadRecord)
 	case r.Kind == recSplit:
 		if _, err := decodeSplitBody(r.Value); err != nil {
+			return writeRecord{}, err
+		}
+	case r.Kind == recTarget:
+		if _, err := decodeTargetBody(r.Value); err != nil {
 			return writeRecord{}, err
 		}
 	}
@@ -198,6 +292,8 @@ type applyResult struct {
 	Next []byte
 	// Done: a split free batch freed the last node of the right half.
 	Done bool
+	// Root: a target append's meganode's local root after the append.
+	Root blink.Ptr
 }
 
 // apply applies an encoded write record to the region. It is the only
@@ -235,6 +331,10 @@ func (s *Server) apply(rec []byte) (applyResult, error) {
 		b, _ := decodeSplitBody(r.Value) // decodeRecord checked it
 		kind = "split_" + b.Phase.String()
 		res, err = s.applySplitLocked(&r, &b)
+	case recTarget:
+		b, _ := decodeTargetBody(r.Value) // decodeRecord checked it
+		kind = "target_" + b.Phase.String()
+		res, err = s.applyTargetLocked(&r, &b)
 	}
 	s.metrics.applies.WithLabelValues(kind, wire.StatusOf(wireError(err)).String()).Inc()
 	if hook := s.opts.TestingKnobs.OnApply; hook != nil {

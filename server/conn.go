@@ -186,7 +186,8 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		s.metrics.observe(h.Op, wire.StatusOK, 0, time.Since(arrived))
 		f.Release()
 		return
-	case wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete:
+	case wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete,
+		wire.OpSplitBegin, wire.OpSplitAppend, wire.OpSplitEnd, wire.OpInsertChild, wire.OpMeganode:
 	default:
 		// Extension ops pass the frame layer; this server has none.
 		s.metrics.malformed.WithLabelValues("unknown_op").Inc()

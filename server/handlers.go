@@ -101,6 +101,16 @@ func (w *worker) handle(op wire.Op, body []byte) (wire.Message, error) {
 		return w.metadata(body)
 	case wire.OpNodeDump:
 		return w.nodeDump(body)
+	case wire.OpSplitBegin:
+		return w.splitBegin(body)
+	case wire.OpSplitAppend:
+		return w.splitAppend(body)
+	case wire.OpSplitEnd:
+		return nil, w.splitEnd(body)
+	case wire.OpInsertChild:
+		return w.insertChild(body)
+	case wire.OpMeganode:
+		return w.meganodeInfo(body)
 	}
 	return nil, wireErrorf(wire.StatusUnknownOp, "op %v not served", op)
 }
@@ -292,6 +302,13 @@ func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (ho
 		return hop{}, err
 	}
 	if !hp.next.IsNil() {
+		// A request sent to a leaf meganode whose keys moved to another
+		// server (a remote split) is refused KeyOutOfRange: the client's
+		// cached leaf is stale, and it locates the key again from the
+		// root. One sent to an inner meganode is redirected.
+		if lm.level == 0 && hp.next.Region() != w.s.regionID {
+			return hop{}, wireErrorf(wire.StatusKeyOutOfRange, "%s: key %q continues at meganode %v on another server", what, key, hp.next)
+		}
 		return hop{}, w.elsewhere(hp.next, what)
 	}
 	return hp, nil

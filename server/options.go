@@ -98,6 +98,12 @@ type Options struct {
 	// writes of new keys StatusUnavailable. For tests and benchmarks of a
 	// single meganode.
 	DisableSplits bool
+	// SplitPlacement chooses where a split puts the new meganode (remote.go):
+	// PlaceAuto (default, the paper's rule), PlaceLocal or PlaceRemote.
+	SplitPlacement Placement
+	// SplitRemoteBelow is PlaceAuto's "few local meganodes": a server
+	// holding fewer meganodes places new ones remotely. Default 4.
+	SplitRemoteBelow int
 	// SplitCopyBatch is how many leaves one copy step of a split moves
 	// (one apply record, holding the meganode's writer lock and the apply
 	// lock meanwhile). Default 16 (about 2 ms with 1 KiB nodes).
@@ -134,18 +140,19 @@ type TestingKnobs struct {
 
 // Defaults.
 const (
-	DefaultListen         = "127.0.0.1:7070"
-	DefaultRDMAListen     = "127.0.0.1:7071"
-	DefaultMetricsListen  = "127.0.0.1:7072"
-	DefaultQueueDepth     = 1024
-	DefaultShmDir         = "/dev/shm"
-	DefaultRegisterWait   = 15 * time.Second
-	DefaultWriteTimeout   = 10 * time.Second
-	DefaultMaxRangePairs  = 4096
-	DefaultSplitFill      = 0.75
-	DefaultSplitCopyBatch = 16
-	DefaultSplitFreeBatch = 256
-	DefaultMaxSplitWait   = 10 * time.Second
+	DefaultListen           = "127.0.0.1:7070"
+	DefaultRDMAListen       = "127.0.0.1:7071"
+	DefaultMetricsListen    = "127.0.0.1:7072"
+	DefaultQueueDepth       = 1024
+	DefaultShmDir           = "/dev/shm"
+	DefaultRegisterWait     = 15 * time.Second
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultMaxRangePairs    = 4096
+	DefaultSplitFill        = 0.75
+	DefaultSplitRemoteBelow = 4
+	DefaultSplitCopyBatch   = 16
+	DefaultSplitFreeBatch   = 256
+	DefaultMaxSplitWait     = 10 * time.Second
 )
 
 // EnsureDefaults fills zero fields with their defaults. HostID stays empty
@@ -199,6 +206,12 @@ func (o *Options) EnsureDefaults() {
 	if o.SplitFill == 0 {
 		o.SplitFill = DefaultSplitFill
 	}
+	if o.SplitPlacement == "" {
+		o.SplitPlacement = PlaceAuto
+	}
+	if o.SplitRemoteBelow == 0 {
+		o.SplitRemoteBelow = DefaultSplitRemoteBelow
+	}
 	if o.SplitCopyBatch == 0 {
 		o.SplitCopyBatch = DefaultSplitCopyBatch
 	}
@@ -250,6 +263,10 @@ func (o *Options) Validate() error {
 		return bad("max range pairs %d < 1", o.MaxRangePairs)
 	case o.SplitFill <= 0 || o.SplitFill > 1:
 		return bad("split fill %v not in (0, 1]", o.SplitFill)
+	case o.SplitPlacement != PlaceAuto && o.SplitPlacement != PlaceLocal && o.SplitPlacement != PlaceRemote:
+		return bad("split placement %q (auto, local or remote)", o.SplitPlacement)
+	case o.SplitRemoteBelow < 0:
+		return bad("split remote-below %d < 0", o.SplitRemoteBelow)
 	case o.SplitCopyBatch < 1 || o.SplitFreeBatch < 1:
 		return bad("split batches %d and %d must be at least 1", o.SplitCopyBatch, o.SplitFreeBatch)
 	case o.MaxSplitWait < 0:

@@ -61,6 +61,15 @@ type Server struct {
 	// splitWake wakes writes waiting for a split.
 	splitMu   sync.Mutex
 	splitReqs chan blink.Ptr
+	// slotMu is held from choosing a new meganode's slot
+	// (nextMeganodePtr) to the record that formats it: local splits,
+	// new roots and remote splits' targets formatted here.
+	slotMu sync.Mutex
+	// newRoot is a root meganode formatted and not yet published (0 when
+	// none): the only meganode above the root level an abort may drop.
+	newRoot atomic.Uint64
+	// peers are connections to other servers (remote splits).
+	peers peerConns
 	splitWake splitSignal
 	parking   parking // writes waiting for a split (park.go)
 
@@ -518,6 +527,7 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		_ = s.metricsLn.Close()
 	}
 	s.bg.Wait()
+	s.closePeers()
 	if s.shm != nil {
 		errs = append(errs, s.shm.Close())
 	}

@@ -134,7 +134,7 @@ func (s *Server) serveSplit(p blink.Ptr) {
 // threshold (an unbalanced split). It reports whether the split was done.
 func (s *Server) runSplit(lm *localMeganode) bool {
 	s.splitMu.Lock()
-	y, err := s.splitLocked(lm, 0)
+	yp, err := s.splitLocked(lm, 0)
 	s.splitMu.Unlock()
 	s.splitEvent()
 	if err != nil {
@@ -142,7 +142,9 @@ func (s *Server) runSplit(lm *localMeganode) bool {
 		return false
 	}
 	s.maybeRequestSplit(lm)
-	s.maybeRequestSplit(y)
+	if y := s.meganodeAt(yp); y != nil {
+		s.maybeRequestSplit(y)
+	}
 	return true
 }
 
@@ -154,60 +156,94 @@ func (s *Server) failpointAfterLink(name string) {
 	}
 }
 
-// splitLocked splits meganode x into x and a new meganode y of this region
-// and inserts the separator above (splitting the parent first if it is
-// full, depth counting those nested splits). REQUIRES: s.splitMu held.
-func (s *Server) splitLocked(x *localMeganode, depth int) (y *localMeganode, err error) {
+// splitLocked splits meganode x into x and a new meganode y, in this
+// region or another server's (placeSplit), and inserts the separator
+// above (splitting a local parent first if it is full, depth counting
+// those nested splits). It returns y's header pointer. REQUIRES:
+// s.splitMu held.
+func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err error) {
 	if depth > maxHops {
-		return nil, fmt.Errorf("server: %d nested meganode splits: %w", depth, blink.ErrCorruption)
+		return 0, fmt.Errorf("server: %d nested meganode splits: %w", depth, blink.ErrCorruption)
 	}
 	start := time.Now()
 	sep, err := x.t.SplitKey()
 	if err != nil {
-		return nil, fmt.Errorf("server: split %v: %w", x.m.Ptr(), err)
+		return 0, fmt.Errorf("server: split %v: %w", x.m.Ptr(), err)
 	}
 	if err := failpoint.Eval(FailpointSplitChose); err != nil {
-		return nil, err
+		return 0, err
 	}
-	yp, err := s.nextMeganodePtr()
+	var tgt *splitTarget
+	if peer := s.placeSplit(); peer != nil {
+		if tgt, err = s.beginRemoteTarget(x, sep, peer); err != nil {
+			s.log.Warn("server: remote split target refused; splitting locally", slog.String("peer", peer.ID), slog.Any("err", err))
+			tgt = nil
+		}
+	}
+	if tgt != nil {
+		yp = tgt.ptr
+	} else if yp, err = s.nextMeganodePtr(); err != nil {
+		return 0, err
+	}
+	s.slotMu.Lock()
+	_, err = s.applySplit(x, sep, splitBody{Phase: phaseStart, New: yp})
+	s.slotMu.Unlock()
 	if err != nil {
-		return nil, err
-	}
-	if _, err := s.applySplit(x, sep, splitBody{Phase: phaseStart, New: yp}); err != nil {
-		return nil, err
+		if tgt != nil {
+			s.endRemoteTarget(tgt, false)
+		}
+		return 0, err
 	}
 	before := x.t.Usage()
+	where := "local"
+	if tgt != nil {
+		where = "remote:" + tgt.peer.ID
+	}
 	s.log.Info("server: meganode split started", slog.String("meganode", x.m.Ptr().String()), slog.Int("level", x.level),
-		slog.String("sep", fmt.Sprintf("%q", sep)), slog.String("new", yp.String()), slog.Float64("fill", before.Fill()))
+		slog.String("sep", fmt.Sprintf("%q", sep)), slog.String("new", yp.String()), slog.String("placement", where), slog.Float64("fill", before.Fill()))
 	linked := false
+	newp := yp // yp, the result, is zero on early returns
 	defer func() {
 		if err == nil || linked {
 			return
 		}
-		if _, aerr := s.applySplit(x, sep, splitBody{Phase: phaseAbort, New: yp}); aerr != nil {
+		if _, aerr := s.applySplit(x, sep, splitBody{Phase: phaseAbort, New: newp}); aerr != nil {
 			s.log.Error("server: abort of a meganode split failed", slog.String("meganode", x.m.Ptr().String()), slog.Any("err", aerr))
+		}
+		if tgt != nil {
+			s.endRemoteTarget(tgt, false)
 		}
 		s.metrics.splits.WithLabelValues("aborted").Inc()
 	}()
 	if err := failpoint.Eval(FailpointSplitFroze); err != nil {
-		return nil, err
+		return 0, err
 	}
-	for cursor := sep; cursor != nil; {
-		res, err := s.applySplit(x, sep, splitBody{Phase: phaseCopy, New: yp, Batch: uint32(s.opts.SplitCopyBatch), Cursor: cursor})
-		if err != nil {
-			return nil, err
+	var yRoot blink.Ptr
+	if tgt != nil {
+		if yRoot, err = s.copyRemote(x, sep, tgt); err != nil {
+			return 0, err
 		}
-		cursor = res.Next
-		runtime.Gosched() // writes to the left half go on between batches
+	} else {
+		for cursor := sep; cursor != nil; {
+			res, err := s.applySplit(x, sep, splitBody{Phase: phaseCopy, New: yp, Batch: uint32(s.opts.SplitCopyBatch), Cursor: cursor})
+			if err != nil {
+				return 0, err
+			}
+			cursor = res.Next
+			runtime.Gosched() // writes to the left half go on between batches
+		}
 	}
 	if err := failpoint.Eval(FailpointSplitCopied); err != nil {
-		return nil, err
+		return 0, err
 	}
-	if _, err := s.applySplit(x, sep, splitBody{Phase: phaseLink, New: yp}); err != nil {
-		return nil, err
+	link := splitBody{Phase: phaseLink, New: yp}
+	if tgt != nil {
+		link.Cursor = le.AppendUint64(nil, uint64(yRoot))
+	}
+	if _, err := s.applySplit(x, sep, link); err != nil {
+		return 0, err
 	}
 	linked = true
-	y = s.meganodeAt(yp)
 	defer func() {
 		if err != nil {
 			s.metrics.splits.WithLabelValues("failed").Inc()
@@ -217,7 +253,7 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (y *localMeganode, err
 	for {
 		res, err := s.applySplit(x, sep, splitBody{Phase: phaseFree, New: yp, Batch: uint32(s.opts.SplitFreeBatch)})
 		if err != nil {
-			return y, err
+			return yp, err
 		}
 		if res.Done {
 			break
@@ -225,21 +261,35 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (y *localMeganode, err
 		runtime.Gosched()
 	}
 	s.splitEvent() // writes to [sep, X.max) go on, in Y
+	if tgt != nil {
+		// Y takes writes once X's old right half is gone; until then
+		// writes to Y wait, as they did while X was frozen.
+		if err := s.endRemoteTarget(tgt, true); err != nil {
+			return yp, err
+		}
+	}
 	s.failpointAfterLink(FailpointSplitInvalidated)
-	if err := s.insertSeparatorLocked(x, sep, y, depth); err != nil {
-		return y, err
+	if err := s.insertSeparatorLocked(x.level, sep, yp, depth); err != nil {
+		return yp, err
 	}
 	s.failpointAfterLink(FailpointSplitParent)
 	if _, err := s.applySplit(x, sep, splitBody{Phase: phaseEnd, New: yp}); err != nil {
-		return y, err
+		return yp, err
 	}
 	d := time.Since(start)
 	s.metrics.splits.WithLabelValues("done").Inc()
 	s.metrics.splitTime.Observe(d.Seconds())
+	if tgt != nil {
+		s.metrics.splits.WithLabelValues("remote").Inc()
+	}
+	right := -1
+	if y := s.meganodeAt(yp); y != nil {
+		right = y.t.Usage().Nodes
+	}
 	s.log.Info("server: meganode split done", slog.String("meganode", x.m.Ptr().String()), slog.String("new", yp.String()),
-		slog.String("sep", fmt.Sprintf("%q", sep)), slog.Int("nodes_before", before.Nodes),
-		slog.Int("nodes_left", x.t.Usage().Nodes), slog.Int("nodes_right", y.t.Usage().Nodes), slog.Duration("took", d))
-	return y, nil
+		slog.String("sep", fmt.Sprintf("%q", sep)), slog.String("placement", where), slog.Int("nodes_before", before.Nodes),
+		slog.Int("nodes_left", x.t.Usage().Nodes), slog.Int("nodes_right", right), slog.Duration("took", d))
+	return yp, nil
 }
 
 // applySplit applies one split record for meganode x.
@@ -254,7 +304,8 @@ func (s *Server) applySplit(x *localMeganode, sep []byte, b splitBody) (applyRes
 
 // nextMeganodePtr returns the header pointer of the meganode the next
 // NewMeganode will format: the lowest free slot (meganode.Region's rule).
-// Split records name it, and apply checks it got that one.
+// Split records name it, and apply checks it got that one. Hold
+// s.slotMu from here to the record that formats it.
 func (s *Server) nextMeganodePtr() (blink.Ptr, error) {
 	slot := 0
 	for _, used := range s.region.Meganodes() {
@@ -270,30 +321,63 @@ func (s *Server) nextMeganodePtr() (blink.Ptr, error) {
 	return blink.MakePtr(s.regionID, lay.SlotBase(slot)), nil
 }
 
-// insertSeparatorLocked makes y known above x: the separator goes into the
-// parent meganode as a decoupled insert (the parent is split first when it
-// is full), or, when x's level is the root's, a new root meganode is made
-// over that level and published. Until then readers reach y through x's
-// right links. REQUIRES: s.splitMu held.
-func (s *Server) insertSeparatorLocked(x *localMeganode, sep []byte, y *localMeganode, depth int) error {
-	child := le.AppendUint64(nil, uint64(y.m.Ptr()))
-	for attempt := 0; attempt < 8; attempt++ {
-		root := s.meganodeAt(blink.Ptr(s.root.Load()))
+// maxSeparatorTries bounds the attempts to insert one separator (each a
+// search from the root); a parent being split elsewhere is waited for
+// with backoff between them.
+const maxSeparatorTries = 64
+
+// insertSeparatorLocked makes y (at level, the level of the meganode it
+// was split from) known one level up: the separator goes into the parent
+// meganode as a decoupled insert, wherever it is (a full local parent is
+// split first; a remote one is split by its server while this one waits),
+// or, when level is the root's, a new root meganode is made over that
+// level and published. Until then readers reach y through right links.
+// REQUIRES: s.splitMu held.
+func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, depth int) error {
+	child := le.AppendUint64(nil, uint64(yp))
+	var last error
+	for attempt := 0; attempt < maxSeparatorTries; attempt++ {
+		if attempt > 0 {
+			if err := s.pause(attempt); err != nil {
+				return err
+			}
+		}
+		rp := blink.Ptr(s.root.Load())
+		rootLevel, err := s.levelOf(rp)
+		if err != nil {
+			last = err
+			continue
+		}
 		switch {
-		case root == nil:
-			return fmt.Errorf("server: the root meganode %v is not on this server (remote splits come later)", blink.Ptr(s.root.Load()))
-		case root.level == x.level:
-			err := s.growRootLocked(root, sep)
+		case rootLevel == level:
+			err := s.growRootLocked(rp, level, sep)
 			if errors.Is(err, regiontable.ErrConflict) {
 				continue // the table had a newer root, now ours: look again
 			}
-			return err
-		case root.level < x.level:
-			return fmt.Errorf("server: root meganode at level %d below meganode %v at %d: %w", root.level, x.m.Ptr(), x.level, blink.ErrCorruption)
+			if err == nil {
+				return nil
+			}
+			last = err
+			continue
+		case rootLevel < level:
+			// Our root pointer is older than the table's (a new root
+			// was published elsewhere): wait for the watch.
+			last = fmt.Errorf("server: root meganode %v at level %d is below the level %d separator %q", rp, rootLevel, level+1, sep)
+			continue
 		}
-		p, err := s.parentOf(root, sep, x.level+1)
+		p, next, err := s.parentOf(rp, sep, level+1)
 		if err != nil {
-			return err
+			last = err
+			continue
+		}
+		if p == nil {
+			// The parent level goes on on another server.
+			done, err := s.insertChildRemote(next, level+1, sep, yp)
+			if err == nil && done {
+				return nil
+			}
+			last = err
+			continue
 		}
 		_, err = s.apply(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: sep, Value: child}))
 		switch {
@@ -305,61 +389,170 @@ func (s *Server) insertSeparatorLocked(x *localMeganode, sep []byte, y *localMeg
 				return fmt.Errorf("server: split parent %v: %w", p.m.Ptr(), err)
 			}
 			s.splitEvent()
+			attempt-- // no need to wait
 		case errors.Is(err, blink.ErrKeyOutOfRange), errors.Is(err, blink.ErrFrozen):
-			// The parent moved under us: search again.
+			last = err // the parent moved under us: search again
 		default:
 			return fmt.Errorf("server: insert separator %q into %v: %w", sep, p.m.Ptr(), err)
 		}
 	}
-	return fmt.Errorf("server: separator %q found no parent: %w", sep, blink.ErrRestart)
+	return fmt.Errorf("server: separator %q (level %d, child %v) found no parent: %w (last: %v)", sep, level+1, yp, blink.ErrRestart, last)
 }
 
-// parentOf finds, from the root meganode down, the meganode at level that
-// covers key (following right links along that level).
-func (s *Server) parentOf(root *localMeganode, key []byte, level int) (*localMeganode, error) {
-	lm := root
+// pause sleeps before attempt n of a step that waits for another server
+// (or the region table): 1 ms doubling to 200 ms.
+func (s *Server) pause(n int) error {
+	d := time.Millisecond << min(n, 8)
+	t := time.NewTimer(min(d, 200*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-s.bgCtx.Done():
+		return ErrClosed
+	}
+}
+
+// parentOf searches key from meganode start down to level, within this
+// server: it returns the local meganode at level covering key, or the
+// pointer where the search goes on on another server.
+func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*localMeganode, blink.Ptr, error) {
+	lm := s.meganodeAt(start)
+	if lm == nil {
+		return nil, start, nil
+	}
 	for range maxHops {
 		if lm.level < level {
-			return nil, fmt.Errorf("server: search for level %d reached meganode %v at level %d: %w", level, lm.m.Ptr(), lm.level, blink.ErrCorruption)
+			return nil, 0, fmt.Errorf("server: search for level %d reached meganode %v at level %d: %w", level, lm.m.Ptr(), lm.level, blink.ErrCorruption)
 		}
 		res, err := lm.t.Search(key)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		next := res.Next
 		if next.IsNil() {
 			if lm.level == level {
-				return lm, nil
+				return lm, 0, nil
 			}
 			next = res.Child
 		}
 		nl := s.meganodeAt(next)
 		if nl == nil {
-			return nil, fmt.Errorf("server: meganode %v on the path to level %d is not on this server (remote splits come later)", next, level)
+			return nil, next, nil
 		}
 		lm = nl
 	}
-	return nil, fmt.Errorf("server: search for level %d crossed %d meganodes: %w", level, maxHops, blink.ErrCorruption)
+	return nil, 0, fmt.Errorf("server: search for level %d crossed %d meganodes: %w", level, maxHops, blink.ErrCorruption)
 }
 
-// growRootLocked makes a new root meganode one level above root, with an
-// entry for every meganode of root's level (root and those its right links
-// reach), and publishes it: the region table's root first (compare-and-set
-// from root), then the server's and offset 0 of the region. Readers that
-// still start at the old root reach everything through right links. On
-// failure the unpublished meganode is dropped. REQUIRES: s.splitMu held.
-func (s *Server) growRootLocked(root *localMeganode, sep []byte) error {
-	np, err := s.nextMeganodePtr()
+// levelOf returns the global level of the meganode holding node p, here
+// or on its server.
+func (s *Server) levelOf(p blink.Ptr) (int, error) {
+	if p.IsNil() {
+		return 0, fmt.Errorf("server: no root meganode: %w", blink.ErrRestart)
+	}
+	if lm := s.meganodeAt(p); lm != nil {
+		return lm.level, nil
+	}
+	info, err := s.remoteMeganode(p)
+	if err != nil {
+		return 0, err
+	}
+	return int(info.Meganode.Level), nil
+}
+
+// levelEntry is one meganode of a global level: its min key ("\x00" for
+// -inf) and header pointer, an entry of a new root.
+type levelEntry struct {
+	key []byte
+	ptr blink.Ptr
+}
+
+// walkLevel lists the meganodes of root's level, left to right along the
+// right links, here or on other servers.
+func (s *Server) walkLevel(root blink.Ptr, level int) ([]levelEntry, error) {
+	var out []levelEntry
+	for p := root; !p.IsNil(); {
+		if len(out) > maxHops*maxHops {
+			return nil, fmt.Errorf("server: the root's level has over %d meganodes: %w", maxHops*maxHops, blink.ErrCorruption)
+		}
+		var (
+			e     levelEntry
+			lv    int
+			bmin  []byte
+			minf  bool
+			right blink.Ptr
+		)
+		if lm := s.meganodeAt(p); lm != nil {
+			h, err := lm.t.Header()
+			if err != nil {
+				return nil, err
+			}
+			e.ptr, lv, bmin, minf, right = lm.m.Ptr(), lm.level, h.Bounds.Min, h.Bounds.MinInf, lm.t.Right()
+		} else {
+			info, err := s.remoteMeganode(p)
+			if err != nil {
+				return nil, err
+			}
+			m := &info.Meganode
+			e.ptr, lv, bmin, minf, right = m.Ptr, int(m.Level), m.Range.Min, m.Range.MinInf, info.Right
+		}
+		if lv != level {
+			return nil, fmt.Errorf("server: meganode %v of the root's level %d is at level %d: %w", e.ptr, level, lv, blink.ErrCorruption)
+		}
+		e.key = bytes.Clone(bmin)
+		if minf {
+			e.key = []byte{0}
+		}
+		out = append(out, e)
+		p = right
+	}
+	return out, nil
+}
+
+// growRootLocked makes a new root meganode one level above root's level,
+// with an entry for every meganode of that level (root and those its
+// right links reach, on any server), and publishes it: the region table's
+// root first (compare-and-set from root), then the server's and offset 0
+// of the region. Readers that still start at the old root reach
+// everything through right links. On failure the unpublished meganode is
+// dropped. REQUIRES: s.splitMu held.
+func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
+	ents, err := s.walkLevel(root, level)
 	if err != nil {
 		return err
 	}
-	if _, err := s.applySplit(root, sep, splitBody{Phase: phaseRoot, New: np}); err != nil {
+	var body []byte
+	for _, e := range ents {
+		body = le.AppendUint32(body, uint32(len(e.key)))
+		body = append(body, e.key...)
+		body = le.AppendUint64(body, uint64(e.ptr))
+	}
+	// The root record names a meganode of ours at the old root's level:
+	// the old root when it is here, else the first of that level here.
+	var x *localMeganode
+	for _, e := range ents {
+		if lm := s.meganodeAt(e.ptr); lm != nil {
+			x = lm
+			break
+		}
+	}
+	if x == nil {
+		return fmt.Errorf("server: no meganode of level %d on this server to grow the root from", level)
+	}
+	s.slotMu.Lock()
+	np, err := s.nextMeganodePtr()
+	if err == nil {
+		_, err = s.applySplit(x, sep, splitBody{Phase: phaseRoot, New: np, Cursor: body})
+	}
+	s.slotMu.Unlock()
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
 	defer cancel()
-	if cur, err := s.opts.Store.SetRoot(ctx, root.m.Ptr(), np); err != nil {
-		if _, aerr := s.applySplit(root, sep, splitBody{Phase: phaseAbort, New: np}); aerr != nil {
+	if cur, err := s.opts.Store.SetRoot(ctx, root, np); err != nil {
+		if _, aerr := s.applySplit(x, sep, splitBody{Phase: phaseAbort, New: np}); aerr != nil {
 			s.log.Error("server: drop the unpublished root meganode", slog.String("meganode", np.String()), slog.Any("err", aerr))
 		}
 		if errors.Is(err, regiontable.ErrConflict) && !cur.IsNil() {
@@ -369,9 +562,11 @@ func (s *Server) growRootLocked(root *localMeganode, sep []byte) error {
 		}
 		return fmt.Errorf("server: publish the new root meganode %v: %w", np, err)
 	}
+	s.newRoot.Store(0)
 	s.root.Store(uint64(np))
 	s.region.SetRoot(np)
-	s.log.Info("server: new root meganode", slog.String("root", np.String()), slog.String("old_root", root.m.Ptr().String()), slog.Int("level", root.level+1))
+	s.log.Info("server: new root meganode", slog.String("root", np.String()), slog.String("old_root", root.String()),
+		slog.Int("level", level+1), slog.Int("entries", len(ents)))
 	return nil
 }
 
@@ -383,20 +578,30 @@ func (s *Server) applySplitLocked(r *writeRecord, b *splitBody) (applyResult, er
 	if x == nil || x.m.Ptr() != r.Meganode {
 		return applyResult{}, fmt.Errorf("server: split record for %v, not a meganode of region %d: %w", r.Meganode, s.regionID, ErrBadRecord)
 	}
+	remote := b.New.Region() != s.regionID
 	switch b.Phase {
 	case phaseStart:
+		if remote {
+			if b.New.IsNil() {
+				return applyResult{}, fmt.Errorf("server: start record without a new meganode: %w", ErrBadRecord)
+			}
+			return applyResult{}, x.t.Freeze(r.Key)
+		}
 		return applyResult{}, s.startSplitLocked(x, r.Key, b.New)
 	case phaseRoot:
-		if blink.Ptr(s.root.Load()) != x.m.Ptr() {
-			return applyResult{}, fmt.Errorf("server: root record for %v, which is not the root: %w", x.m.Ptr(), ErrBadRecord)
+		if remote {
+			return applyResult{}, fmt.Errorf("server: root record for %v in another region: %w", b.New, ErrBadRecord)
 		}
-		return applyResult{}, s.makeRootLocked(x, b.New)
+		return applyResult{}, s.makeRootLocked(x, b.New, b.Cursor)
 	case phaseAbort:
 		return applyResult{}, s.abortSplitLocked(x, b.New)
 	}
-	y := s.meganodeAt(b.New)
-	if y == nil || y.m.Ptr() != b.New || y.level != x.level {
-		return applyResult{}, fmt.Errorf("server: %v record names %v, not a meganode at level %d: %w", b.Phase, b.New, x.level, ErrBadRecord)
+	var y *localMeganode
+	if !remote {
+		y = s.meganodeAt(b.New)
+		if y == nil || y.m.Ptr() != b.New || y.level != x.level {
+			return applyResult{}, fmt.Errorf("server: %v record names %v, not a meganode at level %d: %w", b.Phase, b.New, x.level, ErrBadRecord)
+		}
 	}
 	info := x.t.Split()
 	if b.Phase != phaseEnd && (!info.Source || !bytes.Equal(info.Sep, r.Key)) {
@@ -404,18 +609,34 @@ func (s *Server) applySplitLocked(r *writeRecord, b *splitBody) (applyResult, er
 	}
 	switch b.Phase {
 	case phaseCopy:
+		if remote {
+			return applyResult{}, fmt.Errorf("server: copy record of a remote split: %w", ErrBadRecord)
+		}
 		next, err := blink.CopyRight(x.t, y.t, b.Cursor, int(b.Batch))
 		return applyResult{Next: next}, err
 	case phaseLink:
+		if remote {
+			if len(b.Cursor) != 8 {
+				return applyResult{}, fmt.Errorf("server: link record of a remote split without Y's root: %w", ErrBadRecord)
+			}
+			root := blink.Ptr(le.Uint64(b.Cursor))
+			if root.Region() != b.New.Region() {
+				return applyResult{}, fmt.Errorf("server: link record: Y's root %v is not in Y's region: %w", root, ErrBadRecord)
+			}
+			return applyResult{}, x.t.LinkRight(root)
+		}
 		return applyResult{}, x.t.LinkRight(y.t.Root())
 	case phaseFree:
 		done, err := x.t.FreeRight(int(b.Batch))
 		if err == nil && done {
-			err = errors.Join(x.t.Thaw(), y.t.Thaw())
+			err = x.t.Thaw()
+			if y != nil {
+				err = errors.Join(err, y.t.Thaw())
+			}
 		}
 		return applyResult{Done: done}, err
 	case phaseEnd:
-		if info.Source || y.t.Split().Target {
+		if y != nil && y.t.Split().Target {
 			return applyResult{}, fmt.Errorf("server: end of the split of %v before its right half was freed: %w", x.m.Ptr(), ErrBadRecord)
 		}
 		return applyResult{}, nil
@@ -441,36 +662,34 @@ func (s *Server) startSplitLocked(x *localMeganode, sep []byte, yp blink.Ptr) er
 	return nil
 }
 
-// makeRootLocked formats the new root meganode np one level above root,
-// with an entry for each meganode of root's level, left to right. The
-// entry of a meganode whose min is -inf has the smallest key, "\x00"
-// (leaf entries have non-empty keys; no key is below it).
-func (s *Server) makeRootLocked(root *localMeganode, np blink.Ptr) error {
-	var level []*localMeganode
-	for lm := root; ; {
-		level = append(level, lm)
-		next := lm.t.Right()
-		if next.IsNil() {
-			break
+// makeRootLocked formats the new root meganode np one level above x's,
+// with the entries the root record lists: one per meganode of x's level,
+// left to right, keyed by its min key ("\x00" stands for -inf: leaf
+// entries have non-empty keys, no key is below it).
+func (s *Server) makeRootLocked(x *localMeganode, np blink.Ptr, body []byte) error {
+	var ents []levelEntry
+	for len(body) > 0 {
+		if len(body) < 4 {
+			return fmt.Errorf("server: root record entries truncated: %w", ErrBadRecord)
 		}
-		if lm = s.meganodeAt(next); lm == nil {
-			return fmt.Errorf("server: meganode of the root's level at %v is not on this server (remote splits come later)", next)
+		n := uint64(le.Uint32(body))
+		if n == 0 || uint64(len(body)) < 4+n+8 {
+			return fmt.Errorf("server: root record entry of %d bytes in %d: %w", n, len(body), ErrBadRecord)
 		}
-		if len(level) > maxHops {
-			return fmt.Errorf("server: the root's level has over %d meganodes: %w", maxHops, blink.ErrCorruption)
+		e := levelEntry{key: body[4 : 4+n], ptr: blink.Ptr(le.Uint64(body[4+n:]))}
+		if e.ptr.IsNil() || len(ents) > 0 && bytes.Compare(ents[len(ents)-1].key, e.key) >= 0 {
+			return fmt.Errorf("server: root record entry %q → %v out of order: %w", e.key, e.ptr, ErrBadRecord)
 		}
+		ents = append(ents, e)
+		body = body[4+n+8:]
 	}
-	return s.newMeganodeLocked(np, root.level+1, blink.Full, func(n *blink.Tree) error {
-		for _, lm := range level {
-			h, err := lm.t.Header()
-			if err != nil {
-				return err
-			}
-			key := h.Bounds.Min
-			if h.Bounds.MinInf {
-				key = []byte{0}
-			}
-			if err := n.InsertChild(key, lm.m.Ptr()); err != nil {
+	if len(ents) == 0 {
+		return fmt.Errorf("server: root record without entries: %w", ErrBadRecord)
+	}
+	s.newRoot.Store(uint64(np))
+	return s.newMeganodeLocked(np, x.level+1, blink.Full, func(n *blink.Tree) error {
+		for _, e := range ents {
+			if err := n.InsertChild(e.key, e.ptr); err != nil {
 				return err
 			}
 		}
@@ -517,7 +736,7 @@ func (s *Server) abortSplitLocked(x *localMeganode, np blink.Ptr) error {
 	// Only a meganode nobody can reach may go: the target of x's split,
 	// or one level above x while x is the root (an unpublished root).
 	target := n != nil && info.Source && n.level == x.level && n.t.Split().Target
-	rootCandidate := n != nil && n.level == x.level+1 && blink.Ptr(s.root.Load()) == x.m.Ptr()
+	rootCandidate := n != nil && n.level == x.level+1 && blink.Ptr(s.newRoot.Load()) == np
 	if n != nil && !target && !rootCandidate {
 		return fmt.Errorf("server: abort record for %v would drop %v, which may be reachable: %w", x.m.Ptr(), np, ErrBadRecord)
 	}

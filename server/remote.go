@@ -1,0 +1,534 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// Remote meganode splits (paper §2.2, DESIGN §4; doc.go draws the
+// protocol). The source server (X's) drives the target server (Y's)
+// through the server-to-server ops of wire/split.go; each side logs its
+// own steps through its apply path (split records here, target records
+// there).
+
+// Placement chooses where a split puts the new meganode.
+type Placement string
+
+// Placements.
+const (
+	// PlaceAuto is the paper's rule: "Cell favors remote meganodes when
+	// few local meganodes have been used, and local meganodes otherwise"
+	// (§2.2, footnote 2). A split goes to the live server holding the
+	// fewest meganodes, when this server holds fewer than
+	// Options.SplitRemoteBelow and that server fewer than this one.
+	PlaceAuto Placement = "auto"
+	// PlaceLocal keeps every new meganode in this server's region.
+	PlaceLocal Placement = "local"
+	// PlaceRemote puts every new meganode on another live server (the
+	// one holding the fewest meganodes) when there is one.
+	PlaceRemote Placement = "remote"
+)
+
+// Bounds of the remote split protocol.
+const (
+	// remoteAppendBytes is the key and value bytes one SplitAppend
+	// carries, at most (a single entry may exceed it).
+	remoteAppendBytes = 1 << 20
+	// peerTimeout bounds one call to another server.
+	peerTimeout = 10 * time.Second
+	// commitTries bounds the attempts to thaw a remote split's target
+	// (the split is past its point of no return).
+	commitTries = 64
+)
+
+// peerConns caches connections to other servers by RPC address.
+type peerConns struct {
+	mu    sync.Mutex
+	conns map[string]*wire.Conn
+}
+
+// call sends req as op to the server at addr and decodes the reply into
+// rep (nil: an empty reply).
+func (s *Server) call(ctx context.Context, addr string, op wire.Op, req, rep wire.Message) error {
+	c, err := s.peerConn(ctx, addr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	f, err := c.CallMessage(ctx, op, req)
+	if err != nil {
+		return err
+	}
+	defer f.Release()
+	if rep == nil {
+		return nil
+	}
+	return rep.Decode(f.Body)
+}
+
+func (s *Server) peerConn(ctx context.Context, addr string) (*wire.Conn, error) {
+	p := &s.peers
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c := p.conns[addr]; c != nil {
+		select {
+		case <-c.Done():
+			delete(p.conns, addr)
+		default:
+			return c, nil
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, peerTimeout)
+	defer cancel()
+	c, err := wire.Dial(dctx, addr, &s.wopts)
+	if err != nil {
+		return nil, fmt.Errorf("server: dial %s: %w", addr, err)
+	}
+	if p.conns == nil {
+		p.conns = make(map[string]*wire.Conn)
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+// closePeers closes the connections to other servers.
+func (s *Server) closePeers() {
+	p := &s.peers
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, addr)
+	}
+}
+
+// hostOf returns the live member serving region id, from the cached
+// region table.
+func (s *Server) hostOf(id uint32) (regiontable.Member, regiontable.Region, error) {
+	v := s.table.Load()
+	r, ok := v.regions[id]
+	if !ok {
+		return regiontable.Member{}, r, fmt.Errorf("server: region %d is not in the region table: %w", id, wire.ErrUnknownRegion)
+	}
+	m, ok := v.members[r.Host]
+	if !ok {
+		return regiontable.Member{}, r, fmt.Errorf("server: region %d's host %s is down: %w", id, r.Host, wire.ErrUnavailable)
+	}
+	return m, r, nil
+}
+
+// splitTarget is the other server's side of a remote split in progress.
+type splitTarget struct {
+	peer   regiontable.Member
+	region regiontable.Region
+	ptr    blink.Ptr // Y's header
+}
+
+// placeSplit returns the server to put a new meganode on, nil for this
+// one (Options.SplitPlacement).
+func (s *Server) placeSplit() *regiontable.Member {
+	mode := s.opts.SplitPlacement
+	if mode == PlaceLocal {
+		return nil
+	}
+	ours := len(s.region.Meganodes())
+	if mode == PlaceAuto && ours >= s.opts.SplitRemoteBelow {
+		return nil
+	}
+	v := s.table.Load()
+	type cand struct {
+		m     regiontable.Member
+		count int
+	}
+	var cands []cand
+	for id, m := range v.members {
+		if id == s.opts.ServerID {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.bgCtx, 2*time.Second)
+		var rep wire.MetadataReply
+		err := s.call(ctx, m.RPCAddr, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true}, &rep)
+		cancel()
+		if err != nil {
+			s.log.Debug("server: split placement skips a member", slog.String("member", id), slog.Any("err", err))
+			continue
+		}
+		cands = append(cands, cand{m, len(rep.Meganodes)})
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	best := slices.MinFunc(cands, func(a, b cand) int {
+		if a.count != b.count {
+			return a.count - b.count
+		}
+		return bytes.Compare([]byte(a.m.ID), []byte(b.m.ID))
+	})
+	if mode == PlaceAuto && best.count >= ours {
+		return nil
+	}
+	return &best.m
+}
+
+// beginRemoteTarget asks peer to format Y for the split of x at sep.
+func (s *Server) beginRemoteTarget(x *localMeganode, sep []byte, peer *regiontable.Member) (*splitTarget, error) {
+	h, err := x.t.Header()
+	if err != nil {
+		return nil, err
+	}
+	var region regiontable.Region
+	for _, r := range s.table.Load().regions {
+		if r.Host == peer.ID {
+			region = r
+			break
+		}
+	}
+	if region.ID == 0 {
+		return nil, fmt.Errorf("server: member %s hosts no region: %w", peer.ID, wire.ErrUnknownRegion)
+	}
+	req := wire.SplitBeginRequest{
+		Source: x.m.Ptr(), Epoch: region.Epoch, Level: uint16(x.level), Right: x.t.Right(),
+		Range: wire.KeyRange{Min: sep, Max: h.Bounds.Max, MaxInf: h.Bounds.MaxInf},
+	}
+	var rep wire.SplitBeginReply
+	if err := s.call(s.bgCtx, peer.RPCAddr, wire.OpSplitBegin, &req, &rep); err != nil {
+		return nil, err
+	}
+	if rep.Meganode.Region() != region.ID {
+		return nil, fmt.Errorf("server: split target %v is not in %s's region %d: %w", rep.Meganode, peer.ID, region.ID, blink.ErrCorruption)
+	}
+	return &splitTarget{peer: *peer, region: region, ptr: rep.Meganode}, nil
+}
+
+// copyRemote copies x's frozen right half from sep on into the remote
+// target, batch by batch, and returns Y's local root.
+func (s *Server) copyRemote(x *localMeganode, sep []byte, tgt *splitTarget) (blink.Ptr, error) {
+	inner := x.level > 0
+	var (
+		ents  []blink.Entry
+		req   = wire.SplitAppendRequest{Meganode: tgt.ptr, Inner: inner}
+		root  blink.Ptr
+		err   error
+		batch = max(s.opts.SplitCopyBatch, 1)
+	)
+	send := func(es []blink.Entry) error {
+		req.Entries = req.Entries[:0]
+		for _, e := range es {
+			req.Entries = append(req.Entries, wire.SplitEntry{Key: e.Key, Value: e.Value, Child: e.Child})
+		}
+		var rep wire.SplitAppendReply
+		if err := s.call(s.bgCtx, tgt.peer.RPCAddr, wire.OpSplitAppend, &req, &rep); err != nil {
+			return fmt.Errorf("server: copy %d entries to %s: %w", len(es), tgt.peer.ID, err)
+		}
+		root = rep.Root
+		return nil
+	}
+	for cursor := sep; cursor != nil; {
+		ents, cursor, err = x.t.FrozenRecords(cursor, batch, remoteAppendBytes, ents[:0])
+		if err != nil {
+			return 0, err
+		}
+		// One request per remoteAppendBytes of keys and values.
+		for start, size, i := 0, 0, 0; i < len(ents); i++ {
+			size += len(ents[i].Key) + len(ents[i].Value) + 16
+			if size >= remoteAppendBytes || i == len(ents)-1 {
+				if err := send(ents[start : i+1]); err != nil {
+					return 0, err
+				}
+				start, size = i+1, 0
+			}
+		}
+	}
+	if root.IsNil() {
+		// Nothing to copy (cannot happen: the split key is an entry).
+		if err := send(nil); err != nil {
+			return 0, err
+		}
+	}
+	return root, nil
+}
+
+// endRemoteTarget thaws (commit) or drops the remote target. A commit is
+// past the split's point of no return: it is retried until it is done,
+// the target's region changed hands, or the server stops.
+func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool) error {
+	req := wire.SplitEndRequest{Meganode: tgt.ptr, Commit: commit}
+	var err error
+	for attempt := 0; attempt < commitTries; attempt++ {
+		if attempt > 0 {
+			if perr := s.pause(attempt); perr != nil {
+				return perr
+			}
+		}
+		addr := tgt.peer.RPCAddr
+		if m, _, herr := s.hostOf(tgt.ptr.Region()); herr == nil {
+			addr = m.RPCAddr
+		}
+		if err = s.call(s.bgCtx, addr, wire.OpSplitEnd, &req, nil); err == nil || !commit {
+			break
+		}
+		s.log.Warn("server: thaw of a remote split's target failed; retrying", slog.String("target", tgt.ptr.String()), slog.Any("err", err))
+	}
+	if err != nil {
+		what := "drop"
+		if commit {
+			what = "thaw"
+		}
+		err = fmt.Errorf("server: %s the remote split target %v on %s: %w", what, tgt.ptr, tgt.peer.ID, err)
+		s.log.Error("server: remote split target left frozen", slog.Any("err", err))
+	}
+	return err
+}
+
+// insertChildRemote asks the server of next to insert the separator
+// (sep → yp) at level, searching from next. done reports that it is in;
+// otherwise (nil error) the search goes on at the returned pointer, which
+// the caller finds by starting again from the root.
+func (s *Server) insertChildRemote(next blink.Ptr, level int, sep []byte, yp blink.Ptr) (bool, error) {
+	for hops := 0; hops < maxHops; hops++ {
+		m, _, err := s.hostOf(next.Region())
+		if err != nil {
+			return false, err
+		}
+		if m.ID == s.opts.ServerID {
+			return false, nil // back here: the caller searches locally
+		}
+		req := wire.InsertChildRequest{Start: next, Level: uint16(level), Child: yp, Key: sep}
+		var rep wire.InsertChildReply
+		if err := s.call(s.bgCtx, m.RPCAddr, wire.OpInsertChild, &req, &rep); err != nil {
+			return false, err
+		}
+		if rep.Done {
+			return true, nil
+		}
+		next = rep.Next
+	}
+	return false, fmt.Errorf("server: separator %q crossed %d servers: %w", sep, maxHops, blink.ErrCorruption)
+}
+
+// remoteMeganode describes the meganode of node p on its server.
+func (s *Server) remoteMeganode(p blink.Ptr) (wire.MeganodeReply, error) {
+	var rep wire.MeganodeReply
+	m, _, err := s.hostOf(p.Region())
+	if err != nil {
+		return rep, err
+	}
+	if m.ID == s.opts.ServerID {
+		return rep, fmt.Errorf("server: %v names no meganode of this server: %w", p, blink.ErrCorruption)
+	}
+	err = s.call(s.bgCtx, m.RPCAddr, wire.OpMeganode, &wire.MeganodeRequest{Ptr: p}, &rep)
+	return rep, err
+}
+
+// ---- The target's side: handlers (workers) and target records. ----
+
+// splitBegin formats a remote split's target (OpSplitBegin).
+func (w *worker) splitBegin(body []byte) (wire.Message, error) {
+	var req wire.SplitBeginRequest
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	s := w.s
+	if err := s.checkEpoch(req.Epoch); err != nil {
+		return nil, err
+	}
+	if err := w.checkKey(req.Range.Min); err != nil {
+		return nil, err
+	}
+	if !req.Range.MaxInf {
+		if err := w.checkKey(req.Range.Max); err != nil {
+			return nil, err
+		}
+		if bytes.Compare(req.Range.Min, req.Range.Max) >= 0 {
+			return nil, wireErrorf(wire.StatusBadRequest, "split range %v is empty", req.Range)
+		}
+	}
+	if int(req.Level) > maxHops {
+		return nil, wireErrorf(wire.StatusBadRequest, "meganode level %d", req.Level)
+	}
+	if req.Right.Region() == s.regionID && s.meganodeAt(req.Right) == nil {
+		return nil, wireErrorf(wire.StatusOutOfBounds, "right link %v is no node of region %d", req.Right, s.regionID)
+	}
+	s.slotMu.Lock()
+	defer s.slotMu.Unlock()
+	yp, err := s.nextMeganodePtr()
+	if err != nil {
+		return nil, wireErrorf(wire.StatusUnavailable, "%v", err)
+	}
+	b := targetBody{Phase: targetBegin, MaxInf: req.Range.MaxInf, Level: req.Level, Right: req.Right, Source: req.Source, Payload: req.Range.Max}
+	if _, err := s.apply(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: yp, Key: req.Range.Min, Value: appendTargetBody(nil, &b)})); err != nil {
+		return nil, err
+	}
+	s.log.Info("server: formatted a remote split's target", slog.String("meganode", yp.String()), slog.String("source", req.Source.String()),
+		slog.Int("level", int(req.Level)), slog.String("range", req.Range.String()))
+	return &wire.SplitBeginReply{Meganode: yp}, nil
+}
+
+// splitAppend appends a batch of a remote split's entries (OpSplitAppend).
+func (w *worker) splitAppend(body []byte) (wire.Message, error) {
+	var req wire.SplitAppendRequest
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	s := w.s
+	if req.Meganode.Region() != s.regionID {
+		return nil, s.redirect(req.Meganode.Region(), "split append")
+	}
+	for i := range req.Entries {
+		if err := w.checkKey(req.Entries[i].Key); err != nil {
+			return nil, err
+		}
+	}
+	b := targetBody{Phase: targetAppend, Payload: body}
+	res, err := s.apply(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
+	if err != nil {
+		return nil, err
+	}
+	return &wire.SplitAppendReply{Root: res.Root}, nil
+}
+
+// splitEnd thaws or drops a remote split's target (OpSplitEnd).
+func (w *worker) splitEnd(body []byte) error {
+	var req wire.SplitEndRequest
+	if err := req.Decode(body); err != nil {
+		return err
+	}
+	s := w.s
+	if req.Meganode.Region() != s.regionID {
+		return s.redirect(req.Meganode.Region(), "split end")
+	}
+	b := targetBody{Phase: targetAbort}
+	if req.Commit {
+		b.Phase = targetCommit
+	}
+	_, err := s.apply(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
+	if err == nil && req.Commit {
+		s.splitEvent() // writes parked at the frozen target go on
+		if y := s.meganodeAt(req.Meganode); y != nil {
+			s.maybeRequestSplit(y)
+		}
+	}
+	return err
+}
+
+// insertChild inserts a separator into the level it names, searching from
+// the request's start through this server's meganodes (OpInsertChild).
+// A full parent is split (by this server's split loop) and the caller
+// retries; so does a frozen one.
+func (w *worker) insertChild(body []byte) (wire.Message, error) {
+	var req wire.InsertChildRequest
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	if err := w.checkKey(req.Key); err != nil {
+		return nil, err
+	}
+	s := w.s
+	start := req.Start
+	if start.IsNil() {
+		start = blink.Ptr(s.root.Load())
+	}
+	if start.Region() != s.regionID {
+		return &wire.InsertChildReply{Next: start}, nil
+	}
+	p, next, err := s.parentOf(start, req.Key, int(req.Level))
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		if next == start {
+			return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", start, s.regionID)
+		}
+		return &wire.InsertChildReply{Next: next}, nil
+	}
+	_, err = s.apply(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: req.Key, Value: le.AppendUint64(nil, uint64(req.Child))}))
+	switch {
+	case err == nil:
+		s.maybeRequestSplit(p)
+		return &wire.InsertChildReply{Done: true}, nil
+	case errors.Is(err, blink.ErrNeedsSplit):
+		s.requestSplit(p, true)
+		return nil, wireErrorf(wire.StatusNeedsRetry, "parent meganode %v is full; splitting it", p.m.Ptr())
+	case errors.Is(err, blink.ErrFrozen), errors.Is(err, blink.ErrKeyOutOfRange):
+		return nil, wireErrorf(wire.StatusNeedsRetry, "parent meganode %v is splitting", p.m.Ptr())
+	}
+	return nil, err
+}
+
+// meganodeInfo describes the meganode of a node (OpMeganode).
+func (w *worker) meganodeInfo(body []byte) (wire.Message, error) {
+	var req wire.MeganodeRequest
+	if err := req.Decode(body); err != nil {
+		return nil, err
+	}
+	s := w.s
+	if req.Ptr.Region() != s.regionID {
+		return nil, s.redirect(req.Ptr.Region(), "meganode")
+	}
+	lm := s.meganodeAt(req.Ptr)
+	if lm == nil {
+		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", req.Ptr, s.regionID)
+	}
+	rep := &wire.MeganodeReply{}
+	if _, err := w.describe(lm, &rep.Meganode); err != nil {
+		return nil, err
+	}
+	rep.Right = lm.t.Right()
+	return rep, nil
+}
+
+// applyTargetLocked applies one target record r with body b.
+// REQUIRES: s.applyMu held.
+func (s *Server) applyTargetLocked(r *writeRecord, b *targetBody) (applyResult, error) {
+	if b.Phase == targetBegin {
+		bounds := blink.Bounds{Min: r.Key, Max: b.Payload, MaxInf: b.MaxInf}
+		return applyResult{}, s.newMeganodeLocked(r.Meganode, int(b.Level), bounds, func(y *blink.Tree) error {
+			return y.BeginCopy(b.Right)
+		})
+	}
+	y := s.meganodeAt(r.Meganode)
+	if y == nil || y.m.Ptr() != r.Meganode || !y.t.Split().Target {
+		return applyResult{}, fmt.Errorf("server: target %v record for %v, not a split target of region %d: %w", b.Phase, r.Meganode, s.regionID, ErrBadRecord)
+	}
+	switch b.Phase {
+	case targetAppend:
+		var req wire.SplitAppendRequest
+		if err := req.Decode(b.Payload); err != nil {
+			return applyResult{}, fmt.Errorf("server: target append record: %w: %w", err, ErrBadRecord)
+		}
+		if req.Inner != (y.level > 0) {
+			return applyResult{}, fmt.Errorf("server: target append of inner=%v entries into a level %d meganode: %w", req.Inner, y.level, ErrBadRecord)
+		}
+		ents := make([]blink.Entry, len(req.Entries))
+		for i, e := range req.Entries {
+			ents[i] = blink.Entry{Key: e.Key, Value: e.Value, Child: e.Child}
+		}
+		if err := y.t.AppendEntries(ents); err != nil {
+			return applyResult{}, err
+		}
+		return applyResult{Root: y.t.Root()}, nil
+	case targetCommit:
+		return applyResult{}, y.t.Thaw()
+	case targetAbort:
+		// Y holds copies of the records: free them with it.
+		if err := y.t.DropRecords(); err != nil {
+			return applyResult{}, err
+		}
+		s.megaMu.Lock()
+		defer s.megaMu.Unlock()
+		s.removeMeganodeLocked(y.m.Slot())
+		return applyResult{}, s.region.FreeMeganode(y.m.Slot())
+	}
+	return applyResult{}, fmt.Errorf("server: target phase %v: %w", b.Phase, ErrBadRecord)
+}

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/locality"
+	"github.com/cellstore/cell/regiontable"
+)
+
+// startPair starts n servers over one memory region table: the first
+// makes the root meganode, the others join. Meganodes are tiny so that a
+// few thousand keys split them many times.
+func startCluster(t *testing.T, n int, edit func(i int, o *Options)) ([]*Server, *regiontable.Memory) {
+	t.Helper()
+	store := regiontable.NewMemory()
+	t.Cleanup(func() { _ = store.Close() })
+	var srvs []*Server
+	for i := range n {
+		o := testOptions(t, store)
+		o.ServerID = fmt.Sprintf("test-%d", i+1)
+		o.MeganodeSize = 64 << 10
+		o.RegionSize = 16 << 20
+		if edit != nil {
+			edit(i, &o)
+		}
+		srvs = append(srvs, startServer(t, o))
+	}
+	// Every server sees every member before the test writes.
+	for _, s := range srvs {
+		waitTable(t, s, func(v *tableView) bool { return len(v.members) == n && len(v.regions) == n })
+	}
+	return srvs, store
+}
+
+func newClient(t *testing.T, store regiontable.Store, mode string) *client.Client {
+	t.Helper()
+	m, err := locality.ParseMode(mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(ctxT(t), client.Config{Store: store, Mode: m, Provider: "tcp", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestRemoteSplit: with remote placement the first server's splits put
+// the new meganodes on the second (paper §2.2: "The server copies the
+// nodes in X_right to a new local or remote meganode"); every key stays
+// readable in both modes, the root grows with entries on both servers,
+// and each server's trees check out.
+func TestRemoteSplit(t *testing.T) {
+	srvs, store := startCluster(t, 2, func(i int, o *Options) {
+		o.SplitPlacement = PlaceRemote
+	})
+	w := newClient(t, store, "server")
+	ctx := ctxT(t)
+	var keys []string
+	for i := range 3000 {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		if err := w.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
+			t.Fatalf("put %q: %v", k, err)
+		}
+		keys = append(keys, k)
+	}
+	for _, s := range srvs {
+		waitSplitsIdle(t, s)
+	}
+	remote := 0
+	for _, s := range srvs {
+		remote += int(metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "remote"}))
+		if err := s.Check(); err != nil {
+			t.Fatalf("%s: %v", s.opts.ServerID, err)
+		}
+	}
+	if remote < 2 {
+		t.Fatalf("%d remote splits", remote)
+	}
+	for _, s := range srvs {
+		t.Logf("%s: %d meganodes", s.opts.ServerID, len(s.region.Meganodes()))
+		if len(s.region.Meganodes()) < 2 {
+			t.Errorf("%s holds %d meganodes", s.opts.ServerID, len(s.region.Meganodes()))
+		}
+	}
+	slices.Sort(keys)
+	for _, mode := range []string{"server", "client"} {
+		c := newClient(t, store, mode)
+		for _, k := range keys {
+			v, err := c.Get(ctx, []byte(k))
+			if err != nil || string(v) != "v"+k {
+				t.Fatalf("%s: get %q = %q, %v", mode, k, v, err)
+			}
+		}
+		for _, rev := range []bool{false, true} {
+			pairs, _, err := c.Range(ctx, nil, nil, client.RangeOptions{Reverse: rev})
+			if err != nil {
+				t.Fatalf("%s: range: %v", mode, err)
+			}
+			var got []string
+			for _, kv := range pairs {
+				got = append(got, string(kv.Key))
+			}
+			if rev {
+				slices.Reverse(got)
+			}
+			if !slices.Equal(got, keys) {
+				t.Fatalf("%s: range (reverse %v) returned %d keys, want %d", mode, rev, len(got), len(keys))
+			}
+		}
+	}
+}
+
