@@ -98,7 +98,7 @@ func TestMalformedFrames(t *testing.T) {
 		r.SendFrame(wire.OpPut, 4, bad)
 		r.Expect(4, wire.StatusBadRequest)
 		// Unknown ops: reserved, extension, never assigned.
-		r.SendFrame(0x30, 5, nil)
+		r.SendFrame(0x3f, 5, nil)
 		r.Expect(5, wire.StatusUnknownOp)
 		r.SendFrame(0xc7, 6, []byte("ext"))
 		r.Expect(6, wire.StatusUnknownOp)

@@ -41,7 +41,7 @@ func (s *Server) Check() error {
 		bad("root meganode %v has a right neighbour %v: the root did not move up", root.m.Ptr(), r)
 	}
 	seen := map[*localMeganode]bool{}
-	partial := false // some meganode of the tree is elsewhere
+	partial := false              // some meganode of the tree is elsewhere
 	first, leftmost := root, true // leftmost: first is its level's leftmost
 	for range maxHops {
 		// The level, left to right.

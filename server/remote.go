@@ -368,7 +368,7 @@ func (w *worker) splitBegin(body []byte) (wire.Message, error) {
 	}
 	b := targetBody{Phase: targetBegin, MaxInf: req.Range.MaxInf, Level: req.Level, Right: req.Right, Source: req.Source, Payload: req.Range.Max}
 	if _, err := s.apply(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: yp, Key: req.Range.Min, Value: appendTargetBody(nil, &b)})); err != nil {
-		return nil, err
+		return nil, badRequest(err)
 	}
 	s.log.Info("server: formatted a remote split's target", slog.String("meganode", yp.String()), slog.String("source", req.Source.String()),
 		slog.Int("level", int(req.Level)), slog.String("range", req.Range.String()))
@@ -393,7 +393,7 @@ func (w *worker) splitAppend(body []byte) (wire.Message, error) {
 	b := targetBody{Phase: targetAppend, Payload: body}
 	res, err := s.apply(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
 	if err != nil {
-		return nil, err
+		return nil, badRequest(err)
 	}
 	return &wire.SplitAppendReply{Root: res.Root}, nil
 }
@@ -413,6 +413,7 @@ func (w *worker) splitEnd(body []byte) error {
 		b.Phase = targetCommit
 	}
 	_, err := s.apply(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
+	err = badRequest(err)
 	if err == nil && req.Commit {
 		s.splitEvent() // writes parked at the frozen target go on
 		if y := s.meganodeAt(req.Meganode); y != nil {
@@ -435,6 +436,13 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
+	if req.Child.Region() != s.regionID {
+		if _, ok := s.table.Load().regions[req.Child.Region()]; !ok {
+			return nil, wireErrorf(wire.StatusBadRequest, "child %v is in no region of the table", req.Child)
+		}
+	} else if c := s.meganodeAt(req.Child); c == nil || c.m.Ptr() != req.Child || c.level != int(req.Level)-1 {
+		return nil, wireErrorf(wire.StatusBadRequest, "child %v is not a level %d meganode here", req.Child, req.Level-1)
+	}
 	start := req.Start
 	if start.IsNil() {
 		start = blink.Ptr(s.root.Load())
@@ -486,6 +494,16 @@ func (w *worker) meganodeInfo(body []byte) (wire.Message, error) {
 	}
 	rep.Right = lm.t.Right()
 	return rep, nil
+}
+
+// badRequest maps an apply record refused as inconsistent with the
+// region (ErrBadRecord: a split op naming no split target, say) to
+// StatusBadRequest: the server-to-server op was wrong, nothing changed.
+func badRequest(err error) error {
+	if errors.Is(err, ErrBadRecord) {
+		return wireErrorf(wire.StatusBadRequest, "%v", err)
+	}
+	return err
 }
 
 // applyTargetLocked applies one target record r with body b.

@@ -5,9 +5,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
 	"github.com/cellstore/cell/locality"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
 )
 
 // startPair starts n servers over one memory region table: the first
@@ -115,3 +117,44 @@ func TestRemoteSplit(t *testing.T) {
 	}
 }
 
+// TestSplitOpsBadInput: the server-to-server ops refuse what does not
+// match a split in progress with a typed error, change nothing and the
+// server keeps serving.
+func TestSplitOpsBadInput(t *testing.T) {
+	s, _ := newTestServer(t)
+	c := dial(t, s)
+	put(t, c, "a", "va")
+	root := s.Root()
+	foreign := blink.MakePtr(4242, 0x1000)
+	cases := []struct {
+		name string
+		op   wire.Op
+		req  wire.Message
+		want wire.Status
+	}{
+		{"append to a meganode that is no target", wire.OpSplitAppend,
+			&wire.SplitAppendRequest{Meganode: root, Entries: []wire.SplitEntry{{Key: []byte("zz"), Value: []byte("x")}}}, wire.StatusBadRequest},
+		{"end of a meganode that is no target", wire.OpSplitEnd, &wire.SplitEndRequest{Meganode: root, Commit: true}, wire.StatusBadRequest},
+		{"abort of a pointer in no meganode", wire.OpSplitEnd, &wire.SplitEndRequest{Meganode: root + 7<<20}, wire.StatusBadRequest},
+		{"begin at a silly level", wire.OpSplitBegin, &wire.SplitBeginRequest{Level: 9999, Range: wire.KeyRange{Min: []byte("m"), MaxInf: true}}, wire.StatusBadRequest},
+		{"begin with an empty range", wire.OpSplitBegin, &wire.SplitBeginRequest{Range: wire.KeyRange{Min: []byte("m"), Max: []byte("a")}}, wire.StatusBadRequest},
+		{"begin with an oversized key", wire.OpSplitBegin, &wire.SplitBeginRequest{Range: wire.KeyRange{Min: make([]byte, 4096), MaxInf: true}}, wire.StatusKeyTooLarge},
+		{"child in an unknown region", wire.OpInsertChild, &wire.InsertChildRequest{Level: 1, Child: foreign, Key: []byte("m")}, wire.StatusBadRequest},
+		{"child that is no meganode here", wire.OpInsertChild, &wire.InsertChildRequest{Level: 1, Child: root + 1024, Key: []byte("m")}, wire.StatusBadRequest},
+		{"meganode of a pointer out of the region", wire.OpMeganode, &wire.MeganodeRequest{Ptr: blink.MakePtr(s.RegionID(), 1<<39)}, wire.StatusOutOfBounds},
+		{"append to another region", wire.OpSplitAppend, &wire.SplitAppendRequest{Meganode: foreign}, wire.StatusUnknownRegion},
+	}
+	for _, tc := range cases {
+		_, err := call(t, c, tc.op, tc.req, nil)
+		if got := wire.StatusOf(err); got != tc.want {
+			t.Errorf("%s: %v (status %v), want %v", tc.name, err, got, tc.want)
+		}
+	}
+	if n := len(s.region.Meganodes()); n != 1 {
+		t.Fatalf("%d meganodes after refused split ops", n)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, c, "b", "vb")
+}

@@ -69,7 +69,7 @@ type Server struct {
 	// none): the only meganode above the root level an abort may drop.
 	newRoot atomic.Uint64
 	// peers are connections to other servers (remote splits).
-	peers peerConns
+	peers     peerConns
 	splitWake splitSignal
 	parking   parking // writes waiting for a split (park.go)
 
