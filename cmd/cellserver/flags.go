@@ -32,6 +32,9 @@ type config struct {
 	hugepages      meganode.HugepageMode
 	serverID       string
 	logLevel       slog.Level
+	splitPlacement server.Placement
+	splitBelow     int
+	splitFill      float64
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -53,6 +56,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		endpoints, hugepages      string
 		regionSize, meganodeSize  string
 		nodeSize, cores, logLevel string
+		placement, below, fill    string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -76,6 +80,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&hugepages, "hugepages", "auto", "region backing: auto (hugetlbfs, else /dev/shm, else a file in --data-dir), on, off")
 	str(&cfg.serverID, "server-id", "", "server ID in the region table (default: derived from the host name and --listen)")
 	str(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	str(&placement, "split-placement", "auto", "where a meganode split puts the new meganode: auto (remote while this server holds few meganodes, the paper's rule), local, remote")
+	str(&below, "split-remote-below", strconv.Itoa(server.DefaultSplitRemoteBelow), "auto placement: a server holding fewer meganodes places new ones on the least loaded other server")
+	str(&fill, "split-fill", strconv.FormatFloat(server.DefaultSplitFill, 'g', -1, 64), "fraction of a meganode's nodes in use at which it is split, in (0, 1]")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -111,6 +118,18 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	cfg.nodeSize = int(ns)
 	if cfg.hugepages, err = meganode.ParseHugepageMode(hugepages); err != nil {
 		return nil, fmt.Errorf("--hugepages %q: want auto, on or off", hugepages)
+	}
+	switch p := server.Placement(placement); p {
+	case server.PlaceAuto, server.PlaceLocal, server.PlaceRemote:
+		cfg.splitPlacement = p
+	default:
+		return nil, fmt.Errorf("--split-placement %q: want auto, local or remote", placement)
+	}
+	if cfg.splitBelow, err = strconv.Atoi(below); err != nil || cfg.splitBelow < 0 {
+		return nil, fmt.Errorf("--split-remote-below %q: want a whole number >= 0", below)
+	}
+	if cfg.splitFill, err = strconv.ParseFloat(fill, 64); err != nil || !(cfg.splitFill > 0 && cfg.splitFill <= 1) {
+		return nil, fmt.Errorf("--split-fill %q: want a number in (0, 1]", fill)
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)

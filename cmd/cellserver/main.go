@@ -90,20 +90,23 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return fmt.Errorf("etcd at %v does not answer: %w", endpoints, err)
 	}
 	srv, err := server.New(server.Options{
-		DataDir:       cfg.dataDir,
-		Listen:        cfg.listen,
-		AdvertiseAddr: cfg.advertise,
-		RDMAListen:    cfg.rdmaListen,
-		MetricsListen: cfg.metricsListen,
-		Cores:         cfg.cores,
-		RegionSize:    cfg.regionSize,
-		MeganodeSize:  cfg.meganodeSize,
-		NodeSize:      cfg.nodeSize,
-		Hugepages:     cfg.hugepages,
-		Store:         store,
-		ServerID:      cfg.serverID,
-		Version:       version,
-		Logger:        log,
+		DataDir:          cfg.dataDir,
+		Listen:           cfg.listen,
+		AdvertiseAddr:    cfg.advertise,
+		RDMAListen:       cfg.rdmaListen,
+		MetricsListen:    cfg.metricsListen,
+		Cores:            cfg.cores,
+		RegionSize:       cfg.regionSize,
+		MeganodeSize:     cfg.meganodeSize,
+		NodeSize:         cfg.nodeSize,
+		Hugepages:        cfg.hugepages,
+		SplitPlacement:   cfg.splitPlacement,
+		SplitRemoteBelow: cfg.splitBelow,
+		SplitFill:        cfg.splitFill,
+		Store:            store,
+		ServerID:         cfg.serverID,
+		Version:          version,
+		Logger:           log,
 	})
 	if err != nil {
 		return err
