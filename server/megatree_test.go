@@ -157,7 +157,7 @@ func TestSearchAcrossMeganodes(t *testing.T) {
 	}
 }
 
-func waitTable(t *testing.T, s *Server, cond func(*tableView) bool) {
+func waitTable(t testing.TB, s *Server, cond func(*tableView) bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond(s.table.Load()) {

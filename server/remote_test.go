@@ -15,7 +15,7 @@ import (
 // startPair starts n servers over one memory region table: the first
 // makes the root meganode, the others join. Meganodes are tiny so that a
 // few thousand keys split them many times.
-func startCluster(t *testing.T, n int, edit func(i int, o *Options)) ([]*Server, *regiontable.Memory) {
+func startCluster(t testing.TB, n int, edit func(i int, o *Options)) ([]*Server, *regiontable.Memory) {
 	t.Helper()
 	store := regiontable.NewMemory()
 	t.Cleanup(func() { _ = store.Close() })
