@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -136,16 +137,29 @@ type splitTarget struct {
 }
 
 // placeSplit returns the server to put a new meganode on, nil for this
-// one (Options.SplitPlacement).
+// one (Options.SplitPlacement). A region with no free meganode slot
+// places remotely whatever the mode but local.
 func (s *Server) placeSplit() *regiontable.Member {
 	mode := s.opts.SplitPlacement
 	if mode == PlaceLocal {
 		return nil
 	}
 	ours := len(s.region.Meganodes())
-	if mode == PlaceAuto && ours >= s.opts.SplitRemoteBelow {
+	full := uint64(ours) >= s.region.Layout().Slots
+	if mode == PlaceAuto && ours >= s.opts.SplitRemoteBelow && !full {
 		return nil
 	}
+	m, count := s.leastLoadedPeer()
+	if m == nil || mode == PlaceAuto && count >= ours && !full {
+		return nil
+	}
+	return m
+}
+
+// leastLoadedPeer returns the live member, other than this server,
+// holding the fewest meganodes (asked with Metadata calls), and that
+// count; nil when no other member answers.
+func (s *Server) leastLoadedPeer() (*regiontable.Member, int) {
 	v := s.table.Load()
 	type cand struct {
 		m     regiontable.Member
@@ -167,18 +181,15 @@ func (s *Server) placeSplit() *regiontable.Member {
 		cands = append(cands, cand{m, len(rep.Meganodes)})
 	}
 	if len(cands) == 0 {
-		return nil
+		return nil, 0
 	}
 	best := slices.MinFunc(cands, func(a, b cand) int {
 		if a.count != b.count {
 			return a.count - b.count
 		}
-		return bytes.Compare([]byte(a.m.ID), []byte(b.m.ID))
+		return strings.Compare(a.m.ID, b.m.ID)
 	})
-	if mode == PlaceAuto && best.count >= ours {
-		return nil
-	}
-	return &best.m
+	return &best.m, best.count
 }
 
 // beginRemoteTarget asks peer to format Y for the split of x at sep.

@@ -180,13 +180,15 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err err
 			tgt = nil
 		}
 	}
+	s.slotMu.Lock()
 	if tgt != nil {
 		yp = tgt.ptr
-	} else if yp, err = s.nextMeganodePtr(); err != nil {
-		return 0, err
+	} else {
+		yp, err = s.nextMeganodePtr()
 	}
-	s.slotMu.Lock()
-	_, err = s.applySplit(x, sep, splitBody{Phase: phaseStart, New: yp})
+	if err == nil {
+		_, err = s.applySplit(x, sep, splitBody{Phase: phaseStart, New: yp})
+	}
 	s.slotMu.Unlock()
 	if err != nil {
 		if tgt != nil {
