@@ -158,9 +158,52 @@
 // allocated, unreachable and not free; insert the separator). The freeze
 // and the list of detached nodes live in memory only.
 //
+// # Remote splits (paper §2.2: "The server copies the nodes in X_right to
+// a new local or remote meganode asynchronously")
+//
+// Options.SplitPlacement chooses where Y goes (remote.go): PlaceAuto is
+// the paper's footnote ("Cell favors remote meganodes when few local
+// meganodes have been used, and local meganodes otherwise"): while this
+// server holds fewer than Options.SplitRemoteBelow meganodes, Y goes to
+// the live server holding the fewest, if that is fewer than ours; a region
+// with no free slot places remotely in any mode but PlaceLocal. The
+// source (X's server) then drives the target (Y's) with the
+// server-to-server ops of wire/split.go, each side logging its own steps:
+//
+//  1. SplitBegin: the target formats Y (target begin record), frozen
+//     whole, with bounds [sep, X.max), X's level and X's right link.
+//  2. start record here: X frozen at sep, naming Y in the other region.
+//  3. SplitAppend batches: X's frozen leaf entries with copies of their
+//     values (blink.FrozenRecords), written into Y as new records of the
+//     target's region (target append records); the reply carries Y's
+//     root.
+//  4. link record (carrying Y's root) and free records: as local, but
+//     FreeRight also frees X's copies of the moved records; the last one
+//     thaws X.
+//  5. SplitEnd commit: the target thaws Y (target commit record) and
+//     wakes the writes that waited for it. Y is thawed only after X's old
+//     right half is invalid, so no reader can see an old value after a
+//     newer one was acknowledged in Y.
+//  6. the separator goes up wherever the parent is: searched from the
+//     root through local meganodes, then InsertChild at the server the
+//     search leads to (it answers Next when the level goes on elsewhere,
+//     NeedsRetry while that parent splits, and asks its own split loop to
+//     split it when full). A root-level split grows the root by walking
+//     the level along right links, local headers or Meganode calls, and
+//     the root record lists the entries it found.
+//
+// A failure before the link aborts both sides (abort record here,
+// SplitEnd without commit there: Y and its records freed). Handlers never
+// call other servers and never take splitMu, so servers splitting into
+// each other cannot deadlock; only split loops wait for peers. The
+// server-to-server ops are not authenticated yet (TLS and peer identity
+// are a later issue): they refuse anything that does not match a split in
+// progress, but a hostile client on the network can still start one.
+//
 // Server.Check verifies the whole tree of meganodes at rest: each
 // meganode, the right links along every level (blink.CheckLinks), the
-// parents' entries, and that no meganode is left out.
+// parents' entries, and that no meganode is left out. Meganodes on other
+// servers are skipped (cellctl check verifies the cluster).
 //
 // # Writes and concurrency
 //
@@ -172,7 +215,7 @@
 // table is an immutable snapshot behind an atomic pointer.
 //
 // Locking order: Server.lifecycle < Server.mu; Server.splitMu <
-// Server.applyMu < Server.megaMu < meganode.Region.mu <
+// Server.slotMu < Server.applyMu < Server.megaMu < meganode.Region.mu <
 // meganode.Extents.mu < a blink tree's writer lock.
 //
 // # Metrics
