@@ -71,7 +71,7 @@ func (op *searchOp) clientHop(ctx context.Context, h *hopState) (hopState, bool,
 			if err != nil {
 				return hopState{}, false, err
 			}
-			if op.kind == opLocate && h.level == 0 {
+			if op.kind == opLocate && h.level == 0 && !op.deep {
 				op.res.leaf = h.ptr
 				return hopState{}, true, nil
 			}
@@ -170,8 +170,10 @@ func (op *searchOp) walk(ctx context.Context, h *hopState, via source) (hopState
 		}
 
 		if view.Extents() {
-			if op.kind == opScan {
-				op.res.leaf = p // the copy stays in op.sc.node
+			if op.kind == opScan || op.kind == opLocate {
+				// opScan: the copy stays in op.sc.node. A deep locate
+				// ends here: p is a node of the key's leaf meganode.
+				op.res.leaf = p
 				return hopState{}, true, nil
 			}
 			done, err := op.leaf(ctx, view, step)

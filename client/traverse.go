@@ -55,6 +55,11 @@ type searchOp struct {
 	// forceServer makes every remaining hop server-side, after a
 	// one-sided read failed (the region moved, or its registration went).
 	forceServer bool
+	// deep makes a locate search the leaf meganode too, following its
+	// right links: after a write was refused by the leaf meganode its
+	// parent names, whose keys a split moved to another server before the
+	// separator reached the parent.
+	deep bool
 }
 
 // errRestart asks the op loop to restart the search from the root (or the
@@ -70,6 +75,11 @@ const bypassAfter = 8
 // search runs a search for key of the given kind (opGet, opContains,
 // opLocate); a get appends the value to dst.
 func (c *Client) search(ctx context.Context, kind opKind, key, dst []byte) (searchResult, error) {
+	return c.searchOp(ctx, kind, key, dst, false)
+}
+
+// searchOp is search; deep applies to a locate (searchOp.deep).
+func (c *Client) searchOp(ctx context.Context, kind opKind, key, dst []byte, deep bool) (searchResult, error) {
 	if c.isClosed() {
 		return searchResult{}, ErrClosed
 	}
@@ -77,7 +87,7 @@ func (c *Client) search(ctx context.Context, kind opKind, key, dst []byte) (sear
 	if err := checkKey(t, key); err != nil {
 		return searchResult{}, err
 	}
-	op := searchOp{c: c, kind: kind, key: key, t: t, sc: c.getScratch(t.nodeSize)}
+	op := searchOp{c: c, kind: kind, key: key, t: t, sc: c.getScratch(t.nodeSize), deep: deep}
 	op.res.value = dst
 	err := op.run(ctx)
 	c.putScratch(op.sc)
@@ -128,7 +138,7 @@ func (op *searchOp) hop(ctx context.Context, h *hopState) (hopState, bool, error
 	if err := ctx.Err(); err != nil {
 		return hopState{}, false, err
 	}
-	if op.kind == opLocate && h.level == 0 {
+	if op.kind == opLocate && h.level == 0 && !op.deep {
 		op.res.leaf = h.ptr
 		return hopState{}, true, nil
 	}

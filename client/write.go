@@ -37,10 +37,10 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 	seq := c.seq.Add(1)
 	sc := c.getScratch(t.nodeSize)
 	defer c.putScratch(sc)
-	bypass := false
+	bypass, deep := false, false
 	var redirect *server // where a WrongServer reply sent us
 	for retries := 0; ; {
-		ptr, err := c.writeTarget(ctx, t, key, bypass)
+		ptr, err := c.writeTarget(ctx, t, key, bypass, deep)
 		if err != nil {
 			return err
 		}
@@ -96,7 +96,7 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 			}
 		case retryRestart:
 			c.paths.drop(ptr)
-			bypass = true
+			bypass, deep = true, true
 		case retryRefresh:
 			if redirect = c.noteRedirect(err); redirect != nil {
 				continue // the server named the leaf's server: go there
@@ -118,7 +118,7 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 // writeTarget returns the meganode to send a write of key to: the cached
 // leaf meganode covering it, the root as the only server knows it (nil),
 // or the leaf meganode a locating search finds.
-func (c *Client) writeTarget(ctx context.Context, t *topology, key []byte, bypass bool) (blink.Ptr, error) {
+func (c *Client) writeTarget(ctx context.Context, t *topology, key []byte, bypass, deep bool) (blink.Ptr, error) {
 	if !bypass {
 		if info, ok := c.paths.lookup(key); ok && info.level == 0 {
 			return info.ptr, nil
@@ -127,7 +127,7 @@ func (c *Client) writeTarget(ctx context.Context, t *topology, key []byte, bypas
 	if len(t.servers) == 1 {
 		return 0, nil
 	}
-	res, err := c.search(ctx, opLocate, key, nil)
+	res, err := c.searchOp(ctx, opLocate, key, nil, deep)
 	return res.leaf, err
 }
 

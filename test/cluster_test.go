@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,6 +59,11 @@ type serverOptions struct {
 	regionSize   string // default 64MiB
 	meganodeSize string // default 16MiB
 	nodeSize     string // default 1KiB
+	// join is the etcd endpoint of a running cluster to join; empty
+	// embeds a new etcd.
+	join string
+	// args are more cellserver flags.
+	args []string
 }
 
 // cellServer is a running cellserver subprocess with its embedded etcd.
@@ -123,6 +129,11 @@ func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 		"--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer, "--server-id", id,
 		"--hugepages", "off", "--cores", fmt.Sprint(o.cores),
 		"--region-size", o.regionSize, "--meganode-size", o.meganodeSize, "--node-size", o.nodeSize)
+	if o.join != "" {
+		s.etcd = o.join
+		s.cmd.Args = append(s.cmd.Args, "--etcd-endpoints", o.join)
+	}
+	s.cmd.Args = append(s.cmd.Args, o.args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = os.Environ()
 	if err := s.cmd.Start(); err != nil {
@@ -175,8 +186,8 @@ func (s *cellServer) ready(ctx context.Context, store regiontable.Store) error {
 	if err != nil {
 		return err
 	}
-	if len(ms) != 1 || ms[0].ID != s.id {
-		return fmt.Errorf("members %+v", ms)
+	if !slices.ContainsFunc(ms, func(m regiontable.Member) bool { return m.ID == s.id }) {
+		return fmt.Errorf("%s not among the members %+v", s.id, ms)
 	}
 	c, err := wire.Dial(ctx, s.rpc, nil)
 	if err != nil {

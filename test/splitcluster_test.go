@@ -1,0 +1,289 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/locality"
+	"github.com/cellstore/cell/wire"
+)
+
+// startCellCluster starts n cellservers: the first embeds etcd, the others
+// join it. Every server is stopped when the test ends.
+func startCellCluster(t *testing.T, n int, o serverOptions) []*cellServer {
+	t.Helper()
+	first := startServer(t, o)
+	srvs := []*cellServer{first}
+	for range n - 1 {
+		jo := o
+		jo.join = first.etcd
+		srvs = append(srvs, startServer(t, jo))
+	}
+	return srvs
+}
+
+// growKey is the i-th key of the growing writers: long, so that leaves
+// hold few of them and tiny meganodes split often, and scattered.
+func growKey(i int) string {
+	h := uint64(i) * 0x9e3779b97f4a7c15
+	return fmt.Sprintf("grow/%016x/%s", h, strings.Repeat("k", 48))
+}
+
+func growValue(key string) string { return "v:" + key[5:21] }
+
+// ackedSet is the growing writers' keys: attempted (a put was sent) and
+// acknowledged.
+type ackedSet struct {
+	mu        sync.Mutex
+	acked     []string
+	attempted map[string]bool
+}
+
+func (a *ackedSet) attempt(k string) {
+	a.mu.Lock()
+	a.attempted[k] = true
+	a.mu.Unlock()
+}
+
+func (a *ackedSet) ack(k string) {
+	a.mu.Lock()
+	a.acked = append(a.acked, k)
+	a.mu.Unlock()
+}
+
+func (a *ackedSet) snapshot() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.acked)
+}
+
+func (a *ackedSet) wasAttempted(k string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.attempted[k]
+}
+
+// TestClusterSplits: three cellservers with 128 KiB meganodes; writers
+// grow the tree through many meganode splits, local and remote (paper
+// §2.2), and at least two levels of meganodes, while readers in every
+// search mode and with both one-sided providers check that every
+// acknowledged key is found with its value and that range scans return
+// exactly the keys they must, in order; per-key histories recorded
+// meanwhile are checked for linearizability with porcupine.
+func TestClusterSplits(t *testing.T) {
+	srvs := startCellCluster(t, 3, serverOptions{cores: 1, regionSize: "32MiB", meganodeSize: "128KiB"})
+	growers, target := 4, 24000
+	if testing.Short() {
+		target = 16000
+	}
+	set := &ackedSet{attempted: map[string]bool{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var errMu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		errMu.Lock()
+		if len(errs) < 20 {
+			errs = append(errs, err)
+		}
+		errMu.Unlock()
+	}
+
+	// Writers: unique keys until target.
+	w := srvs[0].newClient(t, nil)
+	var writers sync.WaitGroup
+	for g := range growers {
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			for i := g; i < target && ctx.Err() == nil; i += growers {
+				k := growKey(i)
+				set.attempt(k)
+				if err := w.Put(ctx, []byte(k), []byte(growValue(k))); err != nil {
+					fail(fmt.Errorf("grow put %q: %w", k, err))
+					return
+				}
+				set.ack(k)
+			}
+		}()
+	}
+	growing := make(chan struct{})
+	go func() { writers.Wait(); close(growing) }()
+
+	// Readers in every mode and with both providers, while the tree grows.
+	var readers sync.WaitGroup
+	for _, mode := range []string{"server", "client", "adaptive"} {
+		for _, provider := range []string{client.ProviderTCP, client.ProviderSHM} {
+			m, err := locality.ParseMode(mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := srvs[1].newClient(t, func(cfg *client.Config) { cfg.Mode, cfg.Provider = m, provider })
+			readers.Add(1)
+			go func() {
+				defer readers.Done()
+				rng := rand.New(rand.NewPCG(uint64(len(mode)), uint64(len(provider))))
+				for n := 0; ; n++ {
+					select {
+					case <-growing:
+						return
+					default:
+					}
+					if n%50 == 49 {
+						if err := checkScan(ctx, c, set, rng); err != nil {
+							fail(fmt.Errorf("%s/%s: %w", mode, provider, err))
+							return
+						}
+						continue
+					}
+					acked := set.snapshot()
+					if len(acked) == 0 {
+						time.Sleep(time.Millisecond)
+						continue
+					}
+					k := acked[rng.IntN(len(acked))]
+					v, err := c.Get(ctx, []byte(k))
+					if err != nil || string(v) != growValue(k) {
+						fail(fmt.Errorf("%s/%s: get of acknowledged %q = %q, %v", mode, provider, k, v, err))
+						return
+					}
+				}
+			}()
+		}
+	}
+
+	// Per-key histories for porcupine, in two modes, while it grows.
+	for _, run := range []struct{ mode, provider string }{{"adaptive", client.ProviderSHM}, {"client", client.ProviderTCP}} {
+		t.Run("linearizable/"+run.mode+"/"+run.provider, func(t *testing.T) {
+			runLinearizable(t, srvs[2], run.mode, run.provider, linWorkload{keys: 6, writers: 3, readers: 3, opsEach: 300})
+		})
+	}
+	<-growing
+	readers.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+
+	// At rest: every key in every mode, and whole scans both ways.
+	acked := set.snapshot()
+	slices.Sort(acked)
+	for _, mode := range []string{"server", "client"} {
+		m, _ := locality.ParseMode(mode)
+		c := srvs[2].newClient(t, func(cfg *client.Config) { cfg.Mode = m })
+		for _, k := range acked {
+			v, err := c.Get(ctx, []byte(k))
+			if err != nil || string(v) != growValue(k) {
+				t.Fatalf("%s: get %q = %q, %v", mode, k, v, err)
+			}
+		}
+		for _, rev := range []bool{false, true} {
+			got, err := scanKeys(ctx, c, []byte("grow/"), []byte("grow0"), rev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rev {
+				slices.Reverse(got)
+			}
+			if !slices.Equal(got, acked) {
+				t.Fatalf("%s: scan (reverse %v) returned %d keys, want %d", mode, rev, len(got), len(acked))
+			}
+		}
+	}
+
+	// The tree: enough splits, remote ones among them, two levels.
+	done, remote := 0.0, 0.0
+	for _, s := range srvs {
+		m := scrape(t, s)
+		done += m.value("cell_server_meganode_splits_total", "result", "done")
+		remote += m.value("cell_server_meganode_splits_total", "result", "remote")
+	}
+	levels := map[uint16]int{}
+	for _, s := range srvs {
+		var rep wire.MetadataReply
+		c := dialWire(t, s)
+		f, err := c.CallMessage(ctx, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.Decode(f.Body); err != nil {
+			t.Fatal(err)
+		}
+		for _, mn := range rep.Meganodes {
+			levels[mn.Level]++
+		}
+		t.Logf("%s: %d meganodes", s.id, len(rep.Meganodes))
+		f.Release()
+	}
+	t.Logf("%d keys, %v splits (%v remote), meganodes by level %v", len(acked), done, remote, levels)
+	if done < 50 || remote < 1 || levels[1] < 1 {
+		t.Errorf("%v splits, %v remote, levels %v: want >= 50 splits, remote ones, >= 2 levels", done, remote, levels)
+	}
+}
+
+// checkScan scans a random slice of the growing keys and checks that it
+// is ordered, holds every key acknowledged before it started and nothing
+// that was never written.
+func checkScan(ctx context.Context, c *client.Client, set *ackedSet, rng *rand.Rand) error {
+	digit := strconv.FormatInt(int64(rng.IntN(16)), 16)
+	start, end := []byte("grow/"+digit), prefixEnd("grow/"+digit)
+	before := set.snapshot()
+	rev := rng.IntN(2) == 0
+	got, err := scanKeys(ctx, c, start, end, rev)
+	if err != nil {
+		return err
+	}
+	if rev {
+		slices.Reverse(got)
+	}
+	if !slices.IsSortedFunc(got, strings.Compare) || len(slices.Compact(slices.Clone(got))) != len(got) {
+		return fmt.Errorf("scan of %q (reverse %v) is not strictly ordered", start, rev)
+	}
+	for _, k := range before {
+		if bytes.HasPrefix([]byte(k), start) {
+			if _, ok := slices.BinarySearch(got, k); !ok {
+				return fmt.Errorf("scan of %q (reverse %v) misses acknowledged %q", start, rev, k)
+			}
+		}
+	}
+	for _, k := range got {
+		if !set.wasAttempted(k) {
+			return fmt.Errorf("scan of %q returned %q, never written", start, k)
+		}
+	}
+	return nil
+}
+
+// scanKeys returns the keys of [start, end), page by page.
+func scanKeys(ctx context.Context, c *client.Client, start, end []byte, reverse bool) ([]string, error) {
+	var out []string
+	for {
+		pairs, resume, err := c.Range(ctx, start, end, client.RangeOptions{Limit: 500, Reverse: reverse, KeysOnly: true})
+		if err != nil {
+			return out, err
+		}
+		for _, kv := range pairs {
+			out = append(out, string(kv.Key))
+		}
+		if resume == nil {
+			return out, nil
+		}
+		if reverse {
+			end = resume
+		} else {
+			start = resume
+		}
+	}
+}
+
