@@ -107,3 +107,5 @@ func FuzzMetadataRequest(f *testing.F) {
 }
 func FuzzMetadataReply(f *testing.F) { fuzzMessage(f, func() Message { return new(MetadataReply) }) }
 func FuzzErrorReply(f *testing.F)    { fuzzMessage(f, func() Message { return new(ErrorReply) }) }
+func FuzzCheckRequest(f *testing.F)  { fuzzMessage(f, func() Message { return new(CheckRequest) }) }
+func FuzzCheckReply(f *testing.F)    { fuzzMessage(f, func() Message { return new(CheckReply) }) }
