@@ -16,7 +16,9 @@ import (
 // meganodes of the next level in their order, each entry's key the child's
 // min ("\x00" for -inf); and no meganode left out (an orphan). It takes one
 // tree's writer lock at a time. Meganodes on other servers are not
-// followed (remote splits come later).
+// followed (remote splits come later). The error joins one error per
+// violation (errors.Join), each one line long. OpCheck runs it while
+// holding s.splitMu (checkop.go), so that no split is half done.
 func (s *Server) Check() error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -27,8 +29,8 @@ func (s *Server) Check() error {
 		if lm == nil {
 			continue
 		}
-		if err := lm.t.CheckErr(); err != nil {
-			bad("meganode %v: %w", lm.m.Ptr(), err)
+		for _, v := range lm.t.Check() {
+			bad("meganode %v: %v: %w", lm.m.Ptr(), v, blink.ErrCorruption)
 		}
 	}
 	root := s.meganodeAt(s.Root())
