@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -145,14 +144,4 @@ func levels(ms []hosted) int {
 		n = max(n, int(m.Level)+1)
 	}
 	return n
-}
-
-// hostOf returns the live member hosting p's region, or "".
-func (cl *cluster) hostOf(p blink.Ptr) string {
-	for _, r := range cl.table.Regions {
-		if r.ID == p.Region() {
-			return r.Host
-		}
-	}
-	return ""
 }
