@@ -19,6 +19,9 @@ import (
 // followed: entries and links that lead there are skipped, and then so is
 // the orphan check (a meganode here may hang below one elsewhere); the
 // cluster-wide links are cellctl check's.
+// The error joins one error per violation (errors.Join), each one line
+// long. OpCheck runs it while holding s.splitMu (checkop.go), so that no
+// split of this server is half done.
 func (s *Server) Check() error {
 	var errs []error
 	bad := func(format string, args ...any) {
@@ -29,8 +32,8 @@ func (s *Server) Check() error {
 		if lm == nil {
 			continue
 		}
-		if err := lm.t.CheckErr(); err != nil {
-			bad("meganode %v: %w", lm.m.Ptr(), err)
+		for _, v := range lm.t.Check() {
+			bad("meganode %v: %v: %w", lm.m.Ptr(), v, blink.ErrCorruption)
 		}
 	}
 	root := s.meganodeAt(s.Root())

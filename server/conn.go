@@ -186,6 +186,12 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		s.metrics.observe(h.Op, wire.StatusOK, 0, time.Since(arrived))
 		f.Release()
 		return
+	case wire.OpCheck:
+		// Long, and not tree work of the paper's kind: beside the
+		// workers (checkop.go).
+		c.inflight.Add(1)
+		go c.serveCheck(f, arrived)
+		return
 	case wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete,
 		wire.OpSplitBegin, wire.OpSplitAppend, wire.OpSplitEnd, wire.OpInsertChild, wire.OpMeganode:
 	default:

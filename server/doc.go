@@ -83,11 +83,15 @@
 //     meganodes, up to the limit or the frame limit; More and Resume say
 //     where to go on.
 //   - Metadata describes the server, its region (remote key, read address,
-//     file path, epoch), its meganodes (range, level, height, fill) and
-//     selector hints (workers, queue length, recent mean queueing time,
-//     recent mean service time of a search hop).
+//     file path, epoch), its meganodes (range, level, height, fill, right
+//     link, part in a split in progress) and selector hints (workers,
+//     queue length, recent mean queueing time, recent mean service time of
+//     a search hop).
 //   - NodeDump copies bytes of the region with 8-byte atomic loads, as a
 //     one-sided read would: any 8-byte aligned range inside the region.
+//   - Check runs Server.Check between splits and lists its violations
+//     (cellctl check). It is the one request served beside the workers,
+//     on a goroutine of its own, because it is long (checkop.go).
 //
 // A request for a region this server does not host is answered
 // StatusWrongServer with the host's address from the cached region table

@@ -538,7 +538,7 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		// Each entry is at most this many bytes; stop before the frame
 		// limit (a region has at most meganode.MaxSlots meganodes, far
 		// below it with default sizes).
-		per := 8 + 2 + 2 + 1 + 4 + 4 + 2*s.maxKey + 4 + 4
+		per := wire.MeganodeStatsSize(s.maxKey, s.maxKey)
 		room := s.opts.MaxFrameSize - wire.HeaderSize - 4096
 		for _, lm := range s.megas.Load().bySlot {
 			if lm == nil {
@@ -551,10 +551,18 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 			if err != nil {
 				return nil, err
 			}
+			// Right and Split take the tree's writer lock briefly; a
+			// split may change them between these reads (cellctl check
+			// allows for that).
+			sp := lm.t.Split()
 			rep.Meganodes = append(rep.Meganodes, wire.MeganodeStats{
-				Meganode:  wire.Meganode{Ptr: lm.m.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)},
-				UsedNodes: uint32(h.InUse),
-				Capacity:  uint32(h.Capacity),
+				Meganode:    wire.Meganode{Ptr: lm.m.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)},
+				UsedNodes:   uint32(h.InUse),
+				Capacity:    uint32(h.Capacity),
+				Right:       lm.t.Right(),
+				SplitSource: sp.Source,
+				SplitTarget: sp.Target,
+				SplitLinked: sp.Source && sp.Linked,
 			})
 		}
 	}

@@ -126,7 +126,7 @@ func TestCellctl(t *testing.T) {
 
 	// status, with and without the metrics.
 	out, _ = run("status", "--metrics", srv.metrics)
-	for _, want := range []string{"Servers (root meganode 1:0x", srv.id, srv.rpc, "MEGANODES", "Operations answered", "PUT", "Meganodes of " + srv.id, "-inf"} {
+	for _, want := range []string{"Servers (root meganode 1:0x", "on " + srv.id + ", 1 levels, 1 meganodes)", srv.id, srv.rpc, "MEGANODES", "Operations answered", "PUT", "cellctl meganodes"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
@@ -226,5 +226,110 @@ func TestCellctl(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// The cluster commands against a server whose tiny meganodes split into a
+// tree of two levels or more: members and regions from the region table,
+// meganodes in the tree's order with the root marked, check passing (the
+// server's OpCheck and the cluster checks), and a cluster-wide status.
+func TestCellctlCluster(t *testing.T) {
+	srv := startServer(t, serverOptions{cores: 2, meganodeSize: "128KiB"})
+	bulkLoad(t, srv, "ctl/", 6000)
+	run := func(args ...string) string {
+		t.Helper()
+		code, out, errs := srv.cellctl(t, args...)
+		if code != 0 || errs != "" {
+			t.Fatalf("cellctl %q: exit %d, stderr %q, stdout %q", args, code, errs, out)
+		}
+		return out
+	}
+	contains := func(cmd, out string, wants ...string) {
+		t.Helper()
+		for _, w := range wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s output lacks %q:\n%s", cmd, w, out)
+			}
+		}
+	}
+
+	contains("members", run("members"), "MEMBER", srv.id, srv.rpc, srv.rdma)
+	var members []struct {
+		ID      string
+		RPCAddr string `json:"rpc_addr"`
+	}
+	if err := json.Unmarshal([]byte(run("members", "-w", "json")), &members); err != nil || len(members) != 1 || members[0].ID != srv.id || members[0].RPCAddr != srv.rpc {
+		t.Fatalf("members JSON %+v: %v", members, err)
+	}
+
+	contains("regions", run("regions"), "REGION", "data", srv.id, "yes")
+	var regions []struct {
+		ID   uint32
+		Host string
+		Live bool
+	}
+	if err := json.Unmarshal([]byte(run("regions", "-w", "json")), &regions); err != nil || len(regions) != 1 || regions[0].Host != srv.id || !regions[0].Live {
+		t.Fatalf("regions JSON %+v: %v", regions, err)
+	}
+
+	var mn struct {
+		Root      string
+		Levels    int
+		Meganodes []struct {
+			Ptr, Host, Right, Min, Max string
+			Level                      int
+			Root                       bool
+			Split                      string
+		}
+	}
+	if err := json.Unmarshal([]byte(run("meganodes", "-w", "json")), &mn); err != nil {
+		t.Fatal(err)
+	}
+	if mn.Levels < 2 || len(mn.Meganodes) < 3 {
+		t.Fatalf("meganodes: %d levels, %d meganodes; want a tree of 2 levels or more", mn.Levels, len(mn.Meganodes))
+	}
+	top := mn.Meganodes[0]
+	if !top.Root || top.Ptr != mn.Root || top.Level != mn.Levels-1 || top.Min != "-inf" || top.Max != "+inf" || top.Right != "nil" {
+		t.Fatalf("first meganode %+v, root %s", top, mn.Root)
+	}
+	for i, m := range mn.Meganodes {
+		if m.Host != srv.id || (m.Root != (i == 0)) {
+			t.Errorf("meganode %d: %+v", i, m)
+		}
+		if i > 0 && m.Level > mn.Meganodes[i-1].Level {
+			t.Errorf("meganode %d at level %d after level %d", i, m.Level, mn.Meganodes[i-1].Level)
+		}
+	}
+	contains("meganodes", run("meganodes"), fmt.Sprintf("Meganodes (root %s, %d levels, %d meganodes", mn.Root, mn.Levels, len(mn.Meganodes)), "RIGHT", "root")
+
+	out := run("check")
+	if want := fmt.Sprintf("ok: 1 servers, %d meganodes, %d levels\n", len(mn.Meganodes), mn.Levels); out != want {
+		// Splits may still have been running: the counts can differ.
+		if !strings.HasPrefix(out, "ok: 1 servers, ") {
+			t.Fatalf("check: %q, want %q", out, want)
+		}
+	}
+	var ck struct {
+		OK         bool
+		Servers    int
+		Levels     int
+		Violations []string
+	}
+	if err := json.Unmarshal([]byte(run("check", "-w", "json")), &ck); err != nil || !ck.OK || ck.Servers != 1 || ck.Levels < 2 || len(ck.Violations) != 0 {
+		t.Fatalf("check JSON %+v: %v", ck, err)
+	}
+
+	out = run("status")
+	contains("status", out, "Servers (root meganode "+mn.Root+" on "+srv.id+", ", " levels, ", srv.rpc)
+	var st struct {
+		Root       string
+		RootServer string `json:"root_server"`
+		Levels     int
+		Meganodes  int
+		Servers    []struct{ ID string }
+	}
+	if err := json.Unmarshal([]byte(run("status", "-w", "json")), &st); err != nil || st.RootServer != srv.id || st.Levels < 2 ||
+		st.Meganodes < 3 || len(st.Servers) != 1 || st.Servers[0].ID != srv.id {
+		t.Fatalf("status JSON %+v: %v", st, err)
 	}
 }

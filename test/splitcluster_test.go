@@ -286,4 +286,3 @@ func scanKeys(ctx context.Context, c *client.Client, start, end []byte, reverse 
 		}
 	}
 }
-

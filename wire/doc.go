@@ -62,6 +62,7 @@
 //	0x12 Contains   GetRequest       -> ContainsReply
 //	0x13 Range      RangeRequest     -> RangeReply
 //	0x14 NodeDump   NodeDumpRequest  -> NodeDumpReply
+//	0x15 Check      CheckRequest     -> CheckReply     (invariant violations)
 //	0x20 Put        PutRequest       -> empty
 //	0x21 Delete     DeleteRequest    -> empty          (or NotFound)
 //	0x30 SplitBegin  SplitBeginRequest  -> SplitBeginReply   (server to server:
@@ -118,8 +119,8 @@
 // Writes carry a client id and sequence number for at-most-once
 // application (DESIGN §9).
 //
-// Decoding does not allocate (except MetadataReply's strings and list
-// growth): byte slices alias the frame's body, which belongs to the Frame
+// Decoding does not allocate (except the strings of MetadataReply and
+// CheckReply, and list growth): byte slices alias the frame's body, which belongs to the Frame
 // (see Frame for how long it lives).
 //
 // # Limits
@@ -134,8 +135,9 @@
 //     StatusKeyTooLarge, and rejects the empty key with StatusEmptyKey.
 //   - Values: the server enforces MaxValueSize (1 MiB) with
 //     StatusValueTooLarge.
-//   - Range and metadata replies: the server stops before the frame limit
-//     (RangeReply.More and Resume).
+//   - Range, metadata and check replies: the server stops before the
+//     frame limit (RangeReply.More and Resume; CheckReply.Count counts
+//     the violations left out).
 //   - In flight per Conn: Options.MaxInFlight (default 4096).
 //
 // # Errors and stream synchronisation

@@ -117,3 +117,5 @@ func FuzzInsertChildRequest(f *testing.F) {
 	fuzzMessage(f, func() Message { return new(InsertChildRequest) })
 }
 func FuzzMeganodeReply(f *testing.F) { fuzzMessage(f, func() Message { return new(MeganodeReply) }) }
+func FuzzCheckRequest(f *testing.F)  { fuzzMessage(f, func() Message { return new(CheckRequest) }) }
+func FuzzCheckReply(f *testing.F)    { fuzzMessage(f, func() Message { return new(CheckReply) }) }

@@ -36,6 +36,8 @@ var (
 	_ Message = (*NodeDumpReply)(nil)
 	_ Message = (*MetadataRequest)(nil)
 	_ Message = (*MetadataReply)(nil)
+	_ Message = (*CheckRequest)(nil)
+	_ Message = (*CheckReply)(nil)
 	_ Message = (*ErrorReply)(nil)
 )
 

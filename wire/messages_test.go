@@ -45,6 +45,8 @@ func TestMessageEncodings(t *testing.T) {
 		{"range reply one pair", &RangeReply{Pairs: []KV{{[]byte("a"), []byte("b")}}},
 			"01000000 01000000 61 01000000 62 00 00000000 0000000000000000"},
 		{"metadata request all", &MetadataRequest{}, "00 00000000"},
+		{"check request", &CheckRequest{Limit: 2}, "02000000"},
+		{"check reply", &CheckReply{Count: 2, Violations: []string{"x"}}, "02000000 01000000 01000000 78"},
 		{"search next", &SearchReply{Kind: SearchNext, Next: 1, Meganode: Meganode{Range: KeyRange{MinInf: true, MaxInf: true}}},
 			"02 0000000000000000 0000 0000 03 00000000 00000000 0100000000000000"},
 		{"delete", &DeleteRequest{ClientID: 1, Seq: 2, Key: []byte("k")},
@@ -86,6 +88,14 @@ func TestMessageDecodeErrors(t *testing.T) {
 		{"huge key length", new(GetReply), "ffffffff 00"},
 		{"region without flag", new(MetadataRequest), "00 01000000"},
 		{"huge region count", new(MetadataReply), "00000000 00000000 0000000000000000 0000000000000000 0000 00000000 00000000 00000000 ffffff0f"},
+		{"meganode source and target", new(MetadataReply), "00000000 00000000 0000000000000000 0000000000000000 0000 00000000 00000000 00000000 00000000" +
+			" 01000000 0000000000000000 0000 0000 03 00000000 00000000 00000000 00000000 0000000000000000 03"},
+		{"meganode linked without source", new(MetadataReply), "00000000 00000000 0000000000000000 0000000000000000 0000 00000000 00000000 00000000 00000000" +
+			" 01000000 0000000000000000 0000 0000 03 00000000 00000000 00000000 00000000 0000000000000000 04"},
+		{"unknown meganode flag", new(MetadataReply), "00000000 00000000 0000000000000000 0000000000000000 0000 00000000 00000000 00000000 00000000" +
+			" 01000000 0000000000000000 0000 0000 03 00000000 00000000 00000000 00000000 0000000000000000 08"},
+		{"more violations listed than found", new(CheckReply), "01000000 02000000 01000000 61 01000000 62"},
+		{"huge violation count", new(CheckReply), "ffffffff ffffffff"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.m.Decode(mustHex(t, tc.body)); !errors.Is(err, ErrMalformed) {

@@ -113,29 +113,64 @@ func (r *RegionInfo) decode(d *decoder) {
 	r.Path = d.string("path")
 }
 
-// MeganodeStats is a Meganode with its fill: nodes in use out of its
-// capacity (header node included).
+// MeganodeStats is a Meganode with its fill (nodes in use out of its
+// capacity, header node included), its right link and its part in a
+// meganode split in progress.
 //
-//	[meganode][used u32][capacity u32]
+//	[meganode][used u32][capacity u32][right ptr u64]
+//	[flags u8: bit0 split source, bit1 split target, bit2 split linked]
+//
+// Right is the meganode's right link at its global level (blink.Tree.Right:
+// a node of the next meganode of the level, not necessarily its header),
+// nil at the right end of the key space. A split source is the meganode
+// being split (its keys from the split key up are frozen); SplitLinked says
+// its boundary already links to the new meganode, so its max is already
+// the split key. A split target is the new meganode being filled; it is
+// not reachable from its parent yet. At most one of source and target is
+// set, and linked only with source.
 type MeganodeStats struct {
 	Meganode
-	UsedNodes uint32
-	Capacity  uint32
+	UsedNodes   uint32
+	Capacity    uint32
+	Right       blink.Ptr
+	SplitSource bool
+	SplitTarget bool
+	SplitLinked bool
 }
 
+const (
+	megaSplitSource = 1 << 0
+	megaSplitTarget = 1 << 1
+	megaSplitLinked = 1 << 2
+	megaKnownFlags  = megaSplitSource | megaSplitTarget | megaSplitLinked
+)
+
 // meganodeStatsMin is the smallest encoded MeganodeStats.
-const meganodeStatsMin = 8 + 2 + 2 + 1 + 4 + 4 + 4 + 4
+const meganodeStatsMin = 8 + 2 + 2 + 1 + 4 + 4 + 4 + 4 + 8 + 1
+
+// MeganodeStatsSize is the encoded size of a MeganodeStats whose range
+// bounds have minLen and maxLen bytes; servers use it to keep metadata
+// replies under the frame limit.
+func MeganodeStatsSize(minLen, maxLen int) int { return meganodeStatsMin + minLen + maxLen }
 
 func (m *MeganodeStats) appendTo(b []byte) []byte {
 	b = m.Meganode.appendTo(b)
 	b = appendU32(b, m.UsedNodes)
-	return appendU32(b, m.Capacity)
+	b = appendU32(b, m.Capacity)
+	b = appendU64(b, uint64(m.Right))
+	return appendU8(b, bit(m.SplitSource, megaSplitSource)|bit(m.SplitTarget, megaSplitTarget)|bit(m.SplitLinked, megaSplitLinked))
 }
 
 func (m *MeganodeStats) decode(d *decoder) {
 	m.Meganode.decode(d)
 	m.UsedNodes = d.u32("used nodes")
 	m.Capacity = d.u32("capacity")
+	m.Right = blink.Ptr(d.u64("right ptr"))
+	f := d.flags(megaKnownFlags, "meganode split flags")
+	m.SplitSource, m.SplitTarget, m.SplitLinked = f&megaSplitSource != 0, f&megaSplitTarget != 0, f&megaSplitLinked != 0
+	if m.SplitSource && m.SplitTarget || m.SplitLinked && !m.SplitSource {
+		d.failf("meganode split flags %#02x: source and target, or linked without source", f)
+	}
 }
 
 func (m *MetadataReply) AppendTo(b []byte) []byte {

@@ -27,6 +27,10 @@ const (
 	// OpNodeDump returns the raw bytes of a node (NodeDumpRequest,
 	// NodeDumpReply); for cellctl and tests.
 	OpNodeDump Op = 0x14
+	// OpCheck verifies the invariants of the server's tree of meganodes
+	// and lists the violations (CheckRequest, CheckReply); for cellctl
+	// check. It may take long: servers run it beside their tree workers.
+	OpCheck Op = 0x15
 
 	// OpPut inserts or replaces a key (PutRequest, empty reply).
 	OpPut Op = 0x20
@@ -62,6 +66,7 @@ var opNames = [...]string{
 	OpContains: "Contains",
 	OpRange:    "Range",
 	OpNodeDump: "NodeDump",
+	OpCheck:    "Check",
 	OpPut:      "Put",
 	OpDelete:   "Delete",
 

@@ -14,16 +14,22 @@
 //	get KEY                   print a value, byte for byte (--hex)
 //	del KEY                   delete a key
 //	range START [END]         list pairs (--limit, --prefix, --reverse, --keys-only, --hex)
-//	status                    every server's region, meganodes, fill, height, selector hints
-//	                          (--metrics host:port,...: operation counters too)
+//	status                    the root and levels; every server's region, meganodes, fill,
+//	                          height, selector hints (--metrics host:port,...: operation counters too)
+//	members                   the live servers of the region table
+//	regions                   the region table's regions, and whether their hosts are live
+//	meganodes                 the tree of meganodes: range, level, height, fill, host, right link
+//	check                     every server's invariants (OpCheck) and the links between
+//	                          meganodes across servers; exit 1 on any violation
 //	dump node PTR             one node, decoded (--hex: annotated hex dump)
 //	dump meganode PTR|root    a meganode's header and every node, level by level
 //	bench                     closed-loop throughput and latency (see cellctl bench --help)
 //	sim table2|spike          the locality selector's simulations
 //
 // Data commands go through package client (the region table in etcd at
-// --endpoints finds the servers); status and dump read the region table and
-// talk to the servers with wire's Metadata and NodeDump calls.
+// --endpoints finds the servers); members and regions read the region
+// table; status, meganodes, check and dump read it and talk to the servers
+// with wire's Metadata, Check and NodeDump calls.
 //
 // # Layout
 //
@@ -35,7 +41,11 @@
 //   - output.go: table and JSON output (globals.print) and value
 //     formatting; progress.go: the progress bar.
 //   - put.go, get.go, del.go, range.go, status.go (+ scrape.go, the
-//     metrics it reads), dump.go: one command each.
+//     metrics it reads), dump.go: one command each; members.go (members
+//     and regions), meganodes.go, check.go (+ clustercheck.go, the
+//     cluster checks as a pure function, its rules written there);
+//     cluster.go: the region table and every server's metadata, collected
+//     in parallel, shared by meganodes and check.
 //   - bench.go (flags, result, table), benchrun.go (the runner),
 //     histogram.go (latency percentiles), cpu_linux.go (CPU time of this
 //     process and of --server-pid).

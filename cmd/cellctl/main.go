@@ -57,7 +57,8 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 
 	root.AddCommand(
 		newPutCommand(g), newGetCommand(g), newDelCommand(g), newRangeCommand(g),
-		newStatusCommand(g), newDumpCommand(g), newBenchCommand(g),
+		newStatusCommand(g), newMembersCommand(g), newRegionsCommand(g), newMeganodesCommand(g),
+		newCheckCommand(g), newDumpCommand(g), newBenchCommand(g),
 		newSimCommand(g),
 	)
 	return root

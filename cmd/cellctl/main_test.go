@@ -22,6 +22,9 @@ func TestErrorsAreOneLine(t *testing.T) {
 		{"sim", "table2", "--ratio-step", "0.0001", "--min-cores", "3", "--max-cores", "2"},
 		{"sim", "spike", "extra-arg"},
 		{"sim", "bogus"},
+		{"members", "extra-arg"},
+		{"check", "--attempts", "0"},
+		{"meganodes", "--endpoints", ""},
 	} {
 		code, out, errs := runCellctl(args...)
 		if code == 0 || out != "" {

@@ -91,16 +91,14 @@ func TestStatusOutput(t *testing.T) {
 	}
 	s.Metrics = &serverMetrics{Ops: map[string]uint64{"get": 5, "put": 2}, Errors: 1, OneSided: 9}
 	down := serverStatus{ID: "s2", RPCAddr: "127.0.0.1:7080", Error: "server 127.0.0.1:7080: connection refused"}
-	out := render(t, statusTables(statusResult{Root: "7:0x1000", Servers: []serverStatus{s, down}}))
+	out := render(t, statusTables(statusResult{Root: "7:0x1000", RootServer: "s1", Levels: 1, Meganodes: 2, Servers: []serverStatus{s, down}}))
 	for _, want := range []string{
-		"Servers (root meganode 7:0x1000)",
+		"Servers (root meganode 7:0x1000 on s1, 1 levels, 2 meganodes)",
 		"SERVER  ADDRESS  REGION  EPOCH  SIZE  MEGANODES  FILL  HEIGHT  WORKERS  QUEUED  QUEUE  SERVICE  PING",
 		"s1  127.0.0.1:7070  7  3  1GiB  2  20.0%  4  2  3  1.5µs  4.2µs  120.0µs",
 		"s2  127.0.0.1:7080  -",
 		"error: s2: server 127.0.0.1:7080: connection refused",
 		"SERVER  GET  PUT  ERRORS  ONE-SIDED", "s1  5  2  1  9",
-		"Meganodes of s1 (1KiB nodes, 64MiB meganodes)",
-		"7:0x1000  0  3  10/100  10.0%  -inf  m",
 	} {
 		if !strings.Contains(squeeze(out), want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)

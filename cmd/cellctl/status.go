@@ -15,8 +15,14 @@ import (
 
 // statusResult is the JSON output of status.
 type statusResult struct {
-	Root    string         `json:"root"`
-	Servers []serverStatus `json:"servers"`
+	Root string `json:"root"`
+	// RootServer is the member hosting the root's region ("" if none).
+	RootServer string `json:"root_server"`
+	// Levels is the number of levels of the tree of meganodes, Meganodes
+	// how many the servers that answered hold.
+	Levels    int            `json:"levels"`
+	Meganodes int            `json:"meganodes"`
+	Servers   []serverStatus `json:"servers"`
 }
 
 // serverStatus describes one member of the region table and what its
@@ -61,14 +67,17 @@ func newStatusCommand(g *globals) *cobra.Command {
 	var metricsAddrs []string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Describe every server: address, region, meganodes, fill, height, selector hints",
-		Long: `Ask every live member of the region table for its metadata: its region
-(ID, epoch, size), meganodes (level, local height, key range, nodes in use
-of capacity), and the selector hints it reports (workers, requests queued,
-recent mean queueing and service times), and measure a ping. Operation
+		Short: "Describe the cluster: root, levels, and every server's region, meganodes, fill, selector hints",
+		Long: `Describe the cluster: the root meganode and the server hosting it, the
+number of levels of the tree of meganodes, and one row per live member of
+the region table from its metadata: its region (ID, epoch, size), how many
+meganodes it holds and their fill (nodes in use of capacity), the tallest
+local height, the selector hints it reports (workers, requests queued,
+recent mean queueing and service times), and a measured ping. Operation
 counters are not part of the metadata: name the servers' metrics listeners
-with --metrics (cellserver --metrics-listen) to add them. Servers that do
-not answer are listed with the error, and status then exits with status 1.`,
+with --metrics (cellserver --metrics-listen) to add them. "cellctl
+meganodes" lists the meganodes themselves. Servers that do not answer are
+listed with the error, and status then exits with status 1.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := g.commandContext()
@@ -120,11 +129,20 @@ func collectStatus(ctx context.Context, g *globals, metricsAddrs []string) (stat
 		scraped = append(scraped, m)
 	}
 	res := statusResult{Root: st.Root.String()}
+	for _, r := range st.Regions {
+		if !st.Root.IsNil() && r.ID == st.Root.Region() {
+			res.RootServer = r.Host
+		}
+	}
 	failed := 0
 	for _, m := range st.Members {
 		s := serverStatusOf(ctx, m)
 		if s.Error != "" {
 			failed++
+		}
+		res.Meganodes += len(s.Meganodes)
+		for _, mn := range s.Meganodes {
+			res.Levels = max(res.Levels, int(mn.Level)+1)
 		}
 		for _, sm := range scraped {
 			for _, r := range s.Regions {
@@ -168,15 +186,7 @@ func fillStatus(s *serverStatus, md *wire.MetadataReply) {
 	s.NodeSize, s.MeganodeSize, s.Hints = md.NodeSize, md.MeganodeSize, md.Hints
 	s.Regions = md.Regions
 	for _, mn := range md.Meganodes {
-		ms := meganodeStatus{
-			Ptr: mn.Ptr.String(), Level: mn.Level, Height: mn.Height,
-			Min: boundText(mn.Range.Min, mn.Range.MinInf, "-inf"), Max: boundText(mn.Range.Max, mn.Range.MaxInf, "+inf"),
-			Used: mn.UsedNodes, Capacity: mn.Capacity,
-		}
-		if mn.Capacity > 0 {
-			ms.Fill = float64(mn.UsedNodes) / float64(mn.Capacity)
-		}
-		s.Meganodes = append(s.Meganodes, ms)
+		s.Meganodes = append(s.Meganodes, meganodeStatusOf(mn))
 		s.UsedNodes += uint64(mn.UsedNodes)
 		s.Capacity += uint64(mn.Capacity)
 		s.Height = max(s.Height, int(mn.Height))
@@ -193,6 +203,19 @@ func fillStatus(s *serverStatus, md *wire.MetadataReply) {
 	}
 }
 
+// meganodeStatusOf describes one meganode of a metadata reply.
+func meganodeStatusOf(mn wire.MeganodeStats) meganodeStatus {
+	ms := meganodeStatus{
+		Ptr: mn.Ptr.String(), Level: mn.Level, Height: mn.Height,
+		Min: boundText(mn.Range.Min, mn.Range.MinInf, "-inf"), Max: boundText(mn.Range.Max, mn.Range.MaxInf, "+inf"),
+		Used: mn.UsedNodes, Capacity: mn.Capacity,
+	}
+	if mn.Capacity > 0 {
+		ms.Fill = float64(mn.UsedNodes) / float64(mn.Capacity)
+	}
+	return ms
+}
+
 func boundText(k []byte, inf bool, infName string) string {
 	if inf {
 		return infName
@@ -201,8 +224,12 @@ func boundText(k []byte, inf bool, infName string) string {
 }
 
 func statusTables(res statusResult) []*table {
+	root := res.Root
+	if res.RootServer != "" {
+		root += " on " + res.RootServer
+	}
 	t := &table{
-		title:  "Servers (root meganode " + res.Root + ")",
+		title:  fmt.Sprintf("Servers (root meganode %s, %d levels, %d meganodes)", root, res.Levels, res.Meganodes),
 		header: []string{"SERVER", "ADDRESS", "REGION", "EPOCH", "SIZE", "MEGANODES", "FILL", "HEIGHT", "WORKERS", "QUEUED", "QUEUE", "SERVICE", "PING"},
 	}
 	var errs []string
@@ -225,26 +252,13 @@ func statusTables(res statusResult) []*table {
 		t.notes = append(t.notes, "error: "+e)
 	}
 	if len(errs) == 0 {
-		t.notes = append(t.notes, "QUEUE and SERVICE: the server's recent mean queueing time and search-hop service time (selector hints).")
+		t.notes = append(t.notes, "QUEUE and SERVICE: the server's recent mean queueing time and search-hop service time (selector hints).",
+			`"cellctl meganodes" lists the meganodes.`)
 	}
 	tables := []*table{t}
 
 	if ops := opsTable(res); ops != nil {
 		tables = append(tables, ops)
-	}
-	for _, s := range res.Servers {
-		if len(s.Meganodes) == 0 {
-			continue
-		}
-		mt := &table{
-			title:  fmt.Sprintf("Meganodes of %s (%s nodes, %s meganodes)", s.ID, fmtBytes(uint64(s.NodeSize)), fmtBytes(s.MeganodeSize)),
-			header: []string{"MEGANODE", "LEVEL", "HEIGHT", "NODES", "FILL", "MIN", "MAX"},
-		}
-		for _, m := range s.Meganodes {
-			mt.add(m.Ptr, fmt.Sprint(m.Level), fmt.Sprint(m.Height), fmt.Sprintf("%d/%d", m.Used, m.Capacity),
-				fmt.Sprintf("%.1f%%", 100*m.Fill), m.Min, m.Max)
-		}
-		tables = append(tables, mt)
 	}
 	return tables
 }

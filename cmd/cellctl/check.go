@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// checkResult is the JSON output of check.
+type checkResult struct {
+	OK         bool     `json:"ok"`
+	Servers    int      `json:"servers"`
+	Meganodes  int      `json:"meganodes"`
+	Levels     int      `json:"levels"`
+	Violations []string `json:"violations"`
+}
+
+// confirmPause is the time between the snapshots that confirm cluster
+// violations.
+const confirmPause = 250 * time.Millisecond
+
+func newCheckCommand(g *globals) *cobra.Command {
+	var (
+		limit    uint32
+		attempts int
+	)
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Check the invariants of every server and the links between meganodes",
+		Long: `Check the cluster's tree of meganodes.
+
+On every live server, the server's own check (wire OpCheck): each
+meganode's local B-link tree (keys sorted and inside their nodes' bounds,
+right links, levels, reachability, free nodes, record CRCs), the links
+between neighbouring meganodes and the parents' entries, as far as they are
+on that server. A server checks between two of its meganode splits, and
+may wait for one to end.
+
+Across servers, on the region table and every server's metadata (the rules
+are written in clustercheck.go): at every level the meganodes tile the key
+space from -inf to +inf without gap or overlap (new meganodes of splits in
+progress set apart, and tolerated where they fill a gap); each meganode's
+right link points into the meganode whose min is its max, and is nil
+exactly at +inf; the top level is one meganode, the region table's root;
+every meganode's region is in the region table, hosted by the live member
+that reported it. A split in progress looks like a violation for an
+instant, so a violation found by these checks is reported only if the next
+--attempts-1 snapshots show it again.
+
+Prints each violation on a line and exits with status 1 if there is any,
+else "ok: N servers, M meganodes, L levels". Checking a large region takes
+time: raise --command-timeout if needed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if attempts < 1 {
+				return fmt.Errorf("--attempts %d: want at least 1", attempts)
+			}
+			ctx, cancel := g.commandContext()
+			defer cancel()
+			res, err := runCheck(ctx, g, limit, attempts)
+			if err != nil {
+				return err
+			}
+			line := fmt.Sprintf("ok: %d servers, %d meganodes, %d levels", res.Servers, res.Meganodes, res.Levels)
+			if !res.OK {
+				line = strings.Join(res.Violations, "\n")
+			}
+			if err := g.printLine(res, line); err != nil {
+				return err
+			}
+			if !res.OK {
+				return fmt.Errorf("%d violations", len(res.Violations))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().Uint32Var(&limit, "limit", 100, "most violations to list per server (0: as many as fit in a reply)")
+	cmd.Flags().IntVar(&attempts, "attempts", 3, "snapshots of the cluster in which a cluster violation must show to be reported")
+	return cmd
+}
+
+// runCheck runs the servers' checks and the cluster checks.
+func runCheck(ctx context.Context, g *globals, limit uint32, attempts int) (checkResult, error) {
+	cl, err := g.collectCluster(ctx)
+	if err != nil {
+		return checkResult{}, err
+	}
+	ms := cl.meganodes()
+	res := checkResult{Servers: len(cl.servers), Meganodes: len(ms), Levels: levels(ms), Violations: []string{}}
+
+	// The servers' own checks, in parallel, listed in member order.
+	perServer := make([][]string, len(cl.servers))
+	cl.each(func(i int, m regiontable.Member) {
+		if err := cl.servers[i].err; err != nil {
+			perServer[i] = []string{fmt.Sprintf("server %s did not answer: %s", m.ID, oneLine(err.Error()))}
+			return
+		}
+		perServer[i] = serverCheck(ctx, m, limit)
+	})
+	for _, vs := range perServer {
+		res.Violations = append(res.Violations, vs...)
+	}
+
+	// The cluster checks, confirmed by later snapshots.
+	vs := checkCluster(cl.view())
+	for i := 1; i < attempts && len(vs) > 0; i++ {
+		select {
+		case <-time.After(confirmPause):
+		case <-ctx.Done():
+			return checkResult{}, ctx.Err()
+		}
+		next, err := g.collectCluster(ctx)
+		if err != nil {
+			return checkResult{}, err
+		}
+		vs = confirm(vs, checkCluster(next.view()))
+	}
+	for _, v := range vs {
+		res.Violations = append(res.Violations, "cluster: "+v)
+	}
+	res.OK = len(res.Violations) == 0
+	return res, nil
+}
+
+// serverCheck runs OpCheck on member m and returns its violations, each
+// prefixed with the server, or the error as one.
+func serverCheck(ctx context.Context, m regiontable.Member, limit uint32) []string {
+	prefix := "server " + m.ID + ": "
+	c, err := dialServer(ctx, m.RPCAddr)
+	if err != nil {
+		return []string{prefix + oneLine(err.Error())}
+	}
+	defer c.Close()
+	f, err := c.CallMessage(ctx, wire.OpCheck, &wire.CheckRequest{Limit: limit})
+	if err != nil {
+		return []string{prefix + "check: " + oneLine(err.Error())}
+	}
+	defer f.Release()
+	var rep wire.CheckReply
+	if err := rep.Decode(f.Body); err != nil {
+		return []string{prefix + "check: " + oneLine(err.Error())}
+	}
+	var out []string
+	for _, v := range rep.Violations {
+		out = append(out, prefix+v)
+	}
+	if more := int(rep.Count) - len(rep.Violations); more > 0 {
+		out = append(out, fmt.Sprintf("%s%d more violations not listed (--limit)", prefix, more))
+	}
+	return out
+}
+
+// confirm returns the violations of first that later shows again, in
+// first's order; nil if none.
+func confirm(first, later []string) []string {
+	seen := make(map[string]bool, len(later))
+	for _, v := range later {
+		seen[v] = true
+	}
+	var out []string
+	for _, v := range first {
+		if seen[v] {
+			out = append(out, v)
+		}
+	}
+	return out
+}

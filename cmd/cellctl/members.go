@@ -1,0 +1,131 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cellstore/cell/regiontable"
+)
+
+// memberJSON is one member in members -w json.
+type memberJSON struct {
+	ID       string `json:"id"`
+	RPCAddr  string `json:"rpc_addr"`
+	ReadAddr string `json:"read_addr"`
+	HostID   string `json:"host_id"`
+	Version  string `json:"version"`
+}
+
+// regionJSON is one region in regions -w json.
+type regionJSON struct {
+	ID    uint32 `json:"id"`
+	Kind  string `json:"kind"`
+	Size  uint64 `json:"size"`
+	Host  string `json:"host"`
+	Epoch uint64 `json:"epoch"`
+	Path  string `json:"path,omitempty"`
+	// Live reports whether Host is a live member.
+	Live bool `json:"live"`
+}
+
+func newMembersCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "members",
+		Short: "List the live servers of the region table",
+		Long: `List the members of the region table in etcd: the servers whose
+registration lease is alive, with their RPC and one-sided read addresses,
+host identity (servers on one host share memory) and build version.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.commandContext()
+			defer cancel()
+			st, _, err := g.loadTable(ctx)
+			if err != nil {
+				return err
+			}
+			ms := membersOutput(st.Members)
+			return g.print(ms, func() []*table { return []*table{membersTable(ms)} })
+		},
+	}
+}
+
+func membersOutput(members []regiontable.Member) []memberJSON {
+	out := []memberJSON{}
+	for _, m := range members {
+		out = append(out, memberJSON{ID: m.ID, RPCAddr: m.RPCAddr, ReadAddr: m.ReadAddr, HostID: m.HostID, Version: m.Version})
+	}
+	return out
+}
+
+func membersTable(ms []memberJSON) *table {
+	t := &table{left: true, header: []string{"MEMBER", "RPC ADDRESS", "READ ADDRESS", "HOST", "VERSION"}}
+	for _, m := range ms {
+		t.add(m.ID, m.RPCAddr, m.ReadAddr, dash(m.HostID), dash(m.Version))
+	}
+	if len(ms) == 0 {
+		t.notes = append(t.notes, "(no live member)")
+	}
+	return t
+}
+
+func newRegionsCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "regions",
+		Short: "List the region table's regions and whether their hosts are live",
+		Long: `List the regions of the region table in etcd: ID, kind, size, the
+member hosting it, its epoch (which grows with every start of its host),
+and whether that host is a live member (LIVE no: its data is unreachable
+until the host comes back).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := g.commandContext()
+			defer cancel()
+			st, _, err := g.loadTable(ctx)
+			if err != nil {
+				return err
+			}
+			rs := regionsOutput(st)
+			return g.print(rs, func() []*table { return []*table{regionsTable(rs)} })
+		},
+	}
+}
+
+func regionsOutput(st regiontable.State) []regionJSON {
+	live := map[string]bool{}
+	for _, m := range st.Members {
+		live[m.ID] = true
+	}
+	out := []regionJSON{}
+	for _, r := range st.Regions {
+		out = append(out, regionJSON{ID: r.ID, Kind: string(r.Kind), Size: r.Size, Host: r.Host, Epoch: r.Epoch, Path: r.Path, Live: live[r.Host]})
+	}
+	return out
+}
+
+func regionsTable(rs []regionJSON) *table {
+	t := &table{header: []string{"REGION", "KIND", "SIZE", "HOST", "EPOCH", "LIVE"}}
+	dead := 0
+	for _, r := range rs {
+		live := "yes"
+		if !r.Live {
+			live, dead = "no", dead+1
+		}
+		t.add(fmt.Sprint(r.ID), r.Kind, fmtBytes(r.Size), r.Host, fmt.Sprint(r.Epoch), live)
+	}
+	switch {
+	case len(rs) == 0:
+		t.notes = append(t.notes, "(no region)")
+	case dead > 0:
+		t.notes = append(t.notes, fmt.Sprintf("%d of %d regions are hosted by no live member.", dead, len(rs)))
+	}
+	return t
+}
+
+// dash stands in for an empty cell.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

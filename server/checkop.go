@@ -1,0 +1,127 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/cellstore/cell/wire"
+)
+
+// OpCheck (cellctl check) runs Server.Check and answers its violations.
+//
+// A check walks every node of every meganode and first waits for a split
+// in progress to end: far longer than a tree operation. So it does not run
+// on the tree workers, where it would hold one of the Options.Cores
+// workers (the only one with --cores 1) for that long and queue every
+// request behind it: the connection's reader hands it to a goroutine of
+// its own, as it answers Ping itself. The check holds s.splitMu, so that
+// it sees the tree of meganodes between splits (Check's "at rest") and
+// checks run one at a time; writes go on meanwhile, and writes that need
+// a split wait for it as they would for a split (Options.MaxSplitWait).
+
+// serveCheck answers one OpCheck request. The reply's queue time is the
+// wait for s.splitMu, its service time the check's. REQUIRES: c.inflight
+// counts the request; serveCheck releases it and the frame.
+func (c *conn) serveCheck(f wire.Frame, arrived time.Time) {
+	s := c.s
+	defer c.inflight.Done()
+	defer f.Release()
+	h := &f.Header
+	var (
+		rep     wire.CheckReply
+		queued  time.Duration
+		started = arrived
+	)
+	err := func() error {
+		var req wire.CheckRequest
+		if err := req.Decode(f.Body); err != nil {
+			return err
+		}
+		dl, _ := h.Deadline(arrived)
+		if err := s.lockSplitsUntil(dl); err != nil {
+			return err
+		}
+		defer s.splitMu.Unlock()
+		started = time.Now()
+		queued = started.Sub(arrived)
+		rep = checkReply(s.Check(), req.Limit, s.opts.MaxFrameSize)
+		return nil
+	}()
+	service := time.Since(started)
+	st := wire.StatusOK
+	if err == nil {
+		rh := h.Reply(wire.StatusOK)
+		rh.SetTiming(queued, service)
+		if werr := c.rw.WriteMessage(rh, &rep); errors.Is(werr, wire.ErrFrameTooLarge) {
+			// checkReply sizes the reply below the frame limit; a bug.
+			s.log.Error("server: check reply over the frame limit", slog.Any("err", werr))
+			err = wireErrorf(wire.StatusInternal, "reply too large")
+		}
+	}
+	if err != nil {
+		err = wireError(err)
+		st = wire.StatusOf(err)
+		_ = c.rw.WriteError(h, err, queued, service)
+	}
+	if len(rep.Violations) > 0 {
+		s.log.Warn("server: check found invariant violations", slog.Int("count", int(rep.Count)),
+			slog.String("first", rep.Violations[0]))
+	}
+	s.metrics.observe(h.Op, st, queued, service)
+}
+
+// lockSplitsUntil takes s.splitMu, waiting for a split in progress to end
+// until deadline (zero: no limit; then Expired) and while the server runs
+// (then Unavailable).
+func (s *Server) lockSplitsUntil(deadline time.Time) error {
+	for wait := 100 * time.Microsecond; !s.splitMu.TryLock(); wait = min(2*wait, 10*time.Millisecond) {
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return wireErrorf(wire.StatusExpired, "a meganode split was still in progress at the deadline")
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-s.bgCtx.Done():
+			t.Stop()
+			return wireErrorf(wire.StatusUnavailable, "server stopping")
+		}
+	}
+	return nil
+}
+
+// checkReply lists the violations that err (Check's result) joins: at most
+// limit of them (0: no limit), and only as many as fit in a reply frame of
+// maxFrame bytes; Count counts them all. Each is folded onto one line.
+func checkReply(err error, limit uint32, maxFrame int) wire.CheckReply {
+	vs := violations(err)
+	rep := wire.CheckReply{Count: uint32(len(vs))}
+	room := maxFrame - wire.HeaderSize - wire.CheckReplyOverhead
+	for _, v := range vs {
+		if limit > 0 && uint32(len(rep.Violations)) >= limit {
+			break
+		}
+		if room -= wire.CheckViolationOverhead + len(v); room < 0 {
+			break
+		}
+		rep.Violations = append(rep.Violations, v)
+	}
+	return rep
+}
+
+// violations returns the messages of the errors err joins (errors.Join,
+// nested), one line each; nil for nil.
+func violations(err error) []string {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []string
+		for _, e := range j.Unwrap() {
+			out = append(out, violations(e)...)
+		}
+		return out
+	}
+	return []string{strings.ReplaceAll(err.Error(), "\n", " ")}
+}
