@@ -230,6 +230,13 @@ func TestClusterSplits(t *testing.T) {
 	if done < 50 || remote < 1 || levels[1] < 1 {
 		t.Errorf("%v splits, %v remote, levels %v: want >= 50 splits, remote ones, >= 2 levels", done, remote, levels)
 	}
+	// Every server's invariants and the links between meganodes, as an
+	// operator checks them.
+	code, out, errOut := srvs[0].cellctl(t, "check")
+	if code != 0 || !strings.HasPrefix(out, "ok: 3 servers") {
+		t.Errorf("cellctl check: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Logf("cellctl check: %s", strings.TrimSpace(out))
 }
 
 // checkScan scans a random slice of the growing keys and checks that it
