@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
@@ -157,4 +158,121 @@ func TestSplitOpsBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, c, "b", "vb")
+}
+
+// TestRemoteSplitFailpoints pauses a remote split after each of its steps
+// and checks at every pause (paper §2.4: "Search operations can either
+// continue or backtrack correctly during and after the split") that every
+// key on both sides of the split key is found by server-side and
+// client-side searches and by ranges in both directions; and ("Insert and
+// delete operations are blocked during the meganode split, and proceed
+// correctly once the split is complete") that a put above the split key
+// issued while X is frozen returns only once the split let go of it, and
+// lands in Y on the other server.
+func TestRemoteSplitFailpoints(t *testing.T) {
+	srvs, store := startCluster(t, 2, func(i int, o *Options) {
+		o.SplitFill = 1 // no split unless the test asks
+		o.SplitPlacement = PlaceRemote
+		o.SplitCopyBatch = 2
+		o.MaxSplitWait = 2 * time.Minute
+	})
+	s := srvs[0]
+	x := s.meganodeAt(s.Root())
+	c := dial(t, s)
+	var keys []string
+	for i := 0; x.t.Fill() < 0.6; i++ {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		put(t, c, k, "v"+k)
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	readers := map[string]*client.Client{"server": newClient(t, store, "server"), "client": newClient(t, store, "client")}
+	writer := newClient(t, store, "server")
+	ctx := ctxT(t)
+	check := func(step string) {
+		t.Helper()
+		for mode, rc := range readers {
+			for _, k := range keys {
+				v, err := rc.Get(ctx, []byte(k))
+				if err != nil || string(v) != "v"+k {
+					t.Fatalf("%s: %s get %q = %q, %v", step, mode, k, v, err)
+				}
+			}
+			for _, rev := range []bool{false, true} {
+				pairs, _, err := rc.Range(ctx, nil, nil, client.RangeOptions{Reverse: rev, KeysOnly: true})
+				if err != nil {
+					t.Fatalf("%s: %s range: %v", step, mode, err)
+				}
+				var got []string
+				for _, kv := range pairs {
+					got = append(got, string(kv.Key))
+				}
+				if rev {
+					slices.Reverse(got)
+				}
+				if !slices.Equal(got, keys) {
+					t.Fatalf("%s: %s range (reverse %v): %d keys, want %d", step, mode, rev, len(got), len(keys))
+				}
+			}
+		}
+	}
+
+	p := pauseSplits(t)
+	done := make(chan bool, 1)
+	go func() { done <- s.runSplit(x) }()
+	var blocked chan error
+	blockedKey := "key999999" // above any split key
+	for _, step := range splitFailpoints {
+		p.wait(t, step)
+		sep := string(x.t.Split().Sep)
+		t.Logf("paused at %s (sep %q)", step, sep)
+		switch step {
+		case FailpointSplitFroze:
+			if sep == "" || !x.t.Split().Source {
+				t.Fatalf("X not frozen at %s", step)
+			}
+			blocked = make(chan error, 1)
+			go func() { blocked <- writer.Put(ctx, []byte(blockedKey), []byte("v"+blockedKey)) }()
+		case FailpointSplitCopied, FailpointSplitLinked:
+			select {
+			case err := <-blocked:
+				t.Fatalf("put %q above the split key returned while the range was frozen: %v", blockedKey, err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		case FailpointSplitInvalidated:
+			// X's old right half is gone and Y thawed: the put lands in Y.
+			select {
+			case err := <-blocked:
+				if err != nil {
+					t.Fatalf("put %q after the split: %v", blockedKey, err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("put %q still waits after the split let go of its range", blockedKey)
+			}
+			keys = append(keys, blockedKey)
+			y := srvs[1].megas.Load()
+			found := false
+			for _, lm := range y.bySlot {
+				if lm != nil && lm.level == 0 {
+					if v, err := lm.t.Get([]byte(blockedKey), nil); err == nil && string(v) == "v"+blockedKey {
+						found = true
+					}
+				}
+			}
+			if !found {
+				t.Fatalf("put %q is not in a meganode of the other server", blockedKey)
+			}
+		}
+		check(step)
+		p.release <- struct{}{}
+	}
+	if !<-done {
+		t.Fatal("split failed")
+	}
+	check("done")
+	for _, s := range srvs {
+		if err := s.Check(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -109,15 +109,12 @@ func (sc *scanner) add(k, v []byte) bool {
 
 // more ends the reply with More: continue at resume (copied), in meganode
 // next when not nil. A scan that returned nothing yet from an unbounded
-// start that lies elsewhere is redirected instead (an empty Resume could
-// not say "unbounded").
+// side continues at next with an empty Resume, which keeps that side
+// unbounded; one whose root is elsewhere is redirected.
 func (sc *scanner) more(resume []byte, next blink.Ptr) error {
 	w := sc.w
-	if resume == nil && len(w.spans) == 0 {
-		if next.IsNil() {
-			return w.s.redirect(blink.Ptr(w.s.root.Load()).Region(), "range")
-		}
-		return w.elsewhere(next, "range")
+	if resume == nil && len(w.spans) == 0 && next.IsNil() {
+		return w.s.redirect(blink.Ptr(w.s.root.Load()).Region(), "range")
 	}
 	w.resume = append(w.resume[:0], resume...)
 	sc.rep.More, sc.rep.Resume, sc.rep.Next = true, w.resume, next

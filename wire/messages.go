@@ -461,7 +461,9 @@ const RangePairOverhead = 8
 //	[count u32][count × ([key bytes][value bytes])]
 //	[flags u8: bit0 more][resume bytes][next ptr u64]
 //
-// Both Resume and Next are empty unless More.
+// Both Resume and Next are empty unless More. An empty Resume with More
+// (and Next set) means the scan found nothing yet from an unbounded side:
+// continue at Next with that side still unbounded.
 type RangeReply struct {
 	Pairs  []KV
 	More   bool
