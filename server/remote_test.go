@@ -1,13 +1,16 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/locality"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
@@ -275,4 +278,61 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestSeparatorRetried: a separator that cannot reach its parent (the
+// parent's server unreachable) leaves the split done and its new meganode
+// reachable through right links; the split loop inserts it later.
+func TestSeparatorRetried(t *testing.T) {
+	s, _ := newTestServer(t, func(o *Options) {
+		o.MeganodeSize = 64 << 10
+		o.SplitFill = 1
+	})
+	c := dial(t, s)
+	var keys []string
+	x := s.meganodeAt(s.Root())
+	for i := 0; x.t.Fill() < 0.6; i++ {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		put(t, c, k, "v"+k)
+		keys = append(keys, k)
+	}
+	if !s.runSplit(x) { // the root split: the new root has both entries
+		t.Fatal("first split failed")
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	t.Cleanup(failpoint.Enable(FailpointSeparator, func() error {
+		if fail.Load() {
+			return errors.New("parent unreachable")
+		}
+		return nil
+	}))
+	if !s.runSplit(x) {
+		t.Fatal("second split failed")
+	}
+	s.splitMu.Lock()
+	pending := len(s.pendingSeps)
+	s.splitMu.Unlock()
+	if pending != 1 {
+		t.Fatalf("%d separators pending, want 1", pending)
+	}
+	mustServeAll(t, s, c, keys) // through X's right link
+	fail.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.splitMu.Lock()
+		pending = len(s.pendingSeps)
+		s.splitMu.Unlock()
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the separator was never inserted")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	mustServeAll(t, s, c, keys)
 }

@@ -69,9 +69,12 @@ type Server struct {
 	// none): the only meganode above the root level an abort may drop.
 	newRoot atomic.Uint64
 	// peers are connections to other servers (remote splits).
-	peers     peerConns
-	splitWake splitSignal
-	parking   parking // writes waiting for a split (park.go)
+	peers peerConns
+	// pendingSeps are separators still to insert (split.go). Guarded by
+	// splitMu.
+	pendingSeps []pendingSep
+	splitWake   splitSignal
+	parking     parking // writes waiting for a split (park.go)
 
 	// Worker accounting (workers.go).
 	busyNanos   atomic.Int64

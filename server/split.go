@@ -34,6 +34,10 @@ const (
 	FailpointSplitLinked      = "server/split/linked"      // X's boundary links to Y's root
 	FailpointSplitInvalidated = "server/split/invalidated" // X's old right half freed, X and Y thawed
 	FailpointSplitParent      = "server/split/parent"      // separator in the parent (or new root published)
+	// FailpointSeparator is evaluated before each try to insert a
+	// separator: an error fails the try (the parent is unreachable), and
+	// the split loop tries again later.
+	FailpointSeparator = "server/split/separator"
 )
 
 // splitSignal wakes the writes waiting for a split: a write reads the
@@ -104,14 +108,47 @@ func (s *Server) maybeRequestSplit(lm *localMeganode) {
 // splitLoop runs the requested splits until the server stops. A split in
 // progress when Close begins is finished first: it only needs the region.
 func (s *Server) splitLoop() {
+	retry := time.NewTicker(250 * time.Millisecond)
+	defer retry.Stop()
 	for {
 		select {
 		case <-s.bgCtx.Done():
 			return
 		case p := <-s.splitReqs:
 			s.serveSplit(p)
+		case <-retry.C:
+			s.retrySeparators()
 		}
 	}
+}
+
+// pendingSep is a split past its link whose separator is not in the
+// parent yet (the parent's server was down or kept splitting): the split
+// loop inserts it later and then ends the split. Guarded by splitMu.
+type pendingSep struct {
+	x     *localMeganode
+	level int
+	sep   []byte
+	y     blink.Ptr
+}
+
+// retrySeparators tries the pending separators once each.
+func (s *Server) retrySeparators() {
+	s.splitMu.Lock()
+	defer s.splitMu.Unlock()
+	left := s.pendingSeps[:0]
+	for _, p := range s.pendingSeps {
+		if err := s.insertSeparatorLocked(p.level, p.sep, p.y, 0); err != nil {
+			left = append(left, p)
+			continue
+		}
+		if _, err := s.applySplit(p.x, p.sep, splitBody{Phase: phaseEnd, New: p.y}); err != nil {
+			s.log.Error("server: end of a split", slog.String("meganode", p.x.m.Ptr().String()), slog.Any("err", err))
+		}
+		s.log.Info("server: separator inserted after all", slog.String("new", p.y.String()))
+		s.metrics.splits.WithLabelValues("done").Inc()
+	}
+	s.pendingSeps = left
 }
 
 func (s *Server) serveSplit(p blink.Ptr) {
@@ -272,7 +309,12 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err err
 	}
 	s.failpointAfterLink(FailpointSplitInvalidated)
 	if err := s.insertSeparatorLocked(x.level, sep, yp, depth); err != nil {
-		return yp, err
+		// Readers reach Y through right links meanwhile; the split loop
+		// tries again until the parent takes it.
+		s.log.Warn("server: separator not inserted yet; retrying in the background", slog.String("meganode", x.m.Ptr().String()),
+			slog.String("new", yp.String()), slog.Any("err", err))
+		s.pendingSeps = append(s.pendingSeps, pendingSep{x: x, level: x.level, sep: bytes.Clone(sep), y: yp})
+		return yp, nil
 	}
 	s.failpointAfterLink(FailpointSplitParent)
 	if _, err := s.applySplit(x, sep, splitBody{Phase: phaseEnd, New: yp}); err != nil {
@@ -337,6 +379,9 @@ const maxSeparatorTries = 64
 // REQUIRES: s.splitMu held.
 func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, depth int) error {
 	child := le.AppendUint64(nil, uint64(yp))
+	if err := failpoint.Eval(FailpointSeparator); err != nil {
+		return err
+	}
 	var last error
 	for attempt := 0; attempt < maxSeparatorTries; attempt++ {
 		if attempt > 0 {
