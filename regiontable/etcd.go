@@ -77,14 +77,18 @@ type Etcd struct {
 	owned  bool // Close closes cli
 	opts   EtcdOptions
 	prefix string
-	// closed is cancelled by Close; watches end with it.
+	// closed is cancelled by Close; watches and campaigns end with it.
 	closed context.Context
 	cancel context.CancelFunc
+	// campaigns counts the Campaign calls in progress; Close waits for
+	// them. Add only under mu while not closed.
+	campaigns sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
 		closed bool
 		regs   map[*etcdRegistration]struct{}
+		leads  map[*etcdLeadership]struct{}
 	}
 }
 
@@ -100,6 +104,7 @@ func NewEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 	s := &Etcd{cli: cli, opts: opts, prefix: opts.Prefix}
 	s.closed, s.cancel = context.WithCancel(context.Background())
 	s.mu.regs = make(map[*etcdRegistration]struct{})
+	s.mu.leads = make(map[*etcdLeadership]struct{})
 	return s, nil
 }
 
@@ -598,8 +603,9 @@ func (s *Etcd) watch(ctx context.Context, revision int64, ch chan<- Event) {
 	}
 }
 
-// Close ends the registrations made through the store (revoking their
-// leases) and closes the etcd client if OpenEtcd made it.
+// Close ends the registrations and leaderships made through the store
+// (revoking their leases), makes campaigns in progress fail, and closes
+// the etcd client if OpenEtcd made it.
 func (s *Etcd) Close() error {
 	s.mu.Lock()
 	if s.mu.closed {
@@ -612,11 +618,21 @@ func (s *Etcd) Close() error {
 	for r := range s.mu.regs {
 		regs = append(regs, r)
 	}
+	leads := make([]*etcdLeadership, 0, len(s.mu.leads))
+	for l := range s.mu.leads {
+		leads = append(leads, l)
+	}
 	s.mu.Unlock()
+	s.campaigns.Wait()
 	var errs []error
 	for _, r := range regs {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.DialTimeout)
 		errs = append(errs, r.Close(ctx))
+		cancel()
+	}
+	for _, l := range leads {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.DialTimeout)
+		errs = append(errs, l.closeStore(ctx))
 		cancel()
 	}
 	if s.owned {

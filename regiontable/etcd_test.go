@@ -77,6 +77,25 @@ func TestEtcdContract(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		expireCampaign: func(t *testing.T, s regiontable.Store, id string) bool {
+			// Revoke the session lease of id's election keys.
+			es := s.(*regiontable.Etcd)
+			resp, err := es.Client().Get(ctxT(t), es.Prefix()+"/coordinator/", clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, kv := range resp.Kvs {
+				if string(kv.Value) != id {
+					continue
+				}
+				found = true
+				if _, err := es.Client().Revoke(ctxT(t), clientv3.LeaseID(kv.Lease)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return found
+		},
 	})
 }
 
@@ -111,6 +130,40 @@ func TestEtcdCrashedMemberExpires(t *testing.T) {
 	}, "the dead member's lease to expire")
 	t.Logf("dead member's key expired after %v", time.Since(start).Round(time.Millisecond))
 	_ = r.Close(ctxT(t))
+}
+
+// A coordinator that dies without resigning keeps its election key until
+// its session's lease expires; then the next campaigner is elected.
+func TestEtcdCrashedCoordinatorExpires(t *testing.T) {
+	e := startEtcd(t)
+	opts := regiontable.EtcdOptions{Prefix: "/crash", LeaseTTL: time.Second, Logger: testLogger(t)}
+	dead, err := regiontable.OpenEtcd(e.Endpoints(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.Campaign(ctxT(t), "srv-a"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := regiontable.OpenEtcd(e.Endpoints(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := campaignAsync(s, ctxT(t), "srv-b")
+	mustStillWait(t, b, "srv-b")
+	// Crash: the connection goes without a revoke.
+	start := time.Now()
+	_ = dead.Client().Close()
+	rb := awaitCampaign(t, b, "srv-b")
+	if rb.err != nil {
+		t.Fatalf("Campaign(srv-b) after the coordinator died: %v", rb.err)
+	}
+	t.Logf("srv-b elected %v after srv-a died", time.Since(start).Round(time.Millisecond))
+	if got := coordinator(t, s); got != "srv-b" {
+		t.Fatalf("Coordinator = %q, want srv-b", got)
+	}
+	_ = rb.l.Resign(ctxT(t))
+	_ = dead.Close()
 }
 
 func TestEtcdRootFormats(t *testing.T) {

@@ -138,6 +138,22 @@ type Registration interface {
 	Close(ctx context.Context) error
 }
 
+// Leadership is a won coordinator election (Store.Campaign). It is held
+// until Resign, or until the campaign's session is lost.
+type Leadership interface {
+	// Done is closed when the leadership ends: after Resign, when the
+	// session's lease was lost (etcd unreachable for longer than the
+	// lease TTL, or the lease revoked or expired; then Err wraps
+	// ErrLeaseLost), or when the store was closed.
+	Done() <-chan struct{}
+	// Err returns why Done was closed: nil after Resign, an error
+	// wrapping ErrLeaseLost otherwise.
+	Err() error
+	// Resign gives the leadership up: the next campaigner is elected.
+	// Resigning twice, or after the leadership was lost, is a no-op.
+	Resign(ctx context.Context) error
+}
+
 // Store is the region table. See the package documentation for the
 // contract every implementation keeps.
 type Store interface {
@@ -168,7 +184,18 @@ type Store interface {
 	// ends (the channel then closes without an error event) or the watch
 	// fails (an Event with Err, then the channel closes).
 	Watch(ctx context.Context, revision int64) <-chan Event
-	// Close releases the store. Registrations made through it end.
+	// Campaign joins the coordinator election as server id and blocks
+	// until it is elected, returning the Leadership, or until ctx ends
+	// (ctx's error, wrapped; the campaign is withdrawn). Campaigners are
+	// elected one at a time in the order they joined. A campaign whose
+	// session is lost while it waits fails with ErrLeaseLost. Errors:
+	// ErrInvalid (a bad server ID), ErrClosed.
+	Campaign(ctx context.Context, id string) (Leadership, error)
+	// Coordinator returns the server ID of the elected coordinator, or
+	// ErrNotFound when nobody campaigns.
+	Coordinator(ctx context.Context) (string, error)
+	// Close releases the store. Registrations and leaderships made
+	// through it end, campaigns in progress fail.
 	Close() error
 }
 
@@ -178,6 +205,10 @@ const (
 	regionsDir = "/regions/"
 	rootKey    = "/root"
 	idsKey     = "/ids/region"
+	// coordinatorDir holds the election's keys (concurrency.Election):
+	// one per campaigner, named by its session's lease, valued with its
+	// server ID; the oldest one is the coordinator's.
+	coordinatorDir = "/coordinator"
 )
 
 // MaxServerIDLen bounds a server ID.
