@@ -48,6 +48,7 @@ type Server struct {
 	megaMu sync.Mutex // serialises changes to megas and meganode slots
 	root   atomic.Uint64
 	table  atomic.Pointer[tableView]
+	coord  coordinatorState // coordinator.go
 
 	// applyMu serialises every write to the region (apply.go).
 	// Locking notes: Server.splitMu < Server.applyMu < Server.megaMu <
@@ -72,7 +73,7 @@ type Server struct {
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
-	bg       sync.WaitGroup // background goroutines: accept, table, membership, ticker
+	bg       sync.WaitGroup // background goroutines: accept, table, membership, coordinator, ticker
 	workers  sync.WaitGroup
 	conns    sync.WaitGroup
 
@@ -198,6 +199,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
+	s.goBackground(s.coordinate)
 	return nil
 }
 
