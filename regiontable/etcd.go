@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/cellstore/cell/blink"
 )
@@ -33,6 +35,9 @@ type EtcdOptions struct {
 	// Logger receives lease losses. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// reconnectMaxDelay bounds the wait between attempts to reconnect to etcd.
+const reconnectMaxDelay = time.Second
 
 // Defaults of EtcdOptions.
 const (
@@ -127,6 +132,14 @@ func OpenEtcd(endpoints []string, opts EtcdOptions) (*Etcd, error) {
 		// Detect a dead etcd connection well within a lease TTL.
 		DialKeepAliveTime:    opts.LeaseTTL / 2,
 		DialKeepAliveTimeout: opts.LeaseTTL / 2,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			// gRPC's default reconnect backoff grows to 120 s: after a
+			// long etcd outage, servers and clients would find etcd
+			// back only minutes later. Try again at least every
+			// reconnectMaxDelay.
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
+			MinConnectTimeout: opts.DialTimeout,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("regiontable: connect to etcd %s: %w", strings.Join(endpoints, ","), err)
