@@ -162,6 +162,7 @@ type etcdLeadership struct {
 		resigning bool
 		ended     bool
 		err       error
+		revoked   bool // resign revoked the lease, or found it gone
 	}
 }
 
@@ -233,7 +234,11 @@ func (l *etcdLeadership) Err() error {
 }
 
 // Resign revokes the session's lease, which deletes the election key: the
-// next campaigner is elected.
+// next campaigner is elected. It revokes the lease also after the
+// leadership was lost: etcd restores every lease with a fresh TTL when it
+// restarts, and the restored key would keep the next campaigners waiting
+// for another TTL. A lease that is gone is no error; after another error
+// Resign may be called again.
 func (l *etcdLeadership) Resign(ctx context.Context) error {
 	return l.resign(ctx, nil)
 }
@@ -243,26 +248,29 @@ func (l *etcdLeadership) closeStore(ctx context.Context) error {
 	return l.resign(ctx, fmt.Errorf("regiontable: coordinator %s: store closed: %w", l.id, ErrLeaseLost))
 }
 
-// resign ends the leadership with err and revokes its lease.
+// resign ends the leadership with err (unless it ended already) and
+// revokes its lease.
 func (l *etcdLeadership) resign(ctx context.Context, err error) error {
 	l.mu.Lock()
-	if l.mu.resigning {
+	if l.mu.revoked {
 		l.mu.Unlock()
 		return nil
 	}
+	first := !l.mu.resigning
 	l.mu.resigning = true
-	lost := l.mu.ended
 	l.mu.Unlock()
-	close(l.stop)
-	l.cancel()
-	<-l.exited
-	l.sess.Orphan()
-	l.end(err)
-	if lost {
-		return nil // the lease is gone, or going, already
+	if first {
+		close(l.stop)
+		l.cancel()
+		<-l.exited
+		l.sess.Orphan()
+		l.end(err)
 	}
-	if _, err := l.s.cli.Revoke(ctx, l.sess.Lease()); err != nil {
+	if err := l.s.revoke(ctx, l.sess.Lease()); err != nil {
 		return fmt.Errorf("regiontable: resign coordinator %s (its key expires within %v): %w", l.id, l.s.opts.LeaseTTL, err)
 	}
+	l.mu.Lock()
+	l.mu.revoked = true
+	l.mu.Unlock()
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -246,6 +247,7 @@ type etcdRegistration struct {
 		closing bool
 		ended   bool
 		err     error
+		revoked bool // Close revoked the lease, or found it gone
 	}
 }
 
@@ -286,26 +288,41 @@ func (r *etcdRegistration) Err() error {
 	return r.mu.err
 }
 
-// Close revokes the lease, which deletes the member's key.
+// Close revokes the lease, which deletes the member's key, also after the
+// lease was lost: etcd restores every lease with a fresh TTL when it
+// restarts, so the key of a registration lost in an etcd outage comes back
+// and would hold the member ID for another TTL. A lease that is gone is
+// no error; after another error Close may be called again.
 func (r *etcdRegistration) Close(ctx context.Context) error {
 	r.mu.Lock()
-	if r.mu.closing {
+	if r.mu.revoked {
 		r.mu.Unlock()
 		return nil
 	}
+	first := !r.mu.closing
 	r.mu.closing = true
-	lost := r.mu.ended
 	r.mu.Unlock()
-	r.cancel()
-	<-r.exited
-	r.end(nil)
-	if lost {
-		return nil // the lease is gone already
+	if first {
+		r.cancel()
+		<-r.exited
+		r.end(nil)
 	}
-	if _, err := r.s.cli.Revoke(ctx, r.lease); err != nil {
+	if err := r.s.revoke(ctx, r.lease); err != nil {
 		return fmt.Errorf("regiontable: revoke lease of member %s (it expires within %v): %w", r.id, r.s.opts.LeaseTTL, err)
 	}
+	r.mu.Lock()
+	r.mu.revoked = true
+	r.mu.Unlock()
 	return nil
+}
+
+// revoke revokes lease; a lease that is gone already is no error.
+func (s *Etcd) revoke(ctx context.Context, lease clientv3.LeaseID) error {
+	_, err := s.cli.Revoke(ctx, lease)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil
+	}
+	return err
 }
 
 // Members implements Store.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -164,6 +165,80 @@ func TestEtcdCrashedCoordinatorExpires(t *testing.T) {
 	}
 	_ = rb.l.Resign(ctxT(t))
 	_ = dead.Close()
+}
+
+// etcd restores every lease with a fresh TTL when it restarts: the keys of
+// a registration and a leadership that were lost while etcd was down come
+// back, until Close and Resign revoke their leases (the server does so
+// before it registers and campaigns again).
+func TestEtcdLostLeasesRevokedAfterRestart(t *testing.T) {
+	dir, clientAddr, peerAddr := t.TempDir(), freeAddr(t), freeAddr(t)
+	var e *embedded.Etcd
+	start := func() {
+		t.Helper()
+		var err error
+		for range 50 { // the old listeners may linger for a moment
+			e, err = embedded.Start(embedded.Options{Dir: dir, ClientAddr: clientAddr, PeerAddr: peerAddr, Logger: testLogger(t)})
+			if err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("start etcd: %v", err)
+	}
+	start()
+	t.Cleanup(func() { _ = e.Close() })
+	const ttl = 3 * time.Second
+	s, err := regiontable.OpenEtcd(e.Endpoints(), regiontable.EtcdOptions{Prefix: "/restart", LeaseTTL: ttl, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := mustRegister(t, s, member("srv-a"))
+	l := mustCampaign(t, s, "srv-a")
+
+	_ = e.Close()
+	for _, done := range []<-chan struct{}{r.Done(), l.Done()} {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("registration or leadership not lost while etcd is down")
+		}
+	}
+	if !errors.Is(r.Err(), regiontable.ErrLeaseLost) || !errors.Is(l.Err(), regiontable.ErrLeaseLost) {
+		t.Fatalf("Err = %v, %v; want ErrLeaseLost", r.Err(), l.Err())
+	}
+	start()
+	// The restored member key is back, for another TTL. (So is the
+	// election key, unless the revoke the leadership tries in the
+	// background when it is lost got through already.)
+	if ids := memberIDs(t, s); !reflect.DeepEqual(ids, []string{"srv-a"}) {
+		t.Fatalf("members after the restart = %v, want the restored srv-a", ids)
+	}
+	revoked := time.Now()
+	if err := r.Close(ctxT(t)); err != nil {
+		t.Fatalf("Close of the lost registration: %v", err)
+	}
+	if err := l.Resign(ctxT(t)); err != nil {
+		t.Fatalf("Resign of the lost leadership: %v", err)
+	}
+	if ids := memberIDs(t, s); len(ids) != 0 {
+		t.Fatalf("members after Close = %v", ids)
+	}
+	if id := coordinator(t, s); id != "" {
+		t.Fatalf("coordinator after Resign = %q", id)
+	}
+	// The ID registers and campaigns again at once.
+	r2 := mustRegister(t, s, member("srv-a"))
+	l2 := mustCampaign(t, s, "srv-a")
+	if d := time.Since(revoked); d >= ttl {
+		t.Fatalf("registering again took %v: the restored lease was waited out", d)
+	}
+	_ = r2.Close(ctxT(t))
+	_ = l2.Resign(ctxT(t))
+	if err := r.Close(ctxT(t)); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
 }
 
 func TestEtcdRootFormats(t *testing.T) {

@@ -133,8 +133,12 @@ type Registration interface {
 	// Err returns why Done was closed: nil after Close, an error wrapping
 	// ErrLeaseLost otherwise.
 	Err() error
-	// Close revokes the member's lease: its key goes at once. Closing
-	// twice is a no-op.
+	// Close revokes the member's lease: its key goes at once. It does so
+	// also after the lease was lost (an etcd that restarts restores the
+	// lease, and the key with it, for another TTL): a member registering
+	// again after a loss closes its old registration first. Once Close
+	// succeeded, closing again is a no-op; after an error it may be
+	// retried.
 	Close(ctx context.Context) error
 }
 
@@ -150,7 +154,11 @@ type Leadership interface {
 	// wrapping ErrLeaseLost otherwise.
 	Err() error
 	// Resign gives the leadership up: the next campaigner is elected.
-	// Resigning twice, or after the leadership was lost, is a no-op.
+	// After the leadership was lost it still withdraws the campaign's
+	// key (an etcd that restarts restores it for another TTL): a server
+	// campaigning again after a loss resigns first. Once Resign
+	// succeeded, resigning again is a no-op; after an error it may be
+	// retried.
 	Resign(ctx context.Context) error
 }
 
