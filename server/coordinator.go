@@ -70,6 +70,26 @@ func (s *Server) coordinate() {
 			return
 		}
 		s.log.Warn("server: no longer coordinator; campaigning again", slog.String("server", s.opts.ServerID), slog.Any("err", l.Err()))
+		s.withdraw(l)
+	}
+}
+
+// withdraw resigns a lost leadership, retrying until it worked or the
+// server stops: an etcd that restarted restores the lost campaign's key,
+// which would keep every campaign (ours too) waiting for another TTL.
+func (s *Server) withdraw(l regiontable.Leadership) {
+	for s.bgCtx.Err() == nil {
+		ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
+		err := l.Resign(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		s.log.Warn("server: withdraw the lost coordinator campaign; retrying", slog.Any("err", err))
+		select {
+		case <-time.After(time.Second):
+		case <-s.bgCtx.Done():
+		}
 	}
 }
 

@@ -375,7 +375,12 @@ func (s *Server) keepMembership() {
 		s.log.Error("server: membership lost; registering again", slog.Any("err", reg.Err()))
 		for s.bgCtx.Err() == nil {
 			ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
-			err := s.registerMember(ctx)
+			// Revoke the lost lease first: an etcd that restarted
+			// restores it, and our old key would hold the ID for a TTL.
+			err := reg.Close(ctx)
+			if err == nil {
+				err = s.registerMember(ctx)
+			}
 			cancel()
 			if err == nil {
 				s.log.Info("server: registered again")
