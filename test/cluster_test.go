@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -58,17 +60,24 @@ type serverOptions struct {
 	regionSize   string // default 64MiB
 	meganodeSize string // default 16MiB
 	nodeSize     string // default 1KiB
+	// etcdEndpoint is an etcd client URL for --etcd-endpoints: the
+	// server joins that etcd's cluster. Empty: it embeds its own etcd.
+	etcdEndpoint string
 }
 
-// cellServer is a running cellserver subprocess with its embedded etcd.
+// cellServer is a running cellserver subprocess with its embedded etcd,
+// or in the cluster of an external etcd.
 type cellServer struct {
 	id                             string
 	dataDir                        string
-	rpc, rdma, metrics, etcd, peer string
+	rpc, rdma, metrics, etcd, peer string // etcd: the client endpoint; peer: "" unless embedded
 	cmd                            *exec.Cmd
 	out                            *testutil.SyncBuffer
 	exited                         chan struct{}
 	err                            error // Wait's result, once exited is closed
+	// stopped is set when the test stopped or killed the server on
+	// purpose: its exit is then no failure.
+	stopped atomic.Bool
 }
 
 // serverSeq numbers the servers of this process, for unique IDs.
@@ -118,11 +127,16 @@ func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 		rpc: a[0], rdma: a[1], metrics: a[2], etcd: a[3], peer: a[4],
 		out: &testutil.SyncBuffer{}, exited: make(chan struct{}),
 	}
-	s.cmd = exec.Command(bins.cellserver,
-		"--data-dir", s.dataDir, "--listen", s.rpc, "--rdma-listen", s.rdma, "--metrics-listen", s.metrics,
-		"--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer, "--server-id", id,
-		"--hugepages", "off", "--cores", fmt.Sprint(o.cores),
-		"--region-size", o.regionSize, "--meganode-size", o.meganodeSize, "--node-size", o.nodeSize)
+	args := []string{"--data-dir", s.dataDir, "--listen", s.rpc, "--rdma-listen", s.rdma, "--metrics-listen", s.metrics,
+		"--server-id", id, "--hugepages", "off", "--cores", fmt.Sprint(o.cores),
+		"--region-size", o.regionSize, "--meganode-size", o.meganodeSize, "--node-size", o.nodeSize}
+	if o.etcdEndpoint != "" {
+		s.etcd, s.peer = o.etcdEndpoint, ""
+		args = append(args, "--etcd-endpoints", o.etcdEndpoint)
+	} else {
+		args = append(args, "--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer)
+	}
+	s.cmd = exec.Command(bins.cellserver, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = os.Environ()
 	if err := s.cmd.Start(); err != nil {
@@ -175,8 +189,8 @@ func (s *cellServer) ready(ctx context.Context, store regiontable.Store) error {
 	if err != nil {
 		return err
 	}
-	if len(ms) != 1 || ms[0].ID != s.id {
-		return fmt.Errorf("members %+v", ms)
+	if !slices.ContainsFunc(ms, func(m regiontable.Member) bool { return m.ID == s.id }) {
+		return fmt.Errorf("%s not among the members %+v", s.id, ms)
 	}
 	c, err := wire.Dial(ctx, s.rpc, nil)
 	if err != nil {
@@ -204,8 +218,12 @@ func (s *cellServer) alive() bool {
 func (s *cellServer) pid() int { return s.cmd.Process.Pid }
 
 // stop sends SIGTERM and waits for a clean exit; after 20 s it kills.
-// A server that does not exit cleanly fails the test.
+// A server that does not exit cleanly fails the test, and so does one that
+// exited before unless the test stopped or killed it.
 func (s *cellServer) stop(t testing.TB) {
+	if s.stopped.Swap(true) && !s.alive() {
+		return
+	}
 	if !s.alive() {
 		if !t.Failed() {
 			t.Errorf("cellserver exited before the end of the test: %v\n%s", s.err, s.out.String())
@@ -227,7 +245,9 @@ func (s *cellServer) stop(t testing.TB) {
 	}
 }
 
+// kill sends SIGKILL and waits for the process to end.
 func (s *cellServer) kill() {
+	s.stopped.Store(true)
 	_ = s.cmd.Process.Kill()
 	<-s.exited
 }
