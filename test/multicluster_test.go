@@ -554,3 +554,38 @@ func (m metrics) sample(name string) float64 {
 	}
 	return -1
 }
+
+// The coordinator is elected among the servers: when it is killed (no
+// resignation), another takes over once its session lease expires, and
+// reports the dead server's region unavailable.
+func TestCoordinatorFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a lease TTL")
+	}
+	c := startCluster(t, 3, serverOptions{cores: 1})
+	c.waitMembers(t, c.servers, nil, 30*time.Second)
+	id := c.waitOneCoordinator(t, 15*time.Second)
+	var dead *cellServer
+	for _, s := range c.servers {
+		if s.id == id {
+			dead = s
+		}
+	}
+	killed := time.Now()
+	dead.kill()
+	next := c.waitOneCoordinator(t, 3*memberLeaseTTL)
+	if next == id {
+		t.Fatalf("the killed server %s is still coordinator", id)
+	}
+	t.Logf("%s took over from the killed %s after %v", next, id, time.Since(killed).Round(time.Millisecond))
+	var lead *cellServer
+	for _, s := range c.servers {
+		if s.id == next {
+			lead = s
+		}
+	}
+	waitFor(t, func() bool { return scrape(t, lead).sample("cell_regions_unavailable") == 1 }, "the dead server's region reported unavailable", 3*memberLeaseTTL)
+	if !strings.Contains(lead.out.String(), "region unavailable") || !strings.Contains(lead.out.String(), "host="+id+" ") {
+		t.Errorf("the coordinator did not log the region of %s:\n%s", id, lead.out.String())
+	}
+}
