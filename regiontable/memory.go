@@ -416,6 +416,19 @@ func (s *Memory) ExpireCampaign(id string) bool {
 	return len(found) > 0
 }
 
+// Campaigners returns the server IDs of the campaigns in the election,
+// the leader's first, then the waiting ones in the order they joined.
+// Tests use it to know that a server campaigns.
+func (s *Memory) Campaigners() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, len(s.mu.campaigns))
+	for i, c := range s.mu.campaigns {
+		ids[i] = c.id
+	}
+	return ids
+}
+
 // Coordinator implements Store.
 func (s *Memory) Coordinator(ctx context.Context) (string, error) {
 	s.mu.Lock()
