@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,6 +60,17 @@ func theCoordinator(t *testing.T, store regiontable.Store, srv [2]*Server) int {
 	return idx
 }
 
+// waitCampaigners waits until the election holds exactly the campaigns
+// of srv, in that order (the leader first).
+func waitCampaigners(t *testing.T, store *regiontable.Memory, srv ...*Server) {
+	t.Helper()
+	want := make([]string, len(srv))
+	for i, s := range srv {
+		want[i] = s.opts.ServerID
+	}
+	waitFor(t, func() bool { return slices.Equal(store.Campaigners(), want) }, fmt.Sprintf("campaigners %v", want))
+}
+
 func gauge(t *testing.T, s *Server, name string) float64 {
 	t.Helper()
 	return metricValue(gather(t, s), name, nil)
@@ -106,6 +118,7 @@ func TestCoordinatorTakeoverOnSessionLoss(t *testing.T) {
 	store, srv := startPair(t)
 	i := theCoordinator(t, store, srv)
 	lead, other := srv[i], srv[1-i]
+	waitCampaigners(t, store, lead, other)
 	if !store.ExpireCampaign(lead.opts.ServerID) {
 		t.Fatal("the coordinator has no campaign")
 	}
@@ -116,7 +129,7 @@ func TestCoordinatorTakeoverOnSessionLoss(t *testing.T) {
 		t.Fatalf("cell_coordinator of the deposed coordinator = %v, want 0", g)
 	}
 	// The deposed one campaigns again at once: it is next.
-	time.Sleep(300 * time.Millisecond)
+	waitCampaigners(t, store, other, lead)
 	if !store.ExpireCampaign(other.opts.ServerID) {
 		t.Fatal("the new coordinator has no campaign")
 	}
