@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,10 @@ type impl struct {
 	open func(t *testing.T) regiontable.Store
 	// expire makes member id's lease end as if it had expired.
 	expire func(t *testing.T, s regiontable.Store, id string)
+	// expireCampaign makes the session lease of server id's campaigns
+	// (waiting or leading) end as if it had expired, and reports whether
+	// id had one.
+	expireCampaign func(t *testing.T, s regiontable.Store, id string) bool
 }
 
 // contractTests is the one table of tests both implementations pass.
@@ -39,6 +44,10 @@ var contractTests = []struct {
 	{"LoadAndWatch", testLoadAndWatch},
 	{"WatchCancel", testWatchCancel},
 	{"Close", testClose},
+	{"Election", testElection},
+	{"ElectionSessionLost", testElectionSessionLost},
+	{"ElectionOneLeader", testElectionOneLeader},
+	{"ElectionClose", testElectionClose},
 }
 
 func runContract(t *testing.T, im impl) {
@@ -511,5 +520,251 @@ func testClose(t *testing.T, im impl) {
 		case <-deadline:
 			t.Fatal("watch did not end after Close")
 		}
+	}
+}
+
+func mustCampaign(t *testing.T, s regiontable.Store, id string) regiontable.Leadership {
+	t.Helper()
+	l, err := s.Campaign(ctxT(t), id)
+	if err != nil {
+		t.Fatalf("Campaign(%s): %v", id, err)
+	}
+	return l
+}
+
+type campaignResult struct {
+	l   regiontable.Leadership
+	err error
+}
+
+// campaignAsync campaigns in a goroutine; the result arrives on the
+// channel.
+func campaignAsync(s regiontable.Store, ctx context.Context, id string) <-chan campaignResult {
+	ch := make(chan campaignResult, 1)
+	go func() {
+		l, err := s.Campaign(ctx, id)
+		ch <- campaignResult{l, err}
+	}()
+	return ch
+}
+
+// awaitCampaign waits for the result of campaignAsync.
+func awaitCampaign(t *testing.T, ch <-chan campaignResult, id string) campaignResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(15 * time.Second):
+		t.Fatalf("campaign of %s still waiting", id)
+	}
+	panic("unreachable")
+}
+
+// mustStillWait fails if the campaign on ch was decided within a moment.
+func mustStillWait(t *testing.T, ch <-chan campaignResult, id string) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("campaign of %s ended (%v) while another leads", id, r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+func coordinator(t *testing.T, s regiontable.Store) string {
+	t.Helper()
+	id, err := s.Coordinator(ctxT(t))
+	if errors.Is(err, regiontable.ErrNotFound) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("Coordinator: %v", err)
+	}
+	return id
+}
+
+func waitCoordinator(t *testing.T, s regiontable.Store, want string) {
+	t.Helper()
+	waitFor(t, func() bool { return coordinator(t, s) == want }, fmt.Sprintf("coordinator %q", want))
+}
+
+func mustEnd(t *testing.T, l regiontable.Leadership, what string) {
+	t.Helper()
+	select {
+	case <-l.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("leadership not ended after %s", what)
+	}
+}
+
+// "one leader at a time, in the order the campaigns joined"
+func testElection(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	if id, err := s.Coordinator(ctx); !errors.Is(err, regiontable.ErrNotFound) {
+		t.Fatalf("Coordinator of an empty table = %q, %v; want ErrNotFound", id, err)
+	}
+	for _, id := range []string{"", "a/b", ".."} {
+		if _, err := s.Campaign(ctx, id); !errors.Is(err, regiontable.ErrInvalid) {
+			t.Errorf("Campaign(%q) = %v, want ErrInvalid", id, err)
+		}
+	}
+	a := mustCampaign(t, s, "srv-a")
+	if got := coordinator(t, s); got != "srv-a" {
+		t.Fatalf("Coordinator = %q, want srv-a", got)
+	}
+	b := campaignAsync(s, ctx, "srv-b")
+	mustStillWait(t, b, "srv-b")
+	// A campaign given up by its context fails with the context's error
+	// and is withdrawn.
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err := s.Campaign(cctx, "srv-c")
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Campaign with an expiring context = %v, want DeadlineExceeded", err)
+	}
+	if got := coordinator(t, s); got != "srv-a" {
+		t.Fatalf("Coordinator = %q, want srv-a", got)
+	}
+	select {
+	case <-a.Done():
+		t.Fatal("leadership ended while held")
+	default:
+	}
+	// On Resign the next campaigner is elected.
+	if err := a.Resign(ctx); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	mustEnd(t, a, "Resign")
+	if err := a.Err(); err != nil {
+		t.Fatalf("Err after Resign = %v, want nil", err)
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatalf("second Resign: %v", err)
+	}
+	rb := awaitCampaign(t, b, "srv-b")
+	if rb.err != nil {
+		t.Fatalf("Campaign(srv-b) after srv-a resigned: %v", rb.err)
+	}
+	waitCoordinator(t, s, "srv-b")
+	if err := rb.l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// srv-c withdrew: nobody is left.
+	waitCoordinator(t, s, "")
+}
+
+// "the next campaigner takes over on session loss"
+func testElectionSessionLost(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	a := mustCampaign(t, s, "srv-a")
+	b := campaignAsync(s, ctx, "srv-b")
+	mustStillWait(t, b, "srv-b")
+	if !im.expireCampaign(t, s, "srv-a") {
+		t.Fatal("srv-a has no campaign to expire")
+	}
+	mustEnd(t, a, "its session was lost")
+	if err := a.Err(); !errors.Is(err, regiontable.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", err)
+	}
+	rb := awaitCampaign(t, b, "srv-b")
+	if rb.err != nil {
+		t.Fatalf("Campaign(srv-b) after srv-a's session was lost: %v", rb.err)
+	}
+	waitCoordinator(t, s, "srv-b")
+	// Resigning a lost leadership is a no-op and keeps its error.
+	if err := a.Resign(ctx); err != nil {
+		t.Fatalf("Resign of a lost leadership: %v", err)
+	}
+	if err := a.Err(); !errors.Is(err, regiontable.ErrLeaseLost) {
+		t.Fatalf("Err after Resign of a lost leadership = %v, want ErrLeaseLost", err)
+	}
+	// A waiting campaign whose session is lost fails with ErrLeaseLost.
+	c := campaignAsync(s, ctx, "srv-c")
+	waitFor(t, func() bool { return im.expireCampaign(t, s, "srv-c") }, "srv-c's campaign to join")
+	if rc := awaitCampaign(t, c, "srv-c"); !errors.Is(rc.err, regiontable.ErrLeaseLost) {
+		t.Fatalf("Campaign(srv-c) whose session was lost = %v, want ErrLeaseLost", rc.err)
+	}
+	if got := coordinator(t, s); got != "srv-b" {
+		t.Fatalf("Coordinator = %q, want srv-b", got)
+	}
+	// The lost server campaigns again and leads after srv-b.
+	a2 := campaignAsync(s, ctx, "srv-a")
+	mustStillWait(t, a2, "srv-a")
+	if err := rb.l.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ra := awaitCampaign(t, a2, "srv-a")
+	if ra.err != nil {
+		t.Fatalf("second Campaign(srv-a): %v", ra.err)
+	}
+	waitCoordinator(t, s, "srv-a")
+	_ = ra.l.Resign(ctx)
+}
+
+// Concurrent campaigners are elected one at a time, each once.
+func testElectionOneLeader(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	const n = 5
+	var leaders, maxLeaders atomic.Int32
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("srv-%d", i)
+			l, err := s.Campaign(ctx, id)
+			if err != nil {
+				t.Errorf("Campaign(%s): %v", id, err)
+				return
+			}
+			cur := leaders.Add(1)
+			for m := maxLeaders.Load(); cur > m && !maxLeaders.CompareAndSwap(m, cur); m = maxLeaders.Load() {
+			}
+			if got, err := s.Coordinator(ctx); err != nil || got != id {
+				t.Errorf("Coordinator while %s leads = %q, %v", id, got, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			leaders.Add(-1)
+			if err := l.Resign(ctx); err != nil {
+				t.Errorf("Resign(%s): %v", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if m := maxLeaders.Load(); m != 1 {
+		t.Fatalf("%d leaders at once", m)
+	}
+	if got := coordinator(t, s); got != "" {
+		t.Fatalf("Coordinator after everyone resigned = %q", got)
+	}
+}
+
+// Close ends leaderships and campaigns.
+func testElectionClose(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	a := mustCampaign(t, s, "srv-a")
+	b := campaignAsync(s, ctx, "srv-b")
+	mustStillWait(t, b, "srv-b")
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	mustEnd(t, a, "Close")
+	if err := a.Err(); !errors.Is(err, regiontable.ErrLeaseLost) {
+		t.Fatalf("Err after Close = %v, want ErrLeaseLost", err)
+	}
+	if rb := awaitCampaign(t, b, "srv-b"); !errors.Is(rb.err, regiontable.ErrClosed) {
+		t.Fatalf("waiting Campaign after Close = %v, want ErrClosed", rb.err)
+	}
+	if _, err := s.Campaign(ctx, "srv-c"); !errors.Is(err, regiontable.ErrClosed) {
+		t.Fatalf("Campaign after Close = %v, want ErrClosed", err)
+	}
+	if _, err := s.Coordinator(ctx); !errors.Is(err, regiontable.ErrClosed) {
+		t.Fatalf("Coordinator after Close = %v, want ErrClosed", err)
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatalf("Resign after Close: %v", err)
 	}
 }

@@ -1,7 +1,8 @@
 // Package regiontable is Cell's cluster state in etcd (DESIGN §8): which
 // servers are alive, which regions exist and who hosts them, the root
-// meganode pointer, and the region ID counter. Servers write it; clients
-// and servers read it and follow it with watches.
+// meganode pointer, the region ID counter, and the coordinator election.
+// Servers write it; clients and servers read it and follow it with
+// watches.
 //
 // # Key schema
 //
@@ -12,6 +13,8 @@
 //	<prefix>/root                   the root meganode pointer (blink.Ptr),
 //	                                written as "0x%016x"; decimal is read too
 //	<prefix>/ids/region             the last region ID handed out (decimal)
+//	<prefix>/coordinator/<lease>    a campaigner's server ID, bound to its
+//	                                session's lease (hex lease ID)
 //
 // Server IDs are 1..128 bytes of [A-Za-z0-9._-]. Region IDs are
 // 1..blink.MaxRegionID: 0 is never allocated, so that a pointer into a
@@ -54,6 +57,27 @@
 //     cannot go on (the revision was compacted away, the store closed)
 //     delivers one Event with Err set and closes its channel: reload and
 //     watch again.
+//   - Coordinator election: Campaign(id) joins the election and blocks
+//     until id is elected (or its context ends: the campaign is
+//     withdrawn and Campaign returns the context's error). Campaigners
+//     are elected one at a time, in the order they joined; Coordinator
+//     names the one whose turn it is (ErrNotFound when nobody
+//     campaigns). With etcd, every campaign is a concurrency.Election
+//     campaign under its own concurrency.Session, a lease of LeaseTTL;
+//     the session keeps the campaign alive while it waits and the
+//     Leadership alive once it won. Leadership.Resign revokes the lease
+//     and the next campaigner is elected at once. When the lease is lost
+//     (etcd unreachable for longer than the TTL, the process died) the
+//     key goes and the next campaigner is elected within the TTL; the
+//     Leadership's Done is closed and Err wraps ErrLeaseLost, and a
+//     campaign still waiting fails with ErrLeaseLost: campaign again.
+//     The election is advisory, like every lease: a coordinator cut off
+//     from etcd learns that it lost the lease when its keepalive
+//     deadline passes, which may be a little after etcd elected the next
+//     one. What a coordinator changes in the table must therefore be
+//     safe against a deposed one (compare-and-set, epochs), and a
+//     coordinator acts only while Done is open. Election keys live
+//     outside members/ and regions/, so Load and Watch ignore them.
 //
 // Staleness (DESIGN §8, §9): what a reader got from the table may be out of
 // date by the time it uses it. A server never trusts a client's view: a
@@ -64,6 +88,7 @@
 //
 // Two implementations share one contract test suite: Etcd (production, over
 // go.etcd.io/etcd/client/v3) and Memory (unit tests of other packages; its
-// leases never expire unless the test expires them). Package embedded starts
-// an in-process etcd server for the single-node default and for tests.
+// leases never expire unless the test expires them with ExpireMember or
+// ExpireCampaign). Package embedded starts an in-process etcd server for
+// the single-node default and for tests.
 package regiontable

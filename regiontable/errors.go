@@ -17,8 +17,9 @@ var (
 	ErrConflict = errors.New("regiontable: compare-and-set conflict")
 	// ErrExhausted: every region ID has been handed out.
 	ErrExhausted = errors.New("regiontable: region IDs exhausted")
-	// ErrLeaseLost: a member's lease expired or was revoked before Close.
-	ErrLeaseLost = errors.New("regiontable: member lease lost")
+	// ErrLeaseLost: a member's or a campaign's lease expired or was
+	// revoked before Close or Resign.
+	ErrLeaseLost = errors.New("regiontable: lease lost")
 	// ErrCompacted: a watch asked for changes older than what etcd keeps.
 	// Load again and watch from the new revision.
 	ErrCompacted = errors.New("regiontable: watch revision compacted")

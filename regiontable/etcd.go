@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/cellstore/cell/blink"
 )
@@ -33,6 +36,9 @@ type EtcdOptions struct {
 	// Logger receives lease losses. Default slog.Default().
 	Logger *slog.Logger
 }
+
+// reconnectMaxDelay bounds the wait between attempts to reconnect to etcd.
+const reconnectMaxDelay = time.Second
 
 // Defaults of EtcdOptions.
 const (
@@ -77,14 +83,18 @@ type Etcd struct {
 	owned  bool // Close closes cli
 	opts   EtcdOptions
 	prefix string
-	// closed is cancelled by Close; watches end with it.
+	// closed is cancelled by Close; watches and campaigns end with it.
 	closed context.Context
 	cancel context.CancelFunc
+	// campaigns counts the Campaign calls in progress; Close waits for
+	// them. Add only under mu while not closed.
+	campaigns sync.WaitGroup
 
 	mu struct {
 		sync.Mutex
 		closed bool
 		regs   map[*etcdRegistration]struct{}
+		leads  map[*etcdLeadership]struct{}
 	}
 }
 
@@ -100,6 +110,7 @@ func NewEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 	s := &Etcd{cli: cli, opts: opts, prefix: opts.Prefix}
 	s.closed, s.cancel = context.WithCancel(context.Background())
 	s.mu.regs = make(map[*etcdRegistration]struct{})
+	s.mu.leads = make(map[*etcdLeadership]struct{})
 	return s, nil
 }
 
@@ -122,6 +133,14 @@ func OpenEtcd(endpoints []string, opts EtcdOptions) (*Etcd, error) {
 		// Detect a dead etcd connection well within a lease TTL.
 		DialKeepAliveTime:    opts.LeaseTTL / 2,
 		DialKeepAliveTimeout: opts.LeaseTTL / 2,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			// gRPC's default reconnect backoff grows to 120 s: after a
+			// long etcd outage, servers and clients would find etcd
+			// back only minutes later. Try again at least every
+			// reconnectMaxDelay.
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
+			MinConnectTimeout: opts.DialTimeout,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("regiontable: connect to etcd %s: %w", strings.Join(endpoints, ","), err)
@@ -228,6 +247,7 @@ type etcdRegistration struct {
 		closing bool
 		ended   bool
 		err     error
+		revoked bool // Close revoked the lease, or found it gone
 	}
 }
 
@@ -268,26 +288,41 @@ func (r *etcdRegistration) Err() error {
 	return r.mu.err
 }
 
-// Close revokes the lease, which deletes the member's key.
+// Close revokes the lease, which deletes the member's key, also after the
+// lease was lost: etcd restores every lease with a fresh TTL when it
+// restarts, so the key of a registration lost in an etcd outage comes back
+// and would hold the member ID for another TTL. A lease that is gone is
+// no error; after another error Close may be called again.
 func (r *etcdRegistration) Close(ctx context.Context) error {
 	r.mu.Lock()
-	if r.mu.closing {
+	if r.mu.revoked {
 		r.mu.Unlock()
 		return nil
 	}
+	first := !r.mu.closing
 	r.mu.closing = true
-	lost := r.mu.ended
 	r.mu.Unlock()
-	r.cancel()
-	<-r.exited
-	r.end(nil)
-	if lost {
-		return nil // the lease is gone already
+	if first {
+		r.cancel()
+		<-r.exited
+		r.end(nil)
 	}
-	if _, err := r.s.cli.Revoke(ctx, r.lease); err != nil {
+	if err := r.s.revoke(ctx, r.lease); err != nil {
 		return fmt.Errorf("regiontable: revoke lease of member %s (it expires within %v): %w", r.id, r.s.opts.LeaseTTL, err)
 	}
+	r.mu.Lock()
+	r.mu.revoked = true
+	r.mu.Unlock()
 	return nil
+}
+
+// revoke revokes lease; a lease that is gone already is no error.
+func (s *Etcd) revoke(ctx context.Context, lease clientv3.LeaseID) error {
+	_, err := s.cli.Revoke(ctx, lease)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return nil
+	}
+	return err
 }
 
 // Members implements Store.
@@ -598,8 +633,9 @@ func (s *Etcd) watch(ctx context.Context, revision int64, ch chan<- Event) {
 	}
 }
 
-// Close ends the registrations made through the store (revoking their
-// leases) and closes the etcd client if OpenEtcd made it.
+// Close ends the registrations and leaderships made through the store
+// (revoking their leases), makes campaigns in progress fail, and closes
+// the etcd client if OpenEtcd made it.
 func (s *Etcd) Close() error {
 	s.mu.Lock()
 	if s.mu.closed {
@@ -612,11 +648,21 @@ func (s *Etcd) Close() error {
 	for r := range s.mu.regs {
 		regs = append(regs, r)
 	}
+	leads := make([]*etcdLeadership, 0, len(s.mu.leads))
+	for l := range s.mu.leads {
+		leads = append(leads, l)
+	}
 	s.mu.Unlock()
+	s.campaigns.Wait()
 	var errs []error
 	for _, r := range regs {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.DialTimeout)
 		errs = append(errs, r.Close(ctx))
+		cancel()
+	}
+	for _, l := range leads {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.DialTimeout)
+		errs = append(errs, l.closeStore(ctx))
 		cancel()
 	}
 	if s.owned {

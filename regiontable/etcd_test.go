@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -77,6 +78,25 @@ func TestEtcdContract(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		expireCampaign: func(t *testing.T, s regiontable.Store, id string) bool {
+			// Revoke the session lease of id's election keys.
+			es := s.(*regiontable.Etcd)
+			resp, err := es.Client().Get(ctxT(t), es.Prefix()+"/coordinator/", clientv3.WithPrefix())
+			if err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, kv := range resp.Kvs {
+				if string(kv.Value) != id {
+					continue
+				}
+				found = true
+				if _, err := es.Client().Revoke(ctxT(t), clientv3.LeaseID(kv.Lease)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return found
+		},
 	})
 }
 
@@ -111,6 +131,114 @@ func TestEtcdCrashedMemberExpires(t *testing.T) {
 	}, "the dead member's lease to expire")
 	t.Logf("dead member's key expired after %v", time.Since(start).Round(time.Millisecond))
 	_ = r.Close(ctxT(t))
+}
+
+// A coordinator that dies without resigning keeps its election key until
+// its session's lease expires; then the next campaigner is elected.
+func TestEtcdCrashedCoordinatorExpires(t *testing.T) {
+	e := startEtcd(t)
+	opts := regiontable.EtcdOptions{Prefix: "/crash", LeaseTTL: time.Second, Logger: testLogger(t)}
+	dead, err := regiontable.OpenEtcd(e.Endpoints(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dead.Campaign(ctxT(t), "srv-a"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := regiontable.OpenEtcd(e.Endpoints(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := campaignAsync(s, ctxT(t), "srv-b")
+	mustStillWait(t, b, "srv-b")
+	// Crash: the connection goes without a revoke.
+	start := time.Now()
+	_ = dead.Client().Close()
+	rb := awaitCampaign(t, b, "srv-b")
+	if rb.err != nil {
+		t.Fatalf("Campaign(srv-b) after the coordinator died: %v", rb.err)
+	}
+	t.Logf("srv-b elected %v after srv-a died", time.Since(start).Round(time.Millisecond))
+	if got := coordinator(t, s); got != "srv-b" {
+		t.Fatalf("Coordinator = %q, want srv-b", got)
+	}
+	_ = rb.l.Resign(ctxT(t))
+	_ = dead.Close()
+}
+
+// etcd restores every lease with a fresh TTL when it restarts: the keys of
+// a registration and a leadership that were lost while etcd was down come
+// back, until Close and Resign revoke their leases (the server does so
+// before it registers and campaigns again).
+func TestEtcdLostLeasesRevokedAfterRestart(t *testing.T) {
+	dir, clientAddr, peerAddr := t.TempDir(), freeAddr(t), freeAddr(t)
+	var e *embedded.Etcd
+	start := func() {
+		t.Helper()
+		var err error
+		for range 50 { // the old listeners may linger for a moment
+			e, err = embedded.Start(embedded.Options{Dir: dir, ClientAddr: clientAddr, PeerAddr: peerAddr, Logger: testLogger(t)})
+			if err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("start etcd: %v", err)
+	}
+	start()
+	t.Cleanup(func() { _ = e.Close() })
+	const ttl = 3 * time.Second
+	s, err := regiontable.OpenEtcd(e.Endpoints(), regiontable.EtcdOptions{Prefix: "/restart", LeaseTTL: ttl, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := mustRegister(t, s, member("srv-a"))
+	l := mustCampaign(t, s, "srv-a")
+
+	_ = e.Close()
+	for _, done := range []<-chan struct{}{r.Done(), l.Done()} {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("registration or leadership not lost while etcd is down")
+		}
+	}
+	if !errors.Is(r.Err(), regiontable.ErrLeaseLost) || !errors.Is(l.Err(), regiontable.ErrLeaseLost) {
+		t.Fatalf("Err = %v, %v; want ErrLeaseLost", r.Err(), l.Err())
+	}
+	start()
+	// The restored member key is back, for another TTL. (So is the
+	// election key, unless the revoke the leadership tries in the
+	// background when it is lost got through already.)
+	if ids := memberIDs(t, s); !reflect.DeepEqual(ids, []string{"srv-a"}) {
+		t.Fatalf("members after the restart = %v, want the restored srv-a", ids)
+	}
+	revoked := time.Now()
+	if err := r.Close(ctxT(t)); err != nil {
+		t.Fatalf("Close of the lost registration: %v", err)
+	}
+	if err := l.Resign(ctxT(t)); err != nil {
+		t.Fatalf("Resign of the lost leadership: %v", err)
+	}
+	if ids := memberIDs(t, s); len(ids) != 0 {
+		t.Fatalf("members after Close = %v", ids)
+	}
+	if id := coordinator(t, s); id != "" {
+		t.Fatalf("coordinator after Resign = %q", id)
+	}
+	// The ID registers and campaigns again at once.
+	r2 := mustRegister(t, s, member("srv-a"))
+	l2 := mustCampaign(t, s, "srv-a")
+	if d := time.Since(revoked); d >= ttl {
+		t.Fatalf("registering again took %v: the restored lease was waited out", d)
+	}
+	_ = r2.Close(ctxT(t))
+	_ = l2.Resign(ctxT(t))
+	if err := r.Close(ctxT(t)); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
 }
 
 func TestEtcdRootFormats(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 
 // Memory is a Store in process memory, for unit tests of the packages that
 // use the region table. It keeps the whole contract except that leases
-// never expire by themselves: ExpireMember simulates a lost lease. Its
-// event log is never compacted.
+// never expire by themselves: ExpireMember and ExpireCampaign simulate a
+// lost lease. Its event log is never compacted.
 type Memory struct {
 	mu struct {
 		sync.Mutex
@@ -26,6 +26,9 @@ type Memory struct {
 		lastID  uint32
 		events  []Event       // every change, in revision order
 		changed chan struct{} // closed and replaced at every change
+		// campaigns is the coordinator election, in the order the
+		// campaigns joined: campaigns[0] leads.
+		campaigns []*memCampaign
 	}
 }
 
@@ -318,8 +321,138 @@ func (s *Memory) Close() error {
 	for _, e := range s.mu.members {
 		s.removeMemberLocked(e.reg, fmt.Errorf("regiontable: store closed: %w", ErrLeaseLost))
 	}
-	s.mu.closed = true
+	s.mu.closed = true // elects nobody else
+	for len(s.mu.campaigns) > 0 {
+		s.endCampaignLocked(s.mu.campaigns[0], fmt.Errorf("regiontable: store closed: %w", ErrLeaseLost))
+	}
 	close(s.mu.changed)
 	s.mu.changed = make(chan struct{})
+	return nil
+}
+
+// memCampaign is one campaign in the coordinator election, and its
+// Leadership once elected.
+type memCampaign struct {
+	s       *Memory
+	id      string
+	elected chan struct{} // closed when it leads
+	done    chan struct{} // closed when it ends
+	// Guarded by s.mu.
+	leads bool
+	ended bool
+	err   error
+}
+
+// Campaign implements Store.
+func (s *Memory) Campaign(ctx context.Context, id string) (Leadership, error) {
+	if err := ValidServerID(id); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if err := s.check(ctx); err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	c := &memCampaign{s: s, id: id, elected: make(chan struct{}), done: make(chan struct{})}
+	s.mu.campaigns = append(s.mu.campaigns, c)
+	s.electLocked()
+	s.mu.Unlock()
+	select {
+	case <-c.elected:
+		return c, nil
+	case <-c.done:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.mu.closed {
+			return nil, fmt.Errorf("regiontable: campaign of %s: %w", id, ErrClosed)
+		}
+		return nil, fmt.Errorf("regiontable: campaign of %s: %w", id, c.err)
+	case <-ctx.Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.endCampaignLocked(c, nil)
+		return nil, fmt.Errorf("regiontable: campaign of %s: %w", id, ctx.Err())
+	}
+}
+
+// electLocked makes the first campaign lead, unless the store is closed.
+// REQUIRES: s.mu held.
+func (s *Memory) electLocked() {
+	if !s.mu.closed && len(s.mu.campaigns) > 0 && !s.mu.campaigns[0].leads {
+		c := s.mu.campaigns[0]
+		c.leads = true
+		close(c.elected)
+	}
+}
+
+// endCampaignLocked ends campaign c with err, withdraws it from the
+// election and elects the next one. REQUIRES: s.mu held.
+func (s *Memory) endCampaignLocked(c *memCampaign, err error) {
+	if c.ended {
+		return
+	}
+	c.ended, c.err = true, err
+	close(c.done)
+	s.mu.campaigns = slices.DeleteFunc(s.mu.campaigns, func(o *memCampaign) bool { return o == c })
+	s.electLocked()
+}
+
+// ExpireCampaign simulates the loss of the session lease of every campaign
+// of server id, waiting or leading: a leadership ends with ErrLeaseLost, a
+// waiting Campaign fails with it, and the next campaigner is elected. It
+// reports whether id campaigned.
+func (s *Memory) ExpireCampaign(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var found []*memCampaign
+	for _, c := range s.mu.campaigns {
+		if c.id == id {
+			found = append(found, c)
+		}
+	}
+	for _, c := range found {
+		s.endCampaignLocked(c, fmt.Errorf("regiontable: campaign of %s: session lease expired: %w", id, ErrLeaseLost))
+	}
+	return len(found) > 0
+}
+
+// Campaigners returns the server IDs of the campaigns in the election,
+// the leader's first, then the waiting ones in the order they joined.
+// Tests use it to know that a server campaigns.
+func (s *Memory) Campaigners() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, len(s.mu.campaigns))
+	for i, c := range s.mu.campaigns {
+		ids[i] = c.id
+	}
+	return ids
+}
+
+// Coordinator implements Store.
+func (s *Memory) Coordinator(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return "", err
+	}
+	if len(s.mu.campaigns) == 0 {
+		return "", fmt.Errorf("regiontable: no coordinator: %w", ErrNotFound)
+	}
+	return s.mu.campaigns[0].id, nil
+}
+
+func (c *memCampaign) Done() <-chan struct{} { return c.done }
+
+func (c *memCampaign) Err() error {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	return c.err
+}
+
+func (c *memCampaign) Resign(context.Context) error {
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	c.s.endCampaignLocked(c, nil)
 	return nil
 }

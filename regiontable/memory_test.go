@@ -18,5 +18,8 @@ func TestMemoryContract(t *testing.T) {
 				t.Fatalf("ExpireMember(%s): not registered", id)
 			}
 		},
+		expireCampaign: func(t *testing.T, s regiontable.Store, id string) bool {
+			return s.(*regiontable.Memory).ExpireCampaign(id)
+		},
 	})
 }

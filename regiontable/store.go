@@ -133,9 +133,33 @@ type Registration interface {
 	// Err returns why Done was closed: nil after Close, an error wrapping
 	// ErrLeaseLost otherwise.
 	Err() error
-	// Close revokes the member's lease: its key goes at once. Closing
-	// twice is a no-op.
+	// Close revokes the member's lease: its key goes at once. It does so
+	// also after the lease was lost (an etcd that restarts restores the
+	// lease, and the key with it, for another TTL): a member registering
+	// again after a loss closes its old registration first. Once Close
+	// succeeded, closing again is a no-op; after an error it may be
+	// retried.
 	Close(ctx context.Context) error
+}
+
+// Leadership is a won coordinator election (Store.Campaign). It is held
+// until Resign, or until the campaign's session is lost.
+type Leadership interface {
+	// Done is closed when the leadership ends: after Resign, when the
+	// session's lease was lost (etcd unreachable for longer than the
+	// lease TTL, or the lease revoked or expired; then Err wraps
+	// ErrLeaseLost), or when the store was closed.
+	Done() <-chan struct{}
+	// Err returns why Done was closed: nil after Resign, an error
+	// wrapping ErrLeaseLost otherwise.
+	Err() error
+	// Resign gives the leadership up: the next campaigner is elected.
+	// After the leadership was lost it still withdraws the campaign's
+	// key (an etcd that restarts restores it for another TTL): a server
+	// campaigning again after a loss resigns first. Once Resign
+	// succeeded, resigning again is a no-op; after an error it may be
+	// retried.
+	Resign(ctx context.Context) error
 }
 
 // Store is the region table. See the package documentation for the
@@ -168,7 +192,18 @@ type Store interface {
 	// ends (the channel then closes without an error event) or the watch
 	// fails (an Event with Err, then the channel closes).
 	Watch(ctx context.Context, revision int64) <-chan Event
-	// Close releases the store. Registrations made through it end.
+	// Campaign joins the coordinator election as server id and blocks
+	// until it is elected, returning the Leadership, or until ctx ends
+	// (ctx's error, wrapped; the campaign is withdrawn). Campaigners are
+	// elected one at a time in the order they joined. A campaign whose
+	// session is lost while it waits fails with ErrLeaseLost. Errors:
+	// ErrInvalid (a bad server ID), ErrClosed.
+	Campaign(ctx context.Context, id string) (Leadership, error)
+	// Coordinator returns the server ID of the elected coordinator, or
+	// ErrNotFound when nobody campaigns.
+	Coordinator(ctx context.Context) (string, error)
+	// Close releases the store. Registrations and leaderships made
+	// through it end, campaigns in progress fail.
 	Close() error
 }
 
@@ -178,6 +213,10 @@ const (
 	regionsDir = "/regions/"
 	rootKey    = "/root"
 	idsKey     = "/ids/region"
+	// coordinatorDir holds the election's keys (concurrency.Election):
+	// one per campaigner, named by its session's lease, valued with its
+	// server ID; the oldest one is the coordinator's.
+	coordinatorDir = "/coordinator"
 )
 
 // MaxServerIDLen bounds a server ID.

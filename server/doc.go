@@ -20,7 +20,8 @@
 //  5. registers the region with the tcp responder and the shm provider;
 //  6. publishes the region's entry (next epoch, file path, remote keys),
 //     starts the workers and the accept loop, and last registers the
-//     member, under a lease, so that clients find a server that serves.
+//     member, under a lease, so that clients find a server that serves;
+//     then it campaigns for coordinator in the background.
 //
 // Close leaves the member list first (clients stop coming), stops accepting
 // connections and reading requests, lets the workers finish every request
@@ -221,6 +222,19 @@
 // Locking order: Server.lifecycle < Server.mu; Server.splitMu <
 // Server.slotMu < Server.applyMu < Server.megaMu < meganode.Region.mu <
 // meganode.Extents.mu < a blink tree's writer lock.
+//
+// # Coordinator
+//
+// Every server campaigns in the region table's coordinator election
+// (regiontable.Store.Campaign) for as long as it runs (coordinator.go).
+// The elected one logs it, sets cell_coordinator to 1 and watches the
+// table: a region whose host has not been a live member for a second
+// (regionDownGrace) is logged once as unavailable, once more when its host
+// is back, and counted in cell_regions_unavailable. When its leadership
+// ends (the session lease was lost, e.g. etcd was unreachable for longer
+// than the TTL) it stops, sets both gauges to 0 and campaigns again;
+// Close resigns, so that the next server takes over at once.
+// Server.IsCoordinator tells whether this server leads now.
 //
 // # Metrics
 //

@@ -40,6 +40,10 @@ type Metrics struct {
 	splitTime prometheus.Histogram
 	waits     *prometheus.CounterVec // cause: frozen, full
 
+	// The coordinator (coordinator.go).
+	coordinator        prometheus.Gauge
+	regionsUnavailable prometheus.Gauge
+
 	// Resolved children of the vectors on the request path, so that a
 	// request does not hash its labels: by op label index (opIndex), and
 	// for ops_total by status, filled on first use.
@@ -113,8 +117,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "cell_server_split_waits_total",
 			Help: "Writes that waited for a meganode split, by cause: frozen (the key was in a range being moved), full (the meganode had to split first).",
 		}, []string{"cause"}),
+		coordinator: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cell_coordinator",
+			Help: "1 while this server is the cluster's elected coordinator, 0 otherwise.",
+		}),
+		regionsUnavailable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cell_regions_unavailable",
+			Help: "Regions in the region table whose host has not been a live member for a second, as the coordinator sees them (0 on the other servers).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, m.splits, m.splitTime, m.waits, (*stateCollector)(m)} {
+	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, m.splits, m.splitTime, m.waits,
+		m.coordinator, m.regionsUnavailable, (*stateCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

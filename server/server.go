@@ -48,6 +48,7 @@ type Server struct {
 	megaMu sync.Mutex // serialises changes to megas and meganode slots
 	root   atomic.Uint64
 	table  atomic.Pointer[tableView]
+	coord  coordinatorState // coordinator.go
 
 	// applyMu serialises every write to the region (apply.go).
 	// Locking notes: Server.splitMu < Server.applyMu < Server.megaMu <
@@ -84,7 +85,7 @@ type Server struct {
 
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
-	bg       sync.WaitGroup // background goroutines: accept, table, membership, ticker
+	bg       sync.WaitGroup // background goroutines: accept, table, membership, coordinator, ticker
 	workers  sync.WaitGroup
 	conns    sync.WaitGroup
 
@@ -210,6 +211,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
+	s.goBackground(s.coordinate)
 	return nil
 }
 
@@ -385,7 +387,12 @@ func (s *Server) keepMembership() {
 		s.log.Error("server: membership lost; registering again", slog.Any("err", reg.Err()))
 		for s.bgCtx.Err() == nil {
 			ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
-			err := s.registerMember(ctx)
+			// Revoke the lost lease first: an etcd that restarted
+			// restores it, and our old key would hold the ID for a TTL.
+			err := reg.Close(ctx)
+			if err == nil {
+				err = s.registerMember(ctx)
+			}
 			cancel()
 			if err == nil {
 				s.log.Info("server: registered again")

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -59,23 +60,24 @@ type serverOptions struct {
 	regionSize   string // default 64MiB
 	meganodeSize string // default 16MiB
 	nodeSize     string // default 1KiB
-	// join is the etcd endpoint of a running cluster to join; empty
-	// embeds a new etcd.
-	join string
-	// args are more cellserver flags.
-	args []string
+	// etcdEndpoint is an etcd client URL for --etcd-endpoints: the
+	// server joins that etcd's cluster. Empty: it embeds its own etcd.
+	etcdEndpoint string
 }
 
-// cellServer is a running cellserver subprocess with its embedded etcd.
+// cellServer is a running cellserver subprocess with its embedded etcd,
+// or in the cluster of an external etcd.
 type cellServer struct {
 	id                             string
 	dataDir                        string
-	rpc, rdma, metrics, etcd, peer string
+	rpc, rdma, metrics, etcd, peer string // etcd: the client endpoint; peer: "" unless embedded
 	cmd                            *exec.Cmd
 	out                            *testutil.SyncBuffer
 	exited                         chan struct{}
 	err                            error // Wait's result, once exited is closed
-	expectDead                     bool  // the test killed it: stop does not complain
+	// stopped is set when the test stopped or killed the server on
+	// purpose: its exit is then no failure.
+	stopped atomic.Bool
 }
 
 // serverSeq numbers the servers of this process, for unique IDs.
@@ -125,16 +127,16 @@ func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 		rpc: a[0], rdma: a[1], metrics: a[2], etcd: a[3], peer: a[4],
 		out: &testutil.SyncBuffer{}, exited: make(chan struct{}),
 	}
-	s.cmd = exec.Command(bins.cellserver,
-		"--data-dir", s.dataDir, "--listen", s.rpc, "--rdma-listen", s.rdma, "--metrics-listen", s.metrics,
-		"--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer, "--server-id", id,
-		"--hugepages", "off", "--cores", fmt.Sprint(o.cores),
-		"--region-size", o.regionSize, "--meganode-size", o.meganodeSize, "--node-size", o.nodeSize)
-	if o.join != "" {
-		s.etcd = o.join
-		s.cmd.Args = append(s.cmd.Args, "--etcd-endpoints", o.join)
+	args := []string{"--data-dir", s.dataDir, "--listen", s.rpc, "--rdma-listen", s.rdma, "--metrics-listen", s.metrics,
+		"--server-id", id, "--hugepages", "off", "--cores", fmt.Sprint(o.cores),
+		"--region-size", o.regionSize, "--meganode-size", o.meganodeSize, "--node-size", o.nodeSize}
+	if o.etcdEndpoint != "" {
+		s.etcd, s.peer = o.etcdEndpoint, ""
+		args = append(args, "--etcd-endpoints", o.etcdEndpoint)
+	} else {
+		args = append(args, "--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer)
 	}
-	s.cmd.Args = append(s.cmd.Args, o.args...)
+	s.cmd = exec.Command(bins.cellserver, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = os.Environ()
 	if err := s.cmd.Start(); err != nil {
@@ -216,10 +218,14 @@ func (s *cellServer) alive() bool {
 func (s *cellServer) pid() int { return s.cmd.Process.Pid }
 
 // stop sends SIGTERM and waits for a clean exit; after 20 s it kills.
-// A server that does not exit cleanly fails the test.
+// A server that does not exit cleanly fails the test, and so does one that
+// exited before unless the test stopped or killed it.
 func (s *cellServer) stop(t testing.TB) {
+	if s.stopped.Swap(true) && !s.alive() {
+		return
+	}
 	if !s.alive() {
-		if !t.Failed() && !s.expectDead {
+		if !t.Failed() {
 			t.Errorf("cellserver exited before the end of the test: %v\n%s", s.err, s.out.String())
 		}
 		return
@@ -239,7 +245,9 @@ func (s *cellServer) stop(t testing.TB) {
 	}
 }
 
+// kill sends SIGKILL and waits for the process to end.
 func (s *cellServer) kill() {
+	s.stopped.Store(true)
 	_ = s.cmd.Process.Kill()
 	<-s.exited
 }

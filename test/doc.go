@@ -1,9 +1,15 @@
 // Package test holds Cell's multi-process integration tests: they build
 // cellserver and cellctl once (go build into a temporary directory), run
-// cellserver as a subprocess with its embedded etcd on free loopback ports,
-// and drive it through package client, cellctl and raw connections.
+// cellserver as a subprocess with its embedded etcd (or joined to an etcd
+// of the test) on free loopback ports, and drive it through package
+// client, cellctl and raw connections.
 //
 //   - cluster_test.go: the harness (building, starting, readiness, stop).
+//   - multicluster_test.go: clusters of several cellservers joined to an
+//     etcd that the test runs in process (regiontable/embedded) and can
+//     stop and restart on the same ports and data directory: servers
+//     joining a cluster, and an etcd restart survived by servers and
+//     clients under load.
 //   - linearizability_test.go: concurrent writers and readers in every
 //     search mode with both one-sided providers, checked against a model
 //     and, per key, for linearizability with porcupine; again with small
