@@ -57,7 +57,8 @@ for n in $SERVERS; do
 	ctl status -w json >"$OUT/N$n-status.json"
 	jq -n --arg mn "$(cluster_meganodes)" --arg done "$(cluster_counter cell_server_meganode_splits_total '{result="done"}')" \
 		--arg remote "$(cluster_counter cell_server_meganode_splits_total '{result="remote"}')" --argjson load_s "$load_s" \
-		'{meganodes: $mn, splits: ($done|tonumber), remote: ($remote|tonumber), load_s: $load_s}' >"$OUT/N$n-tree.json"
+		--arg load1 "$(loadavg)" \
+		'{meganodes: $mn, splits: ($done|tonumber), remote: ($remote|tonumber), load_s: $load_s, loadavg: $load1}' >"$OUT/N$n-tree.json"
 	echo "# $n server(s): $KEYS keys stored in ${load_s}s; meganodes per server $(jq -r .meganodes "$OUT/N$n-tree.json")" >&2
 	for rep in $(seq "$REPEAT"); do
 		for r in $RUNS; do
@@ -126,6 +127,7 @@ for n in $SERVERS; do
 	echo "$line  [throughput ÷ server/tcp, median (each repeat)]"
 done
 echo
+echo "Machine load (1-minute average) before the runs: $(for n in $SERVERS; do printf '%s server(s) %s; ' "$n" "$(jq -r .loadavg "$OUT/N$n-tree.json")"; done)(2 CPUs)"
 echo "Notes: the N servers share CPU $SERVER_CPUS (and the first one's embedded etcd); more servers add no CPU on this host."
 echo "Requests cross loopback TCP; shm maps the servers' region files (same host), so client-side reads spare the servers' CPU."
 echo "(JSON of every run, status after loading and server logs: $OUT)"

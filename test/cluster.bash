@@ -134,6 +134,9 @@ cluster_counter() {
 	echo "$sum"
 }
 
+# loadavg: the machine's 1-minute load average (other work shares it).
+loadavg() { cut -d' ' -f1 /proc/loadavg; }
+
 # cluster_meganodes: meganodes held by each server, "s0/s1/...", with the
 # leaf-level count in parentheses when there are inner meganodes.
 cluster_meganodes() {

@@ -93,6 +93,7 @@ for rep in $(seq "$REPEAT"); do
 		remote0=$(cluster_counter cell_server_meganode_splits_total '{result="remote"}')
 		stime0=$(cluster_counter cell_server_meganode_split_seconds_sum '')
 		mn0=$(cluster_meganodes)
+		load1=$(loadavg)
 		echo "# meganodes per server $mn0; reader for ${BEFORE}+${DURATION}+${AFTER} after $WARMUP, writer from $BEFORE for $DURATION" >&2
 
 		common=(--mode "$mode" --provider "$provider" --cache "$CACHE" --value-size "$VALUE_SIZE" --no-progress -w json)
@@ -109,11 +110,11 @@ for rep in $(seq "$REPEAT"); do
 		writer_pid=
 		wait "$reader_pid"
 		reader_pid=
-		jq -n --arg mn0 "$mn0" --arg mn1 "$(cluster_meganodes)" \
+		jq -n --arg mn0 "$mn0" --arg mn1 "$(cluster_meganodes)" --arg load1 "$load1" \
 			--argjson splits "$(minus "$(cluster_counter cell_server_meganode_splits_total '{result="done"}')" "$splits0")" \
 			--argjson remote "$(minus "$(cluster_counter cell_server_meganode_splits_total '{result="remote"}')" "$remote0")" \
 			--argjson stime "$(minus "$(cluster_counter cell_server_meganode_split_seconds_sum '')" "$stime0")" \
-			'{meganodes_before: $mn0, meganodes_after: $mn1, splits: $splits, remote: $remote, split_seconds: $stime}' >"$OUT/$run-splits.json"
+			'{meganodes_before: $mn0, meganodes_after: $mn1, splits: $splits, remote: $remote, split_seconds: $stime, loadavg: $load1}' >"$OUT/$run-splits.json"
 		cluster_stop
 	done
 done
@@ -186,4 +187,5 @@ jq -rs --arg b "$BEFORE_S" --arg d "$DURATION_S" '
 	([$runs[] | .intervals[$i] // null | if . then " \(.p50_ns|us) | \(.p99_ns|us) | \(if .server_side_fraction < 0 then "-" else "\(.server_side_fraction * 100 | floor)%" end) |" else " - | - | - |" end] | join(""))' \
 	"${files[@]}"
 echo
+echo "Machine load (1-minute average) before each run: $(for rep in $(seq "$REPEAT"); do for r in $RUNS; do printf '%s %s; ' "$rep-$r" "$(jq -r .loadavg "$OUT/$rep-${r%/*}-${r#*/}-splits.json")"; done; done)(2 CPUs)"
 echo "(JSON of every run and server logs: $OUT)"
