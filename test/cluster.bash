@@ -49,6 +49,7 @@ cluster_init() {
 cluster_cleanup() {
 	cluster_stop
 	rm -rf "$work/bin" "$work/data"
+	rmdir "$work" 2>/dev/null || true # kept when it holds the output
 }
 
 ctl() { taskset -c "$CLIENT_CPUS" "$work/bin/cellctl" --endpoints "$etcd" "$@"; }
