@@ -197,7 +197,7 @@ func TestCellctl(t *testing.T) {
 	fails("not in the region table", "dump", "node", "4242:0x1000")
 
 	// bench: a short run of every workload, JSON, with the server's CPU.
-	for _, wl := range []string{"put", "get", "search", "mixed"} {
+	for _, wl := range []string{"put", "get", "search", "mixed", "ycsb-a", "ycsb-b", "ycsb-c"} {
 		out, _ = run("bench", "--workload", wl, "--keys", "300", "--duration", "300ms", "--warmup", "100ms", "--clients", "2",
 			"--in-flight", "2", "--mode", "ratio=50", "--cache", "off", "--no-progress", "--server-pid", fmt.Sprint(srv.pid()), "-w", "json")
 		var br struct {
@@ -220,6 +220,42 @@ func TestCellctl(t *testing.T) {
 		if wl != "put" && (br.ServerSide < 0.2 || br.ServerSide > 0.8) {
 			t.Errorf("bench %s at ratio=50: server-side fraction %v", wl, br.ServerSide)
 		}
+	}
+	// Phases and intervals: exact figures of consecutive parts of the
+	// measured window, adding up to the whole.
+	out, _ = run("bench", "--workload", "ycsb-b", "--keys", "0", "--keyspace", "300", "--phases", "a=200ms,b=200ms", "--interval", "100ms",
+		"--warmup", "0s", "--no-progress", "-w", "json")
+	var wr struct {
+		Ops    uint64
+		ByOp   map[string]struct{ Ops uint64 } `json:"by_op"`
+		Phases []struct {
+			Name string
+			Ops  uint64
+		}
+		Intervals []struct {
+			Ops uint64
+			P50 int64 `json:"p50_ns"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &wr); err != nil {
+		t.Fatalf("bench JSON: %v\n%s", err, out)
+	}
+	sum := func(ops ...uint64) (n uint64) {
+		for _, o := range ops {
+			n += o
+		}
+		return n
+	}
+	var phaseOps, intervalOps []uint64
+	for _, p := range wr.Phases {
+		phaseOps = append(phaseOps, p.Ops)
+	}
+	for _, iv := range wr.Intervals {
+		intervalOps = append(intervalOps, iv.Ops)
+	}
+	if len(wr.Phases) != 2 || wr.Phases[0].Name != "a" || len(wr.Intervals) != 4 || wr.Ops == 0 ||
+		sum(phaseOps...) != wr.Ops || sum(intervalOps...) != wr.Ops || wr.ByOp["get"].Ops+wr.ByOp["put"].Ops != wr.Ops {
+		t.Errorf("bench --phases --interval: %s", out)
 	}
 	out, _ = run("bench", "--workload", "get", "--keys", "0", "--keyspace", "300", "--duration", "200ms", "--warmup", "0s", "--no-progress")
 	for _, want := range []string{"MODE", "THROUGHPUT", "P50", "P99", "SERVER-SIDE", "adaptive", "retries:"} {

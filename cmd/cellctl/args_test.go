@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -168,7 +169,47 @@ func TestBenchParams(t *testing.T) {
 	if err := p.validate(); err != nil || p.Keyspace != 100000 {
 		t.Errorf("put without keys: %v, keyspace %d", err, p.Keyspace)
 	}
+	// YCSB workloads fix the share of puts and default to zipfian keys.
+	for w, pct := range map[string]float64{"ycsb-a": 50, "YCSB-B": 5, "ycsb-c": 0} {
+		p = def()
+		p.Workload = w
+		if err := p.validate(); err != nil || p.WritePercent != pct || !p.mixed || p.Distribution != "zipfian" {
+			t.Errorf("%s: %v, %v%% puts, mixed %v, distribution %q", w, err, p.WritePercent, p.mixed, p.Distribution)
+		}
+		if _, ok := p.keys.(*scrambledZipfian); !ok {
+			t.Errorf("%s: key chooser %T", w, p.keys)
+		}
+	}
+	p = def()
+	p.Workload, p.Distribution = "ycsb-b", "Uniform"
+	if err := p.validate(); err != nil || p.Distribution != "uniform" {
+		t.Errorf("ycsb-b, uniform: %v, %q", err, p.Distribution)
+	}
+	p = def()
+	if err := p.validate(); err != nil || p.Distribution != "uniform" || p.mixed {
+		t.Errorf("get: %v, distribution %q, mixed %v", err, p.Distribution, p.mixed)
+	}
+	// --phases: named or numbered, --duration their sum.
+	p = def()
+	p.Phases = "base=2s, load=1.5s,500ms"
+	if err := p.validate(); err != nil || p.Duration != 4*time.Second ||
+		!slices.Equal(p.phases, []phase{{"base", 2 * time.Second}, {"load", 1500 * time.Millisecond}, {"3", 500 * time.Millisecond}}) {
+		t.Errorf("phases: %v, duration %v, %+v", err, p.Duration, p.phases)
+	}
+	p = def()
+	p.Phases, p.Duration, p.durationSet = "1s,1s", 2*time.Second, true
+	if err := p.validate(); err != nil {
+		t.Errorf("phases with the same --duration: %v", err)
+	}
 	for name, edit := range map[string]func(*benchParams){
+		"ycsb percent":  func(p *benchParams) { p.Workload, p.writePercentSet = "ycsb-b", true },
+		"distribution":  func(p *benchParams) { p.Distribution = "pareto" },
+		"interval":      func(p *benchParams) { p.Interval = time.Millisecond },
+		"intervals":     func(p *benchParams) { p.Interval, p.Duration = 10*time.Millisecond, time.Hour },
+		"phase":         func(p *benchParams) { p.Phases = "a=1s,b=" },
+		"phase zero":    func(p *benchParams) { p.Phases = "0s" },
+		"phase name":    func(p *benchParams) { p.Phases = "=1s" },
+		"phases sum":    func(p *benchParams) { p.Phases, p.durationSet = "1s,2s", true },
 		"mode":          func(p *benchParams) { p.Mode = "fast" },
 		"ratio":         func(p *benchParams) { p.Mode = "ratio=101" },
 		"provider":      func(p *benchParams) { p.Provider = "rdma" },

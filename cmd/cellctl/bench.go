@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -27,6 +29,9 @@ type benchParams struct {
 	Cache        string        `json:"cache"`
 	Workload     string        `json:"workload"`
 	WritePercent float64       `json:"write_percent"`
+	Distribution string        `json:"distribution"`
+	Interval     time.Duration `json:"interval_ns,omitempty"`
+	Phases       string        `json:"phases,omitempty"`
 	ValueSize    int           `json:"value_size"`
 	KeyPrefix    string        `json:"key_prefix"`
 	Seed         uint64        `json:"seed"`
@@ -35,6 +40,15 @@ type benchParams struct {
 	CPUProfile   string        `json:"-"`
 
 	mode locality.Mode
+	// keys picks the key of each operation (--distribution).
+	keys keyChooser
+	// mixed: each operation is a put with probability WritePercent,
+	// else a read (mixed and ycsb-* workloads).
+	mixed bool
+	// phases are the --phases, parsed.
+	phases []phase
+	// durationSet and writePercentSet: the flags were given.
+	durationSet, writePercentSet bool
 }
 
 // Workloads.
@@ -43,7 +57,15 @@ const (
 	workloadGet    = "get"
 	workloadPut    = "put"
 	workloadMixed  = "mixed" // --write-percent puts, the rest gets
+	// YCSB's core workloads A, B and C (reads are gets, updates puts of
+	// stored keys), keys zipfian unless --distribution says otherwise.
+	workloadYCSBA = "ycsb-a" // 50% puts
+	workloadYCSBB = "ycsb-b" // 5% puts
+	workloadYCSBC = "ycsb-c" // gets only
 )
+
+// ycsbWritePercent is the share of puts of each YCSB workload.
+var ycsbWritePercent = map[string]float64{workloadYCSBA: 50, workloadYCSBB: 5, workloadYCSBC: 0}
 
 // validate checks the flags and fills the derived fields.
 func (p *benchParams) validate() error {
@@ -62,10 +84,27 @@ func (p *benchParams) validate() error {
 	default:
 		return fmt.Errorf("--cache %q: want on or off", p.Cache)
 	}
-	switch p.Workload = strings.ToLower(p.Workload); p.Workload {
+	p.Workload = strings.ToLower(p.Workload)
+	p.mixed = p.Workload == workloadMixed
+	switch p.Workload {
 	case workloadSearch, workloadGet, workloadPut, workloadMixed:
+		if p.Distribution == "" {
+			p.Distribution = distUniform
+		}
+	case workloadYCSBA, workloadYCSBB, workloadYCSBC:
+		if p.writePercentSet {
+			return fmt.Errorf("--write-percent: workload %s has %v%% puts", p.Workload, ycsbWritePercent[p.Workload])
+		}
+		p.WritePercent, p.mixed = ycsbWritePercent[p.Workload], true
+		if p.Distribution == "" {
+			p.Distribution = distZipfian
+		}
 	default:
-		return fmt.Errorf("--workload %q: want search, get, put or mixed", p.Workload)
+		return fmt.Errorf("--workload %q: want search, get, put, mixed, ycsb-a, ycsb-b or ycsb-c", p.Workload)
+	}
+	p.Distribution = strings.ToLower(p.Distribution)
+	if err := p.parsePhases(); err != nil {
+		return err
 	}
 	switch {
 	case p.Clients < 1 || p.Clients > 1024:
@@ -76,6 +115,8 @@ func (p *benchParams) validate() error {
 		return fmt.Errorf("--conns %d: want 1..64", p.Conns)
 	case p.Duration <= 0:
 		return fmt.Errorf("--duration %v: want more than 0", p.Duration)
+	case p.Interval < 0 || p.Interval > 0 && (p.Interval < 10*time.Millisecond || p.Duration/p.Interval > maxWindows):
+		return fmt.Errorf("--interval %v: want 0 (off) or 10ms and more, at most %d per --duration", p.Interval, maxWindows)
 	case p.Warmup < 0:
 		return fmt.Errorf("--warmup %v: want 0 or more", p.Warmup)
 	case p.Keys < 0 || p.Keyspace < 0:
@@ -98,6 +139,11 @@ func (p *benchParams) validate() error {
 	if p.Keyspace == 0 {
 		p.Keyspace = 100000
 	}
+	kc, err := newKeyChooser(p.Distribution, p.Keyspace)
+	if err != nil {
+		return err
+	}
+	p.keys = kc
 	return nil
 }
 
@@ -123,22 +169,32 @@ func newBenchCommand(g *globals) *cobra.Command {
 instances (each with its own selector and --conns connections per server),
 each keeping --in-flight operations going, for --warmup then --duration.
 --keys keys are stored first (values of --value-size bytes); operations
-pick keys uniformly among --keyspace (default: the preloaded keys) with a
-generator seeded by --seed.
+pick keys among --keyspace (default: the preloaded keys) with a generator
+seeded by --seed, uniformly or with --distribution zipfian: YCSB's
+scrambled zipfian (constant 0.99; the hottest key gets 3.8% of the
+operations, popular keys are scattered over the keyspace).
 
-Workloads: search (Contains: a search without the value), get, put, and
-mixed (--write-percent puts, the rest gets). --mode sets the locality
-selector (adaptive, server, client, ratio=P: P% of hops server-side),
---provider the one-sided read provider, --cache off disables the node and
-meganode path caches.
+Workloads: search (Contains: a search without the value), get, put,
+mixed (--write-percent puts, the rest gets), and YCSB's core workloads
+ycsb-a (50% puts, 50% gets), ycsb-b (5% puts) and ycsb-c (gets only),
+zipfian unless --distribution uniform. --mode sets the locality selector
+(adaptive, server, client, ratio=P: P% of hops server-side), --provider
+the one-sided read provider, --cache off disables the node and meganode
+path caches.
 
-Prints throughput, latency percentiles, the fraction of meganode hops done
-server-side and the retries by cause, all over the measured --duration;
-with --server-pid (a cellserver on this host) also the server's CPU
-seconds per operation, from /proc/PID/stat. A progress bar goes to stderr
-when it is a terminal (not with --no-progress).`,
+Prints throughput, latency percentiles (also per operation kind when the
+workload mixes them), the fraction of meganode hops done server-side and
+the retries by cause, all over the measured --duration; with --server-pid
+(a cellserver on this host) also the server's CPU seconds per operation,
+from /proc/PID/stat. --interval D adds the same figures for every D of
+the measured window (a time series), --phases the figures of consecutive
+named periods (--phases base=5s,load=5s: --duration is their sum). A
+progress bar goes to stderr when it is a terminal (not with
+--no-progress).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			p.durationSet = cmd.Flags().Changed("duration")
+			p.writePercentSet = cmd.Flags().Changed("write-percent")
 			if err := p.validate(); err != nil {
 				return err
 			}
@@ -161,8 +217,11 @@ when it is a terminal (not with --no-progress).`,
 	fs.IntVar(&p.Keys, "keys", 10000, "keys stored before the run (0: none; put only)")
 	fs.IntVar(&p.Keyspace, "keyspace", 0, "keys operations choose from (default: --keys, or 100000 without)")
 	fs.StringVar(&p.Cache, "cache", "on", "node and meganode path caches: on or off")
-	fs.StringVar(&p.Workload, "workload", "get", "search, get, put or mixed")
+	fs.StringVar(&p.Workload, "workload", "get", "search, get, put, mixed, ycsb-a, ycsb-b or ycsb-c")
 	fs.Float64Var(&p.WritePercent, "write-percent", 10, "mixed: percentage of puts")
+	fs.StringVar(&p.Distribution, "distribution", "", "key choice: uniform or zipfian (YCSB's scrambled zipfian); default zipfian for ycsb-*, else uniform")
+	fs.DurationVar(&p.Interval, "interval", 0, "also report every interval of the measured window (0: off)")
+	fs.StringVar(&p.Phases, "phases", "", "also report consecutive periods of the measured window: [NAME=]DURATION,... (sets --duration to their sum)")
 	fs.IntVar(&p.ValueSize, "value-size", 64, "bytes per value")
 	fs.StringVar(&p.KeyPrefix, "key-prefix", "bench/", "prefix of the keys (then 12 digits)")
 	fs.Uint64Var(&p.Seed, "seed", 1, "random seed of key choice and values")
@@ -208,13 +267,39 @@ type benchResult struct {
 	// ClientCPUPerOp is this process's CPU per operation, in µs.
 	ClientCPUPerOp float64 `json:"client_cpu_us_per_op"`
 	FirstError     string  `json:"first_error,omitempty"`
+	// ByOp breaks the operations down by kind (get, put, search).
+	ByOp map[string]opResult `json:"by_op"`
+	// StartUnixNano and EndUnixNano are the wall-clock ends of the
+	// measured window, to line up runs of several processes.
+	StartUnixNano int64 `json:"start_unix_ns"`
+	EndUnixNano   int64 `json:"end_unix_ns"`
+	// Intervals (--interval) and Phases (--phases) are the figures of
+	// consecutive parts of the measured window.
+	Intervals    []benchWindow `json:"intervals,omitempty"`
+	PhaseResults []benchWindow `json:"phases,omitempty"`
+}
+
+// opResult are the figures of one kind of operation.
+type opResult struct {
+	Ops      uint64        `json:"ops"`
+	Errors   uint64        `json:"errors"`
+	NotFound uint64        `json:"not_found"`
+	Mean     time.Duration `json:"mean_ns"`
+	P50      time.Duration `json:"p50_ns"`
+	P90      time.Duration `json:"p90_ns"`
+	P99      time.Duration `json:"p99_ns"`
+	Max      time.Duration `json:"max_ns"`
 }
 
 func benchTables(r benchResult) []*table {
 	p := r.Params
+	workload := p.Workload
+	if p.Workload == workloadMixed || ycsbWritePercent[p.Workload] > 0 {
+		workload += fmt.Sprintf(" (%v%% puts)", p.WritePercent)
+	}
 	t := &table{
-		title: fmt.Sprintf("bench: %s workload, %d clients × %d in flight (%d conns each), provider %s, cache %s, %d keys, %d-byte values; %v measured after %v",
-			p.Workload, p.Clients, p.InFlight, p.Conns, p.Provider, p.Cache, p.Keys, p.ValueSize, p.Duration, p.Warmup),
+		title: fmt.Sprintf("bench: %s workload, %d clients × %d in flight (%d conns each), provider %s, cache %s, %d keys, %s over %d, %d-byte values; %v measured after %v",
+			workload, p.Clients, p.InFlight, p.Conns, p.Provider, p.Cache, p.Keys, p.Distribution, p.Keyspace, p.ValueSize, p.Duration, p.Warmup),
 		header: []string{"MODE", "OPS", "THROUGHPUT", "MEAN", "P50", "P99", "SERVER-SIDE", "ERRORS"},
 	}
 	row := []string{p.Mode, fmt.Sprint(r.Ops), fmtOpsRate(r.Throughput), fmtLatency(r.Mean), fmtLatency(r.P50), fmtLatency(r.P99),
@@ -226,6 +311,12 @@ func benchTables(r benchResult) []*table {
 	t.header = append(t.header, "CLIENT CPU/OP")
 	row = append(row, fmtMicros(r.ClientCPUPerOp))
 	t.add(row...)
+	if len(r.ByOp) > 1 {
+		for _, op := range slices.Sorted(maps.Keys(r.ByOp)) {
+			o := r.ByOp[op]
+			t.notes = append(t.notes, fmt.Sprintf("%s: %d ops, mean %s, p50 %s, p99 %s, %d errors", op, o.Ops, fmtLatency(o.Mean), fmtLatency(o.P50), fmtLatency(o.P99), o.Errors))
+		}
+	}
 	t.notes = append(t.notes, "retries: "+fmtRetries(r.Retries))
 	t.notes = append(t.notes, fmt.Sprintf("meganode hops: %d server-side, %d client-side (%d one-sided reads); m=%.2f", r.ServerHops, r.ClientHops, r.Reads, r.M))
 	if sel := r.Selector; p.mode.Kind == locality.Adaptive && sel.Decisions.Total() > 0 {
@@ -239,7 +330,14 @@ func benchTables(r benchResult) []*table {
 	if r.FirstError != "" {
 		t.notes = append(t.notes, "first error: "+oneLine(r.FirstError))
 	}
-	return []*table{t}
+	tables := []*table{t}
+	if len(r.PhaseResults) > 0 {
+		tables = append(tables, windowTable("Phases", r.PhaseResults))
+	}
+	if len(r.Intervals) > 0 {
+		tables = append(tables, windowTable(fmt.Sprintf("Every %v", p.Interval), r.Intervals))
+	}
+	return tables
 }
 
 // selectorSummary sums the selectors' state over the measured window.

@@ -22,16 +22,34 @@ import (
 // process's CPU time and the server's (--server-pid) are read at both ends
 // of that window.
 
+// benchOp is a kind of operation a workload issues.
+type benchOp int
+
+const (
+	opGet benchOp = iota
+	opPut
+	opSearch
+	numBenchOps
+)
+
+var benchOpNames = [numBenchOps]string{"get", "put", "search"}
+
+// opCounts are one worker's figures of one kind of operation.
+type opCounts struct {
+	hist             histogram
+	errors, notFound uint64
+}
+
 // benchWorker is one closed loop of operations.
 type benchWorker struct {
 	c    *client.Client
 	rng  *rand.Rand
-	hist histogram
+	ops  [numBenchOps]*opCounts // allocated on first use
+	win  workerWindows
 	done atomic.Uint64 // operations completed in the window (for progress)
 
-	errors, notFound uint64
-	firstErr         error
-	key, val, buf    []byte
+	firstErr      error
+	key, val, buf []byte
 }
 
 // benchSnapshot is what is read at each end of the measured window.
@@ -72,6 +90,13 @@ func runBench(g *globals, p *benchParams) (benchResult, error) {
 		return benchResult{}, err
 	}
 
+	intervals, phases := newSeries(p)
+	var series []*windowSeries
+	for _, s := range []*windowSeries{intervals, phases} {
+		if s != nil {
+			series = append(series, s)
+		}
+	}
 	var workers []*benchWorker
 	for i := range p.Clients * p.InFlight {
 		w := &benchWorker{
@@ -80,6 +105,7 @@ func runBench(g *globals, p *benchParams) (benchResult, error) {
 			key: make([]byte, 0, len(p.KeyPrefix)+12),
 			buf: make([]byte, 0, p.ValueSize),
 		}
+		w.win.counts = make([]windowCounts, len(series))
 		w.val = make([]byte, p.ValueSize)
 		fillValue(w.rng, w.val)
 		workers = append(workers, w)
@@ -102,13 +128,14 @@ func runBench(g *globals, p *benchParams) (benchResult, error) {
 	var snaps [2]benchSnapshot
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
-	for i, at := range []time.Time{from, to} {
+	// waitUntil sleeps until at, updating the progress bar.
+	waitUntil := func(at time.Time) {
 		timer := time.NewTimer(time.Until(at))
-	wait:
+		defer timer.Stop()
 		for {
 			select {
 			case <-timer.C:
-				break wait
+				return
 			case now := <-tick.C:
 				var n uint64
 				for _, w := range workers {
@@ -122,20 +149,53 @@ func runBench(g *globals, p *benchParams) (benchResult, error) {
 				bar.set(int(now.Sub(start)/time.Millisecond), total)
 			}
 		}
-		snaps[i] = takeSnapshot(clients, p.ServerPID)
-		if i == 0 && p.CPUProfile != "" {
-			stop, err := startCPUProfile(p.CPUProfile)
-			if err != nil {
-				runCancel()
-				wg.Wait()
-				return benchResult{}, err
-			}
-			defer stop()
-		}
 	}
+	waitUntil(from)
+	snaps[0] = takeSnapshot(clients, p.ServerPID)
+	if p.CPUProfile != "" {
+		stop, err := startCPUProfile(p.CPUProfile)
+		if err != nil {
+			runCancel()
+			wg.Wait()
+			return benchResult{}, err
+		}
+		defer stop()
+	}
+	// Close every window that ends before the run does; the last ones
+	// close with the run, once the workers have stopped.
+	for _, s := range series {
+		s.lastAt, s.lastStats = snaps[0].at, snaps[0].stats
+	}
+	for {
+		next, si := to, -1
+		for i, s := range series {
+			if n := len(s.out); n < len(s.ends)-1 {
+				if at := from.Add(s.ends[n]); at.Before(next) {
+					next, si = at, i
+				}
+			}
+		}
+		if si < 0 {
+			break
+		}
+		waitUntil(next)
+		series[si].closeWindow(si, workers, time.Now(), snaps[0].at, clientStats(clients))
+	}
+	waitUntil(to)
+	snaps[1] = takeSnapshot(clients, p.ServerPID)
 	bar.finish()
 	wg.Wait()
-	return benchSummary(p, workers, snaps), nil
+	for si, s := range series {
+		s.closeWindow(si, workers, snaps[1].at, snaps[0].at, snaps[1].stats)
+	}
+	r := benchSummary(p, workers, snaps)
+	if intervals != nil {
+		r.Intervals = intervals.out
+	}
+	if phases != nil {
+		r.PhaseResults = phases.out
+	}
+	return r, nil
 }
 
 // run is one worker's loop: operations until to, recording those that
@@ -147,18 +207,24 @@ func (w *benchWorker) run(ctx context.Context, p *benchParams, from, to time.Tim
 		if !t0.Before(to) {
 			return
 		}
-		idx := w.rng.IntN(p.Keyspace)
+		idx := p.keys.next(w.rng)
 		w.key = appendKey(w.key[:0], p.KeyPrefix, idx)
-		write := p.Workload == workloadPut || p.Workload == workloadMixed && w.rng.Float64()*100 < p.WritePercent
-		var err error
+		op := opGet
 		switch {
-		case write:
+		case p.Workload == workloadPut, p.mixed && w.rng.Float64()*100 < p.WritePercent:
+			op = opPut
+		case p.Workload == workloadSearch:
+			op = opSearch
+		}
+		var err error
+		switch op {
+		case opPut:
 			seq++
 			if len(w.val) >= 8 {
 				putUint64(w.val, seq)
 			}
 			err = w.c.Put(ctx, w.key, w.val)
-		case p.Workload == workloadSearch:
+		case opSearch:
 			var found bool
 			found, err = w.c.Contains(ctx, w.key)
 			if err == nil && !found {
@@ -171,18 +237,27 @@ func (w *benchWorker) run(ctx context.Context, p *benchParams, from, to time.Tim
 		if t1.Before(from) || t1.After(to) {
 			continue
 		}
-		w.hist.record(t1.Sub(t0))
+		oc := w.ops[op]
+		if oc == nil {
+			oc = &opCounts{}
+			w.ops[op] = oc
+		}
+		d := t1.Sub(t0)
+		oc.hist.record(d)
 		w.done.Add(1)
+		failed := false
 		switch {
 		case err == nil:
 		case errors.Is(err, client.ErrNotFound):
-			w.notFound++
+			oc.notFound++
 		default:
-			w.errors++
+			failed = true
+			oc.errors++
 			if w.firstErr == nil {
 				w.firstErr = err
 			}
 		}
+		w.win.record(d, failed)
 	}
 }
 
@@ -243,11 +318,17 @@ func preload(g *globals, p *benchParams, clients []*client.Client) error {
 	}
 }
 
-func takeSnapshot(clients []*client.Client, pid int) benchSnapshot {
-	s := benchSnapshot{at: time.Now()}
+// clientStats reads every client's counters.
+func clientStats(clients []*client.Client) []client.Stats {
+	stats := make([]client.Stats, 0, len(clients))
 	for _, c := range clients {
-		s.stats = append(s.stats, c.Stats())
+		stats = append(stats, c.Stats())
 	}
+	return stats
+}
+
+func takeSnapshot(clients []*client.Client, pid int) benchSnapshot {
+	s := benchSnapshot{at: time.Now(), stats: clientStats(clients)}
 	s.clientCPU, _ = selfCPU()
 	if pid > 0 {
 		s.serverCPU, s.serverErr = processCPU(pid)
@@ -256,12 +337,32 @@ func takeSnapshot(clients []*client.Client, pid int) benchSnapshot {
 }
 
 func benchSummary(p *benchParams, workers []*benchWorker, snaps [2]benchSnapshot) benchResult {
-	r := benchResult{Params: *p, Retries: map[string]uint64{}, ServerSide: -1}
+	r := benchResult{Params: *p, Retries: map[string]uint64{}, ServerSide: -1, ByOp: map[string]opResult{},
+		StartUnixNano: snaps[0].at.UnixNano(), EndUnixNano: snaps[1].at.UnixNano()}
 	var h histogram
+	for op := range numBenchOps {
+		var oh histogram
+		var o opResult
+		used := false
+		for _, w := range workers {
+			if oc := w.ops[op]; oc != nil {
+				used = true
+				oh.merge(&oc.hist)
+				o.Errors += oc.errors
+				o.NotFound += oc.notFound
+			}
+		}
+		if !used {
+			continue
+		}
+		o.Ops, o.Mean, o.Max = oh.n, oh.mean(), time.Duration(oh.max)
+		o.P50, o.P90, o.P99 = oh.quantile(0.50), oh.quantile(0.90), oh.quantile(0.99)
+		r.ByOp[benchOpNames[op]] = o
+		h.merge(&oh)
+		r.Errors += o.Errors
+		r.NotFound += o.NotFound
+	}
 	for _, w := range workers {
-		h.merge(&w.hist)
-		r.Errors += w.errors
-		r.NotFound += w.notFound
 		if w.firstErr != nil && r.FirstError == "" {
 			r.FirstError = w.firstErr.Error()
 		}

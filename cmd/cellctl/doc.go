@@ -47,8 +47,10 @@
 //     cluster.go: the region table and every server's metadata, collected
 //     in parallel, shared by meganodes and check.
 //   - bench.go (flags, result, table), benchrun.go (the runner),
-//     histogram.go (latency percentiles), cpu_linux.go (CPU time of this
-//     process and of --server-pid).
+//     benchwindow.go (--interval and --phases: figures of parts of the
+//     measured time), keygen.go (key choice: uniform, YCSB's scrambled
+//     zipfian), histogram.go (latency percentiles), cpu_linux.go (CPU
+//     time of this process and of --server-pid).
 //   - sim.go: "cellctl sim table2" and "cellctl sim spike", the locality
 //     selector's simulations (locality/sim).
 package main

@@ -125,6 +125,9 @@ func TestBenchOutput(t *testing.T) {
 		Ops: 12345, Errors: 1, Throughput: 12345, Mean: 30 * time.Microsecond, P50: 20 * time.Microsecond, P99: 2 * time.Millisecond,
 		ServerHops: 1, ClientHops: 3, ServerSide: 0.25, Retries: map[string]uint64{"torn": 2, "crc": 0, "invalid": 1},
 		ServerCPUPerOp: ptr(1.5), ClientCPUPerOp: 10, M: 3.5, FirstError: "cell: unavailable:\nboom",
+		ByOp: map[string]opResult{"get": {Ops: 12000, P50: 19 * time.Microsecond, P99: time.Millisecond, Mean: 25 * time.Microsecond},
+			"put": {Ops: 345, Errors: 1, P50: 40 * time.Microsecond, P99: 3 * time.Millisecond, Mean: 50 * time.Microsecond}},
+		PhaseResults: []benchWindow{{Name: "base", End: 1, Ops: 12345, Throughput: 12345, P50: 20 * time.Microsecond, ServerSide: 0.25}},
 	}
 	out := squeeze(render(t, benchTables(r)))
 	for _, want := range []string{
@@ -132,6 +135,8 @@ func TestBenchOutput(t *testing.T) {
 		"MODE  OPS  THROUGHPUT  MEAN  P50  P99  SERVER-SIDE  ERRORS  SERVER CPU/OP  CLIENT CPU/OP",
 		"adaptive  12345  12.3K/s  30.0µs  20.0µs  2.00ms  25.0%  1  1.50µs  10.00µs",
 		"retries: invalid=1 torn=2", "m=3.50", "first error: cell: unavailable: boom",
+		"get: 12000 ops, mean 25.0µs, p50 19.0µs, p99 1.00ms, 0 errors", "put: 345 ops, mean 50.0µs, p50 40.0µs, p99 3.00ms, 1 errors",
+		"Phases", "base  0.00s  1.00s  12345  12.3K/s  20.0µs",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("bench output lacks %q:\n%s", want, out)
@@ -149,7 +154,7 @@ func TestBenchOutput(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"throughput", "p50_ns", "p99_ns", "server_side_fraction", "retries", "server_cpu_us_per_op", "params"} {
+	for _, k := range []string{"throughput", "p50_ns", "p99_ns", "server_side_fraction", "retries", "server_cpu_us_per_op", "params", "by_op", "phases", "start_unix_ns"} {
 		if _, ok := back[k]; !ok {
 			t.Errorf("bench JSON lacks %q: %s", k, b.String())
 		}
