@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/server"
@@ -35,6 +36,7 @@ type config struct {
 	splitPlacement server.Placement
 	splitBelow     int
 	splitFill      float64
+	leaseTTL       time.Duration
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -57,6 +59,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		regionSize, meganodeSize  string
 		nodeSize, cores, logLevel string
 		placement, below, fill    string
+		leaseTTL                  string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -80,6 +83,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&hugepages, "hugepages", "auto", "region backing: auto (hugetlbfs, else /dev/shm, else a file in --data-dir), on, off")
 	str(&cfg.serverID, "server-id", "", "server ID in the region table (default: derived from the host name and --listen)")
 	str(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	str(&leaseTTL, "lease-ttl", "5s", "lease of the server's membership in the region table (whole seconds): a dead server disappears after it")
 	str(&placement, "split-placement", "auto", "where a meganode split puts the new meganode: auto (remote while this server holds few meganodes, the paper's rule), local, remote")
 	str(&below, "split-remote-below", strconv.Itoa(server.DefaultSplitRemoteBelow), "auto placement: a server holding fewer meganodes places new ones on the least loaded other server")
 	str(&fill, "split-fill", strconv.FormatFloat(server.DefaultSplitFill, 'g', -1, 64), "fraction of a meganode's nodes in use at which it is split, in (0, 1]")
@@ -118,6 +122,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	cfg.nodeSize = int(ns)
 	if cfg.hugepages, err = meganode.ParseHugepageMode(hugepages); err != nil {
 		return nil, fmt.Errorf("--hugepages %q: want auto, on or off", hugepages)
+	}
+	if cfg.leaseTTL, err = time.ParseDuration(leaseTTL); err != nil || cfg.leaseTTL < time.Second || cfg.leaseTTL%time.Second != 0 {
+		return nil, fmt.Errorf("--lease-ttl %q: want a whole number of seconds, at least 1s", leaseTTL)
 	}
 	switch p := server.Placement(placement); p {
 	case server.PlaceAuto, server.PlaceLocal, server.PlaceRemote:

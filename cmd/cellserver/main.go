@@ -78,7 +78,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		}()
 		endpoints = e.Endpoints()
 	}
-	store, err := regiontable.OpenEtcd(endpoints, regiontable.EtcdOptions{Prefix: cfg.etcdPrefix, Logger: log})
+	store, err := regiontable.OpenEtcd(endpoints, regiontable.EtcdOptions{Prefix: cfg.etcdPrefix, LeaseTTL: cfg.leaseTTL, Logger: log})
 	if err != nil {
 		return err
 	}
