@@ -156,3 +156,53 @@ func benchHopPerCall(s *Selector, e *Estimator) {
 	}
 	s.ObserveHeight(4)
 }
+
+// BenchmarkClientHopBatched is the selector's share of the same hop as the
+// client feeds it now: ChooseAt with a time it already has, each read timed
+// by two monotonic clock reads (time.Since of a base, one clock read each
+// where time.Now takes two), one ObserveReadsAt for the hop's reads and an
+// ObserveHeight of the unchanged height (lock-free).
+func BenchmarkClientHopBatched(b *testing.B) {
+	for _, mode := range benchModes[:2] {
+		b.Run(mode.String(), func(b *testing.B) {
+			s := benchSelector(b, mode)
+			e := s.Estimator(1)
+			base := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				benchHopBatched(s, e, base)
+			}
+		})
+	}
+}
+
+// BenchmarkClientHopBatchedParallel is BenchmarkClientHopBatched from
+// several goroutines on one estimator.
+func BenchmarkClientHopBatchedParallel(b *testing.B) {
+	for _, mode := range benchModes[:2] {
+		b.Run(mode.String(), func(b *testing.B) {
+			s := benchSelector(b, mode)
+			e := s.Estimator(1)
+			base := time.Now()
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					benchHopBatched(s, e, base)
+				}
+			})
+		})
+	}
+}
+
+func benchHopBatched(s *Selector, e *Estimator, base time.Time) {
+	var lat [hopReads]time.Duration
+	end := time.Since(base)
+	e.ChooseAt(base.Add(end))
+	for r := range lat {
+		start := time.Since(base)
+		end = time.Since(base)
+		lat[r] = end - start
+	}
+	e.ObserveReadsAt(lat[:], base.Add(end))
+	s.ObserveHeight(4)
+}
