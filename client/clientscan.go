@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/locality"
@@ -281,8 +280,9 @@ func (c *Client) fetchRecords(ctx context.Context, t *topology, bufs *scanBufs) 
 			bytes += padded
 		}
 		bufs.segs = segs
-		start := time.Now()
+		start := c.mono()
 		err := reg.reader.ReadV(ctx, reg.rk, segs)
+		end := c.mono()
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
@@ -293,7 +293,7 @@ func (c *Client) fetchRecords(ctx context.Context, t *topology, bufs *scanBufs) 
 		}
 		if len(segs) == 1 {
 			// One range: a read like any other for the selector.
-			c.observeRead(reg.srv.est, start)
+			c.observeRead(reg.srv.est, start, end)
 		}
 		c.counters.reads.Add(1)
 		c.counters.readBytes.Add(uint64(bytes))

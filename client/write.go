@@ -127,7 +127,7 @@ func (c *Client) writeTarget(ctx context.Context, t *topology, key []byte, bypas
 	if len(t.servers) == 1 {
 		return 0, nil
 	}
-	res, err := c.search(ctx, opLocate, key, nil)
+	res, err := c.search(ctx, opLocate, key, nil, c.now())
 	return res.leaf, err
 }
 
