@@ -205,6 +205,7 @@ func (c *Client) locateLeaf(ctx context.Context, t *topology, key []byte, bufs *
 	}
 	op := searchOp{c: c, kind: opScan, key: key, t: t, sc: c.getScratch(t.nodeSize)}
 	defer c.putScratch(op.sc)
+	defer op.flushReads()
 	if err := op.run(ctx); err != nil {
 		return err
 	}
@@ -217,6 +218,7 @@ func (c *Client) locateLeaf(ctx context.Context, t *topology, key []byte, bufs *
 func (c *Client) nextLeaf(ctx context.Context, t *topology, p blink.Ptr, key []byte, bufs *scanBufs) error {
 	op := searchOp{c: c, kind: opScan, key: key, t: t, sc: c.getScratch(t.nodeSize)}
 	defer c.putScratch(op.sc)
+	defer op.flushReads()
 	for hops := 0; hops < 64; hops++ {
 		v, _, r, err := op.node(ctx, p, 0, 0, true)
 		switch {

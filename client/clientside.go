@@ -406,10 +406,10 @@ func (op *searchOp) learnHeader(h *hopState, hdr *blink.Header) {
 }
 
 // read copies len(dst) bytes at p one-sided into dst, through the reader
-// of p's region, and collects the latency for the selector (observe.go). A failed read
-// (other than the context ending) counts its cause, sends the rest of the
-// op server-side and restarts it: the region moved or its registration
-// went, which a topology refresh will tell.
+// of p's region, and collects the latency for the selector (observe.go).
+// A failed read (other than the context ending) counts its cause, sends
+// the rest of the op server-side and restarts it: the region moved or its
+// registration went, which a topology refresh will tell.
 func (op *searchOp) read(ctx context.Context, p blink.Ptr, dst []byte) error {
 	c := op.c
 	reg := op.t.regions[p.Region()]

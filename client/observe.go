@@ -57,15 +57,16 @@ func (c *Client) now() time.Time { return c.at(c.mono()) }
 
 // choose asks srv's estimator how to run the next hop.
 func (op *searchOp) choose(srv *server) locality.Method {
-	if !op.c.sysClock {
+	if !op.c.sysClock || op.now.IsZero() {
 		return srv.est.Choose().Method
 	}
 	return srv.est.ChooseAt(op.now).Method
 }
 
 // observeRead records a one-sided read of n bytes from est's server that
-// started and ended at mono readings start and end; the selector gets it
-// at the hop's end (flushReads).
+// started and ended at mono readings start and end; the selector and the
+// counters get it at the hop's end. Whoever reads through a searchOp
+// calls flushReads when done.
 func (op *searchOp) observeRead(est *locality.Estimator, start, end time.Duration, n int) {
 	r := &op.reads
 	if r.est != est || r.n == len(r.lat) {

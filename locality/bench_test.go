@@ -91,6 +91,21 @@ func BenchmarkEstimatorChooseMode(b *testing.B) {
 	}
 }
 
+// BenchmarkEstimatorChooseAtMode is ChooseAt with a time the caller has,
+// per mode: Choose without its clock read.
+func BenchmarkEstimatorChooseAtMode(b *testing.B) {
+	for _, mode := range benchModes {
+		b.Run(mode.String(), func(b *testing.B) {
+			e := benchSelector(b, mode).Estimator(1)
+			now := time.Now()
+			b.ReportAllocs()
+			for b.Loop() {
+				e.ChooseAt(now)
+			}
+		})
+	}
+}
+
 // BenchmarkEstimatorChooseModeParallel is Choose from several goroutines on
 // one estimator, as the in-flight searches of one client on one server
 // connection do.
