@@ -8,11 +8,12 @@ import (
 
 // Feeding the selector cheaply.
 //
-// A client-side get over shm costs the client's CPU about 3 µs, and the
-// selector's bookkeeping was a third of it: time.Now twice per one-sided
-// read (its start and end) and once per Choose, each time.Now two clock
-// reads (wall and monotonic), and a lock of the server's estimator per read
-// and per hop. So, with the system clock:
+// A client-side get over shm costs the client's CPU under 3 µs, and the
+// selector's bookkeeping was about 0.85 µs of it (locality's
+// BenchmarkClientHop; BENCHMARKS.md §5b, "Selector overhead"): time.Now
+// at each one-sided read's start and end and per Choose, each time.Now two
+// clock reads (wall and monotonic), and a lock of the server's estimator
+// per read and per hop. So, with the system clock:
 //
 //   - Times come from one monotonic clock read each: the client's base
 //     time advanced by time.Since(base) (mono), half the cost of time.Now.
