@@ -23,7 +23,9 @@ type Client struct {
 	cfg      Config
 	log      *slog.Logger
 	sel      *locality.Selector
-	sysClock bool // the selector reads the system clock (observeRead)
+	sysClock bool           // the selector reads the system clock (observe.go)
+	selClock locality.Clock // the selector's clock
+	base     time.Time      // time.Now at New: mono readings count from it
 	metrics  *Metrics
 	counters counters
 	nodes    *nodeCache
@@ -83,6 +85,8 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		log:        cfg.Logger,
 		sel:        sel,
 		sysClock:   sel.Options().Clock == locality.SystemClock,
+		selClock:   sel.Options().Clock,
+		base:       time.Now(),
 		hostID:     cfg.HostID,
 		clientID:   randomID(),
 		refreshSem: make(chan struct{}, 1),
@@ -213,8 +217,8 @@ func (c *Client) Get(ctx context.Context, key []byte) ([]byte, error) {
 // slice (dst unchanged on error). With enough capacity in dst, a
 // client-side get does not allocate.
 func (c *Client) GetAppend(ctx context.Context, dst, key []byte) ([]byte, error) {
-	start := time.Now()
-	res, err := c.search(ctx, opGet, key, dst)
+	start := c.now()
+	res, err := c.search(ctx, opGet, key, dst, start)
 	c.finish(opGet, res.method, start, err)
 	if err != nil {
 		return dst, err
@@ -228,8 +232,8 @@ func (c *Client) GetAppend(ctx context.Context, dst, key []byte) ([]byte, error)
 // Contains reports whether key is in the store. Like Get it searches
 // meganode by meganode with the selector's choice, but fetches no value.
 func (c *Client) Contains(ctx context.Context, key []byte) (bool, error) {
-	start := time.Now()
-	res, err := c.search(ctx, opContains, key, nil)
+	start := c.now()
+	res, err := c.search(ctx, opContains, key, nil, start)
 	c.finish(opContains, res.method, start, err)
 	return res.found, err
 }

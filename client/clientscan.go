@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/locality"
@@ -206,6 +205,7 @@ func (c *Client) locateLeaf(ctx context.Context, t *topology, key []byte, bufs *
 	}
 	op := searchOp{c: c, kind: opScan, key: key, t: t, sc: c.getScratch(t.nodeSize)}
 	defer c.putScratch(op.sc)
+	defer op.flushReads()
 	if err := op.run(ctx); err != nil {
 		return err
 	}
@@ -218,6 +218,7 @@ func (c *Client) locateLeaf(ctx context.Context, t *topology, key []byte, bufs *
 func (c *Client) nextLeaf(ctx context.Context, t *topology, p blink.Ptr, key []byte, bufs *scanBufs) error {
 	op := searchOp{c: c, kind: opScan, key: key, t: t, sc: c.getScratch(t.nodeSize)}
 	defer c.putScratch(op.sc)
+	defer op.flushReads()
 	for hops := 0; hops < 64; hops++ {
 		v, _, r, err := op.node(ctx, p, 0, 0, true)
 		switch {
@@ -281,8 +282,9 @@ func (c *Client) fetchRecords(ctx context.Context, t *topology, bufs *scanBufs) 
 			bytes += padded
 		}
 		bufs.segs = segs
-		start := time.Now()
+		start := c.mono()
 		err := reg.reader.ReadV(ctx, reg.rk, segs)
+		end := c.mono()
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {
 				return cerr
@@ -293,7 +295,7 @@ func (c *Client) fetchRecords(ctx context.Context, t *topology, bufs *scanBufs) 
 		}
 		if len(segs) == 1 {
 			// One range: a read like any other for the selector.
-			c.observeRead(reg.srv.est, start)
+			c.observeRead(reg.srv.est, start, end)
 		}
 		c.counters.reads.Add(1)
 		c.counters.readBytes.Add(uint64(bytes))

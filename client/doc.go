@@ -41,9 +41,10 @@
 //     path cache knows the local root) with blink.DecodeHeader, then copy
 //     nodes from the local root down with one-sided reads, check each with
 //     blink.CheckCopy and step with blink.View.StepFor, the rule the server
-//     applies. Every read's latency feeds ObserveRead, the header's height
-//     ObserveHeight. At an extent leaf the record is fetched (the length
-//     from the leaf entry, rounded up to 8) and checked with
+//     applies. Every read's latency feeds the selector's l_r (a hop's
+//     reads in one ObserveReadsAt at its end; observe.go), the header's
+//     height ObserveHeight. At an extent leaf the record is fetched (the
+//     length from the leaf entry, rounded up to 8) and checked with
 //     blink.DecodeExtent against the entry's CRC, and its key against the
 //     searched key; at a leaf of an inner meganode the entry's child is
 //     the next hop.

@@ -73,3 +73,33 @@ func TestManyOpsFewConnections(t *testing.T) {
 		t.Errorf("%v connections accepted (%v before the load), want at most ConnsPerServer = 2", n, accepted)
 	}
 }
+
+// TestEveryReadFedToSelector: each one-sided read of a client-side search
+// is one l_r sample (a hop hands its reads over at its end) and one read
+// in the counters, for gets and Contains, found or not. The reads are
+// counted independently by the read hooks.
+func TestEveryReadFedToSelector(t *testing.T) {
+	rc := startReal(t, 1, nil)
+	cfg := realConfig(t, rc)
+	cfg.Mode, cfg.Provider = locality.Mode{Kind: locality.ClientOnly}, ProviderSHM
+	var hooked atomic.Uint64
+	cfg.TestingKnobs.AfterNodeRead = func(uint64, []byte) { hooked.Add(1) }
+	cfg.TestingKnobs.AfterExtentRead = func(uint64, []byte) { hooked.Add(1) }
+	c := mustClient(t, cfg)
+	mustPut(t, c, 200)
+	getAll(t, c, 200)
+	ctx := testCtx(t, 10*time.Second)
+	for i := range 50 {
+		if ok, err := c.Contains(ctx, key(i*7)); err != nil || ok != (i*7 < 200) {
+			t.Fatalf("Contains %s = %v, %v", key(i*7), ok, err)
+		}
+	}
+	st := c.Stats()
+	if len(st.Selector.Servers) != 1 {
+		t.Fatalf("selector knows %d servers, want 1", len(st.Selector.Servers))
+	}
+	lr := st.Selector.Servers[0].LR
+	if n := hooked.Load(); n == 0 || st.Reads != n || lr.Observed != n || st.ClientHops == 0 {
+		t.Errorf("%d one-sided reads in %d client-side hops; counted %d, %d l_r samples offered; want one each per read", n, st.ClientHops, st.Reads, lr.Observed)
+	}
+}

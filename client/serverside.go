@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/cellstore/cell/wire"
 )
@@ -21,13 +20,19 @@ func (op *searchOp) serverHop(ctx context.Context, h *hopState, srv *server, reg
 		req.Epoch = reg.epoch
 	}
 	op.sc.body = req.AppendTo(op.sc.body[:0])
-	start := time.Now()
+	start := c.mono()
 	f, err := srv.call(ctx, wire.OpSearch, op.sc.body)
 	if err != nil {
 		return hopState{}, false, err
 	}
 	defer f.Release()
-	srv.est.ObserveServer(time.Since(start), f.Header.QueueTime(), f.Header.ServiceTime())
+	end := c.mono()
+	op.now = c.at(end)
+	if c.sysClock {
+		srv.est.ObserveServerAt(end-start, f.Header.QueueTime(), f.Header.ServiceTime(), op.now)
+	} else {
+		srv.est.ObserveServer(end-start, f.Header.QueueTime(), f.Header.ServiceTime())
+	}
 	var rep wire.SearchReply
 	if err := rep.Decode(f.Body); err != nil {
 		return hopState{}, false, wrapErr(ErrServer, err)

@@ -60,6 +60,13 @@ type searchOp struct {
 	// parent names, whose keys a split moved to another server before the
 	// separator reached the parent.
 	deep bool
+
+	// now is the op's latest time reading (its start, then the end of its
+	// last read, RPC or recovery), for the selector: see observe.go.
+	now time.Time
+	// reads are the current hop's one-sided reads not yet handed to the
+	// selector.
+	reads hopReads
 }
 
 // errRestart asks the op loop to restart the search from the root (or the
@@ -73,13 +80,14 @@ var errNoRoute = errors.New("cell: no server known for region")
 const bypassAfter = 8
 
 // search runs a search for key of the given kind (opGet, opContains,
-// opLocate); a get appends the value to dst.
-func (c *Client) search(ctx context.Context, kind opKind, key, dst []byte) (searchResult, error) {
-	return c.searchOp(ctx, kind, key, dst, false)
+// opLocate), which started at start (a Client.now reading); a get appends
+// the value to dst.
+func (c *Client) search(ctx context.Context, kind opKind, key, dst []byte, start time.Time) (searchResult, error) {
+	return c.searchOp(ctx, kind, key, dst, start, false)
 }
 
 // searchOp is search; deep applies to a locate (searchOp.deep).
-func (c *Client) searchOp(ctx context.Context, kind opKind, key, dst []byte, deep bool) (searchResult, error) {
+func (c *Client) searchOp(ctx context.Context, kind opKind, key, dst []byte, start time.Time, deep bool) (searchResult, error) {
 	if c.isClosed() {
 		return searchResult{}, ErrClosed
 	}
@@ -87,9 +95,10 @@ func (c *Client) searchOp(ctx context.Context, kind opKind, key, dst []byte, dee
 	if err := checkKey(t, key); err != nil {
 		return searchResult{}, err
 	}
-	op := searchOp{c: c, kind: kind, key: key, t: t, sc: c.getScratch(t.nodeSize), deep: deep}
+	op := searchOp{c: c, kind: kind, key: key, t: t, sc: c.getScratch(t.nodeSize), now: start, deep: deep}
 	op.res.value = dst
 	err := op.run(ctx)
+	op.flushReads()
 	c.putScratch(op.sc)
 	if err != nil {
 		op.res.value = dst
@@ -155,12 +164,14 @@ func (op *searchOp) hop(ctx context.Context, h *hopState) (hopState, bool, error
 		}
 		method = locality.ClientSide
 	case reg != nil && reg.reader != nil && !op.forceServer:
-		method = srv.est.Choose().Method
+		method = op.choose(srv)
 	}
 	op.c.counters.hops[method].Add(1)
 	op.res.method = method
 	if method == locality.ClientSide {
-		return op.clientHop(ctx, h)
+		next, done, err := op.clientHop(ctx, h)
+		op.flushReads()
+		return next, done, err
 	}
 	return op.serverHop(ctx, h, srv, reg)
 }
@@ -170,6 +181,9 @@ func (op *searchOp) hop(ctx context.Context, h *hopState) (hopState, bool, error
 // ends the op.
 func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again bool, _ error) {
 	c := op.c
+	// Backoffs and refreshes take time: the next hop's choice gets a
+	// fresh reading.
+	defer func() { op.now = c.now() }()
 	if errors.Is(err, errNoReader) {
 		return false, err
 	}

@@ -127,7 +127,7 @@ func (c *Client) writeTarget(ctx context.Context, t *topology, key []byte, bypas
 	if len(t.servers) == 1 {
 		return 0, nil
 	}
-	res, err := c.searchOp(ctx, opLocate, key, nil, deep)
+	res, err := c.searchOp(ctx, opLocate, key, nil, c.now(), deep)
 	return res.leaf, err
 }
 

@@ -56,7 +56,9 @@
 //
 // Samples are latencies measured by the client: ObserveServer is called
 // once per server-side meganode search (the RPC's round trip), ObserveRead
-// once per one-sided read of a client-side search. The server reports its
+// once per one-sided read of a client-side search (or ObserveReadsAt once
+// per client-side hop with the latencies of its reads, in order: the same
+// samples). The server reports its
 // queueing and service time with every reply (DESIGN §5); the estimator
 // keeps their moving averages over the same kept samples, for a later
 // improvement that must be measured against the paper's rule, but the rule
@@ -82,6 +84,16 @@
 // methods take O(1) time (sums are kept incrementally and recomputed exactly
 // once per n samples to bound floating-point drift) and do not allocate,
 // except the first time a server ID is seen.
+//
+// The client calls the selector on every hop and every one-sided read, so
+// its cost shows in a client-side get's CPU time (BENCHMARKS.md §5b,
+// "Selector overhead"). The cheap forms give the same decisions: ChooseAt,
+// ObserveReadAt and ObserveServerAt take a time the caller already read
+// (the clock is only used to detect idleness, at the scale of
+// IdleTimeout, and a connection's last use never moves back);
+// ObserveReadsAt takes a hop's reads under one lock; and ObserveHeight of
+// the height that filled the whole window returns without the lock, since
+// it changes nothing.
 //
 // Locking notes: Selector.mu < Estimator.mu; Selector.heightMu is a leaf.
 //

@@ -68,8 +68,14 @@ func (e *Estimator) ID() ServerID { return e.id }
 
 // Choose decides how to run the next meganode hop on this connection and
 // counts the decision. It does not allocate.
-func (e *Estimator) Choose() Choice {
-	now := e.sel.opts.Clock.Now()
+func (e *Estimator) Choose() Choice { return e.ChooseAt(e.sel.opts.Clock.Now()) }
+
+// ChooseAt is Choose at now, a recent time from Options.Clock: a caller
+// that has just read the clock (at the start of its operation, or at the
+// end of its last one-sided read) passes that reading and saves a clock
+// read per hop. The time only marks the connection as used (see
+// Options.IdleTimeout); the decision is the same.
+func (e *Estimator) ChooseAt(now time.Time) Choice {
 	e.mu.Lock()
 	e.touchLocked(now)
 	c := e.chooseLocked()
@@ -138,7 +144,15 @@ func (e *Estimator) ObserveServer(latency, queueTime, serviceTime time.Duration)
 	if latency <= 0 {
 		return
 	}
-	now := e.sel.opts.Clock.Now()
+	e.ObserveServerAt(latency, queueTime, serviceTime, e.sel.opts.Clock.Now())
+}
+
+// ObserveServerAt is ObserveServer for a search whose reply arrived at now
+// (a time from Options.Clock), saving a clock read as ObserveReadAt does.
+func (e *Estimator) ObserveServerAt(latency, queueTime, serviceTime time.Duration, now time.Time) {
+	if latency <= 0 {
+		return
+	}
 	e.mu.Lock()
 	e.touchLocked(now)
 	switch e.mu.ls.observe(float64(latency), e.sel.opts.OutlierK, e.sel.opts.MinSamples) {
@@ -168,19 +182,53 @@ func (e *Estimator) ObserveReadAt(latency time.Duration, now time.Time) {
 	if latency <= 0 {
 		return
 	}
-	x := float64(latency)
 	e.mu.Lock()
 	e.touchLocked(now)
-	e.mu.rtt = min(e.mu.rtt, x)
-	e.mu.lr.observe(x, e.sel.opts.OutlierK, e.sel.opts.MinSamples)
+	e.observeReadLocked(latency)
 	e.mu.Unlock()
 }
 
+// ObserveReadsAt records the latencies of several one-sided reads on this
+// connection, in order, the last of which ended at now (a time from
+// Options.Clock): the same as ObserveReadAt for each, taking the lock once.
+// A client-side hop collects its reads' latencies and hands them over at
+// its end. Non-positive latencies are ignored. latencies is not retained.
+func (e *Estimator) ObserveReadsAt(latencies []time.Duration, now time.Time) {
+	touched := false
+	e.mu.Lock()
+	for _, l := range latencies {
+		if l <= 0 {
+			continue
+		}
+		if !touched {
+			e.touchLocked(now)
+			touched = true
+		}
+		e.observeReadLocked(l)
+	}
+	e.mu.Unlock()
+}
+
+// observeReadLocked offers a read latency (positive) to RTT and l_r.
+// REQUIRES: e.mu held.
+func (e *Estimator) observeReadLocked(latency time.Duration) {
+	x := float64(latency)
+	e.mu.rtt = min(e.mu.rtt, x)
+	e.mu.lr.observe(x, e.sel.opts.OutlierK, e.sel.opts.MinSamples)
+}
+
 // touchLocked discards the history if the connection was idle for the idle
-// timeout, and marks it used at now.
+// timeout, and marks it used at now. Callers may pass times read a little
+// earlier (ChooseAt, ObserveReadsAt) by concurrent users, so the mark
+// never moves back.
 // REQUIRES: e.mu held.
 func (e *Estimator) touchLocked(now time.Time) {
-	if t := e.sel.opts.IdleTimeout; t > 0 && !e.mu.last.IsZero() && now.Sub(e.mu.last) >= t {
+	if e.mu.last.IsZero() {
+		e.mu.last = now
+		return
+	}
+	d := now.Sub(e.mu.last)
+	if t := e.sel.opts.IdleTimeout; t > 0 && d >= t {
 		e.mu.ls.reset()
 		e.mu.lr.reset()
 		e.mu.queue.reset()
@@ -188,7 +236,9 @@ func (e *Estimator) touchLocked(now time.Time) {
 		e.mu.rtt = math.Inf(1)
 		e.mu.idle++
 	}
-	e.mu.last = now
+	if d > 0 {
+		e.mu.last = now
+	}
 }
 
 // probThreshold maps a probability p in [0, 1] to t such that draw(u) < t

@@ -15,10 +15,18 @@ type Selector struct {
 	exploreThreshold uint64 // probThreshold(opts.Explore)
 
 	m atomic.Uint64 // float64 bits of the current m
+	// uniform is h while the last Window heights were all h, else 0: then
+	// m = h and observing h again changes nothing, which ObserveHeight
+	// checks without the lock (a client observes a height per hop, nearly
+	// always the same one).
+	uniform atomic.Int64
 
 	heightMu struct {
 		sync.Mutex
 		heights window // last Window meganode heights
+		// run is the number of equal heights ending with the newest,
+		// capped at Window.
+		run int
 	}
 
 	mu struct {
@@ -102,13 +110,24 @@ func (s *Selector) ObserveRead(id ServerID, latency time.Duration) {
 // the server reports it or a client-side traversal finds it); m becomes the
 // average of the last Window heights. Heights below 1 are ignored.
 func (s *Selector) ObserveHeight(h int) {
-	if h < 1 {
+	if h < 1 || s.uniform.Load() == int64(h) {
 		return
 	}
+	x := float64(h)
 	s.heightMu.Lock()
 	w := &s.heightMu.heights
-	w.push(float64(h))
+	if w.n > 0 && w.newest() == x {
+		s.heightMu.run = min(s.heightMu.run+1, len(w.buf))
+	} else {
+		s.heightMu.run = 1
+	}
+	w.push(x)
 	s.m.Store(math.Float64bits(w.mean()))
+	if s.heightMu.run == len(w.buf) {
+		s.uniform.Store(int64(h))
+	} else {
+		s.uniform.Store(0)
+	}
 	s.heightMu.Unlock()
 }
 

@@ -100,13 +100,27 @@ func TestConcurrentUse(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			for i := range perG {
 				id := ServerID(r.IntN(4))
-				switch c := s.Choose(id); c.Method {
+				var c Choice
+				if g%2 == 0 {
+					c = s.Choose(id)
+				} else {
+					c = s.Estimator(id).ChooseAt(clk.Now())
+				}
+				switch c.Method {
 				case ServerSide:
 					s.ObserveServer(id, time.Duration(15_000+r.IntN(10_000)), 1000, 6000)
 				case ClientSide:
-					for range 5 {
-						s.ObserveRead(id, time.Duration(10_000+r.IntN(5_000)))
+					if g%2 == 0 {
+						for range 5 {
+							s.ObserveRead(id, time.Duration(10_000+r.IntN(5_000)))
+						}
+						break
 					}
+					var reads [5]time.Duration
+					for j := range reads {
+						reads[j] = time.Duration(10_000 + r.IntN(5_000))
+					}
+					s.Estimator(id).ObserveReadsAt(reads[:], clk.Now())
 				}
 				s.ObserveHeight(4 + r.IntN(3))
 				if i%500 == 0 {
@@ -131,6 +145,8 @@ func TestNoAllocations(t *testing.T) {
 	e := s.Estimator(1)
 	e.ObserveRead(10 * us)
 	fillServer(e, 20*us, 20)
+	now := time.Unix(1_000_000, 0)
+	reads := []time.Duration{12 * us, 13 * us, 11 * us}
 	checks := []struct {
 		name string
 		f    func()
@@ -138,8 +154,12 @@ func TestNoAllocations(t *testing.T) {
 		{"Selector.Choose", func() { s.Choose(1) }},
 		{"Estimator.Choose", func() { e.Choose() }},
 		{"Selector.ObserveServer", func() { s.ObserveServer(1, 20*us, us, 5*us) }},
+		{"Estimator.ObserveServerAt", func() { e.ObserveServerAt(20*us, us, 5*us, now) }},
+		{"Estimator.ChooseAt", func() { e.ChooseAt(now) }},
 		{"Estimator.ObserveRead", func() { e.ObserveRead(12 * us) }},
+		{"Estimator.ObserveReadsAt", func() { e.ObserveReadsAt(reads, now) }},
 		{"Selector.ObserveHeight", func() { s.ObserveHeight(5) }},
+		{"Selector.ObserveHeight, changing", func() { s.ObserveHeight(4 + int(now.UnixNano()&1)); now = now.Add(1) }},
 	}
 	for _, c := range checks {
 		if n := testing.AllocsPerRun(1000, c.f); n != 0 {

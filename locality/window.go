@@ -63,15 +63,33 @@ func (w *window) mean() float64 {
 
 // stddev returns σ, the population standard deviation of the samples held.
 func (w *window) stddev() float64 {
+	_, sigma := w.meanStddev()
+	return sigma
+}
+
+// meanStddev returns μ and σ as mean and stddev do, with one division for
+// μ instead of two.
+func (w *window) meanStddev() (mu, sigma float64) {
 	if w.n == 0 {
-		return 0
+		return 0, 0
 	}
-	mu := w.sum / float64(w.n)
-	v := w.sumSq/float64(w.n) - mu*mu
+	n := float64(w.n)
+	mu = w.sum / n
+	v := w.sumSq/n - mu*mu
 	if v <= 0 {
-		return 0
+		return mu, 0
 	}
-	return math.Sqrt(v)
+	return mu, math.Sqrt(v)
+}
+
+// newest returns the sample pushed last.
+// REQUIRES: w.n > 0.
+func (w *window) newest() float64 {
+	i := w.head - 1
+	if i < 0 {
+		i = len(w.buf) - 1
+	}
+	return w.buf[i]
 }
 
 // verdicts remembers, for the last len(dropped) samples offered to an
@@ -138,9 +156,9 @@ func (e *estimate) observe(x, k float64, minSamples int) observation {
 	e.observed++
 	drop := false
 	if k > 0 && e.win.n >= minSamples {
-		mu := e.win.mean()
+		mu, sigma := e.win.meanStddev()
 		d := math.Abs(x - mu)
-		drop = d > 0 && d >= k*e.win.stddev()
+		drop = d > 0 && d >= k*sigma
 	}
 	if tooMany := e.period.record(drop); drop && tooMany {
 		e.dropped++
