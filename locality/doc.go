@@ -114,6 +114,22 @@
 // exploration. Options.PaperRule restores the paper's rule for side-by-side
 // measurement (`cellctl bench --paper-rule`); BENCHMARKS.md records both.
 //
+// # Exploration by time (Cell's refinement, measured)
+//
+// The paper explores with probability p = 1% per search. Its purpose is
+// to keep the estimate of the path not taken fresh, and the window holds
+// n = 100 samples: at a few thousand searches per second on a connection
+// 1% refreshes it in seconds, but a same-host client doing 400K hops per
+// second explores 4,000 times a second, 40 windows' worth, and each
+// exploring hop costs the client a round trip through the worse path (on
+// this machine an RPC costs the client ~35 µs of CPU against ~2.5 µs for a
+// whole client-side get). So exploration is also capped in time:
+// Options.MaxExploreRate tokens per second per connection (default
+// 2·Window, the window refreshed twice a second), a bucket of one second's
+// worth; a draw below p explores only if it gets a token. Below 2·Window/p
+// hops per second (20,000) nothing changes. PaperRule removes the cap;
+// BENCHMARKS.md §2 and §5b measure both.
+//
 // Time comes from Options.Clock and randomness from a PCG stream per
 // Estimator seeded from Options.Seed and the server ID, so a run with a
 // fixed seed and a virtual clock is deterministic (locality/sim relies on

@@ -27,8 +27,12 @@ type Estimator struct {
 		last    time.Time
 		rng     rand.PCG
 		credit  float64 // Ratio mode: server-side credit in percent, in [0, 100)
-		dec     Decisions
-		idle    uint64 // histories discarded for idleness
+		// tokens and tokensAt: the exploration bucket (MaxExploreRate),
+		// tokens at time tokensAt.
+		tokens   float64
+		tokensAt time.Time
+		dec      Decisions
+		idle     uint64 // histories discarded for idleness
 		// sharedCPU: this server's one-sided reads are served by its CPU
 		// (a software provider), not by a NIC.
 		sharedCPU bool
@@ -78,7 +82,7 @@ func (e *Estimator) Choose() Choice { return e.ChooseAt(e.sel.opts.Clock.Now()) 
 func (e *Estimator) ChooseAt(now time.Time) Choice {
 	e.mu.Lock()
 	e.touchLocked(now)
-	c := e.chooseLocked()
+	c := e.chooseLocked(now)
 	e.mu.dec.count(c)
 	e.mu.Unlock()
 	return c
@@ -86,7 +90,7 @@ func (e *Estimator) ChooseAt(now time.Time) Choice {
 
 // chooseLocked applies the selector's mode.
 // REQUIRES: e.mu held.
-func (e *Estimator) chooseLocked() Choice {
+func (e *Estimator) chooseLocked(now time.Time) Choice {
 	s := e.sel
 	switch s.opts.Mode.Kind {
 	case ServerOnly:
@@ -124,10 +128,33 @@ func (e *Estimator) chooseLocked() Choice {
 	if e.serverBetterLocked(s.M()) {
 		best = ServerSide
 	}
-	if s.exploreThreshold > 0 && draw(e.mu.rng.Uint64()) < s.exploreThreshold {
+	if s.exploreThreshold > 0 && draw(e.mu.rng.Uint64()) < s.exploreThreshold && e.exploreTokenLocked(now) {
 		return Choice{Method: best.other(), Explore: true}
 	}
 	return Choice{Method: best}
+}
+
+// exploreTokenLocked takes a token from the exploration bucket, if it
+// holds one: tokens accrue at MaxExploreRate per second up to one
+// second's worth (see "Exploration by time" in doc.go). Without a cap, or
+// with PaperRule, every draw explores.
+// REQUIRES: e.mu held.
+func (e *Estimator) exploreTokenLocked(now time.Time) bool {
+	o := &e.sel.opts
+	if o.PaperRule || o.MaxExploreRate < 0 {
+		return true
+	}
+	if e.mu.tokensAt.IsZero() {
+		e.mu.tokens, e.mu.tokensAt = o.MaxExploreRate, now
+	} else if dt := now.Sub(e.mu.tokensAt); dt > 0 {
+		e.mu.tokens = min(o.MaxExploreRate, e.mu.tokens+dt.Seconds()*o.MaxExploreRate)
+		e.mu.tokensAt = now
+	}
+	if e.mu.tokens < 1 {
+		return false
+	}
+	e.mu.tokens--
+	return true
 }
 
 // serverBetterLocked is the paper's inequality (l_s − RTT) < m·(l_r − RTT).

@@ -68,11 +68,21 @@ type Options struct {
 	// ID. Default 0 means a seed drawn at random by EnsureDefaults; set any
 	// other value for a reproducible run.
 	Seed uint64
-	// PaperRule applies the paper's inequality even to servers whose
-	// one-sided reads cost the server CPU (Estimator.SetReadsShareServerCPU).
-	// Default false: see "Reads that cost the server CPU" in doc.go. Set it
-	// to measure the paper's rule side by side with Cell's refinement.
+	// PaperRule applies the paper's rule as the paper states it: the
+	// inequality even for servers whose one-sided reads cost the server
+	// CPU (Estimator.SetReadsShareServerCPU), and exploration with
+	// probability Explore whatever the rate (MaxExploreRate ignored).
+	// Default false: see "Reads that cost the server CPU" and "Exploration
+	// by time" in doc.go. Set it to measure the paper's rule side by side
+	// with Cell's refinements.
 	PaperRule bool
+	// MaxExploreRate caps the exploring choices per second on one server
+	// connection (a token bucket holding at most one second's worth): p
+	// of a fast connection's hops is far more samples than the window
+	// needs, and each costs a round trip through the slower path.
+	// Default 2·Window per second (the window refreshed twice a second).
+	// Negative: no cap.
+	MaxExploreRate float64
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -94,6 +104,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxExploreRate == 0 {
+		o.MaxExploreRate = 2 * float64(o.Window)
 	}
 	if o.Clock == nil {
 		o.Clock = SystemClock
@@ -119,6 +132,9 @@ func (o *Options) Validate() error {
 	}
 	if math.IsNaN(o.InitialHeight) || math.IsInf(o.InitialHeight, 0) || o.InitialHeight < 1 {
 		return fmt.Errorf("%w: initial height %v < 1", ErrInvalidOptions, o.InitialHeight)
+	}
+	if math.IsNaN(o.MaxExploreRate) || math.IsInf(o.MaxExploreRate, 0) {
+		return fmt.Errorf("%w: explore rate %v", ErrInvalidOptions, o.MaxExploreRate)
 	}
 	if math.IsNaN(o.Explore) || o.Explore > 0.5 {
 		return fmt.Errorf("%w: explore probability %v > 0.5", ErrInvalidOptions, o.Explore)

@@ -16,6 +16,7 @@ func TestOptionsDefaults(t *testing.T) {
 	want := Options{
 		Window: 100, OutlierK: 3, MinSamples: 10, InitialHeight: 5,
 		Explore: 0.01, IdleTimeout: 3 * time.Second, Clock: SystemClock, Seed: o.Seed,
+		MaxExploreRate: 200,
 	}
 	if o != want {
 		t.Errorf("defaults = %+v, want %+v", o, want)

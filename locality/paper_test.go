@@ -284,7 +284,10 @@ func TestExplorationChoosesWorseMethod(t *testing.T) {
 		{"client better", 60 * us, ClientSide},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := mustSelector(t, Options{})
+			// The paper's p, without Cell's cap in time (the fake clock
+			// stands still: the cap would stop exploration after its first
+			// second's worth; see TestExplorationCappedInTime).
+			s, _ := mustSelector(t, Options{MaxExploreRate: -1})
 			if got := s.Options().Explore; got != 0.01 {
 				t.Fatalf("default p = %v, want 0.01", got)
 			}
@@ -369,4 +372,43 @@ func TestIdleConnectionHistoryDiscarded(t *testing.T) {
 	if snap := e.Snapshot(); snap.IdleResets != 1 || snap.LS.Samples != 9 {
 		t.Errorf("busy connection lost history: %+v", snap)
 	}
+}
+
+// TestExplorationCappedInTime checks Cell's refinement of exploration
+// (doc.go, "Exploration by time"): at most MaxExploreRate exploring
+// choices per second on a connection, p of the hops below that rate, and
+// none of it with PaperRule.
+func TestExplorationCappedInTime(t *testing.T) {
+	run := func(t *testing.T, opts Options, hopsPerSec, seconds int) (explored int) {
+		s, clk := mustSelector(t, opts)
+		e := s.Estimator(1)
+		e.ObserveRead(10 * us)
+		fillRead(e, 14*us, 20)
+		fillServer(e, 60*us, 20) // client-side is better
+		step := time.Second / time.Duration(hopsPerSec)
+		for range hopsPerSec * seconds {
+			clk.Advance(step)
+			if e.Choose().Explore {
+				explored++
+			}
+		}
+		return explored
+	}
+	t.Run("fast connection", func(t *testing.T) {
+		// 100K hops/s for 5 s: p would explore ~5,000 times; the cap
+		// allows the first second's bucket (200) plus 200/s.
+		got := run(t, Options{}, 100_000, 5)
+		if got < 900 || got > 1200 {
+			t.Errorf("explored %d times in 5 s at 100K hops/s, want ≈ 200 + 5·200", got)
+		}
+		if paper := run(t, Options{PaperRule: true}, 100_000, 5); paper < 4500 || paper > 5500 {
+			t.Errorf("paper rule explored %d times, want ≈ 1%% of 500,000", paper)
+		}
+	})
+	t.Run("slow connection", func(t *testing.T) {
+		// 5,000 hops/s: p's 50 per second is under the cap.
+		if got := run(t, Options{}, 5000, 20); got < 800 || got > 1200 {
+			t.Errorf("explored %d of 100,000 hops at 5K hops/s, want ≈ 1%%", got)
+		}
+	})
 }
