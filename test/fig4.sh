@@ -86,9 +86,11 @@ ctl status | tee "$OUT/status.txt" | sed -n '/^Meganodes/,$p' >&2
 
 common=(--workload get --keys 0 --keyspace "$KEYS" --cache off --clients "$CLIENTS" --in-flight "$IN_FLIGHT" --conns "$CONNS"
 	--duration "$DURATION" --warmup "$WARMUP" --server-pid "$server_pid" --no-progress -w json)
-# "adaptive tcp paper" is adaptive with --paper-rule: the paper's rule even
-# though tcp reads cost the server CPU (locality doc.go), side by side.
-runs=("server tcp" "client tcp" "client shm" "adaptive tcp" "adaptive shm" "adaptive tcp paper")
+# "adaptive tcp paper" and "adaptive shm paper" are adaptive with
+# --paper-rule: the paper's rule as stated (searches on tcp servers,
+# whose reads cost the server CPU, and exploration with p = 1% without
+# Cell's cap in time: locality doc.go), side by side.
+runs=("server tcp" "client tcp" "client shm" "adaptive tcp" "adaptive shm" "adaptive tcp paper" "adaptive shm paper")
 
 for rep in $(seq "$REPEAT"); do
 	for r in "${runs[@]}"; do
