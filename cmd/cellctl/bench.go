@@ -241,12 +241,8 @@ type benchResult struct {
 	NotFound uint64  `json:"not_found"`
 	Seconds  float64 `json:"seconds"`
 	// Throughput is Ops per second.
-	Throughput float64       `json:"throughput"`
-	Mean       time.Duration `json:"mean_ns"`
-	P50        time.Duration `json:"p50_ns"`
-	P90        time.Duration `json:"p90_ns"`
-	P99        time.Duration `json:"p99_ns"`
-	Max        time.Duration `json:"max_ns"`
+	Throughput float64 `json:"throughput"`
+	latencies
 	// ServerHops and ClientHops count meganode hops by method (client
 	// Stats); ServerSide is ServerHops over both, -1 without hops.
 	ServerHops uint64            `json:"server_hops"`
@@ -279,16 +275,22 @@ type benchResult struct {
 	PhaseResults []benchWindow `json:"phases,omitempty"`
 }
 
+// latencies are the latency figures of a result, a window or an
+// operation kind (embedded: their JSON fields are the owner's).
+type latencies struct {
+	Mean time.Duration `json:"mean_ns"`
+	P50  time.Duration `json:"p50_ns"`
+	P90  time.Duration `json:"p90_ns"`
+	P99  time.Duration `json:"p99_ns"`
+	Max  time.Duration `json:"max_ns"`
+}
+
 // opResult are the figures of one kind of operation.
 type opResult struct {
-	Ops      uint64        `json:"ops"`
-	Errors   uint64        `json:"errors"`
-	NotFound uint64        `json:"not_found"`
-	Mean     time.Duration `json:"mean_ns"`
-	P50      time.Duration `json:"p50_ns"`
-	P90      time.Duration `json:"p90_ns"`
-	P99      time.Duration `json:"p99_ns"`
-	Max      time.Duration `json:"max_ns"`
+	Ops      uint64 `json:"ops"`
+	Errors   uint64 `json:"errors"`
+	NotFound uint64 `json:"not_found"`
+	latencies
 }
 
 func benchTables(r benchResult) []*table {

@@ -355,8 +355,7 @@ func benchSummary(p *benchParams, workers []*benchWorker, snaps [2]benchSnapshot
 		if !used {
 			continue
 		}
-		o.Ops, o.Mean, o.Max = oh.n, oh.mean(), time.Duration(oh.max)
-		o.P50, o.P90, o.P99 = oh.quantile(0.50), oh.quantile(0.90), oh.quantile(0.99)
+		o.Ops, o.latencies = oh.n, oh.latencies()
 		r.ByOp[benchOpNames[op]] = o
 		h.merge(&oh)
 		r.Errors += o.Errors
@@ -372,7 +371,7 @@ func benchSummary(p *benchParams, workers []*benchWorker, snaps [2]benchSnapshot
 	if r.Seconds > 0 {
 		r.Throughput = float64(r.Ops) / r.Seconds
 	}
-	r.Mean, r.P50, r.P90, r.P99, r.Max = h.mean(), h.quantile(0.50), h.quantile(0.90), h.quantile(0.99), time.Duration(h.max)
+	r.latencies = h.latencies()
 	for i := range snaps[1].stats {
 		a, b := &snaps[0].stats[i], &snaps[1].stats[i]
 		r.ServerHops += b.ServerHops - a.ServerHops

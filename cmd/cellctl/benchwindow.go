@@ -63,16 +63,12 @@ type benchWindow struct {
 	Name string `json:"name,omitempty"`
 	// Start and End are seconds since the start of the measured window,
 	// as the runner closed the windows.
-	Start      float64       `json:"start_s"`
-	End        float64       `json:"end_s"`
-	Ops        uint64        `json:"ops"`
-	Errors     uint64        `json:"errors"`
-	Throughput float64       `json:"throughput"`
-	Mean       time.Duration `json:"mean_ns"`
-	P50        time.Duration `json:"p50_ns"`
-	P90        time.Duration `json:"p90_ns"`
-	P99        time.Duration `json:"p99_ns"`
-	Max        time.Duration `json:"max_ns"`
+	Start      float64 `json:"start_s"`
+	End        float64 `json:"end_s"`
+	Ops        uint64  `json:"ops"`
+	Errors     uint64  `json:"errors"`
+	Throughput float64 `json:"throughput"`
+	latencies
 	// ServerSide is the fraction of meganode hops done server-side, -1
 	// without hops.
 	ServerSide float64 `json:"server_side_fraction"`
@@ -158,7 +154,7 @@ func (s *windowSeries) closeWindow(si int, workers []*benchWorker, at time.Time,
 	win := benchWindow{
 		Start: s.lastAt.Sub(start).Seconds(), End: at.Sub(start).Seconds(),
 		Ops: h.n, Errors: errs, ServerSide: -1,
-		Mean: h.mean(), P50: h.quantile(0.50), P90: h.quantile(0.90), P99: h.quantile(0.99), Max: time.Duration(h.max),
+		latencies: h.latencies(),
 	}
 	if i := len(s.out); i < len(s.names) {
 		win.Name = s.names[i]

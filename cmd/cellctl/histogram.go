@@ -78,6 +78,11 @@ func (h *histogram) quantile(q float64) time.Duration {
 	return time.Duration(h.max)
 }
 
+// latencies returns the histogram's mean, quantiles and max.
+func (h *histogram) latencies() latencies {
+	return latencies{Mean: h.mean(), P50: h.quantile(0.50), P90: h.quantile(0.90), P99: h.quantile(0.99), Max: time.Duration(h.max)}
+}
+
 func (h *histogram) mean() time.Duration {
 	if h.n == 0 {
 		return 0

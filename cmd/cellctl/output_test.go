@@ -122,12 +122,12 @@ func TestBenchOutput(t *testing.T) {
 	r := benchResult{
 		Params: benchParams{Mode: "adaptive", Provider: "shm", Clients: 2, InFlight: 4, Conns: 1, Duration: time.Second,
 			Warmup: time.Second, Keys: 100, Cache: "off", Workload: "get", ValueSize: 64, ServerPID: 1},
-		Ops: 12345, Errors: 1, Throughput: 12345, Mean: 30 * time.Microsecond, P50: 20 * time.Microsecond, P99: 2 * time.Millisecond,
+		Ops: 12345, Errors: 1, Throughput: 12345, latencies: latencies{Mean: 30 * time.Microsecond, P50: 20 * time.Microsecond, P99: 2 * time.Millisecond},
 		ServerHops: 1, ClientHops: 3, ServerSide: 0.25, Retries: map[string]uint64{"torn": 2, "crc": 0, "invalid": 1},
 		ServerCPUPerOp: ptr(1.5), ClientCPUPerOp: 10, M: 3.5, FirstError: "cell: unavailable:\nboom",
-		ByOp: map[string]opResult{"get": {Ops: 12000, P50: 19 * time.Microsecond, P99: time.Millisecond, Mean: 25 * time.Microsecond},
-			"put": {Ops: 345, Errors: 1, P50: 40 * time.Microsecond, P99: 3 * time.Millisecond, Mean: 50 * time.Microsecond}},
-		PhaseResults: []benchWindow{{Name: "base", End: 1, Ops: 12345, Throughput: 12345, P50: 20 * time.Microsecond, ServerSide: 0.25}},
+		ByOp: map[string]opResult{"get": {Ops: 12000, latencies: latencies{P50: 19 * time.Microsecond, P99: time.Millisecond, Mean: 25 * time.Microsecond}},
+			"put": {Ops: 345, Errors: 1, latencies: latencies{P50: 40 * time.Microsecond, P99: 3 * time.Millisecond, Mean: 50 * time.Microsecond}}},
+		PhaseResults: []benchWindow{{Name: "base", End: 1, Ops: 12345, Throughput: 12345, latencies: latencies{P50: 20 * time.Microsecond}, ServerSide: 0.25}},
 	}
 	out := squeeze(render(t, benchTables(r)))
 	for _, want := range []string{
