@@ -137,6 +137,9 @@ func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 		args = append(args, "--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer)
 	}
 	s.cmd = exec.Command(bins.cellserver, args...)
+	// A test binary that dies (a -timeout panic skips every cleanup)
+	// takes its servers with it.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
 	s.cmd.Env = os.Environ()
 	if err := s.cmd.Start(); err != nil {
@@ -250,6 +253,11 @@ func (s *cellServer) kill() {
 	s.stopped.Store(true)
 	_ = s.cmd.Process.Kill()
 	<-s.exited
+	// A killed server cannot remove its shm registration table.
+	files, _ := filepath.Glob(fmt.Sprintf("/dev/shm/cell-rdma-%d-*", s.cmd.Process.Pid))
+	for _, f := range files {
+		_ = os.Remove(f)
+	}
 }
 
 // clientConfig is a client configuration for the server's cluster.
