@@ -3,8 +3,6 @@ package blink
 import (
 	"bytes"
 	"fmt"
-
-	"github.com/cellstore/cell/internal/atomicmem"
 )
 
 // Meganode split primitives (paper §2.2, DESIGN §4; the protocol is in
@@ -285,21 +283,18 @@ func (t *Tree) frozenEntries(from []byte, maxLeaves, maxBytes int, values bool, 
 
 // copyValueLocked appends the value of the record at ext (l bytes, CRC
 // crc, key key) to arena and returns it (aliasing arena's new tail).
-// REQUIRES: t.mu held (the record cannot change under the writer's lock).
+// REQUIRES: t.mu held (the record cannot change under the writer's lock,
+// so a record that does not check out is corrupt).
 func (t *Tree) copyValueLocked(arena []byte, ext Ptr, l int, crc uint64, key []byte) (value, grown []byte, err error) {
-	off := ext.Offset()
-	if ext.Region() != t.region || off%8 != 0 || l < extentHeader || off+uint64(roundUp8(l)) > uint64(len(t.mem)) {
-		return nil, arena, fmt.Errorf("record %v of %d bytes for %q outside region %d: %w", ext, l, key, t.region, ErrCorruption)
-	}
-	rec := atomicmem.Alloc(roundUp8(l))
-	atomicmem.LoadTo(rec, t.mem[off:off+uint64(roundUp8(l))])
-	k, v, err := DecodeExtent(rec[:l], crc)
-	if err != nil || !bytes.Equal(k, key) {
-		return nil, arena, fmt.Errorf("record %v for %q: key %q, %v: %w", ext, key, k, err, ErrCorruption)
-	}
 	start := len(arena)
-	arena = append(arena, v...)
-	return arena[start:len(arena):len(arena)], arena, nil
+	grown, ok, err := t.loadRecord(arena, ext, l, key, recordCheck{crc: crc})
+	if err == nil && !ok {
+		err = fmt.Errorf("record %v for %q does not match its leaf entry: %w", ext, key, ErrCorruption)
+	}
+	if err != nil {
+		return nil, arena, err
+	}
+	return grown[start:len(grown):len(grown)], grown, nil
 }
 
 // AppendEntries inserts entries into the target of a split (BeginCopy),
