@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -216,6 +217,42 @@ func decodeSplitBody(v []byte) (splitBody, error) {
 		return splitBody{}, fmt.Errorf("server: link record with a %d-byte root: %w", len(b.Cursor), ErrBadRecord)
 	}
 	return b, nil
+}
+
+// appendRootEntries appends the entries of a root record's body (the
+// cursor field): each [key length u32][key][child Ptr u64].
+func appendRootEntries(dst []byte, ents []levelEntry) []byte {
+	for _, e := range ents {
+		dst = le.AppendUint32(dst, uint32(len(e.key)))
+		dst = append(dst, e.key...)
+		dst = le.AppendUint64(dst, uint64(e.ptr))
+	}
+	return dst
+}
+
+// decodeRootEntries decodes a root record's entries: at least one, keys
+// non-empty and ascending, children not nil. Keys alias body.
+func decodeRootEntries(body []byte) ([]levelEntry, error) {
+	var ents []levelEntry
+	for len(body) > 0 {
+		if len(body) < 4 {
+			return nil, fmt.Errorf("server: root record entries truncated: %w", ErrBadRecord)
+		}
+		n := uint64(le.Uint32(body))
+		if n == 0 || uint64(len(body)) < 4+n+8 {
+			return nil, fmt.Errorf("server: root record entry of %d bytes in %d: %w", n, len(body), ErrBadRecord)
+		}
+		e := levelEntry{key: body[4 : 4+n], ptr: blink.Ptr(le.Uint64(body[4+n:]))}
+		if e.ptr.IsNil() || len(ents) > 0 && bytes.Compare(ents[len(ents)-1].key, e.key) >= 0 {
+			return nil, fmt.Errorf("server: root record entry %q → %v out of order: %w", e.key, e.ptr, ErrBadRecord)
+		}
+		ents = append(ents, e)
+		body = body[4+n+8:]
+	}
+	if len(ents) == 0 {
+		return nil, fmt.Errorf("server: root record without entries: %w", ErrBadRecord)
+	}
+	return ents, nil
 }
 
 // writeRecord is a decoded write record; Key and Value alias the record.

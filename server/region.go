@@ -67,14 +67,17 @@ func (s *Server) addMeganodeLocked(m *meganode.Meganode) error {
 	return nil
 }
 
-// removeMeganodeLocked unpublishes slot. REQUIRES: s.megaMu held.
-func (s *Server) removeMeganodeLocked(slot int) {
+// dropMeganode unpublishes the meganode of slot and frees the slot.
+func (s *Server) dropMeganode(slot int) error {
+	s.megaMu.Lock()
+	defer s.megaMu.Unlock()
 	old := s.megas.Load()
 	bySlot := append([]*localMeganode(nil), old.bySlot...)
 	if slot < len(bySlot) {
 		bySlot[slot] = nil
 	}
 	s.megas.Store(&meganodeTable{bySlot: bySlot})
+	return s.region.FreeMeganode(slot)
 }
 
 // treeOptions are the run-time options of the region's trees.
@@ -275,11 +278,7 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 			return nil
 		}
 		// Lost the race (or etcd failed): take the meganode back.
-		s.megaMu.Lock()
-		s.removeMeganodeLocked(m.Slot())
-		ferr := s.region.FreeMeganode(m.Slot())
-		s.megaMu.Unlock()
-		if ferr != nil {
+		if ferr := s.dropMeganode(m.Slot()); ferr != nil {
 			return fmt.Errorf("server: free the unused root meganode: %w", ferr)
 		}
 		if !errors.Is(err, regiontable.ErrConflict) {

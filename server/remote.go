@@ -554,10 +554,7 @@ func (s *Server) applyTargetLocked(r *writeRecord, b *targetBody) (applyResult, 
 		if err := y.t.DropRecords(); err != nil {
 			return applyResult{}, err
 		}
-		s.megaMu.Lock()
-		defer s.megaMu.Unlock()
-		s.removeMeganodeLocked(y.m.Slot())
-		return applyResult{}, s.region.FreeMeganode(y.m.Slot())
+		return applyResult{}, s.dropMeganode(y.m.Slot())
 	}
 	return applyResult{}, fmt.Errorf("server: target phase %v: %w", b.Phase, ErrBadRecord)
 }

@@ -569,12 +569,7 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 	if err != nil {
 		return err
 	}
-	var body []byte
-	for _, e := range ents {
-		body = le.AppendUint32(body, uint32(len(e.key)))
-		body = append(body, e.key...)
-		body = le.AppendUint64(body, uint64(e.ptr))
-	}
+	body := appendRootEntries(nil, ents)
 	// The root record names a meganode of ours at the old root's level:
 	// the old root when it is here, else the first of that level here.
 	var x *localMeganode
@@ -714,24 +709,9 @@ func (s *Server) startSplitLocked(x *localMeganode, sep []byte, yp blink.Ptr) er
 // left to right, keyed by its min key ("\x00" stands for -inf: leaf
 // entries have non-empty keys, no key is below it).
 func (s *Server) makeRootLocked(x *localMeganode, np blink.Ptr, body []byte) error {
-	var ents []levelEntry
-	for len(body) > 0 {
-		if len(body) < 4 {
-			return fmt.Errorf("server: root record entries truncated: %w", ErrBadRecord)
-		}
-		n := uint64(le.Uint32(body))
-		if n == 0 || uint64(len(body)) < 4+n+8 {
-			return fmt.Errorf("server: root record entry of %d bytes in %d: %w", n, len(body), ErrBadRecord)
-		}
-		e := levelEntry{key: body[4 : 4+n], ptr: blink.Ptr(le.Uint64(body[4+n:]))}
-		if e.ptr.IsNil() || len(ents) > 0 && bytes.Compare(ents[len(ents)-1].key, e.key) >= 0 {
-			return fmt.Errorf("server: root record entry %q → %v out of order: %w", e.key, e.ptr, ErrBadRecord)
-		}
-		ents = append(ents, e)
-		body = body[4+n+8:]
-	}
-	if len(ents) == 0 {
-		return fmt.Errorf("server: root record without entries: %w", ErrBadRecord)
+	ents, err := decodeRootEntries(body)
+	if err != nil {
+		return err
 	}
 	s.newRoot.Store(uint64(np))
 	return s.newMeganodeLocked(np, x.level+1, blink.Full, func(n *blink.Tree) error {
@@ -792,10 +772,7 @@ func (s *Server) abortSplitLocked(x *localMeganode, np blink.Ptr) error {
 		errs = append(errs, x.t.Thaw())
 	}
 	if n != nil {
-		s.megaMu.Lock()
-		s.removeMeganodeLocked(n.m.Slot())
-		errs = append(errs, s.region.FreeMeganode(n.m.Slot()))
-		s.megaMu.Unlock()
+		errs = append(errs, s.dropMeganode(n.m.Slot()))
 	}
 	return errors.Join(errs...)
 }
