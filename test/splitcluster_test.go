@@ -20,13 +20,6 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// startCellCluster starts an etcd and n cellservers joined to it
-// (startCluster) and returns the servers.
-func startCellCluster(t *testing.T, n int, o serverOptions) []*cellServer {
-	t.Helper()
-	return startCluster(t, n, o).servers
-}
-
 // growKey is the i-th key of the growing writers: long, so that leaves
 // hold few of them and tiny meganodes split often, and scattered.
 func growKey(i int) string {
@@ -76,7 +69,7 @@ func (a *ackedSet) wasAttempted(k string) bool {
 // exactly the keys they must, in order; per-key histories recorded
 // meanwhile are checked for linearizability with porcupine.
 func TestClusterSplits(t *testing.T) {
-	srvs := startCellCluster(t, 3, serverOptions{cores: 1, regionSize: "32MiB", meganodeSize: "128KiB"})
+	srvs := startCluster(t, 3, serverOptions{cores: 1, regionSize: "32MiB", meganodeSize: "128KiB"}).servers
 	growers, target := 4, 24000
 	if testing.Short() {
 		target = 16000
@@ -207,20 +200,11 @@ func TestClusterSplits(t *testing.T) {
 	}
 	levels := map[uint16]int{}
 	for _, s := range srvs {
-		var rep wire.MetadataReply
-		c := dialWire(t, s)
-		f, err := c.CallMessage(ctx, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rep.Decode(f.Body); err != nil {
-			t.Fatal(err)
-		}
+		rep := metadata(t, s)
 		for _, mn := range rep.Meganodes {
 			levels[mn.Level]++
 		}
 		t.Logf("%s: %d meganodes", s.id, len(rep.Meganodes))
-		f.Release()
 	}
 	t.Logf("%d keys, %v splits (%v remote), meganodes by level %v", len(acked), done, remote, levels)
 	if done < 50 || remote < 1 || levels[1] < 1 {
@@ -268,26 +252,31 @@ func checkScan(ctx context.Context, c *client.Client, set *ackedSet, rng *rand.R
 	return nil
 }
 
-// scanKeys returns the keys of [start, end), page by page.
+// scanKeys returns the keys of [start, end) through the client's Scan.
 func scanKeys(ctx context.Context, c *client.Client, start, end []byte, reverse bool) ([]string, error) {
 	var out []string
-	for {
-		pairs, resume, err := c.Range(ctx, start, end, client.RangeOptions{Limit: 500, Reverse: reverse, KeysOnly: true})
-		if err != nil {
-			return out, err
-		}
-		for _, kv := range pairs {
-			out = append(out, string(kv.Key))
-		}
-		if resume == nil {
-			return out, nil
-		}
-		if reverse {
-			end = resume
-		} else {
-			start = resume
-		}
+	seq, errf := c.Scan(ctx, start, end, client.RangeOptions{Reverse: reverse, KeysOnly: true})
+	for k := range seq {
+		out = append(out, string(k))
 	}
+	return out, errf()
+}
+
+// metadata asks a server to describe itself and its meganodes. The reply's
+// byte fields alias the frame, which is left to the garbage collector.
+func metadata(t *testing.T, s *cellServer) wire.MetadataReply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f, err := dialWire(t, s).CallMessage(ctx, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep wire.MetadataReply
+	if err := rep.Decode(f.Body); err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
 
 // TestClusterKillServer: three servers share a tree grown through remote
@@ -297,7 +286,7 @@ func scanKeys(ctx context.Context, c *client.Client, start, end []byte, reverse 
 // key is still read and written, by the clients that saw the kill and by
 // a new one.
 func TestClusterKillServer(t *testing.T) {
-	srvs := startCellCluster(t, 3, serverOptions{cores: 1, regionSize: "32MiB", meganodeSize: "128KiB"})
+	srvs := startCluster(t, 3, serverOptions{cores: 1, regionSize: "32MiB", meganodeSize: "128KiB"}).servers
 	c := srvs[0].newClient(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -315,15 +304,7 @@ func TestClusterKillServer(t *testing.T) {
 	var root uint32
 	leaves := map[*cellServer]int{}
 	for _, s := range srvs {
-		var rep wire.MetadataReply
-		conn := dialWire(t, s)
-		f, err := conn.CallMessage(ctx, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := rep.Decode(f.Body); err != nil {
-			t.Fatal(err)
-		}
+		rep := metadata(t, s)
 		root = rep.Root.Region()
 		for _, mn := range rep.Meganodes {
 			if mn.Level == 0 {
@@ -333,7 +314,6 @@ func TestClusterKillServer(t *testing.T) {
 		if rep.Regions[0].ID != root && leaves[s] > 0 && victim == nil {
 			victim = s
 		}
-		f.Release()
 	}
 	if victim == nil {
 		t.Fatalf("no server holds leaves without the root: leaves %v", leaves)
