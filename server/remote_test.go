@@ -94,18 +94,25 @@ func TestRemoteSplit(t *testing.T) {
 		}
 	}
 	slices.Sort(keys)
-	for _, mode := range []string{"server", "client"} {
-		c := newClient(t, store, mode)
+	mustReadAll(t, "at rest", map[string]*client.Client{"server": newClient(t, store, "server"), "client": newClient(t, store, "client")}, keys)
+}
+
+// mustReadAll gets every key through every client (its value is "v" and
+// the key) and scans the whole key space both ways: exactly keys (sorted).
+func mustReadAll(t *testing.T, step string, clients map[string]*client.Client, keys []string) {
+	t.Helper()
+	ctx := ctxT(t)
+	for mode, c := range clients {
 		for _, k := range keys {
 			v, err := c.Get(ctx, []byte(k))
 			if err != nil || string(v) != "v"+k {
-				t.Fatalf("%s: get %q = %q, %v", mode, k, v, err)
+				t.Fatalf("%s: %s get %q = %q, %v", step, mode, k, v, err)
 			}
 		}
 		for _, rev := range []bool{false, true} {
-			pairs, _, err := c.Range(ctx, nil, nil, client.RangeOptions{Reverse: rev})
+			pairs, _, err := c.Range(ctx, nil, nil, client.RangeOptions{Reverse: rev, KeysOnly: true})
 			if err != nil {
-				t.Fatalf("%s: range: %v", mode, err)
+				t.Fatalf("%s: %s range: %v", step, mode, err)
 			}
 			var got []string
 			for _, kv := range pairs {
@@ -115,7 +122,7 @@ func TestRemoteSplit(t *testing.T) {
 				slices.Reverse(got)
 			}
 			if !slices.Equal(got, keys) {
-				t.Fatalf("%s: range (reverse %v) returned %d keys, want %d", mode, rev, len(got), len(keys))
+				t.Fatalf("%s: %s range (reverse %v): %d keys, want %d", step, mode, rev, len(got), len(keys))
 			}
 		}
 	}
@@ -194,30 +201,7 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 	ctx := ctxT(t)
 	check := func(step string) {
 		t.Helper()
-		for mode, rc := range readers {
-			for _, k := range keys {
-				v, err := rc.Get(ctx, []byte(k))
-				if err != nil || string(v) != "v"+k {
-					t.Fatalf("%s: %s get %q = %q, %v", step, mode, k, v, err)
-				}
-			}
-			for _, rev := range []bool{false, true} {
-				pairs, _, err := rc.Range(ctx, nil, nil, client.RangeOptions{Reverse: rev, KeysOnly: true})
-				if err != nil {
-					t.Fatalf("%s: %s range: %v", step, mode, err)
-				}
-				var got []string
-				for _, kv := range pairs {
-					got = append(got, string(kv.Key))
-				}
-				if rev {
-					slices.Reverse(got)
-				}
-				if !slices.Equal(got, keys) {
-					t.Fatalf("%s: %s range (reverse %v): %d keys, want %d", step, mode, rev, len(got), len(keys))
-				}
-			}
-		}
+		mustReadAll(t, step, readers, keys)
 	}
 
 	p := pauseSplits(t)
