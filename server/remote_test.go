@@ -228,14 +228,7 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 			}
 		case FailpointSplitInvalidated:
 			// X's old right half is gone and Y thawed: the put lands in Y.
-			select {
-			case err := <-blocked:
-				if err != nil {
-					t.Fatalf("put %q after the split: %v", blockedKey, err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatalf("put %q still waits after the split let go of its range", blockedKey)
-			}
+			awaitPut(t, blocked, blockedKey)
 			keys = append(keys, blockedKey)
 			y := srvs[1].megas.Load()
 			found := false

@@ -286,6 +286,20 @@ func pauseSplits(t *testing.T) *splitPauses {
 	return p
 }
 
+// awaitPut waits for the put of key that a split's freeze held back: it
+// must return, and succeed, once the split let go of the key's range.
+func awaitPut(t *testing.T, blocked <-chan error, key string) {
+	t.Helper()
+	select {
+	case err := <-blocked:
+		if err != nil {
+			t.Fatalf("put %q after the split: %v", key, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("put %q still waits after the split let go of its range", key)
+	}
+}
+
 func (p *splitPauses) wait(t *testing.T, want string) {
 	t.Helper()
 	select {
@@ -387,14 +401,7 @@ func TestSplitFailpoints(t *testing.T) {
 			t.Logf("round %d: paused at %s (sep %q)", round, step, sep)
 			if step == FailpointSplitInvalidated {
 				// X and Y are thawed: the waiting put lands in Y.
-				select {
-				case err := <-blocked:
-					if err != nil {
-						t.Fatalf("put %q after the split: %v", blockedKey, err)
-					}
-				case <-time.After(20 * time.Second):
-					t.Fatalf("put %q still waits after the split let go of its range", blockedKey)
-				}
+				awaitPut(t, blocked, blockedKey)
 				if v, err := y.t.Get([]byte(blockedKey), nil); err != nil || string(v) != "v"+blockedKey {
 					t.Fatalf("put %q not in Y: %q %v", blockedKey, v, err)
 				}
