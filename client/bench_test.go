@@ -18,12 +18,7 @@ import (
 //	go test -run '^$' -bench BenchmarkGet -benchmem ./client/
 func BenchmarkGet(b *testing.B) {
 	const benchKeys = 10000
-	rc := startReal(b, 1, func(o *cellserver.Options) {
-		o.NodeSize, o.MeganodeSize, o.RegionSize = 1024, 16<<20, 64<<20
-	})
-	load := realConfig(b, rc)
-	load.Mode = locality.Mode{Kind: locality.ServerOnly}
-	mustPut(b, mustClient(b, load), benchKeys)
+	rc := startBenchServer(b, benchKeys)
 	for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}} {
 		for _, provider := range []string{ProviderTCP, ProviderSHM} {
 			b.Run("mode="+mode.String()+"/provider="+provider, func(b *testing.B) {
@@ -65,12 +60,7 @@ func BenchmarkGet(b *testing.B) {
 // one vector read of the records per leaf).
 func BenchmarkScan(b *testing.B) {
 	const benchKeys = 10000
-	rc := startReal(b, 1, func(o *cellserver.Options) {
-		o.NodeSize, o.MeganodeSize, o.RegionSize = 1024, 16<<20, 64<<20
-	})
-	load := realConfig(b, rc)
-	load.Mode = locality.Mode{Kind: locality.ServerOnly}
-	mustPut(b, mustClient(b, load), benchKeys)
+	rc := startBenchServer(b, benchKeys)
 	for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}} {
 		for _, provider := range []string{ProviderTCP, ProviderSHM} {
 			b.Run("mode="+mode.String()+"/provider="+provider, func(b *testing.B) {
@@ -91,4 +81,16 @@ func BenchmarkScan(b *testing.B) {
 			})
 		}
 	}
+}
+
+// startBenchServer starts one server holding one 16 MiB meganode of 1 KiB
+// nodes and stores n keys in it.
+func startBenchServer(b *testing.B, n int) *realCluster {
+	rc := startReal(b, 1, func(o *cellserver.Options) {
+		o.NodeSize, o.MeganodeSize, o.RegionSize = 1024, 16<<20, 64<<20
+	})
+	load := realConfig(b, rc)
+	load.Mode = locality.Mode{Kind: locality.ServerOnly}
+	mustPut(b, mustClient(b, load), n)
+	return rc
 }
