@@ -70,6 +70,18 @@ func testOptions(t testing.TB, store regiontable.Store) Options {
 // missing) and closes it at cleanup.
 func startServer(t testing.TB, opts Options) *Server {
 	t.Helper()
+	s := startUnclosed(t, opts)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+// startUnclosed starts a server with opts that the test closes itself.
+func startUnclosed(t testing.TB, opts Options) *Server {
+	t.Helper()
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -79,11 +91,6 @@ func startServer(t testing.TB, opts Options) *Server {
 	if err := s.Start(ctx); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
 	return s
 }
 

@@ -111,13 +111,7 @@ func TestRestartAfterCleanShutdown(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
 	opts := testOptions(t, store)
-	s1, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s1.Start(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	s1 := startUnclosed(t, opts)
 	c := dial(t, s1)
 	for _, k := range []string{"a", "b", "c"} {
 		put(t, c, k, "v-"+k)
@@ -149,7 +143,7 @@ func TestRestartAfterCleanShutdown(t *testing.T) {
 		t.Fatalf("table epoch %d, want 2", e.Epoch)
 	}
 	// A request with the first run's epoch is refused.
-	_, err = call(t, c2, wire.OpGet, &wire.GetRequest{Key: []byte("a"), Epoch: 1}, &wire.GetReply{})
+	_, err := call(t, c2, wire.OpGet, &wire.GetRequest{Key: []byte("a"), Epoch: 1}, &wire.GetReply{})
 	wantStatus(t, err, wire.StatusStaleEpoch)
 }
 
@@ -159,13 +153,7 @@ func TestRestartAfterUncleanStop(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
 	opts := testOptions(t, store)
-	s1, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s1.Start(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	s1 := startUnclosed(t, opts)
 	put(t, dial(t, s1), "lost", "v")
 	id := s1.RegionID()
 	oldPath := s1.region.Path()
@@ -199,13 +187,7 @@ func TestRestartUncleanRegionGivenAway(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
 	opts := testOptions(t, store)
-	s1, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s1.Start(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	s1 := startUnclosed(t, opts)
 	id := s1.RegionID()
 	if err := s1.Close(); err != nil {
 		t.Fatal(err)

@@ -749,13 +749,7 @@ func TestSplitTreeSurvivesRestart(t *testing.T) {
 	defer store.Close()
 	opts := testOptions(t, store)
 	opts.MeganodeSize = 32 << 10
-	s1, err := New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s1.Start(ctxT(t)); err != nil {
-		t.Fatal(err)
-	}
+	s1 := startUnclosed(t, opts)
 	c := dial(t, s1)
 	var keys []string
 	for i := 0; i < 1500; i++ {
