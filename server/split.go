@@ -126,10 +126,9 @@ func (s *Server) splitLoop() {
 // parent yet (the parent's server was down or kept splitting): the split
 // loop inserts it later and then ends the split. Guarded by splitMu.
 type pendingSep struct {
-	x     *localMeganode
-	level int
-	sep   []byte
-	y     blink.Ptr
+	x   *localMeganode
+	sep []byte
+	y   blink.Ptr
 }
 
 // retrySeparators tries the pending separators once each.
@@ -138,7 +137,7 @@ func (s *Server) retrySeparators() {
 	defer s.splitMu.Unlock()
 	left := s.pendingSeps[:0]
 	for _, p := range s.pendingSeps {
-		if err := s.insertSeparatorLocked(p.level, p.sep, p.y, 0); err != nil {
+		if err := s.insertSeparatorLocked(p.x.level, p.sep, p.y, 0); err != nil {
 			left = append(left, p)
 			continue
 		}
@@ -313,7 +312,7 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err err
 		// tries again until the parent takes it.
 		s.log.Warn("server: separator not inserted yet; retrying in the background", slog.String("meganode", x.m.Ptr().String()),
 			slog.String("new", yp.String()), slog.Any("err", err))
-		s.pendingSeps = append(s.pendingSeps, pendingSep{x: x, level: x.level, sep: bytes.Clone(sep), y: yp})
+		s.pendingSeps = append(s.pendingSeps, pendingSep{x: x, sep: bytes.Clone(sep), y: yp})
 		return yp, nil
 	}
 	s.failpointAfterLink(FailpointSplitParent)
