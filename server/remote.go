@@ -131,9 +131,8 @@ func (s *Server) hostOf(id uint32) (regiontable.Member, regiontable.Region, erro
 
 // splitTarget is the other server's side of a remote split in progress.
 type splitTarget struct {
-	peer   regiontable.Member
-	region regiontable.Region
-	ptr    blink.Ptr // Y's header
+	peer regiontable.Member
+	ptr  blink.Ptr // Y's header
 }
 
 // placeSplit returns the server to put a new meganode on, nil for this
@@ -219,7 +218,7 @@ func (s *Server) beginRemoteTarget(x *localMeganode, sep []byte, peer *regiontab
 	if rep.Meganode.Region() != region.ID {
 		return nil, fmt.Errorf("server: split target %v is not in %s's region %d: %w", rep.Meganode, peer.ID, region.ID, blink.ErrCorruption)
 	}
-	return &splitTarget{peer: *peer, region: region, ptr: rep.Meganode}, nil
+	return &splitTarget{peer: *peer, ptr: rep.Meganode}, nil
 }
 
 // copyRemote copies x's frozen right half from sep on into the remote
