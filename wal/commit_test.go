@@ -1,0 +1,160 @@
+package wal
+
+import (
+	"errors"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/hashicorp/raft"
+)
+
+// TestGroupCommit holds the first commit's WAL fsync until eight writers
+// of other regions have queued behind it, and checks that those eight
+// then share one commit (and one fsync).
+func TestGroupCommit(t *testing.T) {
+	var armed atomic.Bool
+	blocked, release := make(chan struct{}), make(chan struct{})
+	hook := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) &&
+			strings.HasSuffix(op.Path, ".log") && armed.CompareAndSwap(true, false) {
+			close(blocked)
+			<-release
+		}
+		return nil
+	})
+	db := mustOpen(t, errorfs.Wrap(vfs.NewMem(), hook), "db")
+	before := db.Metrics()
+	armed.Store(true)
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 9)
+	write := func(r uint32) {
+		defer wg.Done()
+		errc <- db.Log(r).StoreLog(genEntry(r, 1, 1))
+	}
+	wg.Add(1)
+	go write(1)
+	<-blocked // region 1's commit is in its fsync
+	for r := uint32(2); r <= 9; r++ {
+		wg.Add(1)
+		go write(r)
+	}
+	for {
+		db.cq.mu.Lock()
+		n := len(db.cq.mu.queue)
+		db.cq.mu.Unlock()
+		if n == 8 {
+			break
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	after := db.Metrics()
+	if w, c := after.Writes-before.Writes, after.Commits-before.Commits; w != 9 || c != 2 {
+		t.Fatalf("9 writes took %d writes in %d commits, want 9 in 2 (one alone, then a group of 8)", w, c)
+	}
+	if s := after.WALSyncs - before.WALSyncs; s > 2 {
+		t.Fatalf("2 commits took %d WAL syncs", s)
+	}
+	for r := uint32(1); r <= 9; r++ {
+		mustState(t, db, r, regionState{first: 1, last: 1, terms: []uint64{1}})
+	}
+}
+
+// TestReadsDuringWrites: readers racing with appends, prefix deletions and
+// suffix overwrites of the same region see a valid entry or
+// raft.ErrLogNotFound, never a corruption (deletions hide their entries
+// before they commit). WAL syncs are slowed down to widen the window in
+// which pebble shows a write whose sync is still running.
+func TestReadsDuringWrites(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	slow := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) && strings.HasSuffix(op.Path, ".log") {
+			time.Sleep(200 * time.Microsecond)
+		}
+		return nil
+	})
+	db := mustOpen(t, errorfs.Wrap(vfs.NewMem(), slow), "db")
+	const r = 11
+	ls := db.Log(r)
+	if err := ls.StoreLogs(genEntries(r, 1, 20, 1)); err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Bool
+	var reads, found atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	for g := 0; g < 2; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(g)))
+			for !stop.Load() {
+				first, err1 := ls.FirstIndex()
+				last, err2 := ls.LastIndex()
+				if err := errors.Join(err1, err2); err != nil {
+					errc <- err
+					return
+				}
+				if last < first {
+					continue // bounds read across a write
+				}
+				i := first + uint64(rng.IntN(int(last-first+1)))
+				var l raft.Log
+				err := ls.GetLog(i, &l)
+				reads.Add(1)
+				switch {
+				case err == raft.ErrLogNotFound:
+				case err != nil:
+					errc <- err
+					return
+				default:
+					found.Add(1)
+					if d := sameLog(&l, genEntry(r, i, l.Term)); d != "" {
+						errc <- errors.New(d)
+						return
+					}
+				}
+			}
+		}()
+	}
+	rng := rand.New(rand.NewPCG(seed, 99))
+	model := regionState{first: 1, last: 20}
+	for i := 0; i < 20; i++ {
+		model.terms = append(model.terms, 1)
+	}
+	term := uint64(1)
+	for n := 0; n < 200; n++ {
+		o := randomOp(rng, r, model.clone(), &term)
+		if strings.Contains(o.desc, "Set") || strings.Contains(o.desc, "Drop") {
+			continue
+		}
+		if err := o.do(db); err != nil {
+			t.Fatal(err)
+		}
+		o.apply(&model)
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
+	}
+	t.Logf("%d reads, %d found", reads.Load(), found.Load())
+}
