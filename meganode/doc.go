@@ -109,6 +109,27 @@
 // meganode trees, extents and Bytes, which would fault rather than fail.
 // After Close, the Region's and Extents' methods return ErrClosed.
 //
+// # Images
+//
+// A region image is what raft ships as the region's snapshot (image.go
+// draws the format): a 48-byte header with the region's ID and layout
+// inputs, then runs of consecutive non-zero 4 KiB pages (each framed with
+// its offset, length and a CRC-32C, at most 1 MiB), then an end run with a
+// trailer counting runs and bytes. Region.WriteImage writes one; the
+// caller excludes writers (the apply lock), readers may run on. It reads
+// only what may hold data: on tmpfs and plain files it asks lseek
+// (SEEK_DATA, SEEK_HOLE) for the file's data ranges, so a mostly empty
+// 1 GiB region is imaged without faulting its holes in (with read-ahead
+// off on a plain file's mapping meanwhile); hugetlbfs has no such answer
+// and is read whole. All-zero pages are left out. RestoreImage creates a
+// region file as Create does (opts pick the backing and name; the layout
+// comes from the image and must agree with the sizes opts set, and the ID
+// must be opts.ID, else ErrImageMismatch), writes the runs into it, and
+// validates it as Open does. The result equals the imaged region byte for
+// byte, so it allocates exactly as the original would next. A truncated
+// or damaged image fails with ErrCorruption and leaves no file. Decoding
+// checks every frame against the region before using it and is fuzzed.
+//
 // # What survives a reopen
 //
 // Everything is in the file: the header (layout, root pointer, slot

@@ -36,4 +36,8 @@ var (
 	// that does not match the block (double free, wild pointer). The free
 	// is ignored: leaking a block is safer than corrupting the free lists.
 	ErrBadFree = errors.New("meganode: bad extent free")
+	// ErrImageMismatch: RestoreImage was given an image of another region
+	// (ID) or of another layout than its options ask for. The image may be
+	// sound; it is not the one wanted.
+	ErrImageMismatch = errors.New("meganode: image does not match the options")
 )

@@ -285,3 +285,64 @@ func (m *mapping) sync() error {
 	}
 	return nil
 }
+
+// nextData is the nextDataFunc of the region file: it asks the file system
+// where its data is (lseek SEEK_DATA, SEEK_HOLE), so that WriteImage reads
+// no hole. Reading a hole through the shared mapping would allocate a page
+// for it (tmpfs) or cache one (plain file). REQUIRES: the region is open.
+func (m *mapping) nextData(off, size uint64) (uint64, uint64, bool) {
+	fd := int(m.file.Fd())
+	return seekData(func(off int64, whence int) (int64, error) { return unix.Seek(fd, off, whence) }, off, size)
+}
+
+// seekData implements nextData over seek, lseek(2) on the region file.
+// Only ENXIO from SEEK_DATA ("no data at or after off") is trusted to skip
+// the rest; any other failure (EINVAL where the file system has no
+// SEEK_DATA) returns everything from off on, which is always correct. File
+// systems without real support (hugetlbfs uses default_llseek) report the
+// whole file as data, so every page is read there.
+func seekData(seek func(off int64, whence int) (int64, error), off, size uint64) (uint64, uint64, bool) {
+	if off >= size {
+		return 0, 0, false
+	}
+	d, err := seek(int64(off), unix.SEEK_DATA)
+	switch {
+	case errors.Is(err, unix.ENXIO):
+		return 0, 0, false
+	case err != nil || d < int64(off):
+		return off, size, true
+	case uint64(d) >= size:
+		// Data only past the region (the huge page rounding of the file).
+		return 0, 0, false
+	}
+	h, err := seek(d, unix.SEEK_HOLE)
+	if err != nil || h <= d {
+		return uint64(d), size, true
+	}
+	return uint64(d), min(uint64(h), size), true
+}
+
+// adviseScan turns read-ahead off on a plain file's mapping (MADV_RANDOM)
+// while WriteImage reads it (or RestoreImage writes it), and returns the
+// function that turns it back on once no WriteImage runs. Read-ahead
+// around the scan's faults would cache pages of the file's holes, which
+// SEEK_DATA then reports as data: the scan would chain through the whole
+// file. tmpfs and hugetlbfs faults read nothing ahead. Advice is a hint:
+// failures are ignored.
+func (m *mapping) adviseScan() func() {
+	if m.backing != BackingFile {
+		return func() {}
+	}
+	m.scans.Lock()
+	defer m.scans.Unlock()
+	if m.scans.n++; m.scans.n == 1 {
+		_ = unix.Madvise(m.data, unix.MADV_RANDOM)
+	}
+	return func() {
+		m.scans.Lock()
+		defer m.scans.Unlock()
+		if m.scans.n--; m.scans.n == 0 {
+			_ = unix.Madvise(m.data, unix.MADV_NORMAL)
+		}
+	}
+}

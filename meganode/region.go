@@ -20,6 +20,13 @@ type mapping struct {
 	hugePageSize uint64   // the huge page size on hugetlbfs, else 0
 	file         *os.File // held open (and flock'ed) until close
 	data         []byte   // the whole mapping, possibly longer than the region
+
+	// scans counts the WriteImage calls running, which turn read-ahead
+	// off on a plain file's mapping (adviseScan).
+	scans struct {
+		sync.Mutex
+		n int
+	}
 }
 
 // Region is one region: a file of whole meganodes and an extent area,
@@ -230,7 +237,8 @@ func (r *Region) Check() error {
 
 // Close unmaps the region and releases its file; later calls on the region
 // (and its extents) return ErrClosed. REQUIRES: no meganode tree, extent or
-// Bytes of the region is in use. Closing twice is a no-op.
+// Bytes of the region is in use, and no WriteImage runs. Closing twice is a
+// no-op.
 func (r *Region) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

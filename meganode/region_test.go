@@ -56,14 +56,19 @@ func mustCreate(t *testing.T, opts Options) *Region {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cleanupRegion(t, r)
+	return r
+}
+
+// cleanupRegion checks, closes and removes r when the test ends.
+func cleanupRegion(t *testing.T, r *Region) {
 	t.Cleanup(func() {
 		if err := r.Check(); err != nil && !errors.Is(err, ErrClosed) {
-			t.Errorf("region check at cleanup: %v", err)
+			t.Errorf("region %s check at cleanup: %v", r.Path(), err)
 		}
 		_ = r.Close()
 		_ = r.Remove()
 	})
-	return r
 }
 
 func mustOpen(t *testing.T, path string) *Region {
