@@ -128,7 +128,29 @@ func testMembers(t *testing.T, im impl) {
 	if ids := memberIDs(t, s); !reflect.DeepEqual(ids, []string{"srv-a", "srv-b"}) {
 		t.Fatalf("members = %v", ids)
 	}
-	_ = a2.Close(ctx)
+	// EvictMember takes away an entry that is exactly the one named,
+	// and leaves any other alone.
+	other := member("srv-a")
+	other.RPCAddr = "127.0.0.1:9999"
+	if ok, err := s.EvictMember(ctx, other); ok || err != nil {
+		t.Fatalf("EvictMember of a different entry = %v, %v", ok, err)
+	}
+	if ok, err := s.EvictMember(ctx, member("srv-a")); !ok || err != nil {
+		t.Fatalf("EvictMember = %v, %v", ok, err)
+	}
+	select {
+	case <-a2.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the evicted registration's Done is not closed")
+	}
+	if !errors.Is(a2.Err(), regiontable.ErrLeaseLost) {
+		t.Fatalf("evicted registration's Err = %v", a2.Err())
+	}
+	a3 := mustRegister(t, s, member("srv-a"))
+	if ok, err := s.EvictMember(ctx, member("srv-c")); ok || err != nil {
+		t.Fatalf("EvictMember of an absent member = %v, %v", ok, err)
+	}
+	_ = a3.Close(ctx)
 	_ = b.Close(ctx)
 }
 
@@ -251,6 +273,34 @@ func testRegions(t *testing.T, im impl) {
 	}
 	if want := []regiontable.Region{region(3, 1), newer}; !reflect.DeepEqual(rs, want) {
 		t.Fatalf("Regions = %+v, want %+v", rs, want)
+	}
+
+	// DESIGN §8: "A region entry changes only by compare-and-set: a
+	// leader publishes itself with a higher term, never over an equal
+	// one."
+	led := func(host string, term, epoch uint64) regiontable.Region {
+		r := region(9, epoch)
+		r.Host, r.Term, r.Replicas = host, term, []string{"srv-a", "srv-b", "srv-c"}
+		return r
+	}
+	for _, step := range []struct {
+		r  regiontable.Region
+		ok bool
+	}{
+		{led("srv-a", 3, 1), true},
+		{led("srv-a", 3, 2), true},  // the leader again, next epoch
+		{led("srv-b", 3, 3), false}, // another host over an equal term
+		{led("srv-a", 3, 1), false}, // an older epoch of the same term
+		{led("srv-b", 2, 9), false}, // a lower term, whatever its epoch
+		{led("srv-b", 4, 3), true},  // the next leader
+	} {
+		err := s.PutRegion(ctx, step.r)
+		if step.ok != (err == nil) || err != nil && !errors.Is(err, regiontable.ErrStaleEpoch) {
+			t.Fatalf("PutRegion(host %s, term %d, epoch %d) = %v, want ok %v", step.r.Host, step.r.Term, step.r.Epoch, err, step.ok)
+		}
+	}
+	if got, err := s.Region(ctx, 9); err != nil || !reflect.DeepEqual(got, led("srv-b", 4, 3)) {
+		t.Fatalf("Region(9) = %+v, %v", got, err)
 	}
 }
 

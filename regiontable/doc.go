@@ -38,11 +38,14 @@
 //     expires; the caller waits it out). When the lease is lost anyway
 //     (etcd unreachable for longer than the TTL), Registration.Done is
 //     closed and Err says why; the member must register again.
-//   - Regions: PutRegion stores a region's entry unless the table holds
-//     the region with a higher Epoch (ErrStaleEpoch): an epoch only grows,
-//     and the entry with the highest epoch wins. Each new incarnation of a
-//     region (every start of its host, later every leader change) takes
-//     the next epoch. Region and Regions read entries; a missing one is
+//   - Regions: PutRegion stores a region's entry unless the stored one
+//     supersedes it (Region.Supersedes; ErrStaleEpoch): the leader of a
+//     region's raft group publishes itself with its term, a higher term
+//     always wins, and an equal term only for the same host (never
+//     another leader over an equal term); within it, and for entries
+//     without terms, the epoch only grows. Each new incarnation of a
+//     region (every start of its host, every leader change) takes the
+//     next epoch. Region and Regions read entries; a missing one is
 //     ErrNotFound.
 //   - Root: Root returns the root meganode pointer, 0 when the cluster has
 //     none yet. SetRoot(old, new) is a compare-and-set: it succeeds only if

@@ -231,6 +231,47 @@ func (s *Etcd) RegisterMember(ctx context.Context, m Member) (Registration, erro
 	return r, nil
 }
 
+// EvictMember implements Store.
+func (s *Etcd) EvictMember(ctx context.Context, m Member) (bool, error) {
+	if err := validMember(&m); err != nil {
+		return false, err
+	}
+	if s.isClosed() {
+		return false, ErrClosed
+	}
+	val, err := json.Marshal(m)
+	if err != nil {
+		return false, fmt.Errorf("regiontable: encode member %s: %w", m.ID, err)
+	}
+	key := s.key(membersDir + m.ID)
+	get, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return false, s.wrap("read member "+m.ID, err)
+	}
+	if len(get.Kvs) == 0 || string(get.Kvs[0].Value) != string(val) {
+		return false, nil
+	}
+	kv := get.Kvs[0]
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpDelete(key)).
+		Commit()
+	if err != nil {
+		return false, s.wrap("evict member "+m.ID, err)
+	}
+	if !resp.Succeeded {
+		return false, nil
+	}
+	// Its lease goes too, so that a registration still holding it (it
+	// was not dead after all) learns it lost the entry.
+	if kv.Lease != 0 {
+		if _, err := s.cli.Revoke(ctx, clientv3.LeaseID(kv.Lease)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return true, s.wrap("revoke the evicted member's lease", err)
+		}
+	}
+	return true, nil
+}
+
 // etcdRegistration keeps one member's lease alive.
 //
 // Locking notes: etcdRegistration.mu < Etcd.mu.
@@ -393,8 +434,9 @@ func (s *Etcd) PutRegion(ctx context.Context, r Region) error {
 			if err != nil {
 				return err
 			}
-			if old.Epoch > r.Epoch {
-				return fmt.Errorf("regiontable: region %d epoch %d < stored %d: %w", r.ID, r.Epoch, old.Epoch, ErrStaleEpoch)
+			if !r.Supersedes(&old) {
+				return fmt.Errorf("regiontable: region %d entry (host %s, term %d, epoch %d) older than the stored one (host %s, term %d, epoch %d): %w",
+					r.ID, r.Host, r.Term, r.Epoch, old.Host, old.Term, old.Epoch, ErrStaleEpoch)
 			}
 		}
 		ok, err := s.casPut(ctx, key, rev, string(val))

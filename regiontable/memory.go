@@ -86,6 +86,24 @@ func (s *Memory) RegisterMember(ctx context.Context, m Member) (Registration, er
 	return r, nil
 }
 
+// EvictMember implements Store.
+func (s *Memory) EvictMember(ctx context.Context, m Member) (bool, error) {
+	if err := validMember(&m); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	e, ok := s.mu.members[m.ID]
+	if !ok || e.m != m {
+		return false, nil
+	}
+	s.removeMemberLocked(e.reg, fmt.Errorf("regiontable: member %s: evicted: %w", m.ID, ErrLeaseLost))
+	return true, nil
+}
+
 // ExpireMember simulates the loss of member id's lease: its key goes and
 // its Registration reports ErrLeaseLost. It reports whether id was
 // registered.
@@ -167,8 +185,9 @@ func (s *Memory) PutRegion(ctx context.Context, r Region) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	if old, ok := s.mu.regions[r.ID]; ok && old.Epoch > r.Epoch {
-		return fmt.Errorf("regiontable: region %d epoch %d < stored %d: %w", r.ID, r.Epoch, old.Epoch, ErrStaleEpoch)
+	if old, ok := s.mu.regions[r.ID]; ok && !r.Supersedes(&old) {
+		return fmt.Errorf("regiontable: region %d entry (host %s, term %d, epoch %d) older than the stored one (host %s, term %d, epoch %d): %w",
+			r.ID, r.Host, r.Term, r.Epoch, old.Host, old.Term, old.Epoch, ErrStaleEpoch)
 	}
 	r = cloneRegion(r)
 	s.mu.regions[r.ID] = r

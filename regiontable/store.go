@@ -20,6 +20,10 @@ type Member struct {
 	RPCAddr string
 	// ReadAddr is the server's tcp one-sided read responder ("host:port").
 	ReadAddr string
+	// RaftAddr is the server's raft listener ("host:port"), shared by the
+	// raft groups of all its regions: its address in their
+	// configurations.
+	RaftAddr string `json:",omitempty"`
 	// HostID identifies the machine (rdma.HostID): a client with the same
 	// host identity may read the server's regions over shared memory.
 	HostID string
@@ -53,6 +57,14 @@ type Region struct {
 	// its host, later each leader change). Requests carrying an older
 	// epoch are refused with wire.StatusStaleEpoch.
 	Epoch uint64
+	// Term is the raft term of the region's group in which Host leads it
+	// (DESIGN §9): a leader publishes itself with its term, and an entry
+	// of a lower term, or of the same term and another host, is refused
+	// (PutRegion). 0 in entries of hosts that publish no term.
+	Term uint64 `json:",omitempty"`
+	// Replicas are the members holding a replica of the region (the
+	// voters of its group), Host among them, sorted.
+	Replicas []string `json:",omitempty"`
 	// Path is the region file on Host, for same-host shared-memory reads.
 	Path string `json:",omitempty"`
 	// ReadKey lists the region's one-sided read registrations, one per
@@ -168,10 +180,16 @@ type Store interface {
 	// RegisterMember publishes m under a lease kept alive until the
 	// registration is closed or lost. Errors: ErrInvalid, ErrMemberExists.
 	RegisterMember(ctx context.Context, m Member) (Registration, error)
+	// EvictMember deletes member m.ID's entry if it is exactly m (a
+	// predecessor the caller knows to be dead, e.g. the process that held
+	// the same RPC address on the same host before a crash), and reports
+	// whether it did; the registration that made it then reports
+	// ErrLeaseLost. An entry that differs from m is left alone.
+	EvictMember(ctx context.Context, m Member) (bool, error)
 	// Members returns the live members, sorted by ID.
 	Members(ctx context.Context) ([]Member, error)
-	// PutRegion writes r's entry unless a higher epoch is stored
-	// (ErrStaleEpoch). Errors: ErrInvalid.
+	// PutRegion writes r's entry unless it is older than the stored one
+	// (ErrStaleEpoch; see Supersedes). Errors: ErrInvalid.
 	PutRegion(ctx context.Context, r Region) error
 	// Regions returns every region entry, sorted by ID.
 	Regions(ctx context.Context) ([]Region, error)
@@ -268,9 +286,26 @@ func validRegion(r *Region) error {
 	return nil
 }
 
-// cloneRegion copies r's ReadKey so that callers and the store share no
-// memory.
+// Supersedes reports whether entry r may replace old, the rule PutRegion
+// keeps (DESIGN §8: "a leader publishes itself with a higher term, never
+// over an equal one"): a higher term always does; the same term only for
+// the same host (the leader publishing again) with an epoch at least
+// old's; a lower term never. Entries without terms (both 0) compare by
+// epoch alone.
+func (r *Region) Supersedes(old *Region) bool {
+	switch {
+	case r.Term == 0 && old.Term == 0:
+		return r.Epoch >= old.Epoch
+	case r.Term != old.Term:
+		return r.Term > old.Term
+	}
+	return r.Host == old.Host && r.Epoch >= old.Epoch
+}
+
+// cloneRegion copies r's ReadKey and Replicas so that callers and the
+// store share no memory.
 func cloneRegion(r Region) Region {
+	r.Replicas = slices.Clone(r.Replicas)
 	if r.ReadKey != nil {
 		keys := make([]json.RawMessage, len(r.ReadKey))
 		for i, k := range r.ReadKey {
