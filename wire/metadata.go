@@ -1,6 +1,10 @@
 package wire
 
-import "github.com/cellstore/cell/blink"
+import (
+	"fmt"
+
+	"github.com/cellstore/cell/blink"
+)
 
 // MetadataRequest (OpMetadata) asks a server to describe itself.
 //
@@ -71,6 +75,7 @@ type SelectorHints struct {
 //
 //	[id u32][epoch u64][size u64][remote key u64]
 //	[host bytes][rpc addr bytes][read addr bytes][path bytes]
+//	[raft role u8][term u64][last index u64][commit index u64][applied index u64]
 type RegionInfo struct {
 	ID    uint32
 	Epoch uint64
@@ -86,10 +91,56 @@ type RegionInfo struct {
 	ReadAddr string
 	// Path is the region file, for the same-host shared-memory provider.
 	Path string
+	// Raft is the server's view of the region's raft group.
+	Raft RaftInfo
+}
+
+// RaftInfo is a server's view of a region's raft group (DESIGN §9): its
+// role in it, its current term, and its log positions: the last entry in
+// its log, the last known committed and the last applied.
+type RaftInfo struct {
+	Role                       RaftRole
+	Term                       uint64
+	LastIndex, Commit, Applied uint64
+}
+
+// RaftRole is a replica's role in its raft group.
+type RaftRole uint8
+
+// Raft roles.
+const (
+	RoleNone RaftRole = iota // no group (a server without one)
+	RoleFollower
+	RoleCandidate
+	RoleLeader
+	RoleShutdown
+)
+
+var raftRoleNames = [...]string{"none", "follower", "candidate", "leader", "shutdown"}
+
+// MarshalText names the role (JSON output shows "leader", not 3).
+func (r RaftRole) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// UnmarshalText parses a role's name.
+func (r *RaftRole) UnmarshalText(b []byte) error {
+	for i, n := range raftRoleNames {
+		if n == string(b) {
+			*r = RaftRole(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("wire: raft role %q", b)
+}
+
+func (r RaftRole) String() string {
+	if int(r) < len(raftRoleNames) {
+		return raftRoleNames[r]
+	}
+	return fmt.Sprintf("role(%d)", uint8(r))
 }
 
 // regionInfoMin is the smallest encoded RegionInfo.
-const regionInfoMin = 4 + 8 + 8 + 8 + 4*4
+const regionInfoMin = 4 + 8 + 8 + 8 + 4*4 + 1 + 4*8
 
 func (r *RegionInfo) appendTo(b []byte) []byte {
 	b = appendU32(b, r.ID)
@@ -99,7 +150,12 @@ func (r *RegionInfo) appendTo(b []byte) []byte {
 	b = appendString(b, r.Host)
 	b = appendString(b, r.RPCAddr)
 	b = appendString(b, r.ReadAddr)
-	return appendString(b, r.Path)
+	b = appendString(b, r.Path)
+	b = appendU8(b, uint8(r.Raft.Role))
+	b = appendU64(b, r.Raft.Term)
+	b = appendU64(b, r.Raft.LastIndex)
+	b = appendU64(b, r.Raft.Commit)
+	return appendU64(b, r.Raft.Applied)
 }
 
 func (r *RegionInfo) decode(d *decoder) {
@@ -111,6 +167,14 @@ func (r *RegionInfo) decode(d *decoder) {
 	r.RPCAddr = d.string("rpc addr")
 	r.ReadAddr = d.string("read addr")
 	r.Path = d.string("path")
+	r.Raft.Role = RaftRole(d.u8("raft role"))
+	r.Raft.Term = d.u64("raft term")
+	r.Raft.LastIndex = d.u64("raft last index")
+	r.Raft.Commit = d.u64("raft commit index")
+	r.Raft.Applied = d.u64("raft applied index")
+	if r.Raft.Role > RoleShutdown {
+		d.failf("raft role %d", r.Raft.Role)
+	}
 }
 
 // MeganodeStats is a Meganode with its fill (nodes in use out of its

@@ -82,7 +82,8 @@ func samples() []sample {
 				Server: "n1", NodeSize: 1024, MeganodeSize: 64 << 20, Root: ptrA,
 				Hints: SelectorHints{Workers: 2, Queued: 5, QueueNanos: 1500, ServiceNanos: 3000},
 				Regions: []RegionInfo{{ID: 3, Epoch: 9, Size: 1 << 30, RemoteKey: 0xabc,
-					Host: "h1", RPCAddr: "10.0.0.1:7000", ReadAddr: "10.0.0.1:7001", Path: "/dev/shm/cell-3"}},
+					Host: "h1", RPCAddr: "10.0.0.1:7000", ReadAddr: "10.0.0.1:7001", Path: "/dev/shm/cell-3",
+					Raft: RaftInfo{Role: RoleLeader, Term: 5, LastIndex: 120, Commit: 119, Applied: 118}}},
 				Meganodes: []MeganodeStats{
 					{Meganode: Meganode{Ptr: ptrA, Level: 1, Height: 4,
 						Range: KeyRange{MinInf: true, MaxInf: true}}, UsedNodes: 100, Capacity: 65536},

@@ -153,7 +153,9 @@ func TestReplyWriterOrderAndErrors(t *testing.T) {
 	}
 	rd := mustReader(t, client, nil)
 	req := Header{Op: OpGet, ID: 41, BudgetMicros: 99}
+	closed := make(chan struct{})
 	go func() {
+		defer close(closed)
 		_ = rw.WriteError(&req, ErrNotFound, time.Microsecond, 2*time.Microsecond)
 		_ = rw.WriteError(&req, &StatusError{Status: StatusStaleEpoch, Region: 3, Epoch: 8}, 0, 0)
 		_ = rw.WriteMessage(req.Reply(StatusOK), &GetReply{Value: []byte("v")})
@@ -178,6 +180,7 @@ func TestReplyWriterOrderAndErrors(t *testing.T) {
 	if err != nil || gr.Decode(f.Body) != nil || string(gr.Value) != "v" {
 		t.Fatalf("get reply: %v %v", f.Header, err)
 	}
+	<-closed // reading the last reply does not mean Close has run
 	if err := rw.Write(req.Reply(StatusOK), nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("write after close: %v", err)
 	}
