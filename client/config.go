@@ -109,8 +109,17 @@ type Config struct {
 	// MaxRetries bounds the retries of one operation after errors that
 	// leave it unexecuted (connection lost before sending, server busy,
 	// redirects, stale routing), when the caller's context does not end
-	// first. Default 16.
+	// first. Default 16. Past it, an operation whose region may just have
+	// no serving leader right now (its server's connection was lost, or
+	// it answered Unavailable, Overloaded, NeedsRetry or a redirect) goes
+	// on waiting for one within its context's deadline, unless FailFast:
+	// a restart or a failover then costs latency, not an error. An
+	// operation whose context has no deadline stops at MaxRetries.
 	MaxRetries int
+	// FailFast stops every operation at MaxRetries with ErrUnavailable,
+	// even when its context's deadline leaves time to wait for the
+	// region's leader. Default false.
+	FailFast bool
 	// MaxRestarts bounds the retries of one operation after torn reads,
 	// CRC mismatches and restarts of a client-side traversal, which are
 	// cheap and expected under concurrent writes. Default 65536.

@@ -93,6 +93,15 @@
 // restarts and torn re-reads at Config.MaxRestarts) or when the caller's
 // context ends, whichever comes first; the operation then fails with
 // ErrUnavailable wrapping the last cause, or with the context's error.
+// One exception: an operation whose region may just have no serving
+// leader (a lost connection, an Unavailable, Overloaded or NeedsRetry
+// answer, a redirect) goes on past MaxRetries, with the longest backoff,
+// until its context's deadline when it has one (DESIGN §9: "a key whose
+// region has no leader right now waits for one within the caller's
+// deadline"), so that a restart or a failover costs latency, not errors;
+// it then fails with ErrUnavailable wrapping the deadline. Each operation
+// waits on its own: others' keys are not slowed. Config.FailFast turns
+// the wait off.
 // A write is retried only when the error proves it was not executed; when
 // it may have been (the connection failed after sending, the context ended
 // in flight, the server said OutcomeUnknown or Internal), the write fails

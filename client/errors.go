@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/wire"
@@ -134,6 +135,13 @@ func classify(err error, write bool) (disposition, retryCause, error) {
 			return final, 0, &Error{Kind: ErrOutcomeUnknown, Cause: err}
 		}
 		return retryRefresh, causeConnLost, err
+	case errors.Is(err, errDial):
+		// Nothing was sent, so even a write failed definitely. A dial
+		// cut short by a deadline (the dial timeout's or the caller's:
+		// net reports both as "i/o timeout", before the caller's context
+		// may say it ended) is a lost connection like any other; giveUp
+		// ends the operation once the caller's context has ended.
+		return retryRefresh, causeConnLost, err
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		if write {
 			// The request may have been queued or sent already.
@@ -148,8 +156,6 @@ func classify(err error, write bool) (disposition, retryCause, error) {
 		return retryRefresh, causeRedirect, err
 	case errors.Is(err, wire.ErrKeyOutOfRange), errors.Is(err, wire.ErrOutOfBounds):
 		return retryRestart, causeRestart, err
-	case errors.Is(err, errDial):
-		return retryRefresh, causeConnLost, err
 	case errors.Is(err, errNoRoute):
 		// The region table is stale (the region moved or is new).
 		return retryRefresh, causeRedirect, err
@@ -164,6 +170,30 @@ func classify(err error, write bool) (disposition, retryCause, error) {
 		return final, 0, &Error{Kind: ErrServer, Cause: err}
 	}
 	return final, 0, &Error{Kind: ErrServer, Cause: err}
+}
+
+// giveUp decides whether an operation stops after its retries-th
+// retriable error err, of cause: nil to retry. A context that ended stops
+// it; so does MaxRetries, unless the region may just have no serving
+// leader now (a lost connection, a busy or unavailable server, a
+// redirect) and the context has a deadline to wait within (DESIGN §9:
+// "a key whose region has no leader right now waits for one within the
+// caller's deadline"), and Config.FailFast is off. Waiting stops with
+// ErrUnavailable wrapping the context's error and err.
+func (c *Client) giveUp(ctx context.Context, retries int, cause retryCause, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		if retries > c.cfg.MaxRetries {
+			return wrapErr(ErrUnavailable, fmt.Errorf("%w (last error: %w)", cerr, err))
+		}
+		return fmt.Errorf("%w (last error: %w)", cerr, err)
+	}
+	if retries <= c.cfg.MaxRetries {
+		return nil
+	}
+	if _, ok := ctx.Deadline(); ok && !c.cfg.FailFast && (cause == causeConnLost || cause == causeServerBusy || cause == causeRedirect) {
+		return nil
+	}
+	return wrapErr(ErrUnavailable, err)
 }
 
 // errDial marks a failure to connect to a server: nothing was sent.

@@ -41,6 +41,10 @@ func TestClassify(t *testing.T) {
 		{"conn lost sent write", &wire.ConnError{Sent: true, Err: io.EOF}, true, final, 0,
 			[]error{ErrOutcomeUnknown, wire.ErrConnLost, io.EOF}},
 		{"dial", fmt.Errorf("%w x: %w", errDial, io.EOF), true, retryRefresh, causeConnLost, nil},
+		// A write whose dial a deadline ended was never sent: retried
+		// like any lost connection (giveUp ends it with the caller's
+		// context), never ErrOutcomeUnknown.
+		{"dial timed out write", fmt.Errorf("%w x: %w", errDial, context.DeadlineExceeded), true, retryRefresh, causeConnLost, nil},
 		{"deadline read", context.DeadlineExceeded, false, final, 0, []error{context.DeadlineExceeded}},
 		{"deadline write", context.DeadlineExceeded, true, final, 0, []error{ErrOutcomeUnknown, context.DeadlineExceeded}},
 		{"needs retry", wire.ErrNeedsRetry, true, retrySame, causeServerBusy, nil},
@@ -65,6 +69,9 @@ func TestClassify(t *testing.T) {
 				t.Errorf("%s: %v does not match %v", tt.name, err, want)
 			}
 		}
+	}
+	if _, _, err := classify(fmt.Errorf("%w x: %w", errDial, context.DeadlineExceeded), true); isOutcomeUnknown(err) {
+		t.Errorf("a write whose dial timed out is reported %v, but it was never sent", err)
 	}
 	if got := errNotFound.Error(); got != "cell: key not found" {
 		t.Errorf("bare not found reads %q", got)

@@ -157,11 +157,47 @@ func TestServerConnectionsKilled(t *testing.T) {
 	}
 }
 
-// TestServerDown: once the only server is gone, operations fail with
-// typed errors within their retries: reads with ErrUnavailable, writes
-// with ErrUnavailable (nothing could be sent) or ErrOutcomeUnknown (a
-// request was on a connection as it broke). Client-side reads, whose
-// registrations the server revoked, fall back to server-side first.
+// Without FailFast an operation on a region with no serving leader waits
+// for one past MaxRetries, within its context's deadline, and then fails
+// with ErrUnavailable wrapping the deadline (test/durability_test.go shows
+// it succeeding when the server returns in time).
+func TestWaitForLeaderWithinDeadline(t *testing.T) {
+	rc := startReal(t, 1, nil)
+	cfg := realConfig(t, rc)
+	cfg.MaxRetries = 2
+	c := mustClient(t, cfg)
+	mustPut(t, c, 5)
+	if err := rc.servers[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, op := range map[string]func(context.Context) error{
+		"get": func(ctx context.Context) error { _, err := c.Get(ctx, key(3)); return err },
+		"put": func(ctx context.Context) error { return c.Put(ctx, key(3), []byte("x")) },
+	} {
+		st := c.Stats()
+		before := st.Retry("conn-lost")
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		err := op(ctx)
+		cancel()
+		if !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrOutcomeUnknown) {
+			t.Errorf("%s: %v, want ErrUnavailable", name, err)
+		}
+		if errors.Is(err, ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: %v: gave up before its deadline", name, err)
+		}
+		st = c.Stats()
+		if n := st.Retry("conn-lost") - before; n <= uint64(cfg.MaxRetries) {
+			t.Errorf("%s: %d retries, not past MaxRetries %d", name, n, cfg.MaxRetries)
+		}
+	}
+}
+
+// TestServerDown: once the only server is gone, operations of a FailFast
+// client fail with typed errors within their retries: reads with
+// ErrUnavailable, writes with ErrUnavailable (nothing could be sent) or
+// ErrOutcomeUnknown (a request was on a connection as it broke).
+// Client-side reads, whose registrations the server revoked, fall back to
+// server-side first.
 func TestServerDown(t *testing.T) {
 	for _, provider := range []string{ProviderTCP, ProviderSHM} {
 		for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}} {
@@ -170,6 +206,7 @@ func TestServerDown(t *testing.T) {
 				cfg := realConfig(t, rc)
 				cfg.Mode, cfg.Provider = mode, provider
 				cfg.MaxRetries = 4
+				cfg.FailFast = true
 				c := mustClient(t, cfg)
 				mustPut(t, c, 20)
 				getAll(t, c, 20)

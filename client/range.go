@@ -210,16 +210,13 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 		}
 		c.countRetry(cause)
 		retries++
-		if retries > c.cfg.MaxRetries {
-			return out, wrapErr(ErrUnavailable, err)
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			return out, fmt.Errorf("%w (last error: %w)", cerr, err)
+		if gerr := c.giveUp(ctx, retries, cause, err); gerr != nil {
+			return out, gerr
 		}
 		switch d {
 		case retrySame:
-			if err := c.backoff(ctx, retries); err != nil {
-				return out, err
+			if c.backoff(ctx, retries) != nil {
+				return out, c.giveUp(ctx, retries, cause, err)
 			}
 		case retryRestart:
 			c.paths.drop(rs.req.Ptr)
@@ -232,13 +229,14 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 			}
 			c.paths.drop(rs.req.Ptr)
 			rs.req.Ptr = 0
-			if cause == causeConnLost {
-				if err := c.backoff(ctx, retries); err != nil {
-					return out, err
-				}
+			if cause == causeConnLost && c.backoff(ctx, retries) != nil {
+				return out, c.giveUp(ctx, retries, cause, err)
 			}
 			if rerr := c.refresh(ctx, t.gen); rerr != nil && (ctx.Err() != nil || errors.Is(rerr, ErrClosed)) {
-				return out, rerr
+				if errors.Is(rerr, ErrClosed) {
+					return out, rerr
+				}
+				return out, c.giveUp(ctx, retries, cause, err)
 			}
 			t = c.topo.Load()
 		}

@@ -55,6 +55,7 @@ func (rc *realCluster) add(t testing.TB) *cellserver.Server {
 		DataDir:      t.TempDir(),
 		Listen:       "127.0.0.1:0",
 		RDMAListen:   "127.0.0.1:0",
+		RaftListen:   "127.0.0.1:0",
 		Store:        rc.store,
 		ServerID:     fmt.Sprintf("s%d", len(rc.servers)+1),
 		HostID:       testHost,

@@ -101,7 +101,9 @@ func (s *server) dial(ctx context.Context, i int) (*wire.Conn, error) {
 	cn, err := wire.Dial(dctx, s.addr, s.c.cfg.Wire)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			// The caller's context ended the dial; the server may be
+			// fine, so the failure is not remembered for others.
+			return nil, fmt.Errorf("%w %s: %w", errDial, s.addr, ctx.Err())
 		}
 		err = fmt.Errorf("%w %s: %w", errDial, s.addr, err)
 		sl.failedAt, sl.failErr = time.Now(), err

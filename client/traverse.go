@@ -206,15 +206,15 @@ func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again 
 	}
 	c.countRetry(cause)
 	op.retries++
-	if op.retries > c.cfg.MaxRetries {
-		return false, wrapErr(ErrUnavailable, err)
-	}
-	if cerr := ctx.Err(); cerr != nil {
-		return false, fmt.Errorf("%w (last error: %w)", cerr, err)
+	if gerr := c.giveUp(ctx, op.retries, cause, err); gerr != nil {
+		return false, gerr
 	}
 	switch d {
 	case retrySame:
-		return true, c.backoff(ctx, op.retries)
+		if c.backoff(ctx, op.retries) != nil {
+			return true, c.giveUp(ctx, op.retries, cause, err)
+		}
+		return true, nil
 	case retryRestart:
 		op.dropHop(h)
 		return false, nil
@@ -222,13 +222,14 @@ func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again 
 	// retryRefresh
 	c.noteRedirect(err)
 	op.dropHop(h)
-	if cause == causeConnLost {
-		if err := c.backoff(ctx, op.retries); err != nil {
-			return false, err
-		}
+	if cause == causeConnLost && c.backoff(ctx, op.retries) != nil {
+		return false, c.giveUp(ctx, op.retries, cause, err)
 	}
 	if rerr := c.refresh(ctx, op.t.gen); rerr != nil && (ctx.Err() != nil || errors.Is(rerr, ErrClosed)) {
-		return false, rerr
+		if errors.Is(rerr, ErrClosed) {
+			return false, rerr
+		}
+		return false, c.giveUp(ctx, op.retries, cause, err)
 	}
 	op.t = c.topo.Load()
 	if len(op.sc.node) != op.t.nodeSize {

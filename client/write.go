@@ -83,16 +83,13 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 		}
 		c.countRetry(cause)
 		retries++
-		if retries > c.cfg.MaxRetries {
-			return wrapErr(ErrUnavailable, err)
-		}
-		if cerr := ctx.Err(); cerr != nil {
-			return fmt.Errorf("%w (last error: %w)", cerr, err)
+		if gerr := c.giveUp(ctx, retries, cause, err); gerr != nil {
+			return gerr
 		}
 		switch d {
 		case retrySame:
-			if err := c.backoff(ctx, retries); err != nil {
-				return err
+			if c.backoff(ctx, retries) != nil {
+				return c.giveUp(ctx, retries, cause, err)
 			}
 		case retryRestart:
 			c.paths.drop(ptr)
@@ -102,13 +99,11 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 				continue // the server named the leaf's server: go there
 			}
 			c.paths.drop(ptr)
-			if cause == causeConnLost {
-				if err := c.backoff(ctx, retries); err != nil {
-					return err
-				}
+			if cause == causeConnLost && c.backoff(ctx, retries) != nil {
+				return c.giveUp(ctx, retries, cause, err)
 			}
 			if rerr := c.refresh(ctx, t.gen); rerr != nil && ctx.Err() != nil {
-				return rerr
+				return c.giveUp(ctx, retries, cause, err)
 			}
 			t = c.topo.Load()
 		}
