@@ -11,12 +11,13 @@ import (
 
 // Every write to the region goes through apply, which takes an encoded
 // write record and changes memory deterministically: the outcome depends
-// only on the region's contents and the record (blink's node and extent
-// allocation are deterministic), never on the time, the connection or the
-// worker. Today workers encode a record and call apply under applyMu; with
-// raft (DESIGN §9) the record becomes a log entry and apply the FSM's Apply,
-// run in log order on every replica. Reads never take applyMu: blink
-// readers are lock-free.
+// only on the region's contents, the replicated state beside it (fsm.go)
+// and the record (blink's node and extent allocation are deterministic),
+// never on the time, the connection, the worker or the server's flags.
+// Records are proposed to the region's raft group (propose.go) and applied
+// by the group's FSM (fsm.go) in log order, under applyMu, on every
+// replica and on every replay of the log after a restart. Reads never take
+// applyMu: blink readers are lock-free.
 //
 // A write record, little-endian at fixed offsets (a format that log
 // entries will keep):
@@ -41,8 +42,11 @@ import (
 //	          split body:
 //
 //	  0  phase u8  1 reserved [7]u8 (0)
-//	  8  new meganode Ptr u64    Y, the right half's meganode; for phase
-//	                             root the new root meganode
+//	  8  new meganode Ptr u64    Y, the right half's meganode: 0 in a
+//	                             local start record and in a root record
+//	                             (apply chooses the slot; the result names
+//	                             it), Y in another region in a remote
+//	                             split's start
 //	  16 batch u32               copy: leaves per batch; free: nodes
 //	  20 reserved u32 (0)
 //	  24 cursor                  copy: the key to copy from; link of a
@@ -78,11 +82,44 @@ import (
 //	  4  reserved u32 (0)
 //	  8  right Ptr u64            Y's right link (begin)
 //	  16 source Ptr u64           X, for the operator (begin)
-//	  24 begin: Y's max key; append: a wire.SplitAppendRequest body
+//	  24 begin: Y's max key; append: the entries (below)
 //
-// begin formats Y, frozen, with bounds [sep, max) in the slot the record
-// names; append adds a batch of X's entries (new records for values);
+// A target append's entries, X's entries in key order:
+//
+//	0  flags u8 (bit0 inner: children, no values)   1 reserved [3]u8 (0)
+//	4  count u32
+//	8  each entry: [key length u32][key], then an inner entry's
+//	   [child Ptr u64] or a leaf entry's [value length u32][value]
+//
+// begin formats Y, frozen, with bounds [sep, max) in the lowest free slot
+// (the record's meganode is 0: apply chooses, the result names Y); append
+// adds a batch of X's entries (new records for values);
 // commit thaws Y after X freed its old right half; abort drops Y.
+//
+//	6 region  the first record of every region's log: the meganode is 0,
+//	          the key empty, the value the region's layout, pinned for
+//	          the region's life (the sizes that decide a write's outcome
+//	          come from here, never from a server's flags):
+//
+//	  0  region size u64   8 meganode size u64   16 node size u32
+//	  20 reserved u32 (0)
+//
+//	7 root    a root meganode made outside a split: the key empty, the
+//	          value a root body:
+//
+//	  0  phase u8 (1 format, 2 publish, 3 drop)   1 reserved [7]u8 (0)
+//
+// format makes a leaf meganode covering the whole key space in the lowest
+// free slot and remembers it as the unpublished root (the meganode field
+// is 0; the result names the new meganode); publish stores the meganode
+// field as the root pointer at offset 0 of the region once the region
+// table took it, and forgets the unpublished root; drop frees the
+// unpublished root the table refused. A split's root record (phase root)
+// makes the unpublished root the same way, and publish ends it too.
+//
+// Put and delete records carry the client's id and the write's sequence
+// number (0 and 0 for writes of the server's own): a pair applied before
+// is not applied again (the session table, session.go).
 const (
 	recVersion    = 1
 	recHeaderSize = 40
@@ -92,10 +129,73 @@ const (
 	recChild  = 3
 	recSplit  = 4
 	recTarget = 5
+	recRegion = 6
+	recRoot   = 7
 
 	splitBodySize  = 24
 	targetBodySize = 24
+	regionBodySize = 24
+	rootBodySize   = 8
 )
+
+// rootPhase is the step of a root record.
+type rootPhase uint8
+
+const (
+	rootFormat rootPhase = iota + 1
+	rootPublish
+	rootDrop
+)
+
+var rootPhaseNames = [...]string{"", "format", "publish", "drop"}
+
+func (p rootPhase) String() string {
+	if int(p) < len(rootPhaseNames) && p > 0 {
+		return rootPhaseNames[p]
+	}
+	return fmt.Sprintf("root phase(%d)", uint8(p))
+}
+
+// regionBody is the value of a region record: the region's layout.
+type regionBody struct {
+	Size, MeganodeSize uint64
+	NodeSize           uint32
+}
+
+func appendRegionBody(dst []byte, b regionBody) []byte {
+	dst = le.AppendUint64(dst, b.Size)
+	dst = le.AppendUint64(dst, b.MeganodeSize)
+	dst = le.AppendUint32(dst, b.NodeSize)
+	return le.AppendUint32(dst, 0)
+}
+
+func decodeRegionBody(v []byte) (regionBody, error) {
+	if len(v) != regionBodySize || le.Uint32(v[20:]) != 0 {
+		return regionBody{}, fmt.Errorf("server: %d-byte region body: %w", len(v), ErrBadRecord)
+	}
+	return regionBody{Size: le.Uint64(v), MeganodeSize: le.Uint64(v[8:]), NodeSize: le.Uint32(v[16:])}, nil
+}
+
+func appendRootBody(dst []byte, p rootPhase) []byte {
+	var b [rootBodySize]byte
+	b[0] = byte(p)
+	return append(dst, b[:]...)
+}
+
+func decodeRootBody(v []byte) (rootPhase, error) {
+	if len(v) != rootBodySize {
+		return 0, fmt.Errorf("server: %d-byte root body: %w", len(v), ErrBadRecord)
+	}
+	for _, b := range v[1:] {
+		if b != 0 {
+			return 0, fmt.Errorf("server: root body reserved bytes: %w", ErrBadRecord)
+		}
+	}
+	if p := rootPhase(v[0]); p >= rootFormat && p <= rootDrop {
+		return p, nil
+	}
+	return 0, fmt.Errorf("server: root phase %d: %w", v[0], ErrBadRecord)
+}
 
 // targetPhase is the step of a remote split's target a target record
 // applies.
@@ -219,6 +319,81 @@ func decodeSplitBody(v []byte) (splitBody, error) {
 	return b, nil
 }
 
+const entriesInner = 1 << 0
+
+// appendEntries appends a target append record's entries.
+func appendEntries(dst []byte, inner bool, ents []blink.Entry) []byte {
+	var h [8]byte
+	if inner {
+		h[0] = entriesInner
+	}
+	le.PutUint32(h[4:], uint32(len(ents)))
+	dst = append(dst, h[:]...)
+	for _, e := range ents {
+		dst = le.AppendUint32(dst, uint32(len(e.Key)))
+		dst = append(dst, e.Key...)
+		if inner {
+			dst = le.AppendUint64(dst, uint64(e.Child))
+		} else {
+			dst = le.AppendUint32(dst, uint32(len(e.Value)))
+			dst = append(dst, e.Value...)
+		}
+	}
+	return dst
+}
+
+// decodeEntries decodes a target append record's entries; keys and values
+// alias b. Every length is checked against b; errors wrap ErrBadRecord.
+func decodeEntries(b []byte) (inner bool, ents []blink.Entry, err error) {
+	bad := func(what string) (bool, []blink.Entry, error) {
+		return false, nil, fmt.Errorf("server: target append entries: %s: %w", what, ErrBadRecord)
+	}
+	if len(b) < 8 || b[0]&^entriesInner != 0 || b[1]|b[2]|b[3] != 0 {
+		return bad("header")
+	}
+	inner = b[0]&entriesInner != 0
+	n := uint64(le.Uint32(b[4:]))
+	b = b[8:]
+	if n > uint64(len(b))/8 { // an entry takes at least 8 bytes
+		return bad(fmt.Sprintf("%d entries in %d bytes", n, len(b)))
+	}
+	ents = make([]blink.Entry, 0, n)
+	take := func(k uint64) ([]byte, bool) {
+		if uint64(len(b)) < k {
+			return nil, false
+		}
+		v := b[:k]
+		b = b[k:]
+		return v, true
+	}
+	for range n {
+		var e blink.Entry
+		kl, ok := take(4)
+		if ok {
+			e.Key, ok = take(uint64(le.Uint32(kl)))
+		}
+		if ok && inner {
+			var c []byte
+			if c, ok = take(8); ok {
+				e.Child = blink.Ptr(le.Uint64(c))
+			}
+		} else if ok {
+			var vl []byte
+			if vl, ok = take(4); ok {
+				e.Value, ok = take(uint64(le.Uint32(vl)))
+			}
+		}
+		if !ok {
+			return bad("truncated")
+		}
+		ents = append(ents, e)
+	}
+	if len(b) != 0 {
+		return bad(fmt.Sprintf("%d bytes after the entries", len(b)))
+	}
+	return inner, ents, nil
+}
+
 // appendRootEntries appends the entries of a root record's body (the
 // cursor field): each [key length u32][key][child Ptr u64].
 func appendRootEntries(dst []byte, ents []levelEntry) []byte {
@@ -303,7 +478,7 @@ func decodeRecord(b []byte) (writeRecord, error) {
 	r.Key = b[recHeaderSize : recHeaderSize+kl]
 	r.Value = b[recHeaderSize+kl:]
 	switch {
-	case r.Kind < recPut || r.Kind > recTarget:
+	case r.Kind < recPut || r.Kind > recRoot:
 		return writeRecord{}, fmt.Errorf("server: record kind %d: %w", r.Kind, ErrBadRecord)
 	case r.Kind == recDelete && vl != 0:
 		return writeRecord{}, fmt.Errorf("server: delete record with a value: %w", ErrBadRecord)
@@ -315,6 +490,14 @@ func decodeRecord(b []byte) (writeRecord, error) {
 		}
 	case r.Kind == recTarget:
 		if _, err := decodeTargetBody(r.Value); err != nil {
+			return writeRecord{}, err
+		}
+	case r.Kind == recRegion:
+		if _, err := decodeRegionBody(r.Value); err != nil {
+			return writeRecord{}, err
+		}
+	case r.Kind == recRoot:
+		if _, err := decodeRootBody(r.Value); err != nil {
 			return writeRecord{}, err
 		}
 	}
@@ -331,51 +514,132 @@ type applyResult struct {
 	Done bool
 	// Root: a target append's meganode's local root after the append.
 	Root blink.Ptr
+	// New: the meganode a record formatted (a local split's start, a
+	// split's root, a target begin, a root format), in the slot apply
+	// chose.
+	New blink.Ptr
 }
 
-// apply applies an encoded write record to the region. It is the only
-// writer of region memory once the server serves.
-func (s *Server) apply(rec []byte) (applyResult, error) {
+// apply applies an encoded write record, the log entry at index, to the
+// region. It is the only writer of region memory once the server serves,
+// and runs only on the raft group's FSM goroutine (fsm.go), or in tests
+// that replay a log. Every error it returns is part of the record's
+// deterministic outcome: every replica gets the same one.
+func (rep *replica) apply(index uint64, rec []byte) (applyResult, error) {
 	r, err := decodeRecord(rec)
 	if err != nil {
 		return applyResult{}, err
 	}
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	s.applied.Add(1)
+	rep.applyMu.Lock()
+	defer rep.applyMu.Unlock()
+	rep.applied.Store(index)
+	rep.repl.Applied = index
 	var res applyResult
 	kind := "put"
-	switch r.Kind {
-	case recPut, recDelete:
-		lm := s.meganodeAt(r.Meganode)
+	if !rep.repl.Formatted && r.Kind != recRegion {
+		err = fmt.Errorf("server: %v record before the region record: %w", r.Kind, ErrBadRecord)
+	}
+	switch {
+	case err != nil:
+	case r.Kind == recPut, r.Kind == recDelete:
+		lm := rep.meganodeAt(r.Meganode)
 		if lm == nil || lm.m.Ptr() != r.Meganode || lm.level != 0 {
-			return applyResult{}, fmt.Errorf("server: record for %v, not a leaf meganode of region %d: %w", r.Meganode, s.regionID, ErrBadRecord)
+			return applyResult{}, fmt.Errorf("server: record for %v, not a leaf meganode of region %d: %w", r.Meganode, rep.regionID, ErrBadRecord)
+		}
+		if r.Kind == recDelete {
+			kind = "delete"
+		}
+		if found, dup := rep.repl.Sessions.lookup(r.ClientID, r.Seq); dup && r.ClientID != 0 {
+			kind += "_duplicate" // applied before: at most once
+			res.Found = found
+			break
 		}
 		if r.Kind == recPut {
 			err = lm.t.Put(r.Key, r.Value)
 		} else {
-			kind = "delete"
 			res.Found, err = lm.t.Delete(r.Key)
 		}
-	case recChild:
+		if err == nil && r.ClientID != 0 {
+			rep.repl.Sessions.record(r.ClientID, r.Seq, res.Found, index)
+		}
+	case r.Kind == recChild:
 		kind = "child"
-		lm := s.meganodeAt(r.Meganode)
+		lm := rep.meganodeAt(r.Meganode)
 		if lm == nil || lm.m.Ptr() != r.Meganode || lm.level == 0 {
-			return applyResult{}, fmt.Errorf("server: child record for %v, not an inner meganode of region %d: %w", r.Meganode, s.regionID, ErrBadRecord)
+			return applyResult{}, fmt.Errorf("server: child record for %v, not an inner meganode of region %d: %w", r.Meganode, rep.regionID, ErrBadRecord)
 		}
 		err = lm.t.InsertChild(r.Key, blink.Ptr(le.Uint64(r.Value)))
-	case recSplit:
+	case r.Kind == recSplit:
 		b, _ := decodeSplitBody(r.Value) // decodeRecord checked it
 		kind = "split_" + b.Phase.String()
-		res, err = s.applySplitLocked(&r, &b)
-	case recTarget:
+		res, err = rep.applySplitLocked(&r, &b)
+	case r.Kind == recTarget:
 		b, _ := decodeTargetBody(r.Value) // decodeRecord checked it
 		kind = "target_" + b.Phase.String()
-		res, err = s.applyTargetLocked(&r, &b)
+		res, err = rep.applyTargetLocked(&r, &b)
+	case r.Kind == recRegion:
+		kind = "region"
+		b, _ := decodeRegionBody(r.Value)
+		err = rep.applyRegionLocked(b)
+	case r.Kind == recRoot:
+		p, _ := decodeRootBody(r.Value)
+		kind = "root_" + p.String()
+		res, err = rep.applyRootLocked(p, r.Meganode)
 	}
-	s.metrics.applies.WithLabelValues(kind, wire.StatusOf(wireError(err)).String()).Inc()
-	if hook := s.opts.TestingKnobs.OnApply; hook != nil {
+	rep.srv.metrics.applies.WithLabelValues(kind, wire.StatusOf(wireError(err)).String()).Inc()
+	if hook := rep.srv.opts.TestingKnobs.OnApply; hook != nil {
 		hook(rec, err)
 	}
 	return res, err
+}
+
+// applyRegionLocked applies the region record: the first of the log,
+// which pins the region's layout. A region made with other sizes (this
+// server's flags differ from those the region was made with) is made
+// again, empty, with the record's.
+func (rep *replica) applyRegionLocked(b regionBody) error {
+	if rep.repl.Formatted {
+		return fmt.Errorf("server: a second region record: %w", ErrBadRecord)
+	}
+	lay := rep.region.Layout()
+	if lay.Size != b.Size || lay.MeganodeSize != b.MeganodeSize || lay.NodeSize != uint64(b.NodeSize) {
+		if err := rep.remakeRegionLocked(b); err != nil {
+			return err
+		}
+	}
+	rep.repl.Formatted = true
+	return nil
+}
+
+// applyRootLocked applies a root record (phase p, for meganode mp).
+func (rep *replica) applyRootLocked(p rootPhase, mp blink.Ptr) (applyResult, error) {
+	switch p {
+	case rootFormat:
+		if !mp.IsNil() || !rep.repl.NewRoot.IsNil() {
+			return applyResult{}, fmt.Errorf("server: root format record for %v while %v is unpublished: %w", mp, rep.repl.NewRoot, ErrBadRecord)
+		}
+		m, err := rep.newMeganodeLocked(0, blink.Full, func(*blink.Tree) error { return nil })
+		if err != nil {
+			return applyResult{}, err
+		}
+		rep.repl.NewRoot = m
+		return applyResult{New: m}, nil
+	case rootPublish:
+		if lm := rep.meganodeAt(mp); lm == nil || lm.m.Ptr() != mp {
+			return applyResult{}, fmt.Errorf("server: root publish record for %v, not a meganode here: %w", mp, ErrBadRecord)
+		}
+		rep.region.SetRoot(mp)
+		if rep.repl.NewRoot == mp {
+			rep.repl.NewRoot = 0
+		}
+		return applyResult{}, nil
+	case rootDrop:
+		lm := rep.meganodeAt(mp)
+		if mp.IsNil() || rep.repl.NewRoot != mp || lm == nil || lm.m.Ptr() != mp {
+			return applyResult{}, fmt.Errorf("server: root drop record for %v, not the unpublished root %v: %w", mp, rep.repl.NewRoot, ErrBadRecord)
+		}
+		rep.repl.NewRoot = 0
+		return applyResult{}, rep.dropMeganode(lm.m.Slot())
+	}
+	return applyResult{}, fmt.Errorf("server: root phase %v: %w", p, ErrBadRecord)
 }

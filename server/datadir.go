@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,20 +17,19 @@ import (
 //
 //	LOCK         flock'ed while a server runs on the directory
 //	region.json  which region the directory holds: {ServerID, Region, Path},
-//	             written when the region is created
-//	CLEAN        written at the end of a clean shutdown, after the region
-//	             was synced and closed: {Region, Path, Closed}; removed as
-//	             soon as a start has reopened the region, so that its
-//	             presence at start means "the region file is exactly what a
-//	             clean shutdown left"
+//	             written when the region file is made at each start
+//	wal/         the raft log and stable state of the server's regions
+//	             (package wal, one pebble instance)
+//	snapshots/   the regions' raft snapshots (package wal)
 //
-// Both JSON files are written to a temporary name, synced, renamed and the
-// directory synced, so a crash leaves the old or the new file, never a torn
-// one.
+// region.json is written to a temporary name, synced, renamed and the
+// directory synced, so a crash leaves the old or the new file, never a
+// torn one.
 const (
-	lockFile   = "LOCK"
-	stateFile  = "region.json"
-	markerFile = "CLEAN"
+	lockFile     = "LOCK"
+	stateFile    = "region.json"
+	walDir       = "wal"
+	snapshotsDir = "snapshots"
 )
 
 // dataState is region.json.
@@ -39,13 +37,6 @@ type dataState struct {
 	ServerID string
 	Region   uint32
 	Path     string
-}
-
-// cleanMarker is CLEAN.
-type cleanMarker struct {
-	Region uint32
-	Path   string
-	Closed time.Time
 }
 
 // dataDir is an open, locked data directory.
@@ -138,14 +129,6 @@ func (d *dataDir) writeJSON(name string, v any) error {
 		return fmt.Errorf("server: write %s: %w", name, err)
 	}
 	return nil
-}
-
-// remove deletes name durably; a missing file is not an error.
-func (d *dataDir) remove(name string) error {
-	if err := os.Remove(d.path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("server: remove %s: %w", name, err)
-	}
-	return d.syncDir()
 }
 
 func (d *dataDir) syncDir() error {

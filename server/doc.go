@@ -1,7 +1,8 @@
-// Package server is a Cell server (DESIGN §5): it hosts one region of
-// meganodes, answers the wire protocol with a fixed number of tree workers,
-// exposes the region to one-sided reads (package rdma), and publishes
-// itself in the region table (package regiontable).
+// Package server is a Cell server: it hosts one region of meganodes, a
+// raft group on the server's log (package wal), answers the wire protocol
+// with a fixed number of tree workers, exposes the region to one-sided
+// reads (package rdma), and publishes itself in the region table (package
+// regiontable).
 //
 // # Lifecycle
 //
@@ -9,44 +10,44 @@
 // Serve's context) shuts it down gracefully. Start, in order:
 //
 //  1. locks DataDir (a second server on it fails with ErrDataDirLocked);
-//  2. reopens the region the last clean shutdown left, or else discards
-//     what an unclean stop left and creates a new region (see Restarts);
-//  3. makes sure the cluster has a root meganode: when the region table
-//     has no root (or its root pointed into a region of ours that is gone)
-//     it formats one leaf meganode covering the whole key space and
-//     publishes its pointer with a compare-and-set; the pointer is also
-//     stored at offset 0 of the region (DESIGN §4);
-//  4. binds the RPC, one-sided (tcp responder) and metrics listeners;
-//  5. registers the region with the tcp responder and the shm provider;
-//  6. publishes the region's entry (next epoch, file path, remote keys),
-//     starts the workers and the accept loop, and last registers the
-//     member, under a lease, so that clients find a server that serves;
-//     then it campaigns for coordinator in the background.
+//  2. opens the log and the snapshot store (package wal, group.go);
+//  3. decides which region the directory holds (region.json, or a new ID
+//     from the region table) and makes its file anew, empty (region.go);
+//  4. binds the raft listener (Options.RaftListen, internal/raftmux) and
+//     starts the region's raft group over it (group.go): raft restores the newest
+//     snapshot into the region (fsm.go), a new directory bootstraps a
+//     group of one voter, and Start waits until this server leads and a
+//     barrier committed, so that every record committed before a restart
+//     is applied; a new region's first record pins its layout;
+//  5. makes sure the cluster has a root meganode: when the region table
+//     has no root (or its root pointed into a region of ours that holds
+//     no such meganode) root records format one leaf meganode covering
+//     the whole key space around the table's compare-and-set (DESIGN §4);
+//  6. binds the RPC, one-sided (tcp responder) and metrics listeners;
+//  7. registers the region with the tcp responder and the shm provider;
+//  8. publishes the region's entry (next epoch, file path, remote keys),
+//     starts the workers, the split loop (which first resumes or undoes
+//     the splits the log shows in progress, recover.go) and the accept
+//     loop, and last registers the member, under a lease, so that clients
+//     find a server that serves; then it campaigns for coordinator.
 //
 // Close leaves the member list first (clients stop coming), stops accepting
 // connections and reading requests, lets the workers finish every request
-// already queued and flushes the replies, closes the connections, revokes
-// one-sided access, syncs (msync) and closes the region, and writes the
-// CLEAN marker.
+// already queued and the writes in flight settle, flushes the replies,
+// closes the connections, revokes one-sided access, snapshots the region
+// and shuts its raft group down, closes the region and removes its file
+// (the log and the snapshots hold it), and closes the log.
 //
 // # Restarts: what survives
 //
-// There is no write-ahead log yet (DESIGN §9, a later issue), so:
-//
-//   - After a clean shutdown (Close, SIGTERM to cellserver) the next start
-//     reopens the region file as it was: every acknowledged write
-//     survives, as long as the file does. A region in /dev/shm or on
-//     hugetlbfs (Hugepages auto or on) does not survive a reboot; a plain
-//     file in DataDir (Hugepages off) does.
-//   - After an unclean stop (crash, kill -9, power loss) the region file
-//     may hold half-applied writes, so the server logs a warning and
-//     starts EMPTY: it removes the old file, keeps the region ID if the
-//     region table still gives it to this server, formats a new root
-//     meganode if the cluster's root was in that region, and publishes the
-//     region with a higher epoch, so that clients drop what they cached.
-//
-// The region's epoch grows at every start. The region table itself (in
-// etcd: members, regions, root, ID counter) survives as etcd does.
+// Everything acknowledged, whatever the stop. A write is answered only
+// once its record is synced to the log and applied (propose.go); a
+// restart rebuilds the region from the newest snapshot and the log after
+// it, never from the file an earlier run left (after a crash it may hold
+// a half-applied record). The region keeps the sizes its log's first
+// record pinned, whatever this run's options say. The region's epoch
+// grows at every start. The region table itself (in etcd: members,
+// regions, root, ID counter) survives as etcd does.
 //
 // # Requests
 //
@@ -116,7 +117,7 @@
 //     node with two entries (a node boundary at every level below).
 //  2. start record: X frozen at sep (writes of keys >= sep get
 //     blink.ErrFrozen; reads never block), Y formatted in the lowest free
-//     slot (named by the record) with bounds [sep, X.max), X's global
+//     slot (apply chooses it) with bounds [sep, X.max), X's global
 //     level and X's right link, frozen whole, and published in the
 //     meganode table (reachable by nobody yet).
 //  3. copy records, Options.SplitCopyBatch leaves each: X's frozen leaf
@@ -146,22 +147,23 @@
 // max of the last leaf they read (blink.Iter.Edge), never from a header
 // that a split is changing.
 //
-// Writes never see a split. worker.write searches again when the key's
-// meganode changed since its search (ErrKeyOutOfRange: the split linked),
-// and when the key is frozen, or its meganode is full and must split, the
-// request is parked (park.go): its worker moves on, and the split's next
+// Writes never see a split. A write whose record's outcome says the key's
+// meganode changed since its search (ErrKeyOutOfRange: the split linked)
+// runs again from its search, and one whose key is frozen, or whose
+// meganode is full and must split, is parked (propose.go, park.go): no
+// worker waits for it, and the split's next
 // event (the right half freed, the split done or failed) puts it back in
 // the queue to run again from its search. The wait ends after
 // Options.MaxSplitWait (NeedsRetry, which clients retry) or at the
 // request's deadline (Expired). So a split never holds a worker, and reads
 // are served throughout even with one core.
 //
-// What the log gives a later recovery (not implemented here): a start
-// without a link means undo (free Y, whose entries only share X's
-// records; X's memory was not changed); a link without an end means
-// finish (free what is left of X's right half: nodes of X that are
-// allocated, unreachable and not free; insert the separator). The freeze
-// and the list of detached nodes live in memory only.
+// After a restart the split loop first resumes or undoes every split the
+// applied log shows in progress (recover.go): a start without a link is
+// undone (abort: Y dropped, X thawed), a link is finished (the rest of X's
+// right half freed, the separator inserted, end). No snapshot is taken
+// while a split holds a freeze (fsm.go), so replaying the log rebuilds the
+// freeze and the list of detached nodes, which live in the trees' memory.
 //
 // # Remote splits (paper §2.2: "The server copies the nodes in X_right to
 // a new local or remote meganode asynchronously")
@@ -212,15 +214,18 @@
 //
 // # Writes and concurrency
 //
-// Every write to the region goes through apply (apply.go), which takes an
-// encoded write record and changes memory deterministically under
-// applyMu: the place raft's log will sit in front of. Puts, deletes, the
-// separators of meganode splits and every step of a split are records.
-// Reads never take applyMu: blink's readers are lock-free and the meganode
-// table is an immutable snapshot behind an atomic pointer.
+// Every write to the region is a record (apply.go) proposed to the
+// region's raft group and applied by its FSM (fsm.go) in log order under
+// applyMu: puts, deletes, the separators of meganode splits, every step
+// of a split, the region's layout and the root's making. A worker that
+// proposes a client's write does not wait for the log's sync: the write's
+// outcome answers the request from a goroutine of its own (propose.go),
+// so writes in flight together share one sync. Reads never take applyMu:
+// blink's readers are lock-free and the meganode table is an immutable
+// snapshot behind an atomic pointer.
 //
 // Locking order: Server.lifecycle < Server.mu; Server.splitMu <
-// Server.slotMu < Server.applyMu < Server.megaMu < meganode.Region.mu <
+// replica.applyMu < replica.megaMu < meganode.Region.mu <
 // meganode.Extents.mu < a blink tree's writer lock.
 //
 // # Coordinator

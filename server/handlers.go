@@ -39,11 +39,11 @@ type worker struct {
 	metaRep     wire.MetadataReply
 
 	// The request being handled: when it started, and its deadline (zero
-	// when it has none); its job, when it came from the queue (a write
-	// may park it: park.go), and the split generation it parks at.
+	// when it has none); its job, when it came from the queue; the
+	// proposal a write of the job left in flight (propose.go).
 	started, deadline time.Time
 	job               *job
-	parkGen           uint64
+	proposal          proposal
 
 	hdr    []byte // one node, 8-byte aligned: meganode header copies
 	val    []byte // a value read by Get or Search
@@ -388,16 +388,17 @@ const (
 	maxFullWaits = 3 // splits asked for after ErrNeedsSplit
 )
 
-// write descends to the leaf meganode of key and applies the record rec
-// builds for it. Meganode splits stay invisible to the client: a key that
-// moved to another meganode since the search (a split linked) is searched
-// again; a write into a range a split froze waits until the split lets go
-// of it, and one into a full meganode asks for a split and waits for it
-// (at most maxFullWaits times), for Options.MaxSplitWait at most and
-// within the request's deadline, then NeedsRetry (Expired past the
-// deadline). A request from the
-// queue waits parked (errPark: its worker moves on); one without a job (a
-// direct call) waits in place.
+// write descends to the leaf meganode of key and proposes the record rec
+// builds for it (propose.go). Meganode splits stay invisible to the
+// client: a key that moved to another meganode since the search (a split
+// linked) is searched again; a write into a range a split froze waits
+// until the split lets go of it, and one into a full meganode asks for a
+// split and waits for it (at most maxFullWaits times), for
+// Options.MaxSplitWait at most and within the request's deadline, then
+// NeedsRetry (Expired past the deadline). A request from the queue
+// returns errProposed at once: awaitWrite answers it, or runs it again
+// (queued, or parked until the split moves on), so its worker moves on.
+// One without a job (a direct call) waits in place.
 func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec func(*localMeganode) []byte) (applyResult, error) {
 	s := w.s
 	var local job // a direct call's wait state
@@ -405,44 +406,31 @@ func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec f
 	if j == nil {
 		j = &local
 	}
-	for moves := 0; ; {
+	for {
 		gen := s.splitWake.generation()
 		hp, err := w.leafFor(p, epoch, key, what)
 		if err != nil {
 			return applyResult{}, err
 		}
-		res, err := s.apply(rec(hp.lm))
-		switch {
-		case err == nil:
-			s.maybeRequestSplit(hp.lm)
-			return res, nil
-		case errors.Is(err, blink.ErrKeyOutOfRange) && moves < maxMoves:
-			moves++
-			continue
-		case errors.Is(err, blink.ErrFrozen):
-			s.metrics.waits.WithLabelValues("frozen").Inc()
-		case errors.Is(err, blink.ErrNeedsSplit) && !s.opts.DisableSplits && j.fullWaits < maxFullWaits:
-			j.fullWaits++
-			s.metrics.waits.WithLabelValues("full").Inc()
-			s.requestSplit(hp.lm, true)
-		default:
-			return res, err
-		}
-		if j.waitUntil.IsZero() {
-			j.waitUntil = time.Now().Add(s.opts.MaxSplitWait)
-			if !w.deadline.IsZero() && w.deadline.Before(j.waitUntil) {
-				j.waitUntil = w.deadline
-			}
-		}
-		if !time.Now().Before(j.waitUntil) {
-			return applyResult{}, wireErrorf(wire.StatusNeedsRetry, "a meganode split is in progress")
-		}
 		if w.job != nil {
-			w.parkGen = gen
-			return applyResult{}, errPark
+			start := time.Now()
+			f := s.proposeAsync(rec(hp.lm))
+			if s.opts.TestingKnobs.AckBeforeCommit {
+				go func() { _, _ = s.settle(f) }()
+				return applyResult{Found: true}, nil
+			}
+			w.proposal = proposal{f: f, start: start, lm: hp.lm, gen: gen, op: w.job.f.Header.Op}
+			return applyResult{}, errProposed
 		}
-		if err := w.waitSplit(gen, j.waitUntil); err != nil {
-			return applyResult{}, err
+		res, err := s.propose(rec(hp.lm))
+		step, err := s.afterApply(j, hp.lm, err, w.deadline)
+		switch step {
+		case writeDone:
+			return res, err
+		case writeWait:
+			if err := w.waitSplit(gen, j.waitUntil); err != nil {
+				return applyResult{}, err
+			}
 		}
 	}
 }
@@ -526,6 +514,7 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 	ri := wire.RegionInfo{
 		ID: s.regionID, Epoch: s.epoch, Size: s.region.Layout().Size,
 		Host: s.opts.HostID, RPCAddr: s.rpcAddr, ReadAddr: s.responder.Addr(), Path: s.region.Path(),
+		Raft: s.raftInfo(),
 	}
 	for _, rk := range s.readKeys {
 		if rk.Provider == "tcp" {

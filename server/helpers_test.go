@@ -53,6 +53,7 @@ func testOptions(t testing.TB, store regiontable.Store) Options {
 		DataDir:      t.TempDir(),
 		Listen:       "127.0.0.1:0",
 		RDMAListen:   "127.0.0.1:0",
+		RaftListen:   "127.0.0.1:0",
 		Store:        store,
 		ServerID:     "test-1",
 		HostID:       "test-host",
@@ -149,6 +150,24 @@ func put(t testing.TB, c *wire.Conn, key, value string) {
 	t.Helper()
 	if _, err := call(t, c, wire.OpPut, &wire.PutRequest{Key: []byte(key), Value: []byte(value)}, nil); err != nil {
 		t.Fatalf("Put(%q): %v", key, err)
+	}
+}
+
+// del deletes key, failing the test unless it was there.
+func del(t testing.TB, c *wire.Conn, key string) {
+	t.Helper()
+	if _, err := call(t, c, wire.OpDelete, &wire.DeleteRequest{Key: []byte(key)}, nil); err != nil {
+		t.Fatalf("Delete(%q): %v", key, err)
+	}
+}
+
+// crashForTest stops s as a crash would leave its data directory: no
+// snapshot at the end, so the next start replays the log.
+func (s *Server) crashForTest(t testing.TB) {
+	t.Helper()
+	s.opts.TestingKnobs.NoSnapshotOnClose = true
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

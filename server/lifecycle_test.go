@@ -4,14 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/testutil"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
@@ -105,8 +108,8 @@ func TestOneSidedReadOfRegisteredRegion(t *testing.T) {
 	}
 }
 
-// "After a clean shutdown the next start reopens the region file as it
-// was": data, region ID and root survive, the epoch grows.
+// After a clean shutdown the next start rebuilds the region from its
+// snapshot and log: data, region ID and root survive, the epoch grows.
 func TestRestartAfterCleanShutdown(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
@@ -120,18 +123,11 @@ func TestRestartAfterCleanShutdown(t *testing.T) {
 	if err := s1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	var mark cleanMarker
-	if b, err := os.ReadFile(filepath.Join(opts.DataDir, markerFile)); err != nil || json.Unmarshal(b, &mark) != nil || mark.Region != id {
-		t.Fatalf("clean marker %s, %v", b, err)
-	}
 
 	opts.Registry, opts.Logger = nil, testLogger(t)
 	s2 := startServer(t, opts)
 	if s2.RegionID() != id || s2.Root() != root || s2.Epoch() != 2 {
 		t.Fatalf("restart: region %d root %v epoch %d; want region %d root %v epoch 2", s2.RegionID(), s2.Root(), s2.Epoch(), id, root)
-	}
-	if _, err := os.Stat(filepath.Join(opts.DataDir, markerFile)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("clean marker still there while running: %v", err)
 	}
 	c2 := dial(t, s2)
 	for _, k := range []string{"a", "b", "c"} {
@@ -147,43 +143,60 @@ func TestRestartAfterCleanShutdown(t *testing.T) {
 	wantStatus(t, err, wire.StatusStaleEpoch)
 }
 
-// "After an unclean stop ... the server logs a warning and starts EMPTY",
-// keeping its region ID and re-making the root that lived in it.
-func TestRestartAfterUncleanStop(t *testing.T) {
+// A restart replays the log written since the last snapshot: writes
+// after a snapshot, deletes, overwrites and a value of several extents
+// are all back, the root meganode is the same, and the region file was
+// made anew (the last run's is never trusted).
+func TestRestartReplaysTheLog(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
 	opts := testOptions(t, store)
 	s1 := startUnclosed(t, opts)
-	put(t, dial(t, s1), "lost", "v")
-	id := s1.RegionID()
-	oldPath := s1.region.Path()
-	if err := s1.Close(); err != nil {
+	c := dial(t, s1)
+	want := map[string]string{}
+	for i := range 300 {
+		k, v := fmt.Sprintf("k%04d", i), fmt.Sprintf("v%d", i)
+		put(t, c, k, v)
+		want[k] = v
+	}
+	if err := s1.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
-	// A crash is a stop without the marker.
-	if err := os.Remove(filepath.Join(opts.DataDir, markerFile)); err != nil {
-		t.Fatal(err)
+	for i := range 300 {
+		k := fmt.Sprintf("k%04d", i)
+		switch i % 3 {
+		case 0:
+			del(t, c, k)
+			delete(want, k)
+		case 1:
+			want[k] = strings.Repeat("w", 3000+i)
+			put(t, c, k, want[k])
+		}
 	}
+	id, root := s1.RegionID(), s1.Root()
+	s1.crashForTest(t)
+
 	opts.Registry, opts.Logger = nil, testLogger(t)
 	s2 := startServer(t, opts)
-	if s2.RegionID() != id || s2.Epoch() != 2 {
-		t.Fatalf("region %d epoch %d; want region %d (the table still gives it to us) epoch 2", s2.RegionID(), s2.Epoch(), id)
+	if s2.RegionID() != id || s2.Root() != root {
+		t.Fatalf("region %d root %v; want region %d root %v", s2.RegionID(), s2.Root(), id, root)
 	}
-	if s2.region.Path() != oldPath {
-		t.Fatalf("new region file %s, old %s", s2.region.Path(), oldPath)
+	c2 := dial(t, s2)
+	for i := range 300 {
+		k := fmt.Sprintf("k%04d", i)
+		v, ok := get(t, c2, k)
+		if w, in := want[k]; ok != in || v != w {
+			t.Fatalf("after restart %s = %.20q, %v; want %.20q, %v", k, v, ok, w, in)
+		}
 	}
-	c := dial(t, s2)
-	if _, ok := get(t, c, "lost"); ok {
-		t.Fatal("data of an unclean stop survived: the region was not discarded")
-	}
-	put(t, c, "new", "v")
-	if root, _ := store.Root(ctxT(t)); root != s2.Root() || s2.meganodeAt(root) == nil {
-		t.Fatalf("root %v not a meganode of the new region", root)
+	if err := rootTree(t, s2).CheckErr(); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// A data directory whose region the table gave away gets a new region.
-func TestRestartUncleanRegionGivenAway(t *testing.T) {
+// A data directory whose region the table gives to another server does
+// not start: the log there is not this server's to serve.
+func TestRestartRegionGivenAway(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
 	opts := testOptions(t, store)
@@ -192,33 +205,15 @@ func TestRestartUncleanRegionGivenAway(t *testing.T) {
 	if err := s1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_ = os.Remove(filepath.Join(opts.DataDir, markerFile))
-	if err := store.PutRegion(ctxT(t), regiontable.Region{ID: id, Kind: regiontable.KindData, Host: "someone-else", Epoch: 10}); err != nil {
+	if err := store.PutRegion(ctxT(t), regiontable.Region{ID: id, Kind: regiontable.KindData, Host: "thief", Epoch: 10, Term: 100}); err != nil {
 		t.Fatal(err)
 	}
 	opts.Registry, opts.Logger = nil, testLogger(t)
-	s2 := startServer(t, opts)
-	if s2.RegionID() == id {
-		t.Fatalf("kept region %d that the table gives to someone else", id)
-	}
-	// Our root was in the given-away region, whose host is not live: it
-	// stays the cluster's root (another server's business).
-	if s2.Root().Region() != id {
-		t.Fatalf("root %v", s2.Root())
-	}
-	// A clean restart of a region the table gives away refuses to start.
-	if err := s2.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.PutRegion(ctxT(t), regiontable.Region{ID: s2.RegionID(), Kind: regiontable.KindData, Host: "thief", Epoch: 10}); err != nil {
-		t.Fatal(err)
-	}
-	opts.Registry, opts.Logger = nil, testLogger(t)
-	s3, err := New(opts)
+	s2, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s3.Start(ctxT(t)); !errors.Is(err, ErrRegionOwned) {
+	if err := s2.Start(ctxT(t)); !errors.Is(err, ErrRegionOwned) {
 		t.Fatalf("Start = %v, want ErrRegionOwned", err)
 	}
 }
@@ -291,6 +286,31 @@ func TestMemberAlreadyRegistered(t *testing.T) {
 	}
 }
 
+// A crashed predecessor's member entry (our ID, this host, the RPC address
+// we now listen on) is removed at once instead of waited out: no live
+// process on this host can hold the address we bound. An entry that never
+// expires would otherwise fail the start after RegisterWait.
+func TestCrashedPredecessorEvicted(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	opts.Listen = testutil.FreeAddrs(t, 1)[0]
+	opts.RegisterWait = time.Second
+	old, err := store.RegisterMember(ctxT(t), regiontable.Member{ID: opts.ServerID, RPCAddr: opts.Listen, HostID: opts.HostID, Version: "old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, opts)
+	select {
+	case <-old.Done():
+	default:
+		t.Fatal("the predecessor's registration was not ended")
+	}
+	if ms, _ := store.Members(ctxT(t)); len(ms) != 1 || ms[0].Version == "old" || ms[0].RPCAddr != s.Addr() {
+		t.Fatalf("members %+v", ms)
+	}
+}
+
 // A lost lease is noticed and the member registers again.
 func TestMembershipRecovers(t *testing.T) {
 	s, store := newTestServer(t)
@@ -331,8 +351,8 @@ func TestServeUntilCancelled(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Serve = %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(opts.DataDir, markerFile)); err != nil {
-		t.Fatalf("no clean marker after Serve: %v", err)
+	if _, err := os.Stat(filepath.Join(opts.DataDir, walDir)); err != nil {
+		t.Fatalf("no log after Serve: %v", err)
 	}
 	if err := s.Start(ctxT(t)); !errors.Is(err, ErrStarted) {
 		t.Fatalf("Start after Close = %v", err)

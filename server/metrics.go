@@ -6,6 +6,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +43,9 @@ type Metrics struct {
 	waits     *prometheus.CounterVec // cause: frozen, full
 
 	// The coordinator (coordinator.go).
+	proposals          prometheus.Histogram
+	snapshotBytes      prometheus.Gauge
+	snapshotPause      prometheus.Histogram
 	coordinator        prometheus.Gauge
 	regionsUnavailable prometheus.Gauge
 
@@ -117,6 +122,20 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "cell_server_split_waits_total",
 			Help: "Writes that waited for a meganode split, by cause: frozen (the key was in a range being moved), full (the meganode had to split first).",
 		}, []string{"cause"}),
+		snapshotBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cell_server_snapshot_bytes",
+			Help: "Size of the region's last raft snapshot (state and image).",
+		}),
+		proposals: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cell_server_proposal_seconds",
+			Help:    "Time from proposing a record to its outcome: the log's append and sync, commit and apply (buckets 1µs..4.2s).",
+			Buckets: LatencyBuckets,
+		}),
+		snapshotPause: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cell_server_snapshot_pause_seconds",
+			Help:    "Time a snapshot held the apply path while it copied the region image (buckets 1µs..4.2s).",
+			Buckets: LatencyBuckets,
+		}),
 		coordinator: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cell_coordinator",
 			Help: "1 while this server is the cluster's elected coordinator, 0 otherwise.",
@@ -127,7 +146,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, m.splits, m.splitTime, m.waits,
-		m.coordinator, m.regionsUnavailable, (*stateCollector)(m)} {
+		m.proposals, m.snapshotBytes, m.snapshotPause, m.coordinator, m.regionsUnavailable, (*stateCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -199,7 +218,7 @@ var (
 	descWorkers      = prometheus.NewDesc("cell_server_workers", "Worker goroutines doing tree work (--cores).", nil, nil)
 	descBusy         = prometheus.NewDesc("cell_server_worker_busy_seconds_total", "Time workers spent on requests, summed over workers; rate()/cell_server_workers is the utilisation.", nil, nil)
 	descUtil         = prometheus.NewDesc("cell_server_worker_utilization", "Fraction of the workers' time spent on requests over the last second.", nil, nil)
-	descApplied      = prometheus.NewDesc("cell_server_apply_index", "Write records applied since start (the position raft's log will take).", nil, nil)
+	descApplied      = prometheus.NewDesc("cell_server_apply_index", "Index of the last log entry the region's raft group applied.", nil, nil)
 	descOneSided     = prometheus.NewDesc("cell_server_onesided_reads_total", "One-sided read requests served with data by the tcp responder.", []string{"provider"}, nil)
 	descOneSidedSegs = prometheus.NewDesc("cell_server_onesided_segments_total", "Ranges copied by one-sided reads.", []string{"provider"}, nil)
 	descOneSidedB    = prometheus.NewDesc("cell_server_onesided_bytes_total", "Bytes copied by one-sided reads.", []string{"provider"}, nil)
@@ -211,9 +230,19 @@ var (
 	descRegion       = prometheus.NewDesc("cell_server_region_bytes", "Size of the server's region, with its backing (hugetlbfs, shm, file).", []string{"region", "backing"}, nil)
 	descExtents      = prometheus.NewDesc("cell_server_extent_bytes", "Extent area of the region, by state (in_use, capacity).", []string{"region", "state"}, nil)
 	descEpoch        = prometheus.NewDesc("cell_server_region_epoch", "Epoch of the served region.", []string{"region"}, nil)
+	descRaftState    = prometheus.NewDesc("cell_raft_state", "1 for the raft state the region's group is in on this server (follower, candidate, leader, shutdown), 0 for the others.", []string{"region", "state"}, nil)
+	descRaftIndex    = prometheus.NewDesc("cell_raft_index", "The region group's log positions on this server: last (in the log), commit, applied.", []string{"region", "position"}, nil)
+	descRaftTerm     = prometheus.NewDesc("cell_raft_term", "The region group's current term on this server.", []string{"region"}, nil)
+	descWALWrites    = prometheus.NewDesc("cell_wal_writes_total", "Writes the log acknowledged (all regions); cell_wal_writes_total/cell_wal_commits_total is the mean group commit.", nil, nil)
+	descWALCommits   = prometheus.NewDesc("cell_wal_commits_total", "Synced commits of the log (one per group of concurrent writes).", nil, nil)
+	descWALCommitT   = prometheus.NewDesc("cell_wal_commit_seconds_total", "Time spent in the log's synced commits (write and fsync).", nil, nil)
+	descWALSyncs     = prometheus.NewDesc("cell_wal_syncs_total", "fsyncs of the log's files.", nil, nil)
+	descWALSyncT     = prometheus.NewDesc("cell_wal_sync_seconds_total", "Time spent in the log's fsyncs.", nil, nil)
+	descWALFailed    = prometheus.NewDesc("cell_wal_failed", "1 once the log latched a failed write or sync (the server stops).", nil, nil)
 
 	stateDescs = []*prometheus.Desc{descQueueDepth, descQueueCap, descWorkers, descBusy, descUtil, descApplied, descOneSided, descOneSidedSegs,
-		descOneSidedB, descOneSidedRej, descOneSidedConn, descRetries, descFill, descHeight, descRegion, descExtents, descEpoch}
+		descOneSidedB, descOneSidedRej, descOneSidedConn, descRetries, descFill, descHeight, descRegion, descExtents, descEpoch,
+		descRaftState, descRaftIndex, descRaftTerm, descWALWrites, descWALCommits, descWALCommitT, descWALSyncs, descWALSyncT, descWALFailed}
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -286,6 +315,36 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descExtents, float64(es.InUse), rid, "in_use")
 	gauge(descExtents, float64(es.Capacity), rid, "capacity")
 	gauge(descEpoch, float64(s.epoch), rid)
+
+	if r := s.raft; r != nil {
+		st := r.State()
+		for _, name := range []string{"follower", "candidate", "leader", "shutdown"} {
+			v := 0.0
+			if strings.EqualFold(st.String(), name) {
+				v = 1
+			}
+			gauge(descRaftState, v, rid, name)
+		}
+		gauge(descRaftIndex, float64(r.LastIndex()), rid, "last")
+		gauge(descRaftIndex, float64(r.CommitIndex()), rid, "commit")
+		gauge(descRaftIndex, float64(r.AppliedIndex()), rid, "applied")
+		if term, err := strconv.ParseUint(r.Stats()["term"], 10, 64); err == nil {
+			gauge(descRaftTerm, float64(term), rid)
+		}
+	}
+	if s.wal != nil {
+		wm := s.wal.Metrics()
+		counter(descWALWrites, float64(wm.Writes))
+		counter(descWALCommits, float64(wm.Commits))
+		counter(descWALCommitT, wm.CommitTime.Seconds())
+		counter(descWALSyncs, float64(wm.WALSyncs))
+		counter(descWALSyncT, wm.WALSyncTime.Seconds())
+		failed := 0.0
+		if s.wal.Err() != nil {
+			failed = 1
+		}
+		gauge(descWALFailed, failed)
+	}
 }
 
 func levelLabel(h blink.Header) string { return formatUint(uint64(h.Level)) }

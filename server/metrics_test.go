@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -33,8 +34,12 @@ func TestMetricsEndpoint(t *testing.T) {
 		`cell_server_meganode_fill_ratio{level="0",meganode="` + s.Root().String() + `"}`,
 		`cell_server_region_bytes{backing="file",region="1"} 3.3554432e+07`,
 		`cell_server_applied_total{kind="put",result="OK"} 1`,
-		`cell_server_apply_index 1`,
+		fmt.Sprintf("cell_server_apply_index %d", s.applied.Load()),
 		`cell_server_connections 1`,
+		`cell_raft_state{region="1",state="leader"} 1`,
+		`cell_raft_state{region="1",state="follower"} 0`,
+		`cell_wal_failed 0`,
+		`cell_server_proposal_seconds_count`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)

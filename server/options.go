@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -36,6 +37,11 @@ type Options struct {
 	// RDMAListen is the address of the tcp one-sided read responder.
 	// Default 127.0.0.1:7071.
 	RDMAListen string
+	// RaftListen is the address of the server's raft listener, shared by
+	// the raft groups of all its regions (internal/raftmux). Default
+	// 127.0.0.1:7073; port 0 picks a free port. A wildcard host is
+	// advertised as the host name.
+	RaftListen string
 	// MetricsListen is the address of the HTTP server of /metrics
 	// (Prometheus) and /debug/pprof/. Empty: no such server (cellserver's
 	// flag defaults to DefaultMetricsListen).
@@ -116,6 +122,24 @@ type Options struct {
 	// for it; it is then answered NeedsRetry, which clients retry. A
 	// request's deadline ends the wait earlier (Expired). Default 10 s.
 	MaxSplitWait time.Duration
+	// RaftHeartbeatTimeout is the region groups' heartbeat and election
+	// timeout: a follower that hears nothing from its leader for this
+	// long (randomised up to twice) starts an election. Default 500 ms.
+	RaftHeartbeatTimeout time.Duration
+	// ProposalTimeout bounds how long a record waits to enter the group's
+	// proposal queue (raft.Apply's timeout); a record that never entered
+	// it is refused, a definite error. Default 10 s.
+	ProposalTimeout time.Duration
+	// SnapshotThreshold is how many log entries past the last snapshot
+	// make the group snapshot the region (raft's SnapshotThreshold); the
+	// log is then truncated to TrailingLogs. Default 65536.
+	SnapshotThreshold uint64
+	// SnapshotInterval is how often the group checks SnapshotThreshold.
+	// Default 60 s.
+	SnapshotInterval time.Duration
+	// TrailingLogs is how many entries stay in the log after a snapshot,
+	// for followers that lag. Default 10240.
+	TrailingLogs uint64
 	// Registry receives the server's metrics (NewMetrics) and is what
 	// MetricsListen serves. Default: a new registry with the Go and
 	// process collectors.
@@ -136,6 +160,18 @@ type TestingKnobs struct {
 	// applied, with the record (valid only during the call) and the
 	// error the apply returned. Tests record the log with it.
 	OnApply func(rec []byte, err error)
+	// AckBeforeCommit breaks durability on purpose: a write from a client
+	// is answered OK as soon as its record is proposed, before it is
+	// synced and applied. The durability tests run with it to show that
+	// they catch a lost acknowledged write (cellserver reads it from
+	// CELL_TESTING_ACK_BEFORE_COMMIT=1).
+	AckBeforeCommit bool
+	// WALFS, when set, is the filesystem of the log (tests inject I/O
+	// errors with pebble's errorfs).
+	WALFS vfs.FS
+	// NoSnapshotOnClose: Close does not snapshot the region, so the next
+	// start replays the log as after a crash.
+	NoSnapshotOnClose bool
 }
 
 // Defaults.
@@ -143,6 +179,7 @@ const (
 	DefaultListen           = "127.0.0.1:7070"
 	DefaultRDMAListen       = "127.0.0.1:7071"
 	DefaultMetricsListen    = "127.0.0.1:7072"
+	DefaultRaftListen       = "127.0.0.1:7073"
 	DefaultQueueDepth       = 1024
 	DefaultShmDir           = "/dev/shm"
 	DefaultRegisterWait     = 15 * time.Second
@@ -153,6 +190,12 @@ const (
 	DefaultSplitCopyBatch   = 16
 	DefaultSplitFreeBatch   = 256
 	DefaultMaxSplitWait     = 10 * time.Second
+
+	DefaultRaftHeartbeatTimeout = 500 * time.Millisecond
+	DefaultProposalTimeout      = 10 * time.Second
+	DefaultSnapshotThreshold    = 65536
+	DefaultSnapshotInterval     = 60 * time.Second
+	DefaultTrailingLogs         = 10240
 )
 
 // EnsureDefaults fills zero fields with their defaults. HostID stays empty
@@ -163,6 +206,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.RDMAListen == "" {
 		o.RDMAListen = DefaultRDMAListen
+	}
+	if o.RaftListen == "" {
+		o.RaftListen = DefaultRaftListen
 	}
 	if o.Cores == 0 {
 		o.Cores = 1
@@ -221,6 +267,21 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxSplitWait == 0 {
 		o.MaxSplitWait = DefaultMaxSplitWait
 	}
+	if o.RaftHeartbeatTimeout == 0 {
+		o.RaftHeartbeatTimeout = DefaultRaftHeartbeatTimeout
+	}
+	if o.ProposalTimeout == 0 {
+		o.ProposalTimeout = DefaultProposalTimeout
+	}
+	if o.SnapshotThreshold == 0 {
+		o.SnapshotThreshold = DefaultSnapshotThreshold
+	}
+	if o.SnapshotInterval == 0 {
+		o.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if o.TrailingLogs == 0 {
+		o.TrailingLogs = DefaultTrailingLogs
+	}
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 		o.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -271,11 +332,15 @@ func (o *Options) Validate() error {
 		return bad("split batches %d and %d must be at least 1", o.SplitCopyBatch, o.SplitFreeBatch)
 	case o.MaxSplitWait < 0:
 		return bad("negative split wait")
+	case o.RaftHeartbeatTimeout < 20*time.Millisecond:
+		return bad("raft heartbeat timeout %v < 20ms", o.RaftHeartbeatTimeout)
+	case o.ProposalTimeout < 0 || o.SnapshotInterval < 0:
+		return bad("negative proposal timeout or snapshot interval")
 	}
 	if err := regiontable.ValidServerID(o.ServerID); err != nil {
 		return fmt.Errorf("server: %w: %w", err, ErrInvalidOptions)
 	}
-	for name, a := range map[string]string{"listen": o.Listen, "rdma listen": o.RDMAListen, "metrics listen": o.MetricsListen} {
+	for name, a := range map[string]string{"listen": o.Listen, "rdma listen": o.RDMAListen, "raft listen": o.RaftListen, "metrics listen": o.MetricsListen} {
 		if a == "" && name == "metrics listen" {
 			continue
 		}

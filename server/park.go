@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -10,8 +9,9 @@ import (
 )
 
 // Writes that must wait for a meganode split are parked, not blocked: a
-// worker that meets a frozen range (or a full meganode that must split
-// first) hands its job to the parking lot and takes the next request. The
+// write whose record met a frozen range (or a full meganode that must
+// split first) is handed to the parking lot by awaitWrite (propose.go),
+// and no worker waits for it. The
 // split's progress (splitEvent) puts every parked job back in the queue,
 // where a worker runs it again from its search; so does the end of a job's
 // wait bound (its deadline, or Options.MaxSplitWait), and the re-run then
@@ -23,9 +23,6 @@ import (
 // Unavailable instead.
 //
 // Locking notes: parking.mu is a leaf.
-
-// errPark is what worker.write returns to ask run to park its job.
-var errPark = errors.New("server: park the request until a split moves on")
 
 type parking struct {
 	mu     sync.Mutex

@@ -58,7 +58,9 @@ func TestOverloaded(t *testing.T) {
 			defer wg.Done()
 			_, err := call(t, c, wire.OpGet, &wire.GetRequest{Key: []byte("first")}, &wire.GetReply{})
 			switch {
-			case err == nil:
+			case err == nil, errors.Is(err, wire.ErrNotFound):
+				// A get may run before the put it queued behind is
+				// applied: the put's worker proposed it and moved on.
 				ok.Add(1)
 			case errors.Is(err, wire.ErrOverloaded):
 				overloaded.Add(1)

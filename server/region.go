@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 
 	"github.com/cellstore/cell/blink"
@@ -23,6 +21,9 @@ type localMeganode struct {
 	// splitQueued: a split request for the meganode is queued (split.go);
 	// splitForce: a write found it full, split whatever its fill.
 	splitQueued, splitForce atomic.Bool
+	// splitRuns counts the splits of the meganode that ran to their end
+	// or failed: writes waiting for it to make room count by it.
+	splitRuns atomic.Uint64
 }
 
 // meganodeTable holds the region's meganodes by slot. It is immutable once
@@ -33,20 +34,20 @@ type meganodeTable struct {
 
 // meganodeAt returns the meganode holding the node at p, or nil when p is
 // not a node of a meganode in use here.
-func (s *Server) meganodeAt(p blink.Ptr) *localMeganode {
-	if p.Region() != s.regionID {
+func (rep *replica) meganodeAt(p blink.Ptr) *localMeganode {
+	if p.Region() != rep.regionID {
 		return nil
 	}
-	slot, ok := s.region.SlotOf(p)
+	slot, ok := rep.region.SlotOf(p)
 	if !ok {
 		return nil
 	}
-	tab := s.megas.Load()
+	tab := rep.megas.Load()
 	if slot >= len(tab.bySlot) || tab.bySlot[slot] == nil {
 		return nil
 	}
 	lm := tab.bySlot[slot]
-	if (p.Offset()-lm.m.Base())%uint64(s.nodeSize) != 0 {
+	if (p.Offset()-lm.m.Base())%uint64(rep.nodeSize) != 0 {
 		return nil
 	}
 	return lm
@@ -54,40 +55,45 @@ func (s *Server) meganodeAt(p blink.Ptr) *localMeganode {
 
 // addMeganodeLocked publishes m in the meganode table. REQUIRES: s.megaMu
 // held.
-func (s *Server) addMeganodeLocked(m *meganode.Meganode) error {
+func (rep *replica) addMeganodeLocked(m *meganode.Meganode) error {
 	h, err := m.Tree().Header()
 	if err != nil {
 		return fmt.Errorf("server: meganode %v: %w", m.Ptr(), err)
 	}
-	old := s.megas.Load()
+	old := rep.megas.Load()
 	bySlot := make([]*localMeganode, max(len(old.bySlot), m.Slot()+1))
 	copy(bySlot, old.bySlot)
 	bySlot[m.Slot()] = &localMeganode{m: m, t: m.Tree(), level: h.Level}
-	s.megas.Store(&meganodeTable{bySlot: bySlot})
+	rep.megas.Store(&meganodeTable{bySlot: bySlot})
 	return nil
 }
 
 // dropMeganode unpublishes the meganode of slot and frees the slot.
-func (s *Server) dropMeganode(slot int) error {
-	s.megaMu.Lock()
-	defer s.megaMu.Unlock()
-	old := s.megas.Load()
+func (rep *replica) dropMeganode(slot int) error {
+	rep.megaMu.Lock()
+	defer rep.megaMu.Unlock()
+	old := rep.megas.Load()
 	bySlot := append([]*localMeganode(nil), old.bySlot...)
 	if slot < len(bySlot) {
 		bySlot[slot] = nil
 	}
-	s.megas.Store(&meganodeTable{bySlot: bySlot})
-	return s.region.FreeMeganode(slot)
+	rep.megas.Store(&meganodeTable{bySlot: bySlot})
+	return rep.region.FreeMeganode(slot)
 }
 
 // treeOptions are the run-time options of the region's trees.
-func (s *Server) treeOptions() blink.Options {
-	return blink.Options{NodeSize: s.nodeSize}
+func (rep *replica) treeOptions() blink.Options {
+	return blink.Options{NodeSize: rep.nodeSize}
 }
 
-// openRegion reopens the region a clean shutdown left in the data
-// directory, or else discards what an unclean stop left and creates a new
-// region. It sets s.region, s.regionID, s.nodeSize and the meganode table.
+// openRegion decides which region this data directory holds (region.json,
+// or a new ID from the region table) and creates its file EMPTY, with the
+// sizes of this server's options: the region's raft group then rebuilds
+// its contents from the last snapshot and the log (fsm.go), and the first
+// record of the log pins the sizes it was made with. Whatever file an
+// earlier run left is discarded: after a crash it may hold half-applied
+// records, and the log holds everything acknowledged. It sets s.region,
+// s.regionID and s.nodeSize.
 func (s *Server) openRegion(ctx context.Context) error {
 	d := s.dir
 	var st dataState
@@ -99,55 +105,22 @@ func (s *Server) openRegion(ctx context.Context) error {
 		return fmt.Errorf("server: %s holds region %d of server %q, not %q (start with --server-id %s or another data directory): %w",
 			d.dir, st.Region, st.ServerID, s.opts.ServerID, st.ServerID, ErrDataDirOwned)
 	}
-	var mark cleanMarker
-	clean, err := d.readJSON(markerFile, &mark)
-	if err != nil {
-		s.log.Warn("server: unreadable clean-shutdown marker, treating the last stop as unclean", slog.Any("err", err))
-		clean = false
-	}
-	if haveState && clean && mark.Region == st.Region && mark.Path == st.Path {
-		if _, err := os.Stat(st.Path); err == nil {
-			return s.reopenRegion(ctx, st)
-		}
-		s.log.Warn("server: the previous run shut down cleanly but its region file is gone (a tmpfs or hugetlbfs does not survive a reboot); starting with an empty region",
-			slog.Uint64("region", uint64(st.Region)), slog.String("path", st.Path))
-	} else if haveState {
-		s.log.Warn("server: the previous run did NOT shut down cleanly; its region is discarded and the server starts EMPTY (there is no write-ahead log yet)",
-			slog.Uint64("region", uint64(st.Region)), slog.String("path", st.Path))
-	}
-	if err := d.remove(markerFile); err != nil {
-		return err
-	}
 	id, err := s.chooseRegionID(ctx, haveState, st)
 	if err != nil {
 		return err
 	}
-	if haveState {
+	if haveState && st.Path != "" {
 		if err := removeFile(st.Path); err != nil {
-			return fmt.Errorf("server: remove the discarded region file: %w", err)
+			return fmt.Errorf("server: remove the last run's region file: %w", err)
 		}
 	}
 	name := d.regionFileName(id)
 	for _, dir := range []string{d.dir, s.opts.ShmDir} {
-		removed, err := removeStaleRegionFile(dir, name)
-		if err != nil {
+		if _, err := removeStaleRegionFile(dir, name); err != nil {
 			return err
 		}
-		if removed {
-			s.log.Warn("server: removed a region file left by an earlier incarnation of this data directory", slog.String("path", filepath.Join(dir, name)))
-		}
 	}
-	r, err := meganode.Create(meganode.Options{
-		ID:           id,
-		Size:         s.opts.RegionSize,
-		MeganodeSize: s.opts.MeganodeSize,
-		NodeSize:     s.opts.NodeSize,
-		Hugepages:    s.opts.Hugepages,
-		Dir:          d.dir,
-		ShmDir:       s.opts.ShmDir,
-		Name:         name,
-		Logger:       s.log,
-	})
+	r, err := meganode.Create(s.regionOptions(id, regionBody{Size: s.opts.RegionSize, MeganodeSize: s.opts.MeganodeSize, NodeSize: uint32(s.opts.NodeSize)}))
 	if err != nil {
 		return fmt.Errorf("server: create region %d: %w", id, err)
 	}
@@ -157,23 +130,91 @@ func (s *Server) openRegion(ctx context.Context) error {
 		return err
 	}
 	s.setRegion(r)
-	s.log.Info("server: new region", slog.Uint64("region", uint64(id)), slog.String("path", r.Path()), slog.String("backing", r.Backing().String()))
+	s.log.Info("server: region file made; its raft group restores its contents", slog.Uint64("region", uint64(id)), slog.String("path", r.Path()),
+		slog.String("backing", r.Backing().String()), slog.Bool("restart", haveState))
 	return nil
 }
 
-// chooseRegionID keeps the ID of the region being discarded when the
-// region table still says this server hosts it, and allocates a new one
-// otherwise.
+// regionOptions are the options that make region id's file with layout b.
+func (rep *replica) regionOptions(id uint32, b regionBody) meganode.Options {
+	return meganode.Options{
+		ID:           id,
+		Size:         b.Size,
+		MeganodeSize: b.MeganodeSize,
+		NodeSize:     int(b.NodeSize),
+		Hugepages:    rep.srv.opts.Hugepages,
+		Dir:          rep.srv.dir.dir,
+		ShmDir:       rep.srv.opts.ShmDir,
+		Name:         rep.srv.dir.regionFileName(id),
+		Logger:       rep.srv.log,
+	}
+}
+
+// layoutBody is a region layout as a region record's body.
+func layoutBody(l meganode.Layout) regionBody {
+	return regionBody{Size: l.Size, MeganodeSize: l.MeganodeSize, NodeSize: uint32(l.NodeSize)}
+}
+
+// dropRegionLocked closes the region and removes its file, and empties the
+// meganode table. REQUIRES: s.applyMu held, nothing registered for
+// one-sided reads (the server does not serve yet).
+func (rep *replica) dropRegionLocked() error {
+	rep.megaMu.Lock()
+	rep.megas.Store(&meganodeTable{})
+	rep.megaMu.Unlock()
+	r := rep.region
+	cerr := r.Close()
+	if err := errors.Join(cerr, r.Remove()); err != nil {
+		return fmt.Errorf("server: drop region %d: %w", rep.regionID, err)
+	}
+	return nil
+}
+
+// adoptRegionLocked makes r the region and opens its meganodes.
+// REQUIRES: s.applyMu held.
+func (rep *replica) adoptRegionLocked(r *meganode.Region) error {
+	rep.setRegion(r)
+	rep.megaMu.Lock()
+	defer rep.megaMu.Unlock()
+	for _, slot := range r.Meganodes() {
+		m, err := r.OpenMeganode(slot, rep.treeOptions())
+		if err != nil {
+			return fmt.Errorf("server: open meganode in slot %d: %w", slot, err)
+		}
+		if err := rep.addMeganodeLocked(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// remakeRegionLocked replaces the (empty) region with an empty one of
+// layout b: the region record of a log made by a server with other sizes.
+// REQUIRES: s.applyMu held.
+func (rep *replica) remakeRegionLocked(b regionBody) error {
+	if err := rep.dropRegionLocked(); err != nil {
+		return err
+	}
+	r, err := meganode.Create(rep.regionOptions(rep.regionID, b))
+	if err != nil {
+		return fmt.Errorf("server: make region %d with the sizes of its log: %w", rep.regionID, err)
+	}
+	rep.srv.log.Warn("server: the region keeps the sizes it was made with, not this server's options",
+		slog.Uint64("region_size", b.Size), slog.Uint64("meganode_size", b.MeganodeSize), slog.Uint64("node_size", uint64(b.NodeSize)))
+	return rep.adoptRegionLocked(r)
+}
+
+// chooseRegionID keeps the ID of the region this directory held, unless
+// the region table gives it to another server, and allocates a new one
+// for a new directory.
 func (s *Server) chooseRegionID(ctx context.Context, haveState bool, st dataState) (uint32, error) {
 	if haveState && st.Region != 0 {
 		e, err := s.opts.Store.Region(ctx, st.Region)
 		switch {
-		case err == nil && e.Host == s.opts.ServerID:
+		case err == nil && e.Host != s.opts.ServerID:
+			return 0, fmt.Errorf("server: region %d in %s is hosted by %q per the region table: %w", st.Region, s.dir.dir, e.Host, ErrRegionOwned)
+		case err == nil, errors.Is(err, regiontable.ErrNotFound):
 			return st.Region, nil
-		case err == nil:
-			s.log.Warn("server: the region table gives our old region to another server; allocating a new one",
-				slog.Uint64("region", uint64(st.Region)), slog.String("host", e.Host))
-		case errors.Is(err, regiontable.ErrNotFound):
 		default:
 			return 0, fmt.Errorf("server: look up region %d: %w", st.Region, err)
 		}
@@ -185,64 +226,20 @@ func (s *Server) chooseRegionID(ctx context.Context, haveState bool, st dataStat
 	return id, nil
 }
 
-// reopenRegion opens the region of a clean shutdown and its meganodes.
-func (s *Server) reopenRegion(ctx context.Context, st dataState) error {
-	if e, err := s.opts.Store.Region(ctx, st.Region); err == nil && e.Host != s.opts.ServerID {
-		return fmt.Errorf("server: region %d in %s is hosted by %q per the region table: %w", st.Region, s.dir.dir, e.Host, ErrRegionOwned)
-	} else if err != nil && !errors.Is(err, regiontable.ErrNotFound) {
-		return fmt.Errorf("server: look up region %d: %w", st.Region, err)
-	}
-	r, err := meganode.Open(st.Path, meganode.OpenOptions{Logger: s.log})
-	if err != nil {
-		return fmt.Errorf("server: reopen region %d (remove %s to start empty): %w", st.Region, s.dir.path(markerFile), err)
-	}
-	if r.ID() != st.Region {
-		_ = r.Close()
-		return fmt.Errorf("server: %s holds region %d, region.json says %d: %w", st.Path, r.ID(), st.Region, meganode.ErrCorruption)
-	}
-	lay := r.Layout()
-	if lay.NodeSize != uint64(s.opts.NodeSize) || lay.MeganodeSize != s.opts.MeganodeSize {
-		s.log.Warn("server: the reopened region keeps the sizes it was created with",
-			slog.Uint64("node_size", lay.NodeSize), slog.Uint64("meganode_size", lay.MeganodeSize), slog.Uint64("region_size", lay.Size))
-	}
-	// From here on a crash must not look like a clean stop.
-	if err := s.dir.remove(markerFile); err != nil {
-		_ = r.Close()
-		return err
-	}
-	s.setRegion(r)
-	s.megaMu.Lock()
-	defer s.megaMu.Unlock()
-	for _, slot := range r.Meganodes() {
-		m, err := r.OpenMeganode(slot, s.treeOptions())
-		if err != nil {
-			return fmt.Errorf("server: reopen meganode in slot %d: %w", slot, err)
-		}
-		if err := m.Tree().CheckErr(); err != nil {
-			return fmt.Errorf("server: meganode %v of the reopened region: %w", m.Ptr(), err)
-		}
-		if err := s.addMeganodeLocked(m); err != nil {
-			return err
-		}
-	}
-	s.log.Info("server: region reopened after a clean shutdown", slog.Uint64("region", uint64(r.ID())),
-		slog.String("path", r.Path()), slog.String("backing", r.Backing().String()), slog.Int("meganodes", len(r.Meganodes())))
-	return nil
-}
-
-func (s *Server) setRegion(r *meganode.Region) {
-	s.region = r
-	s.regionID = r.ID()
-	s.nodeSize = int(r.Layout().NodeSize)
-	s.maxKey = blink.MaxKeySize(s.nodeSize)
+func (rep *replica) setRegion(r *meganode.Region) {
+	rep.region = r
+	rep.regionID = r.ID()
+	rep.nodeSize = int(r.Layout().NodeSize)
+	rep.maxKey = blink.MaxKeySize(rep.nodeSize)
 }
 
 // ensureRoot makes sure the cluster has a root meganode. The root is
 // (re)made here, as one leaf meganode covering the whole key space, when
 // the cluster has none, or when the root pointer names a region that was
-// ours and is gone (an unclean stop discarded it, or its ID is unknown to
-// the table). A root on another live server is left alone. The pointer is
-// also stored at offset 0 of our region (DESIGN §4).
+// ours and holds no such meganode. A root on another live server is left
+// alone. Making it is two records around the region table's
+// compare-and-set: root format, then root publish (the pointer at offset
+// 0 of the region, DESIGN §4), or root drop when the table took another.
 func (s *Server) ensureRoot(ctx context.Context) error {
 	root, err := s.opts.Store.Root(ctx)
 	if err != nil {
@@ -258,27 +255,20 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 		}
 		if !remake {
 			s.root.Store(uint64(root))
-			s.region.SetRoot(root)
 			return nil
 		}
-		s.megaMu.Lock()
-		m, err := s.region.NewMeganode(0, blink.Full, s.treeOptions())
-		if err == nil {
-			err = s.addMeganodeLocked(m)
-		}
-		s.megaMu.Unlock()
+		res, err := s.proposeRoot(rootFormat, 0)
 		if err != nil {
 			return fmt.Errorf("server: format the root meganode: %w", err)
 		}
-		cur, err := s.opts.Store.SetRoot(ctx, root, m.Ptr())
+		np := res.New
+		cur, err := s.opts.Store.SetRoot(ctx, root, np)
 		if err == nil {
-			s.log.Info("server: formatted the root meganode", slog.String("root", m.Ptr().String()), slog.String("old_root", root.String()), slog.String("why", why))
-			s.root.Store(uint64(m.Ptr()))
-			s.region.SetRoot(m.Ptr())
-			return nil
+			s.log.Info("server: formatted the root meganode", slog.String("root", np.String()), slog.String("old_root", root.String()), slog.String("why", why))
+			return s.publishRoot(np)
 		}
 		// Lost the race (or etcd failed): take the meganode back.
-		if ferr := s.dropMeganode(m.Slot()); ferr != nil {
+		if _, ferr := s.proposeRoot(rootDrop, np); ferr != nil {
 			return fmt.Errorf("server: free the unused root meganode: %w", ferr)
 		}
 		if !errors.Is(err, regiontable.ErrConflict) {
@@ -286,6 +276,23 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 		}
 		root = cur
 	}
+}
+
+// proposeRoot proposes a root record of phase p for meganode mp (0 for
+// format) and waits for its outcome.
+func (s *Server) proposeRoot(p rootPhase, mp blink.Ptr) (applyResult, error) {
+	return s.propose(appendRecord(nil, &writeRecord{Kind: recRoot, Meganode: mp, Value: appendRootBody(nil, p)}))
+}
+
+// publishRoot ends the making of root meganode np, which the region table
+// now names: a root publish record stores it at offset 0 of the region,
+// and the server searches from it.
+func (s *Server) publishRoot(np blink.Ptr) error {
+	if _, err := s.proposeRoot(rootPublish, np); err != nil {
+		return fmt.Errorf("server: publish root meganode %v: %w", np, err)
+	}
+	s.root.Store(uint64(np))
+	return nil
 }
 
 // rootNeedsRemaking decides whether root must be replaced by a new root

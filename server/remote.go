@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -75,7 +76,10 @@ func (s *Server) call(ctx context.Context, addr string, op wire.Op, req, rep wir
 	if rep == nil {
 		return nil
 	}
-	return rep.Decode(f.Body)
+	// Decoded replies alias their body (keys, ranges), and the frame goes
+	// back to its pool when call returns: decode a copy, which the reply
+	// then owns. Peer calls are split steps, not the read path.
+	return rep.Decode(bytes.Clone(f.Body))
 }
 
 func (s *Server) peerConn(ctx context.Context, addr string) (*wire.Conn, error) {
@@ -370,16 +374,15 @@ func (w *worker) splitBegin(body []byte) (wire.Message, error) {
 	if req.Right.Region() == s.regionID && s.meganodeAt(req.Right) == nil {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "right link %v is no node of region %d", req.Right, s.regionID)
 	}
-	s.slotMu.Lock()
-	defer s.slotMu.Unlock()
-	yp, err := s.nextMeganodePtr()
-	if err != nil {
+	b := targetBody{Phase: targetBegin, MaxInf: req.Range.MaxInf, Level: req.Level, Right: req.Right, Source: req.Source, Payload: req.Range.Max}
+	res, err := s.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Key: req.Range.Min, Value: appendTargetBody(nil, &b)}))
+	if errors.Is(err, meganode.ErrRegionFull) {
 		return nil, wireErrorf(wire.StatusUnavailable, "%v", err)
 	}
-	b := targetBody{Phase: targetBegin, MaxInf: req.Range.MaxInf, Level: req.Level, Right: req.Right, Source: req.Source, Payload: req.Range.Max}
-	if _, err := s.apply(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: yp, Key: req.Range.Min, Value: appendTargetBody(nil, &b)})); err != nil {
+	if err != nil {
 		return nil, badRequest(err)
 	}
+	yp := res.New
 	s.log.Info("server: formatted a remote split's target", slog.String("meganode", yp.String()), slog.String("source", req.Source.String()),
 		slog.Int("level", int(req.Level)), slog.String("range", req.Range.String()))
 	return &wire.SplitBeginReply{Meganode: yp}, nil
@@ -400,8 +403,12 @@ func (w *worker) splitAppend(body []byte) (wire.Message, error) {
 			return nil, err
 		}
 	}
-	b := targetBody{Phase: targetAppend, Payload: body}
-	res, err := s.apply(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
+	ents := make([]blink.Entry, len(req.Entries))
+	for i, e := range req.Entries {
+		ents[i] = blink.Entry{Key: e.Key, Value: e.Value, Child: e.Child}
+	}
+	b := targetBody{Phase: targetAppend, Payload: appendEntries(nil, req.Inner, ents)}
+	res, err := s.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
 	if err != nil {
 		return nil, badRequest(err)
 	}
@@ -422,7 +429,7 @@ func (w *worker) splitEnd(body []byte) error {
 	if req.Commit {
 		b.Phase = targetCommit
 	}
-	_, err := s.apply(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
+	_, err := s.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
 	err = badRequest(err)
 	if err == nil && req.Commit {
 		s.splitEvent() // writes parked at the frozen target go on
@@ -470,7 +477,7 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 		}
 		return &wire.InsertChildReply{Next: next}, nil
 	}
-	_, err = s.apply(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: req.Key, Value: le.AppendUint64(nil, uint64(req.Child))}))
+	_, err = s.propose(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: req.Key, Value: le.AppendUint64(nil, uint64(req.Child))}))
 	switch {
 	case err == nil:
 		s.maybeRequestSplit(p)
@@ -518,29 +525,29 @@ func badRequest(err error) error {
 
 // applyTargetLocked applies one target record r with body b.
 // REQUIRES: s.applyMu held.
-func (s *Server) applyTargetLocked(r *writeRecord, b *targetBody) (applyResult, error) {
+func (rep *replica) applyTargetLocked(r *writeRecord, b *targetBody) (applyResult, error) {
 	if b.Phase == targetBegin {
+		if !r.Meganode.IsNil() {
+			return applyResult{}, fmt.Errorf("server: target begin record names %v: apply chooses the meganode: %w", r.Meganode, ErrBadRecord)
+		}
 		bounds := blink.Bounds{Min: r.Key, Max: b.Payload, MaxInf: b.MaxInf}
-		return applyResult{}, s.newMeganodeLocked(r.Meganode, int(b.Level), bounds, func(y *blink.Tree) error {
+		yp, err := rep.newMeganodeLocked(int(b.Level), bounds, func(y *blink.Tree) error {
 			return y.BeginCopy(b.Right)
 		})
+		return applyResult{New: yp}, err
 	}
-	y := s.meganodeAt(r.Meganode)
+	y := rep.meganodeAt(r.Meganode)
 	if y == nil || y.m.Ptr() != r.Meganode || !y.t.Split().Target {
-		return applyResult{}, fmt.Errorf("server: target %v record for %v, not a split target of region %d: %w", b.Phase, r.Meganode, s.regionID, ErrBadRecord)
+		return applyResult{}, fmt.Errorf("server: target %v record for %v, not a split target of region %d: %w", b.Phase, r.Meganode, rep.regionID, ErrBadRecord)
 	}
 	switch b.Phase {
 	case targetAppend:
-		var req wire.SplitAppendRequest
-		if err := req.Decode(b.Payload); err != nil {
-			return applyResult{}, fmt.Errorf("server: target append record: %w: %w", err, ErrBadRecord)
+		inner, ents, err := decodeEntries(b.Payload)
+		if err != nil {
+			return applyResult{}, err
 		}
-		if req.Inner != (y.level > 0) {
-			return applyResult{}, fmt.Errorf("server: target append of inner=%v entries into a level %d meganode: %w", req.Inner, y.level, ErrBadRecord)
-		}
-		ents := make([]blink.Entry, len(req.Entries))
-		for i, e := range req.Entries {
-			ents[i] = blink.Entry{Key: e.Key, Value: e.Value, Child: e.Child}
+		if inner != (y.level > 0) {
+			return applyResult{}, fmt.Errorf("server: target append of inner=%v entries into a level %d meganode: %w", inner, y.level, ErrBadRecord)
 		}
 		if err := y.t.AppendEntries(ents); err != nil {
 			return applyResult{}, err
@@ -553,7 +560,7 @@ func (s *Server) applyTargetLocked(r *writeRecord, b *targetBody) (applyResult, 
 		if err := y.t.DropRecords(); err != nil {
 			return applyResult{}, err
 		}
-		return applyResult{}, s.dropMeganode(y.m.Slot())
+		return applyResult{}, rep.dropMeganode(y.m.Slot())
 	}
 	return applyResult{}, fmt.Errorf("server: target phase %v: %w", b.Phase, ErrBadRecord)
 }

@@ -36,7 +36,7 @@ func BenchmarkSplitPlacement(b *testing.B) {
 				n := 0
 				for ; x.t.Fill() < 0.75; n++ {
 					key := fmt.Appendf(nil, "key-%012d", uint64(n)*2654435761%(1<<40))
-					if _, err := s.apply(appendRecord(nil, &writeRecord{Kind: recPut, Meganode: x.m.Ptr(), Key: key, Value: val})); err != nil {
+					if _, err := s.propose(appendRecord(nil, &writeRecord{Kind: recPut, Meganode: x.m.Ptr(), Key: key, Value: val})); err != nil {
 						b.Fatalf("fill at %d keys: %v", n, err)
 					}
 				}

@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/blink"
-	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/internal/raftmux"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wal"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -28,12 +29,14 @@ type Server struct {
 	metrics *Metrics
 	wopts   wire.Options
 
+	// The region the server holds (replica.go).
+	*replica
+
 	// Set by Start before anything is served, then read-only.
 	dir       *dataDir
-	region    *meganode.Region
-	regionID  uint32
-	nodeSize  int
-	maxKey    int
+	mux       *raftmux.Mux // the raft listener of all the server's groups
+	wal       *wal.DB
+	snaps     *wal.Snapshots
 	epoch     uint64
 	rpcLn     net.Listener
 	rpcAddr   string
@@ -44,31 +47,17 @@ type Server struct {
 	httpSrv   *http.Server
 	queue     chan job
 
-	megas  atomic.Pointer[meganodeTable]
-	megaMu sync.Mutex // serialises changes to megas and meganode slots
-	root   atomic.Uint64
-	table  atomic.Pointer[tableView]
-	coord  coordinatorState // coordinator.go
+	root  atomic.Uint64
+	table atomic.Pointer[tableView]
+	coord coordinatorState // coordinator.go
 
-	// applyMu serialises every write to the region (apply.go).
-	// Locking notes: Server.splitMu < Server.applyMu < Server.megaMu <
-	// meganode.Region.mu < meganode.Extents.mu < a blink tree's writer
-	// lock.
-	applyMu sync.Mutex
-	applied atomic.Uint64
+	// Locking notes: Server.splitMu < replica.applyMu (replica.go).
 
 	// Meganode splits (split.go): splitMu is held by the split loop for a
 	// whole split (one at a time); splitReqs queues meganodes to consider;
 	// splitWake wakes writes waiting for a split.
 	splitMu   sync.Mutex
 	splitReqs chan blink.Ptr
-	// slotMu is held from choosing a new meganode's slot
-	// (nextMeganodePtr) to the record that formats it: local splits,
-	// new roots and remote splits' targets formatted here.
-	slotMu sync.Mutex
-	// newRoot is a root meganode formatted and not yet published (0 when
-	// none): the only meganode above the root level an abort may drop.
-	newRoot atomic.Uint64
 	// peers are connections to other servers (remote splits).
 	peers peerConns
 	// pendingSeps are separators still to insert (split.go). Guarded by
@@ -134,7 +123,7 @@ func New(opts Options) (*Server, error) {
 
 		splitReqs: make(chan blink.Ptr, 256),
 	}
-	s.megas.Store(&meganodeTable{})
+	s.replica = newReplica(s)
 	s.table.Store(&tableView{})
 	s.mu.conns = make(map[*conn]struct{})
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
@@ -178,7 +167,16 @@ func (s *Server) start(ctx context.Context) error {
 	if s.dir, err = openDataDir(s.opts.DataDir); err != nil {
 		return err
 	}
+	if err := s.openLog(); err != nil {
+		return err
+	}
 	if err := s.openRegion(ctx); err != nil {
+		return err
+	}
+	if err := s.openRaftListener(); err != nil {
+		return err
+	}
+	if err := s.startGroup(ctx); err != nil {
 		return err
 	}
 	if err := s.ensureRoot(ctx); err != nil {
@@ -282,7 +280,8 @@ func (s *Server) shmTableDir() string {
 	return ""
 }
 
-// publishRegion writes the region's entry with the next epoch.
+// publishRegion writes the region's entry with the next epoch, this
+// server's term as the group's leader and the group's voters.
 func (s *Server) publishRegion(ctx context.Context) error {
 	e, err := s.opts.Store.Region(ctx, s.regionID)
 	switch {
@@ -297,12 +296,14 @@ func (s *Server) publishRegion(ctx context.Context) error {
 		return fmt.Errorf("server: look up region %d: %w", s.regionID, err)
 	}
 	entry := regiontable.Region{
-		ID:    s.regionID,
-		Kind:  regiontable.KindData,
-		Size:  s.region.Layout().Size,
-		Host:  s.opts.ServerID,
-		Epoch: s.epoch,
-		Path:  s.region.Path(),
+		ID:       s.regionID,
+		Kind:     regiontable.KindData,
+		Size:     s.region.Layout().Size,
+		Host:     s.opts.ServerID,
+		Epoch:    s.epoch,
+		Term:     s.raft.CurrentTerm(),
+		Replicas: s.voters(),
+		Path:     s.region.Path(),
 	}
 	for i := range s.readKeys {
 		b, err := json.Marshal(&s.readKeys[i])
@@ -321,6 +322,7 @@ func (s *Server) memberEntry() regiontable.Member {
 	return regiontable.Member{
 		ID:       s.opts.ServerID,
 		RPCAddr:  s.rpcAddr,
+		RaftAddr: s.mux.Addr().String(),
 		ReadAddr: s.responder.Addr(),
 		HostID:   s.opts.HostID,
 		Version:  s.opts.Version,
@@ -354,6 +356,9 @@ func (s *Server) registerMember(ctx context.Context) error {
 		if !errors.Is(err, regiontable.ErrMemberExists) || time.Now().After(deadline) {
 			return fmt.Errorf("server: register member %s: %w", s.opts.ServerID, err)
 		}
+		if s.evictPredecessor(ctx) {
+			continue
+		}
 		if !logged {
 			s.log.Warn("server: a member with our ID is registered (a crashed predecessor?); waiting for its lease to expire",
 				slog.String("server", s.opts.ServerID), slog.Duration("wait", s.opts.RegisterWait))
@@ -365,6 +370,31 @@ func (s *Server) registerMember(ctx context.Context) error {
 			return fmt.Errorf("server: register member %s: %w", s.opts.ServerID, ctx.Err())
 		}
 	}
+}
+
+// evictPredecessor removes the member entry of our ID when it is a crashed
+// predecessor's: one on this host (HostID) with the RPC address this
+// server listens on now. No live process on this host can hold that
+// address, so the entry's lease would only delay the restart by its TTL.
+// It reports whether it removed the entry.
+func (s *Server) evictPredecessor(ctx context.Context) bool {
+	ms, err := s.opts.Store.Members(ctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range ms {
+		if m.ID != s.opts.ServerID || m.HostID != s.opts.HostID || m.RPCAddr != s.rpcAddr {
+			continue
+		}
+		ok, err := s.opts.Store.EvictMember(ctx, m)
+		if ok {
+			s.log.Warn("server: removed the member entry of a crashed predecessor (same host, same RPC address)", slog.String("server", m.ID), slog.String("rpc", m.RPCAddr))
+		} else if err != nil {
+			s.log.Warn("server: could not remove a crashed predecessor's member entry", slog.Any("err", err))
+		}
+		return ok
+	}
+	return false
 }
 
 // keepMembership registers the member again whenever its lease is lost.
@@ -545,9 +575,14 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		errs = append(errs, s.responder.Close())
 	}
 	s.metrics.detach()
+	errs = append(errs, s.stopGroup())
+	if s.mux != nil {
+		errs = append(errs, s.mux.Close())
+	}
 	if s.region != nil {
 		errs = append(errs, s.closeRegion())
 	}
+	errs = append(errs, s.closeLog())
 	if s.dir != nil {
 		errs = append(errs, s.dir.close())
 	}
@@ -560,18 +595,15 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 	return err
 }
 
-// closeRegion syncs and closes the region and, if both worked, writes the
-// clean-shutdown marker.
+// closeRegion closes the region and removes its file: the log and the
+// snapshots hold its contents, and the next start rebuilds it from them.
 func (s *Server) closeRegion() error {
 	id, path := s.regionID, s.region.Path()
-	serr := s.region.Sync()
 	cerr := s.region.Close()
-	if serr != nil || cerr != nil {
-		return fmt.Errorf("server: close region %d (no clean marker written): %w", id, errors.Join(serr, cerr))
+	rerr := s.region.Remove()
+	if err := errors.Join(cerr, rerr); err != nil {
+		return fmt.Errorf("server: close region %d: %w", id, err)
 	}
-	if err := s.dir.writeJSON(markerFile, cleanMarker{Region: id, Path: path, Closed: time.Now().UTC()}); err != nil {
-		return err
-	}
-	s.log.Info("server: region synced and closed; clean-shutdown marker written", slog.Uint64("region", uint64(id)), slog.String("path", path))
+	s.log.Info("server: region closed and its file removed (the log holds it)", slog.Uint64("region", uint64(id)), slog.String("path", path))
 	return nil
 }

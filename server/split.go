@@ -13,7 +13,6 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/failpoint"
-	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
 )
 
@@ -108,6 +107,7 @@ func (s *Server) maybeRequestSplit(lm *localMeganode) {
 // splitLoop runs the requested splits until the server stops. A split in
 // progress when Close begins is finished first: it only needs the region.
 func (s *Server) splitLoop() {
+	s.resumeSplits()
 	retry := time.NewTicker(250 * time.Millisecond)
 	defer retry.Stop()
 	for {
@@ -201,7 +201,8 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err err
 	if depth > maxHops {
 		return 0, fmt.Errorf("server: %d nested meganode splits: %w", depth, blink.ErrCorruption)
 	}
-	start := time.Now()
+	defer x.splitRuns.Add(1)
+	began := time.Now()
 	sep, err := x.t.SplitKey()
 	if err != nil {
 		return 0, fmt.Errorf("server: split %v: %w", x.m.Ptr(), err)
@@ -216,16 +217,14 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err err
 			tgt = nil
 		}
 	}
-	s.slotMu.Lock()
+	start := splitBody{Phase: phaseStart}
 	if tgt != nil {
-		yp = tgt.ptr
-	} else {
-		yp, err = s.nextMeganodePtr()
+		start.New = tgt.ptr
 	}
-	if err == nil {
-		_, err = s.applySplit(x, sep, splitBody{Phase: phaseStart, New: yp})
+	res, err := s.applySplit(x, sep, start)
+	if yp = start.New; yp.IsNil() {
+		yp = res.New
 	}
-	s.slotMu.Unlock()
 	if err != nil {
 		if tgt != nil {
 			s.endRemoteTarget(tgt, false)
@@ -319,7 +318,7 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err err
 	if _, err := s.applySplit(x, sep, splitBody{Phase: phaseEnd, New: yp}); err != nil {
 		return yp, err
 	}
-	d := time.Since(start)
+	d := time.Since(began)
 	s.metrics.splits.WithLabelValues("done").Inc()
 	s.metrics.splitTime.Observe(d.Seconds())
 	if tgt != nil {
@@ -338,30 +337,11 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err err
 // applySplit applies one split record for meganode x.
 func (s *Server) applySplit(x *localMeganode, sep []byte, b splitBody) (applyResult, error) {
 	rec := appendRecord(nil, &writeRecord{Kind: recSplit, Meganode: x.m.Ptr(), Key: sep, Value: appendSplitBody(nil, &b)})
-	res, err := s.apply(rec)
+	res, err := s.propose(rec)
 	if err != nil {
 		return res, fmt.Errorf("server: split %v at %q, %v step: %w", x.m.Ptr(), sep, b.Phase, err)
 	}
 	return res, nil
-}
-
-// nextMeganodePtr returns the header pointer of the meganode the next
-// NewMeganode will format: the lowest free slot (meganode.Region's rule).
-// Split records name it, and apply checks it got that one. Hold
-// s.slotMu from here to the record that formats it.
-func (s *Server) nextMeganodePtr() (blink.Ptr, error) {
-	slot := 0
-	for _, used := range s.region.Meganodes() {
-		if used != slot {
-			break
-		}
-		slot++
-	}
-	lay := s.region.Layout()
-	if uint64(slot) >= lay.Slots {
-		return 0, fmt.Errorf("server: split needs a meganode: region %d: %w", s.regionID, meganode.ErrRegionFull)
-	}
-	return blink.MakePtr(s.regionID, lay.SlotBase(slot)), nil
 }
 
 // maxSeparatorTries bounds the attempts to insert one separator (each a
@@ -425,7 +405,7 @@ func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, dept
 			last = err
 			continue
 		}
-		_, err = s.apply(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: sep, Value: child}))
+		_, err = s.propose(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: sep, Value: child}))
 		switch {
 		case err == nil:
 			s.maybeRequestSplit(p)
@@ -581,15 +561,11 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 	if x == nil {
 		return fmt.Errorf("server: no meganode of level %d on this server to grow the root from", level)
 	}
-	s.slotMu.Lock()
-	np, err := s.nextMeganodePtr()
-	if err == nil {
-		_, err = s.applySplit(x, sep, splitBody{Phase: phaseRoot, New: np, Cursor: body})
-	}
-	s.slotMu.Unlock()
+	res, err := s.applySplit(x, sep, splitBody{Phase: phaseRoot, Cursor: body})
 	if err != nil {
 		return err
 	}
+	np := res.New
 	ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
 	defer cancel()
 	if cur, err := s.opts.Store.SetRoot(ctx, root, np); err != nil {
@@ -603,9 +579,9 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 		}
 		return fmt.Errorf("server: publish the new root meganode %v: %w", np, err)
 	}
-	s.newRoot.Store(0)
-	s.root.Store(uint64(np))
-	s.region.SetRoot(np)
+	if err := s.publishRoot(np); err != nil {
+		return err
+	}
 	s.log.Info("server: new root meganode", slog.String("root", np.String()), slog.String("old_root", root.String()),
 		slog.Int("level", level+1), slog.Int("entries", len(ents)))
 	return nil
@@ -613,33 +589,69 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 
 // ---- Applying split records (apply.go). REQUIRES: s.applyMu held. ----
 
-// applySplitLocked applies one split record r with body b.
-func (s *Server) applySplitLocked(r *writeRecord, b *splitBody) (applyResult, error) {
-	x := s.meganodeAt(r.Meganode)
-	if x == nil || x.m.Ptr() != r.Meganode {
-		return applyResult{}, fmt.Errorf("server: split record for %v, not a meganode of region %d: %w", r.Meganode, s.regionID, ErrBadRecord)
+// applySplitLocked applies one split record r with body b, and keeps the
+// splits in progress of the replicated state (fsm.go) up to date.
+func (rep *replica) applySplitLocked(r *writeRecord, b *splitBody) (applyResult, error) {
+	res, err := rep.applySplitStepLocked(r, b)
+	if err != nil {
+		return res, err
 	}
-	remote := b.New.Region() != s.regionID
+	st := &rep.repl
 	switch b.Phase {
 	case phaseStart:
-		if remote {
-			if b.New.IsNil() {
-				return applyResult{}, fmt.Errorf("server: start record without a new meganode: %w", ErrBadRecord)
-			}
+		y := b.New
+		if y.IsNil() {
+			y = res.New
+		}
+		st.Splits = append(st.Splits, splitProgress{X: r.Meganode, Y: y, Sep: bytes.Clone(r.Key)})
+	case phaseLink:
+		if p := st.splitOf(r.Meganode); p != nil {
+			p.Linked = true
+		}
+	case phaseFree:
+		if p := st.splitOf(r.Meganode); p != nil && res.Done {
+			p.Freed = true
+		}
+	case phaseEnd:
+		st.endSplit(r.Meganode)
+	case phaseAbort:
+		if p := st.splitOf(r.Meganode); p != nil && p.Y == b.New {
+			st.endSplit(r.Meganode)
+		}
+	}
+	return res, nil
+}
+
+// applySplitStepLocked applies one split record r with body b to the
+// region.
+func (rep *replica) applySplitStepLocked(r *writeRecord, b *splitBody) (applyResult, error) {
+	x := rep.meganodeAt(r.Meganode)
+	if x == nil || x.m.Ptr() != r.Meganode {
+		return applyResult{}, fmt.Errorf("server: split record for %v, not a meganode of region %d: %w", r.Meganode, rep.regionID, ErrBadRecord)
+	}
+	remote := b.New.Region() != rep.regionID
+	switch b.Phase {
+	case phaseStart:
+		switch {
+		case b.New.IsNil():
+			yp, err := rep.startSplitLocked(x, r.Key)
+			return applyResult{New: yp}, err
+		case remote:
 			return applyResult{}, x.t.Freeze(r.Key)
 		}
-		return applyResult{}, s.startSplitLocked(x, r.Key, b.New)
+		return applyResult{}, fmt.Errorf("server: start record names %v: a local split's meganode is chosen by apply: %w", b.New, ErrBadRecord)
 	case phaseRoot:
-		if remote {
-			return applyResult{}, fmt.Errorf("server: root record for %v in another region: %w", b.New, ErrBadRecord)
+		if !b.New.IsNil() {
+			return applyResult{}, fmt.Errorf("server: root record names %v: the root's meganode is chosen by apply: %w", b.New, ErrBadRecord)
 		}
-		return applyResult{}, s.makeRootLocked(x, b.New, b.Cursor)
+		np, err := rep.makeRootLocked(x, b.Cursor)
+		return applyResult{New: np}, err
 	case phaseAbort:
-		return applyResult{}, s.abortSplitLocked(x, b.New)
+		return applyResult{}, rep.abortSplitLocked(x, b.New)
 	}
 	var y *localMeganode
 	if !remote {
-		y = s.meganodeAt(b.New)
+		y = rep.meganodeAt(b.New)
 		if y == nil || y.m.Ptr() != b.New || y.level != x.level {
 			return applyResult{}, fmt.Errorf("server: %v record names %v, not a meganode at level %d: %w", b.Phase, b.New, x.level, ErrBadRecord)
 		}
@@ -686,34 +698,38 @@ func (s *Server) applySplitLocked(r *writeRecord, b *splitBody) (applyResult, er
 }
 
 // startSplitLocked freezes x at sep and formats y, the right half's
-// meganode, in the slot the record names.
-func (s *Server) startSplitLocked(x *localMeganode, sep []byte, yp blink.Ptr) error {
+// meganode, in the lowest free slot; it returns y's header pointer.
+func (rep *replica) startSplitLocked(x *localMeganode, sep []byte) (blink.Ptr, error) {
 	if err := x.t.Freeze(sep); err != nil {
-		return err
+		return 0, err
 	}
 	h, err := x.t.Header()
+	var yp blink.Ptr
 	if err == nil {
-		err = s.newMeganodeLocked(yp, x.level, blink.Bounds{Min: sep, Max: h.Bounds.Max, MaxInf: h.Bounds.MaxInf}, func(y *blink.Tree) error {
+		yp, err = rep.newMeganodeLocked(x.level, blink.Bounds{Min: sep, Max: h.Bounds.Max, MaxInf: h.Bounds.MaxInf}, func(y *blink.Tree) error {
 			return y.BeginCopy(x.t.Right())
 		})
 	}
 	if err != nil {
-		return errors.Join(err, x.t.Thaw())
+		return 0, errors.Join(err, x.t.Thaw())
 	}
-	return nil
+	return yp, nil
 }
 
-// makeRootLocked formats the new root meganode np one level above x's,
-// with the entries the root record lists: one per meganode of x's level,
-// left to right, keyed by its min key ("\x00" stands for -inf: leaf
-// entries have non-empty keys, no key is below it).
-func (s *Server) makeRootLocked(x *localMeganode, np blink.Ptr, body []byte) error {
+// makeRootLocked formats a new root meganode one level above x's, with
+// the entries the root record lists: one per meganode of x's level, left
+// to right, keyed by its min key ("\x00" stands for -inf: leaf entries
+// have non-empty keys, no key is below it). It is the unpublished root
+// until a root publish record (or an abort) ends it.
+func (rep *replica) makeRootLocked(x *localMeganode, body []byte) (blink.Ptr, error) {
 	ents, err := decodeRootEntries(body)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	s.newRoot.Store(uint64(np))
-	return s.newMeganodeLocked(np, x.level+1, blink.Full, func(n *blink.Tree) error {
+	if !rep.repl.NewRoot.IsNil() {
+		return 0, fmt.Errorf("server: root record while %v is unpublished: %w", rep.repl.NewRoot, ErrBadRecord)
+	}
+	np, err := rep.newMeganodeLocked(x.level+1, blink.Full, func(n *blink.Tree) error {
 		for _, e := range ents {
 			if err := n.InsertChild(e.key, e.ptr); err != nil {
 				return err
@@ -721,48 +737,48 @@ func (s *Server) makeRootLocked(x *localMeganode, np blink.Ptr, body []byte) err
 		}
 		return nil
 	})
+	if err == nil {
+		rep.repl.NewRoot = np
+	}
+	return np, err
 }
 
-// newMeganodeLocked formats a meganode in the slot of p (the lowest free
-// one, as the record's writer predicted), runs fill on its tree and
-// publishes it in the meganode table. On error the slot is freed again.
-func (s *Server) newMeganodeLocked(p blink.Ptr, level int, b blink.Bounds, fill func(*blink.Tree) error) error {
-	s.megaMu.Lock()
-	defer s.megaMu.Unlock()
-	m, err := s.region.NewMeganode(level, b, s.treeOptions())
+// newMeganodeLocked formats a meganode in the lowest free slot (apply
+// chooses it, so that replicas and replays choose the same one), runs
+// fill on its tree and publishes it in the meganode table. On error the
+// slot is freed again. It returns the new meganode's header pointer.
+func (rep *replica) newMeganodeLocked(level int, b blink.Bounds, fill func(*blink.Tree) error) (blink.Ptr, error) {
+	rep.megaMu.Lock()
+	defer rep.megaMu.Unlock()
+	m, err := rep.region.NewMeganode(level, b, rep.treeOptions())
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if m.Ptr() != p {
-		err = fmt.Errorf("server: new meganode is %v, the record says %v: %w", m.Ptr(), p, ErrBadRecord)
-	} else {
-		err = fill(m.Tree())
-	}
-	if err == nil {
-		err = s.addMeganodeLocked(m)
+	if err = fill(m.Tree()); err == nil {
+		err = rep.addMeganodeLocked(m)
 	}
 	if err != nil {
-		return errors.Join(err, s.region.FreeMeganode(m.Slot()))
+		return 0, errors.Join(err, rep.region.FreeMeganode(m.Slot()))
 	}
-	return nil
+	return m.Ptr(), nil
 }
 
 // abortSplitLocked undoes a split of x before its link: x is thawed and
 // the unreachable new meganode np (the right half's, or an unpublished
 // root) is dropped. The records np's entries share stay x's.
-func (s *Server) abortSplitLocked(x *localMeganode, np blink.Ptr) error {
+func (rep *replica) abortSplitLocked(x *localMeganode, np blink.Ptr) error {
 	info := x.t.Split()
 	if info.Linked {
 		return fmt.Errorf("server: abort of the split of %v after its link: %w", x.m.Ptr(), ErrBadRecord)
 	}
-	n := s.meganodeAt(np)
+	n := rep.meganodeAt(np)
 	if n != nil && n.m.Ptr() != np {
 		n = nil
 	}
 	// Only a meganode nobody can reach may go: the target of x's split,
 	// or one level above x while x is the root (an unpublished root).
 	target := n != nil && info.Source && n.level == x.level && n.t.Split().Target
-	rootCandidate := n != nil && n.level == x.level+1 && blink.Ptr(s.newRoot.Load()) == np
+	rootCandidate := n != nil && n.level == x.level+1 && rep.repl.NewRoot == np
 	if n != nil && !target && !rootCandidate {
 		return fmt.Errorf("server: abort record for %v would drop %v, which may be reachable: %w", x.m.Ptr(), np, ErrBadRecord)
 	}
@@ -771,7 +787,10 @@ func (s *Server) abortSplitLocked(x *localMeganode, np blink.Ptr) error {
 		errs = append(errs, x.t.Thaw())
 	}
 	if n != nil {
-		errs = append(errs, s.dropMeganode(n.m.Slot()))
+		errs = append(errs, rep.dropMeganode(n.m.Slot()))
+	}
+	if rootCandidate {
+		rep.repl.NewRoot = 0
 	}
 	return errors.Join(errs...)
 }

@@ -93,7 +93,6 @@ func (s *Server) learnRoot(p blink.Ptr) {
 		return
 	}
 	old := blink.Ptr(s.root.Swap(uint64(p)))
-	s.region.SetRoot(p)
 	s.log.Info("server: root pointer changed", slog.String("root", p.String()), slog.String("old", old.String()))
 }
 

@@ -15,10 +15,16 @@ type job struct {
 	f       wire.Frame // owned by the job until the reply is written
 	arrived time.Time  // when the reader had read it
 
-	// A write parked while a meganode split froze its key (park.go): the
-	// end of its wait, and how many splits it asked for.
+	// A write that met a meganode split (propose.go, park.go): the end of
+	// its wait, how many splits it asked for, and how many times its key
+	// had moved to another meganode.
 	waitUntil time.Time
 	fullWaits uint8
+	moves     uint8
+	// The full meganode it last waited for, and how many of its splits
+	// had run then (localMeganode.splitRuns).
+	full     *localMeganode
+	fullRuns uint64
 }
 
 // worker runs tree work: exactly Options.Cores of them take jobs from the
@@ -33,7 +39,8 @@ func (s *Server) worker() {
 	}
 }
 
-// run handles one job and answers it with its queueing and service time.
+// run handles one job and answers it with its queueing and service time;
+// a write in flight is answered by awaitWrite (propose.go).
 func (w *worker) run(j job) {
 	s := w.s
 	start := time.Now()
@@ -52,16 +59,24 @@ func (w *worker) run(j job) {
 		w.job = &j
 		msg, err = w.handle(h.Op, j.f.Body)
 		w.job = nil
-		if errors.Is(err, errPark) {
-			if s.park(j, w.parkGen) {
-				// Answered when it runs again (park.go).
-				s.busyNanos.Add(int64(time.Since(start)))
-				return
-			}
-			err = wireErrorf(wire.StatusUnavailable, "server stopping")
+		if errors.Is(err, errProposed) {
+			p := w.proposal
+			w.proposal = proposal{}
+			go s.awaitWrite(j, p, start)
+			s.busyNanos.Add(int64(time.Since(start)))
+			return
 		}
 	}
 	service := time.Since(start)
+	s.busyNanos.Add(int64(service))
+	s.answer(j, msg, err, queued, service)
+	w.resetLarge()
+}
+
+// answer writes job j's reply (msg, or err's status) with its queueing and
+// service time, and ends the job.
+func (s *Server) answer(j job, msg wire.Message, err error, queued, service time.Duration) {
+	h := &j.f.Header
 	st := wire.StatusOK
 	if err == nil {
 		rh := h.Reply(wire.StatusOK)
@@ -88,8 +103,6 @@ func (w *worker) run(j job) {
 		_ = j.c.rw.WriteError(h, err, queued, service)
 	}
 	j.f.Release()
-	w.resetLarge()
-	s.busyNanos.Add(int64(time.Since(start)))
 	s.metrics.observe(h.Op, st, queued, service)
 	ewmaAdd(&s.queueEWMA, int64(queued))
 	if h.Op == wire.OpSearch {

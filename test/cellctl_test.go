@@ -135,9 +135,15 @@ func TestCellctl(t *testing.T) {
 	var st struct {
 		Root    string
 		Servers []struct {
-			ID        string
-			RPCAddr   string `json:"rpc_addr"`
-			Regions   []struct{ ID uint32 }
+			ID      string
+			RPCAddr string `json:"rpc_addr"`
+			Regions []struct {
+				ID   uint32
+				Raft struct {
+					Role          string
+					Term, Applied uint64
+				}
+			}
 			Meganodes []struct {
 				Ptr    string
 				Height int
@@ -155,6 +161,11 @@ func TestCellctl(t *testing.T) {
 	if s.RPCAddr != srv.rpc || s.Error != "" || len(s.Regions) != 1 || len(s.Meganodes) != 1 || s.Hints.Workers != 1 ||
 		s.Height < 1 || s.Fill <= 0 || s.Meganodes[0].Ptr != st.Root {
 		t.Fatalf("status %+v", st)
+	}
+	// The server leads its region's raft group and applied what it was
+	// written (the puts above, the region's and the root's records).
+	if r := s.Regions[0].Raft; r.Role != "leader" || r.Term < 1 || r.Applied < 4 {
+		t.Fatalf("status: region's raft %+v", r)
 	}
 
 	// dump: the root meganode, then its local root node.

@@ -67,7 +67,7 @@ cluster_start() {
 		((i > 0)) && extra=(--etcd-endpoints "$etcd")
 		# shellcheck disable=SC2086 # SERVER_FLAGS is a list of flags
 		taskset -c "$SERVER_CPUS" "$work/bin/cellserver" --server-id "s$i" --data-dir "$dir" --cores 1 --hugepages "$HUGEPAGES" \
-			--listen 127.0.0.1:$port --rdma-listen 127.0.0.1:$((port + 1)) --metrics-listen 127.0.0.1:$((port + 2)) \
+			--listen 127.0.0.1:$port --rdma-listen 127.0.0.1:$((port + 1)) --metrics-listen 127.0.0.1:$((port + 2)) --raft-listen 127.0.0.1:$((port + 3)) \
 			--region-size "$REGION_SIZE" --meganode-size "$MEGANODE_SIZE" --log-level info "${extra[@]}" $SERVER_FLAGS \
 			2>"$logs/s$i.log" &
 		cluster_pids+=($!)

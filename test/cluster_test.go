@@ -63,18 +63,22 @@ type serverOptions struct {
 	// etcdEndpoint is an etcd client URL for --etcd-endpoints: the
 	// server joins that etcd's cluster. Empty: it embeds its own etcd.
 	etcdEndpoint string
+	// env is added to the process's environment (testing knobs).
+	env []string
 }
 
 // cellServer is a running cellserver subprocess with its embedded etcd,
 // or in the cluster of an external etcd.
 type cellServer struct {
-	id                             string
-	dataDir                        string
-	rpc, rdma, metrics, etcd, peer string // etcd: the client endpoint; peer: "" unless embedded
-	cmd                            *exec.Cmd
-	out                            *testutil.SyncBuffer
-	exited                         chan struct{}
-	err                            error // Wait's result, once exited is closed
+	id                                   string
+	dataDir                              string
+	rpc, rdma, metrics, raft, etcd, peer string   // etcd: the client endpoint; peer: "" unless embedded
+	args, env                            []string // cellserver's flags and extra environment
+	launchedAt                           int      // length of out when the process was started
+	cmd                                  *exec.Cmd
+	out                                  *testutil.SyncBuffer
+	exited                               chan struct{}
+	err                                  error // Wait's result, once exited is closed
 	// stopped is set when the test stopped or killed the server on
 	// purpose: its exit is then no failure.
 	stopped atomic.Bool
@@ -121,13 +125,13 @@ func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 	serverSeq.n++
 	id := fmt.Sprintf("cell-test-%d-%d", os.Getpid(), serverSeq.n)
 	serverSeq.Unlock()
-	a := testutil.FreeAddrs(t, 5)
+	a := testutil.FreeAddrs(t, 6)
 	s := &cellServer{
 		id: id, dataDir: t.TempDir(),
-		rpc: a[0], rdma: a[1], metrics: a[2], etcd: a[3], peer: a[4],
-		out: &testutil.SyncBuffer{}, exited: make(chan struct{}),
+		rpc: a[0], rdma: a[1], metrics: a[2], etcd: a[3], peer: a[4], raft: a[5],
+		out: &testutil.SyncBuffer{},
 	}
-	args := []string{"--data-dir", s.dataDir, "--listen", s.rpc, "--rdma-listen", s.rdma, "--metrics-listen", s.metrics,
+	args := []string{"--data-dir", s.dataDir, "--listen", s.rpc, "--rdma-listen", s.rdma, "--metrics-listen", s.metrics, "--raft-listen", s.raft,
 		"--server-id", id, "--hugepages", "off", "--cores", fmt.Sprint(o.cores),
 		"--region-size", o.regionSize, "--meganode-size", o.meganodeSize, "--node-size", o.nodeSize}
 	if o.etcdEndpoint != "" {
@@ -136,25 +140,51 @@ func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 	} else {
 		args = append(args, "--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer)
 	}
-	s.cmd = exec.Command(bins.cellserver, args...)
+	s.args, s.env = args, o.env
+	if err := s.launch(t); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { s.stop(t) })
+	return s, nil
+}
+
+// launch starts the cellserver process with s.args and waits until it is
+// ready; a server that does not get ready is killed.
+func (s *cellServer) launch(t testing.TB) error {
+	s.cmd = exec.Command(bins.cellserver, s.args...)
 	// A test binary that dies (a -timeout panic skips every cleanup)
 	// takes its servers with it.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	s.cmd.Stdout, s.cmd.Stderr = s.out, s.out
-	s.cmd.Env = os.Environ()
+	s.cmd.Env = append(os.Environ(), s.env...)
+	s.exited = make(chan struct{})
+	s.launchedAt = len(s.out.String())
 	if err := s.cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
+	exited := s.exited
 	go func() {
 		s.err = s.cmd.Wait()
-		close(s.exited)
+		close(exited)
 	}()
 	if err := s.waitReady(t, 60*time.Second); err != nil {
 		s.kill()
-		return nil, fmt.Errorf("%w\ncellserver output:\n%s", err, s.out.String())
+		return fmt.Errorf("%w\ncellserver output:\n%s", err, s.out.String())
 	}
-	t.Cleanup(func() { s.stop(t) })
-	return s, nil
+	return nil
+}
+
+// restart starts a server that was killed or stopped again, on the same
+// data directory, ports and flags.
+func (s *cellServer) restart(t testing.TB) {
+	t.Helper()
+	if s.alive() {
+		t.Fatalf("restart of %s, which still runs", s.id)
+	}
+	if err := s.launch(t); err != nil {
+		t.Fatalf("restart %s: %v", s.id, err)
+	}
+	s.stopped.Store(false)
 }
 
 // waitReady polls until the server is registered in etcd and answers a
@@ -188,6 +218,12 @@ func (s *cellServer) waitReady(t testing.TB, timeout time.Duration) error {
 }
 
 func (s *cellServer) ready(ctx context.Context, store regiontable.Store) error {
+	// A restarted server's member entry may be its killed predecessor's,
+	// whose lease has not run out: only the new process's own word says
+	// it finished starting.
+	if !strings.Contains(s.out.String()[s.launchedAt:], `msg="server: serving"`) {
+		return fmt.Errorf("%s has not logged that it serves", s.id)
+	}
 	ms, err := store.Members(ctx)
 	if err != nil {
 		return err

@@ -62,7 +62,7 @@ fi
 
 etcd=127.0.0.1:$((BASE_PORT + 9))
 taskset -c "$SERVER_CPU" "$work/bin/cellserver" --data-dir "$work/data" --cores 1 --hugepages "$HUGEPAGES" \
-	--listen 127.0.0.1:$BASE_PORT --rdma-listen 127.0.0.1:$((BASE_PORT + 1)) --metrics-listen 127.0.0.1:$((BASE_PORT + 2)) \
+	--listen 127.0.0.1:$BASE_PORT --rdma-listen 127.0.0.1:$((BASE_PORT + 1)) --metrics-listen 127.0.0.1:$((BASE_PORT + 2)) --raft-listen 127.0.0.1:$((BASE_PORT + 3)) \
 	--etcd-listen "$etcd" --etcd-peer-listen 127.0.0.1:$((BASE_PORT + 10)) \
 	--region-size 256MiB --meganode-size 64MiB --log-level warn 2>"$OUT/cellserver.log" &
 server_pid=$!

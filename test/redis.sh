@@ -96,7 +96,7 @@ else
 fi
 etcd=127.0.0.1:$((BASE_PORT + 9))
 taskset -c "$SERVER_CPU" "$work/cellserver" --data-dir "$work/data" --cores 1 --hugepages off \
-	--listen 127.0.0.1:$BASE_PORT --rdma-listen 127.0.0.1:$((BASE_PORT + 1)) --metrics-listen "" \
+	--listen 127.0.0.1:$BASE_PORT --rdma-listen 127.0.0.1:$((BASE_PORT + 1)) --metrics-listen "" --raft-listen 127.0.0.1:$((BASE_PORT + 3)) \
 	--etcd-listen "$etcd" --etcd-peer-listen 127.0.0.1:$((BASE_PORT + 10)) \
 	--region-size 256MiB --meganode-size 64MiB --log-level warn 2>"$work/cellserver.log" &
 cell_pid=$!

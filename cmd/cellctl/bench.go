@@ -39,6 +39,12 @@ type benchParams struct {
 	NoProgress   bool          `json:"-"`
 	CPUProfile   string        `json:"-"`
 
+	// Target is what is measured: cell, or etcd (the cluster at
+	// EtcdEndpoints, keys under EtcdPrefix).
+	Target        string   `json:"target"`
+	EtcdEndpoints []string `json:"etcd_endpoints,omitempty"`
+	EtcdPrefix    string   `json:"etcd_prefix,omitempty"`
+
 	mode locality.Mode
 	// keys picks the key of each operation (--distribution).
 	keys keyChooser
@@ -69,20 +75,8 @@ var ycsbWritePercent = map[string]float64{workloadYCSBA: 50, workloadYCSBB: 5, w
 
 // validate checks the flags and fills the derived fields.
 func (p *benchParams) validate() error {
-	m, err := locality.ParseMode(p.Mode)
-	if err != nil {
-		return fmt.Errorf("--mode: %w", err)
-	}
-	p.mode, p.Mode = m, m.String()
-	switch p.Provider = strings.ToLower(p.Provider); p.Provider {
-	case client.ProviderTCP, client.ProviderSHM, client.ProviderAuto:
-	default:
-		return fmt.Errorf("--provider %q: want tcp, shm or auto", p.Provider)
-	}
-	switch p.Cache = strings.ToLower(p.Cache); p.Cache {
-	case "on", "off":
-	default:
-		return fmt.Errorf("--cache %q: want on or off", p.Cache)
+	if err := p.validateTarget(); err != nil {
+		return err
 	}
 	p.Workload = strings.ToLower(p.Workload)
 	p.mixed = p.Workload == workloadMixed
@@ -147,6 +141,51 @@ func (p *benchParams) validate() error {
 	return nil
 }
 
+// validateTarget checks --target and the flags of that target. Against
+// etcd, Cell's client flags (--mode, --provider, --cache, --conns) have no
+// meaning and are cleared, so that no result suggests otherwise.
+func (p *benchParams) validateTarget() error {
+	switch p.Target = strings.ToLower(strings.TrimSpace(p.Target)); p.Target {
+	case "", targetCell:
+		p.Target, p.EtcdEndpoints, p.EtcdPrefix = targetCell, nil, ""
+	case targetEtcd:
+		var eps []string
+		for _, ep := range p.EtcdEndpoints {
+			if ep = strings.TrimSpace(ep); ep == "" {
+				return fmt.Errorf("--etcd-bench-endpoints: empty endpoint in %q", strings.Join(p.EtcdEndpoints, ","))
+			}
+			eps = append(eps, ep)
+		}
+		if len(eps) == 0 {
+			return fmt.Errorf("--target etcd: give the etcd cluster to measure with --etcd-bench-endpoints")
+		}
+		if p.EtcdPrefix == "" {
+			return fmt.Errorf("--etcd-prefix-bench: want at least one byte")
+		}
+		p.EtcdEndpoints = eps
+		p.Mode, p.PaperRule, p.Provider, p.Cache, p.Conns = "", false, "", "", 1
+		return nil
+	default:
+		return fmt.Errorf("--target %q: want cell or etcd", p.Target)
+	}
+	m, err := locality.ParseMode(p.Mode)
+	if err != nil {
+		return fmt.Errorf("--mode: %w", err)
+	}
+	p.mode, p.Mode = m, m.String()
+	switch p.Provider = strings.ToLower(p.Provider); p.Provider {
+	case client.ProviderTCP, client.ProviderSHM, client.ProviderAuto:
+	default:
+		return fmt.Errorf("--provider %q: want tcp, shm or auto", p.Provider)
+	}
+	switch p.Cache = strings.ToLower(p.Cache); p.Cache {
+	case "on", "off":
+	default:
+		return fmt.Errorf("--cache %q: want on or off", p.Cache)
+	}
+	return nil
+}
+
 // config returns the client configuration of one bench client.
 func (p *benchParams) config(base client.Config) client.Config {
 	base.Mode = p.mode
@@ -190,7 +229,15 @@ from /proc/PID/stat. --interval D adds the same figures for every D of
 the measured window (a time series), --phases the figures of consecutive
 named periods (--phases base=5s,load=5s: --duration is their sum). A
 progress bar goes to stderr when it is a terminal (not with
---no-progress).`,
+--no-progress).
+
+--target etcd runs the same workloads, keys, values, clients and
+operations in flight against the KV API of the etcd cluster at
+--etcd-bench-endpoints (not --endpoints, which finds Cell), for
+side-by-side comparisons: put is a Put, get a Get (linearizable), search
+a Get with CountOnly, keys are stored under --etcd-prefix-bench, and every
+client is its own etcd client (its own gRPC connection). --mode,
+--provider, --cache and --conns do not apply; --server-pid can be etcd's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p.durationSet = cmd.Flags().Changed("duration")
@@ -206,6 +253,9 @@ progress bar goes to stderr when it is a terminal (not with
 		},
 	}
 	fs := cmd.Flags()
+	fs.StringVar(&p.Target, "target", targetCell, "what to measure: cell, or etcd (the KV API of the cluster at --etcd-bench-endpoints)")
+	fs.StringSliceVar(&p.EtcdEndpoints, "etcd-bench-endpoints", nil, "--target etcd: endpoints of the etcd cluster to measure, comma-separated (not --endpoints, Cell's region table)")
+	fs.StringVar(&p.EtcdPrefix, "etcd-prefix-bench", "/cellbench/", "--target etcd: prefix of the bench keys in etcd")
 	fs.StringVar(&p.Mode, "mode", "adaptive", "search mode: adaptive, server, client or ratio=P")
 	fs.BoolVar(&p.PaperRule, "paper-rule", false, "adaptive: apply the paper's rule even where one-sided reads cost the server CPU (tcp), for side-by-side comparison")
 	fs.StringVar(&p.Provider, "provider", "tcp", "one-sided read provider: tcp, shm or auto")
@@ -304,7 +354,13 @@ func benchTables(r benchResult) []*table {
 			workload, p.Clients, p.InFlight, p.Conns, p.Provider, p.Cache, p.Keys, p.Distribution, p.Keyspace, p.ValueSize, p.Duration, p.Warmup),
 		header: []string{"MODE", "OPS", "THROUGHPUT", "MEAN", "P50", "P99", "SERVER-SIDE", "ERRORS"},
 	}
-	row := []string{p.Mode, fmt.Sprint(r.Ops), fmtOpsRate(r.Throughput), fmtLatency(r.Mean), fmtLatency(r.P50), fmtLatency(r.P99),
+	mode := p.Mode
+	if p.Target == targetEtcd {
+		t.title = fmt.Sprintf("bench, target etcd at %s (keys under %s): %s workload, %d clients × %d in flight, %d keys, %s over %d, %d-byte values; %v measured after %v",
+			strings.Join(p.EtcdEndpoints, ","), p.EtcdPrefix, workload, p.Clients, p.InFlight, p.Keys, p.Distribution, p.Keyspace, p.ValueSize, p.Duration, p.Warmup)
+		t.header[0], mode = "TARGET", targetEtcd
+	}
+	row := []string{mode, fmt.Sprint(r.Ops), fmtOpsRate(r.Throughput), fmtLatency(r.Mean), fmtLatency(r.P50), fmtLatency(r.P99),
 		fmtFraction(r.ServerSide), fmt.Sprint(r.Errors)}
 	if r.ServerCPUPerOp != nil {
 		t.header = append(t.header, "SERVER CPU/OP")
@@ -319,9 +375,11 @@ func benchTables(r benchResult) []*table {
 			t.notes = append(t.notes, fmt.Sprintf("%s: %d ops, mean %s, p50 %s, p99 %s, %d errors", op, o.Ops, fmtLatency(o.Mean), fmtLatency(o.P50), fmtLatency(o.P99), o.Errors))
 		}
 	}
-	t.notes = append(t.notes, "retries: "+fmtRetries(r.Retries))
-	t.notes = append(t.notes, fmt.Sprintf("meganode hops: %d server-side, %d client-side (%d one-sided reads); m=%.2f", r.ServerHops, r.ClientHops, r.Reads, r.M))
-	if sel := r.Selector; p.mode.Kind == locality.Adaptive && sel.Decisions.Total() > 0 {
+	if p.Target != targetEtcd {
+		t.notes = append(t.notes, "retries: "+fmtRetries(r.Retries))
+		t.notes = append(t.notes, fmt.Sprintf("meganode hops: %d server-side, %d client-side (%d one-sided reads); m=%.2f", r.ServerHops, r.ClientHops, r.Reads, r.M))
+	}
+	if sel := r.Selector; p.Target != targetEtcd && p.mode.Kind == locality.Adaptive && sel.Decisions.Total() > 0 {
 		t.notes = append(t.notes, fmt.Sprintf("selector: %d server, %d client decisions (%d exploring); l_s %v, l_r %v, RTT %v; l_r samples %d, %d dropped, %d resets; %d idle resets",
 			sel.Decisions.Server, sel.Decisions.Client, sel.Decisions.Explore, fmtLatency(sel.MeanLS), fmtLatency(sel.MeanLR), fmtLatency(sel.RTT),
 			sel.LR.Observed, sel.LR.Dropped, sel.LR.Resets, sel.IdleResets))

@@ -42,7 +42,7 @@ type opCounts struct {
 
 // benchWorker is one closed loop of operations.
 type benchWorker struct {
-	c    *client.Client
+	c    benchClient
 	rng  *rand.Rand
 	ops  [numBenchOps]*opCounts // allocated on first use
 	win  workerWindows
@@ -62,25 +62,13 @@ type benchSnapshot struct {
 }
 
 func runBench(g *globals, p *benchParams) (benchResult, error) {
-	base, err := g.clientConfig()
+	ctx, cancel := g.commandContext()
+	defer cancel()
+	clients, err := openBenchClients(ctx, g, p)
 	if err != nil {
 		return benchResult{}, err
 	}
-	ctx, cancel := g.commandContext()
-	defer cancel()
-	clients := make([]*client.Client, 0, p.Clients)
-	defer func() {
-		for _, c := range clients {
-			_ = c.Close()
-		}
-	}()
-	for range p.Clients {
-		c, err := client.New(ctx, p.config(base))
-		if err != nil {
-			return benchResult{}, fmt.Errorf("connect to the cluster: %w", err)
-		}
-		clients = append(clients, c)
-	}
+	defer closeBenchClients(clients)
 	if p.ServerPID > 0 {
 		if _, err := processCPU(p.ServerPID); err != nil {
 			return benchResult{}, fmt.Errorf("--server-pid: %w", err)
@@ -262,7 +250,7 @@ func (w *benchWorker) run(ctx context.Context, p *benchParams, from, to time.Tim
 }
 
 // preload stores keys 0..Keys-1 with concurrent puts.
-func preload(g *globals, p *benchParams, clients []*client.Client) error {
+func preload(g *globals, p *benchParams, clients []benchClient) error {
 	if p.Keys == 0 {
 		return nil
 	}
@@ -319,7 +307,7 @@ func preload(g *globals, p *benchParams, clients []*client.Client) error {
 }
 
 // clientStats reads every client's counters.
-func clientStats(clients []*client.Client) []client.Stats {
+func clientStats(clients []benchClient) []client.Stats {
 	stats := make([]client.Stats, 0, len(clients))
 	for _, c := range clients {
 		stats = append(stats, c.Stats())
@@ -327,7 +315,7 @@ func clientStats(clients []*client.Client) []client.Stats {
 	return stats
 }
 
-func takeSnapshot(clients []*client.Client, pid int) benchSnapshot {
+func takeSnapshot(clients []benchClient, pid int) benchSnapshot {
 	s := benchSnapshot{at: time.Now(), stats: clientStats(clients)}
 	s.clientCPU, _ = selfCPU()
 	if pid > 0 {

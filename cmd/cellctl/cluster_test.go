@@ -77,7 +77,8 @@ func TestMeganodesOutput(t *testing.T) {
 func TestMembersAndRegionsOutput(t *testing.T) {
 	st := regiontable.State{
 		Members: []regiontable.Member{{ID: "s1", RPCAddr: "10.0.0.1:7070", ReadAddr: "10.0.0.1:7071", HostID: "h1", Version: "v1"}, {ID: "s2", RPCAddr: "10.0.0.2:7070"}},
-		Regions: []regiontable.Region{{ID: 1, Kind: regiontable.KindData, Size: 1 << 30, Host: "s1", Epoch: 3}, {ID: 4, Kind: regiontable.KindData, Size: 64 << 20, Host: "gone", Epoch: 1}},
+		Regions: []regiontable.Region{{ID: 1, Kind: regiontable.KindData, Size: 1 << 30, Host: "s1", Epoch: 3, Term: 7, Replicas: []string{"s1", "s2"}},
+			{ID: 4, Kind: regiontable.KindData, Size: 64 << 20, Host: "gone", Epoch: 1}},
 	}
 	out := squeeze(render(t, []*table{membersTable(membersOutput(st.Members))}))
 	for _, want := range []string{"MEMBER  RPC ADDRESS  READ ADDRESS  HOST  VERSION", "s1  10.0.0.1:7070  10.0.0.1:7071  h1  v1", "s2  10.0.0.2:7070  -  -"} {
@@ -90,7 +91,7 @@ func TestMembersAndRegionsOutput(t *testing.T) {
 		t.Fatalf("regions %+v", rs)
 	}
 	out = squeeze(render(t, []*table{regionsTable(rs)}))
-	for _, want := range []string{"REGION  KIND  SIZE  HOST  EPOCH  LIVE", "1  data  1GiB  s1  3  yes", "4  data  64MiB  gone  1  no", "1 of 2 regions are hosted by no live member."} {
+	for _, want := range []string{"REGION  KIND  SIZE  LEADER  TERM  EPOCH  REPLICAS  LIVE", "1  data  1GiB  s1  7  3  s1,s2  yes", "4  data  64MiB  gone  0  1  -  no", "1 of 2 regions are hosted by no live member."} {
 		if !strings.Contains(out, want) {
 			t.Errorf("regions table lacks %q:\n%s", want, out)
 		}

@@ -32,14 +32,14 @@ func (g *globals) commandContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), g.timeout)
 }
 
-// clientConfig is the client configuration of --endpoints; edit adjusts
-// it before it is used.
+// clientConfig is the client configuration of --endpoints and
+// --etcd-prefix.
 func (g *globals) clientConfig() (client.Config, error) {
 	eps, err := g.etcdEndpoints()
 	if err != nil {
 		return client.Config{}, err
 	}
-	return client.Config{Endpoints: eps, Logger: quietLogger, DialTimeout: g.dialTimeout}, nil
+	return client.Config{Endpoints: eps, EtcdPrefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout}, nil
 }
 
 // openClient connects a client to the cluster of --endpoints.
@@ -58,13 +58,14 @@ func (g *globals) openClient(ctx context.Context, edit func(*client.Config)) (*c
 	return c, nil
 }
 
-// openTable opens the region table in etcd at --endpoints.
+// openTable opens the region table in etcd at --endpoints, under
+// --etcd-prefix.
 func (g *globals) openTable() (*regiontable.Etcd, error) {
 	eps, err := g.etcdEndpoints()
 	if err != nil {
 		return nil, err
 	}
-	return regiontable.OpenEtcd(eps, regiontable.EtcdOptions{Logger: quietLogger, DialTimeout: g.dialTimeout})
+	return regiontable.OpenEtcd(eps, regiontable.EtcdOptions{Prefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout})
 }
 
 // loadTable reads the region table, with a clear error when etcd does not

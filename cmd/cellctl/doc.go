@@ -1,6 +1,7 @@
 // Command cellctl is Cell's operator and benchmark CLI, in the manner of
 // etcdctl: one root command with global flags for the cluster's etcd
-// endpoints (--endpoints, default 127.0.0.1:2379), the output format
+// endpoints (--endpoints, default 127.0.0.1:2379) and the region table's
+// prefix there (--etcd-prefix, default /cell), the output format
 // (-w/--write-out table|json) and time limits (--command-timeout,
 // --dial-timeout), and one subcommand per task.
 //
@@ -47,7 +48,8 @@
 //     cluster.go: the region table and every server's metadata, collected
 //     in parallel, shared by meganodes and check.
 //   - bench.go (flags, result, table), benchrun.go (the runner),
-//     benchwindow.go (--interval and --phases: figures of parts of the
+//     benchtarget.go (what is measured: Cell, or with --target etcd an
+//     etcd cluster's KV API, for side-by-side runs), benchwindow.go (--interval and --phases: figures of parts of the
 //     measured time), keygen.go (key choice: uniform, YCSB's scrambled
 //     zipfian), histogram.go (latency percentiles), cpu_linux.go (CPU
 //     time of this process and of --server-pid).

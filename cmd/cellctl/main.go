@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cellstore/cell/regiontable"
 )
 
 func main() {
@@ -28,6 +30,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // globals are the flags every subcommand shares.
 type globals struct {
 	endpoints   []string
+	etcdPrefix  string // --etcd-prefix: the region table's key prefix
 	output      outputFormat
 	timeout     time.Duration // --command-timeout
 	dialTimeout time.Duration // --dial-timeout
@@ -51,6 +54,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
 	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints of the cluster, comma-separated")
+	pf.StringVar(&g.etcdPrefix, "etcd-prefix", regiontable.DefaultPrefix, "key prefix of the region table in etcd (cellserver's --etcd-prefix)")
 	pf.VarP(&g.output, "write-out", "w", "output format: table or json")
 	pf.DurationVar(&g.timeout, "command-timeout", 15*time.Second, "time limit of a command (bench: of its connection and preload)")
 	pf.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "time limit of connecting to etcd and to a server")

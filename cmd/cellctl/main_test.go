@@ -44,9 +44,15 @@ func TestGlobalFlags(t *testing.T) {
 	if f := root.PersistentFlags().ShorthandLookup("w"); f == nil || f.Name != "write-out" || f.DefValue != "table" {
 		t.Errorf("-w flag %+v, want --write-out defaulting to table", f)
 	}
-	g := &globals{endpoints: []string{" a:1", "b:2 "}}
+	if f := root.PersistentFlags().Lookup("etcd-prefix"); f == nil || f.DefValue != "/cell" {
+		t.Errorf("--etcd-prefix flag %+v, want default /cell", f)
+	}
+	g := &globals{endpoints: []string{" a:1", "b:2 "}, etcdPrefix: "/other"}
 	if eps, err := g.etcdEndpoints(); err != nil || strings.Join(eps, ",") != "a:1,b:2" {
 		t.Errorf("endpoints %q, %v", eps, err)
+	}
+	if cfg, err := g.clientConfig(); err != nil || cfg.EtcdPrefix != "/other" {
+		t.Errorf("client config %+v, %v: want the region table's prefix", cfg, err)
 	}
 	g.endpoints = []string{"a:1", ""}
 	if _, err := g.etcdEndpoints(); err == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +25,11 @@ type regionJSON struct {
 	Size  uint64 `json:"size"`
 	Host  string `json:"host"`
 	Epoch uint64 `json:"epoch"`
-	Path  string `json:"path,omitempty"`
+	// Term is the raft term in which Host leads the region's group;
+	// Replicas the members holding a replica (its voters).
+	Term     uint64   `json:"term"`
+	Replicas []string `json:"replicas"`
+	Path     string   `json:"path,omitempty"`
 	// Live reports whether Host is a live member.
 	Live bool `json:"live"`
 }
@@ -98,20 +103,21 @@ func regionsOutput(st regiontable.State) []regionJSON {
 	}
 	out := []regionJSON{}
 	for _, r := range st.Regions {
-		out = append(out, regionJSON{ID: r.ID, Kind: string(r.Kind), Size: r.Size, Host: r.Host, Epoch: r.Epoch, Path: r.Path, Live: live[r.Host]})
+		out = append(out, regionJSON{ID: r.ID, Kind: string(r.Kind), Size: r.Size, Host: r.Host, Epoch: r.Epoch, Term: r.Term,
+			Replicas: append([]string{}, r.Replicas...), Path: r.Path, Live: live[r.Host]})
 	}
 	return out
 }
 
 func regionsTable(rs []regionJSON) *table {
-	t := &table{header: []string{"REGION", "KIND", "SIZE", "HOST", "EPOCH", "LIVE"}}
+	t := &table{header: []string{"REGION", "KIND", "SIZE", "LEADER", "TERM", "EPOCH", "REPLICAS", "LIVE"}}
 	dead := 0
 	for _, r := range rs {
 		live := "yes"
 		if !r.Live {
 			live, dead = "no", dead+1
 		}
-		t.add(fmt.Sprint(r.ID), r.Kind, fmtBytes(r.Size), r.Host, fmt.Sprint(r.Epoch), live)
+		t.add(fmt.Sprint(r.ID), r.Kind, fmtBytes(r.Size), r.Host, fmt.Sprint(r.Term), fmt.Sprint(r.Epoch), dash(strings.Join(r.Replicas, ",")), live)
 	}
 	switch {
 	case len(rs) == 0:

@@ -80,7 +80,7 @@ func TestStatusOutput(t *testing.T) {
 	fillStatus(&s, &wire.MetadataReply{
 		NodeSize: 1024, MeganodeSize: 64 << 20,
 		Hints:   wire.SelectorHints{Workers: 2, Queued: 3, QueueNanos: 1500, ServiceNanos: 4200},
-		Regions: []wire.RegionInfo{{ID: 7, Epoch: 3, Size: 1 << 30}},
+		Regions: []wire.RegionInfo{{ID: 7, Epoch: 3, Size: 1 << 30, Raft: wire.RaftInfo{Role: wire.RoleLeader, Term: 4, LastIndex: 90, Commit: 90, Applied: 88}}},
 		Meganodes: []wire.MeganodeStats{
 			{Meganode: wire.Meganode{Ptr: blink.MakePtr(7, 0x1000), Height: 3, Range: wire.KeyRange{MinInf: true, Max: []byte("m")}}, UsedNodes: 10, Capacity: 100},
 			{Meganode: wire.Meganode{Ptr: blink.MakePtr(7, 0x4001000), Height: 4, Range: wire.KeyRange{Min: []byte("m"), MaxInf: true}}, UsedNodes: 30, Capacity: 100},
@@ -94,8 +94,8 @@ func TestStatusOutput(t *testing.T) {
 	out := render(t, statusTables(statusResult{Root: "7:0x1000", RootServer: "s1", Levels: 1, Meganodes: 2, Servers: []serverStatus{s, down}}))
 	for _, want := range []string{
 		"Servers (root meganode 7:0x1000 on s1, 1 levels, 2 meganodes)",
-		"SERVER  ADDRESS  REGION  EPOCH  SIZE  MEGANODES  FILL  HEIGHT  WORKERS  QUEUED  QUEUE  SERVICE  PING",
-		"s1  127.0.0.1:7070  7  3  1GiB  2  20.0%  4  2  3  1.5µs  4.2µs  120.0µs",
+		"SERVER  ADDRESS  REGION  EPOCH  SIZE  RAFT  TERM  APPLIED  LAG  MEGANODES  FILL  HEIGHT  WORKERS  QUEUED  QUEUE  SERVICE  PING",
+		"s1  127.0.0.1:7070  7  3  1GiB  leader  4  88  2  2  20.0%  4  2  3  1.5µs  4.2µs  120.0µs",
 		"s2  127.0.0.1:7080  -",
 		"error: s2: server 127.0.0.1:7080: connection refused",
 		"SERVER  GET  PUT  ERRORS  ONE-SIDED", "s1  5  2  1  9",

@@ -230,21 +230,26 @@ func statusTables(res statusResult) []*table {
 	}
 	t := &table{
 		title:  fmt.Sprintf("Servers (root meganode %s, %d levels, %d meganodes)", root, res.Levels, res.Meganodes),
-		header: []string{"SERVER", "ADDRESS", "REGION", "EPOCH", "SIZE", "MEGANODES", "FILL", "HEIGHT", "WORKERS", "QUEUED", "QUEUE", "SERVICE", "PING"},
+		header: []string{"SERVER", "ADDRESS", "REGION", "EPOCH", "SIZE", "RAFT", "TERM", "APPLIED", "LAG", "MEGANODES", "FILL", "HEIGHT", "WORKERS", "QUEUED", "QUEUE", "SERVICE", "PING"},
 	}
 	var errs []string
 	for _, s := range res.Servers {
 		if s.Error != "" {
-			t.add(s.ID, s.RPCAddr, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-")
+			t.add(s.ID, s.RPCAddr, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-")
 			errs = append(errs, s.ID+": "+oneLine(s.Error))
 			continue
 		}
 		region, epoch, size := "-", "-", "-"
+		role, term, applied, lag := "-", "-", "-", "-"
 		if len(s.Regions) > 0 {
 			r := s.Regions[0]
 			region, epoch, size = fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), fmtBytes(r.Size)
+			if r.Raft.Role != wire.RoleNone {
+				role, term, applied = r.Raft.Role.String(), fmt.Sprint(r.Raft.Term), fmt.Sprint(r.Raft.Applied)
+				lag = fmt.Sprint(r.Raft.Commit - min(r.Raft.Applied, r.Raft.Commit))
+			}
 		}
-		t.add(s.ID, s.RPCAddr, region, epoch, size, fmt.Sprint(len(s.Meganodes)),
+		t.add(s.ID, s.RPCAddr, region, epoch, size, role, term, applied, lag, fmt.Sprint(len(s.Meganodes)),
 			fmt.Sprintf("%.1f%%", 100*s.Fill), fmt.Sprint(s.Height), fmt.Sprint(s.Hints.Workers), fmt.Sprint(s.Hints.Queued),
 			fmtLatency(time.Duration(s.Hints.QueueNanos)), fmtLatency(time.Duration(s.Hints.ServiceNanos)), fmtLatency(s.Ping))
 	}
@@ -252,7 +257,8 @@ func statusTables(res statusResult) []*table {
 		t.notes = append(t.notes, "error: "+e)
 	}
 	if len(errs) == 0 {
-		t.notes = append(t.notes, "QUEUE and SERVICE: the server's recent mean queueing time and search-hop service time (selector hints).",
+		t.notes = append(t.notes, "RAFT, TERM, APPLIED: the server's role in its region's raft group, its term, its last applied log index; LAG: committed entries not yet applied.",
+			"QUEUE and SERVICE: the server's recent mean queueing time and search-hop service time (selector hints).",
 			`"cellctl meganodes" lists the meganodes.`)
 	}
 	tables := []*table{t}

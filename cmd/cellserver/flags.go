@@ -21,6 +21,7 @@ type config struct {
 	listen         string
 	advertise      string
 	rdmaListen     string
+	raftListen     string
 	metricsListen  string
 	etcdEndpoints  []string
 	etcdListen     string
@@ -37,6 +38,9 @@ type config struct {
 	splitBelow     int
 	splitFill      float64
 	leaseTTL       time.Duration
+	raftHeartbeat  time.Duration
+	snapThreshold  uint64
+	snapInterval   time.Duration
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -60,6 +64,8 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		nodeSize, cores, logLevel string
 		placement, below, fill    string
 		leaseTTL                  string
+		raftHeartbeat, snapEvery  string
+		snapThreshold             string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -67,10 +73,11 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		}
 		fs.StringVar(p, name, def, usage+" (env "+envName(name)+")")
 	}
-	str(&cfg.dataDir, "data-dir", "./cell-data", "directory of the server's state: region file, markers, embedded etcd's data")
+	str(&cfg.dataDir, "data-dir", "./cell-data", "directory of the server's state: the log (wal/), snapshots, region file, embedded etcd's data")
 	str(&cfg.listen, "listen", server.DefaultListen, "RPC address (wire protocol)")
 	str(&cfg.advertise, "advertise", "", "RPC address published to clients (default: the listen address; a wildcard host becomes the host name)")
 	str(&cfg.rdmaListen, "rdma-listen", server.DefaultRDMAListen, "address of the tcp one-sided read responder")
+	str(&cfg.raftListen, "raft-listen", server.DefaultRaftListen, "address of the raft listener shared by the raft groups of all the server's regions")
 	str(&cfg.metricsListen, "metrics-listen", server.DefaultMetricsListen, "address of /metrics and /debug/pprof/; empty turns it off")
 	str(&endpoints, "etcd-endpoints", "", "comma-separated endpoints of an external etcd cluster; empty starts an embedded etcd")
 	str(&cfg.etcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd")
@@ -87,6 +94,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&placement, "split-placement", "auto", "where a meganode split puts the new meganode: auto (remote while this server holds few meganodes, the paper's rule), local, remote")
 	str(&below, "split-remote-below", strconv.Itoa(server.DefaultSplitRemoteBelow), "auto placement: a server holding fewer meganodes places new ones on the least loaded other server")
 	str(&fill, "split-fill", strconv.FormatFloat(server.DefaultSplitFill, 'g', -1, 64), "fraction of a meganode's nodes in use at which it is split, in (0, 1]")
+	str(&raftHeartbeat, "raft-heartbeat-timeout", server.DefaultRaftHeartbeatTimeout.String(), "region raft groups' heartbeat and election timeout")
+	str(&snapThreshold, "snapshot-threshold", strconv.Itoa(server.DefaultSnapshotThreshold), "log entries past the last snapshot that make a region snapshot")
+	str(&snapEvery, "snapshot-interval", server.DefaultSnapshotInterval.String(), "how often a region checks --snapshot-threshold")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -137,6 +147,15 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	}
 	if cfg.splitFill, err = strconv.ParseFloat(fill, 64); err != nil || !(cfg.splitFill > 0 && cfg.splitFill <= 1) {
 		return nil, fmt.Errorf("--split-fill %q: want a number in (0, 1]", fill)
+	}
+	if cfg.raftHeartbeat, err = time.ParseDuration(raftHeartbeat); err != nil || cfg.raftHeartbeat < 20*time.Millisecond {
+		return nil, fmt.Errorf("--raft-heartbeat-timeout %q: want a duration of at least 20ms", raftHeartbeat)
+	}
+	if cfg.snapThreshold, err = strconv.ParseUint(snapThreshold, 10, 64); err != nil || cfg.snapThreshold < 1 {
+		return nil, fmt.Errorf("--snapshot-threshold %q: want a whole number >= 1", snapThreshold)
+	}
+	if cfg.snapInterval, err = time.ParseDuration(snapEvery); err != nil || cfg.snapInterval < time.Second {
+		return nil, fmt.Errorf("--snapshot-interval %q: want a duration of at least 1s", snapEvery)
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)

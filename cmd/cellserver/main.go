@@ -94,6 +94,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Listen:           cfg.listen,
 		AdvertiseAddr:    cfg.advertise,
 		RDMAListen:       cfg.rdmaListen,
+		RaftListen:       cfg.raftListen,
 		MetricsListen:    cfg.metricsListen,
 		Cores:            cfg.cores,
 		RegionSize:       cfg.regionSize,
@@ -107,6 +108,11 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		ServerID:         cfg.serverID,
 		Version:          version,
 		Logger:           log,
+
+		RaftHeartbeatTimeout: cfg.raftHeartbeat,
+		SnapshotThreshold:    cfg.snapThreshold,
+		SnapshotInterval:     cfg.snapInterval,
+		TestingKnobs:         testingKnobs(log),
 	})
 	if err != nil {
 		return err
@@ -118,4 +124,16 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return cause
 	}
 	return nil
+}
+
+// testingKnobs are the server's test hooks that the durability tests turn
+// on in a cellserver process through the environment. Each logs loudly:
+// they break the guarantees on purpose.
+func testingKnobs(log *slog.Logger) server.TestingKnobs {
+	var k server.TestingKnobs
+	if os.Getenv("CELL_TESTING_ACK_BEFORE_COMMIT") == "1" {
+		k.AckBeforeCommit = true
+		log.Warn("cellserver: TESTING KNOB: writes are acknowledged before they are committed; acknowledged writes WILL be lost")
+	}
+	return k
 }

@@ -116,14 +116,14 @@ func waitMember(t *testing.T, p *proc, store regiontable.Store) regiontable.Memb
 
 // The binary with an embedded etcd on free loopback ports: it starts,
 // serves Ping, Put and Get over the wire, registers in etcd, shuts down
-// cleanly on SIGTERM (exit 0, clean marker written), and a second run
+// cleanly on SIGTERM (exit 0, a snapshot written), and a second run
 // finds the data of the first.
 func TestCellserverBinary(t *testing.T) {
 	dataDir := t.TempDir()
-	a := testutil.FreeAddrs(t, 5)
-	listen, rdmaListen, metrics, etcdListen, etcdPeer := a[0], a[1], a[2], a[3], a[4]
+	a := testutil.FreeAddrs(t, 6)
+	listen, rdmaListen, metrics, etcdListen, etcdPeer, raftListen := a[0], a[1], a[2], a[3], a[4], a[5]
 	args := []string{
-		"--data-dir", dataDir, "--listen", listen, "--rdma-listen", rdmaListen, "--metrics-listen", metrics,
+		"--data-dir", dataDir, "--listen", listen, "--rdma-listen", rdmaListen, "--metrics-listen", metrics, "--raft-listen", raftListen,
 		"--etcd-listen", etcdListen, "--etcd-peer-listen", etcdPeer, "--hugepages", "off",
 		"--region-size", "64MiB", "--meganode-size", "4MiB", "--server-id", "cell-test", "--cores", "2",
 	}
@@ -181,14 +181,14 @@ func TestCellserverBinary(t *testing.T) {
 	if code := p.wait(t, 20*time.Second); code != 0 {
 		t.Fatalf("exit code %d after SIGTERM", code)
 	}
-	if _, err := os.Stat(filepath.Join(dataDir, "CLEAN")); err != nil {
-		t.Fatalf("no clean-shutdown marker: %v", err)
+	if ents, err := os.ReadDir(filepath.Join(dataDir, "snapshots")); err != nil || len(ents) == 0 {
+		t.Fatalf("no snapshot of the region after SIGTERM: %v %v", ents, err)
 	}
 	if !strings.Contains(p.stderr.String(), "stopped cleanly") {
 		t.Fatal("no clean stop in the log")
 	}
 
-	// A clean restart keeps the data.
+	// A restart keeps the data.
 	p2 := start(t, args...)
 	m = waitMember(t, p2, store)
 	c, err = wire.Dial(ctx, m.RPCAddr, nil)
@@ -231,14 +231,14 @@ func TestCellserverStartupErrors(t *testing.T) {
 		t.Fatalf("bad flag output: %q", out)
 	}
 
-	a := testutil.FreeAddrs(t, 4)
+	a := testutil.FreeAddrs(t, 5)
 	busy, err := net.Listen("tcp", "127.0.0.1:0") // the RPC port is taken
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer busy.Close()
 	p = start(t, "--data-dir", t.TempDir(), "--listen", busy.Addr().String(), "--rdma-listen", a[0], "--metrics-listen", "",
-		"--etcd-listen", a[1], "--etcd-peer-listen", a[2], "--hugepages", "off", "--region-size", "16MiB", "--meganode-size", "1MiB")
+		"--etcd-listen", a[1], "--etcd-peer-listen", a[2], "--raft-listen", a[4], "--hugepages", "off", "--region-size", "16MiB", "--meganode-size", "1MiB")
 	if code := p.wait(t, 30*time.Second); code != 1 {
 		t.Fatalf("busy port: exit %d", code)
 	}

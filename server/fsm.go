@@ -1,0 +1,329 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/meganode"
+)
+
+// The region's raft group applies records through fsm, a raft.FSM over the
+// server's apply path (apply.go). Its state is the region image plus
+// replState, the replicated state that is not in the image. Both are
+// changed only by apply, on raft's FSM goroutine, in log order.
+//
+// A snapshot is that state at one applied index: the replState encoding
+// below, then the region's image (meganode.Region.WriteImage). Restore
+// replaces the region with a snapshot's. The wal's snapshot store
+// checksums the stream and never offers a torn one.
+//
+// A snapshot is refused while a meganode split is between its start and
+// its last free record, here or as a remote split's target: the freeze
+// and the detached nodes of a split in progress live in the trees' memory
+// (blink), not in the image. raft tries again at its next snapshot
+// interval; the log keeps everything until then. A split past its last
+// free record (its separator not yet in the parent) is in replState.
+//
+// replState's encoding, little-endian:
+//
+//	0  magic u32 "CELS"   4 version u32 (1)   8 flags u32 (bit0 formatted)
+//	12 split count u32    16 applied index u64   24 unpublished root Ptr u64
+//	32 splits in progress, each:
+//	   0 X Ptr u64   8 Y Ptr u64   16 flags u32 (bit0 linked, bit1 freed)
+//	   20 split key length u32   24 split key
+//	then the session table (session.go), then the region image
+const (
+	replMagic      = 0x534c4543 // "CELS" little-endian
+	replVersion    = 1
+	replStateSize  = 32
+	replFormatted  = 1 << 0
+	splitEntrySize = 24
+	maxReplSplits  = 1 << 16
+
+	progressLinked = 1 << 0
+	progressFreed  = 1 << 1
+)
+
+// replState is the replicated state of the region beside its image.
+// Guarded by applyMu (written only by apply).
+type replState struct {
+	// Formatted: the region record was applied (apply.go).
+	Formatted bool
+	// Applied is the index of the last log entry applied.
+	Applied uint64
+	// NewRoot is a root meganode formatted and not yet published (0 when
+	// none): the only meganode above the root level an abort may drop.
+	NewRoot blink.Ptr
+	// Splits are the meganode splits of this region's meganodes started
+	// and not yet ended or aborted, in start order: what a new leader or
+	// a restarted server resumes or undoes (recover.go).
+	Splits []splitProgress
+	// Sessions is the at-most-once table of client writes (session.go).
+	Sessions sessions
+}
+
+// splitProgress is a split in progress as the log left it.
+type splitProgress struct {
+	X, Y   blink.Ptr // the meganode split, and its new right half (any region)
+	Sep    []byte
+	Linked bool // the link record applied: the split must be finished
+	Freed  bool // the last free record applied: the separator is next
+}
+
+// splitOf returns the split in progress of meganode x, or nil.
+func (st *replState) splitOf(x blink.Ptr) *splitProgress {
+	for i := range st.Splits {
+		if st.Splits[i].X == x {
+			return &st.Splits[i]
+		}
+	}
+	return nil
+}
+
+// endSplit forgets the split of x.
+func (st *replState) endSplit(x blink.Ptr) {
+	st.Splits = slices.DeleteFunc(st.Splits, func(p splitProgress) bool { return p.X == x })
+}
+
+// clone returns a deep copy, for readers outside apply.
+func (st *replState) clone() replState {
+	c := *st
+	c.Sessions = st.Sessions.clone()
+	c.Splits = slices.Clone(st.Splits)
+	for i := range c.Splits {
+		c.Splits[i].Sep = bytes.Clone(c.Splits[i].Sep)
+	}
+	return c
+}
+
+func (st *replState) encode() []byte {
+	b := make([]byte, replStateSize, replStateSize+len(st.Splits)*(splitEntrySize+16))
+	le.PutUint32(b, replMagic)
+	le.PutUint32(b[4:], replVersion)
+	if st.Formatted {
+		le.PutUint32(b[8:], replFormatted)
+	}
+	le.PutUint32(b[12:], uint32(len(st.Splits)))
+	le.PutUint64(b[16:], st.Applied)
+	le.PutUint64(b[24:], uint64(st.NewRoot))
+	for _, p := range st.Splits {
+		var flags uint32
+		if p.Linked {
+			flags |= progressLinked
+		}
+		if p.Freed {
+			flags |= progressFreed
+		}
+		b = le.AppendUint64(b, uint64(p.X))
+		b = le.AppendUint64(b, uint64(p.Y))
+		b = le.AppendUint32(b, flags)
+		b = le.AppendUint32(b, uint32(len(p.Sep)))
+		b = append(b, p.Sep...)
+	}
+	return st.Sessions.appendTo(b)
+}
+
+// readReplState decodes a replState from the head of a snapshot.
+func readReplState(r io.Reader) (replState, error) {
+	corrupt := func(what string) (replState, error) {
+		return replState{}, fmt.Errorf("server: snapshot state %s: %w", what, meganode.ErrCorruption)
+	}
+	b := make([]byte, replStateSize)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return corrupt(err.Error())
+	}
+	if le.Uint32(b) != replMagic || le.Uint32(b[4:]) != replVersion || le.Uint32(b[8:])&^replFormatted != 0 {
+		return corrupt("header")
+	}
+	st := replState{Formatted: le.Uint32(b[8:])&replFormatted != 0, Applied: le.Uint64(b[16:]), NewRoot: blink.Ptr(le.Uint64(b[24:]))}
+	n := le.Uint32(b[12:])
+	if n > maxReplSplits {
+		return corrupt(fmt.Sprintf("with %d splits", n))
+	}
+	for range n {
+		var e [splitEntrySize]byte
+		if _, err := io.ReadFull(r, e[:]); err != nil {
+			return corrupt("split entry")
+		}
+		flags, kl := le.Uint32(e[16:]), le.Uint32(e[20:])
+		if flags&^(progressLinked|progressFreed) != 0 || kl == 0 || int(kl) > blink.MaxKeySize(blink.MaxNodeSize) {
+			return corrupt("split entry fields")
+		}
+		p := splitProgress{X: blink.Ptr(le.Uint64(e[:])), Y: blink.Ptr(le.Uint64(e[8:])), Linked: flags&progressLinked != 0, Freed: flags&progressFreed != 0,
+			Sep: make([]byte, kl)}
+		if _, err := io.ReadFull(r, p.Sep); err != nil {
+			return corrupt("split key")
+		}
+		st.Splits = append(st.Splits, p)
+	}
+	var err error
+	st.Sessions, err = readSessions(r)
+	return st, err
+}
+
+// fsm is a replica seen as its raft group's state machine.
+type fsm replica
+
+var _ raft.FSM = (*fsm)(nil)
+
+// applyOutcome is what FSM.Apply returns for a record, the response of
+// its raft.ApplyFuture.
+type applyOutcome struct {
+	res applyResult
+	err error
+}
+
+// Apply applies one committed record.
+func (f *fsm) Apply(l *raft.Log) any {
+	res, err := (*replica)(f).apply(l.Index, l.Data)
+	return applyOutcome{res: res, err: err}
+}
+
+// Snapshot captures the region's state at the last applied index: raft
+// calls it between two Applies, so the copy is consistent; writes wait
+// meanwhile (the copy's time is the pause a snapshot causes).
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	rep := (*replica)(f)
+	rep.applyMu.Lock()
+	defer rep.applyMu.Unlock()
+	if p := rep.frozenLocked(); !p.IsNil() {
+		return nil, fmt.Errorf("server: meganode %v is splitting; the snapshot waits for the split: %w", p, errSnapshotLater)
+	}
+	start := time.Now()
+	// One allocation of about the image's size: growing a buffer of a
+	// GiB by doubling copies it twice over, under the apply lock.
+	buf := bytes.NewBuffer(make([]byte, 0, rep.snapshotSizeHint()))
+	buf.Write(rep.repl.encode())
+	st, err := rep.region.WriteImage(buf)
+	if err != nil {
+		return nil, fmt.Errorf("server: snapshot of region %d: %w", rep.regionID, err)
+	}
+	d := time.Since(start)
+	rep.lastSnapshot = buf.Len()
+	rep.srv.metrics.snapshotBytes.Set(float64(buf.Len()))
+	rep.srv.metrics.snapshotPause.Observe(d.Seconds())
+	rep.srv.log.Info("server: region snapshot taken", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", rep.repl.Applied),
+		slog.Int("bytes", buf.Len()), slog.Uint64("pages", st.Pages), slog.Duration("pause", d))
+	return &regionSnapshot{data: buf.Bytes()}, nil
+}
+
+// snapshotSizeHint guesses the size of the next snapshot: the last one's
+// and a little, or before the first the region's meganodes and extents in
+// use. REQUIRES: rep.applyMu held.
+func (rep *replica) snapshotSizeHint() int {
+	if rep.lastSnapshot > 0 {
+		return rep.lastSnapshot + rep.lastSnapshot/8
+	}
+	lay := rep.region.Layout()
+	used := uint64(len(rep.region.Meganodes()))*lay.MeganodeSize + rep.region.Extents().Stats().InUse
+	return int(min(used+used/8+1<<20, lay.Size+1<<20))
+}
+
+// errSnapshotLater: a snapshot cannot be taken now (a split is in
+// progress); raft tries again later.
+var errSnapshotLater = errors.New("server: no snapshot now")
+
+// frozenLocked returns a meganode in the frozen part of a split (0 when
+// none): a source before its last free record, or a target before its
+// commit. REQUIRES: rep.applyMu held.
+func (rep *replica) frozenLocked() blink.Ptr {
+	for _, lm := range rep.megas.Load().bySlot {
+		if lm == nil {
+			continue
+		}
+		if info := lm.t.Split(); info.Source || info.Target {
+			return lm.m.Ptr()
+		}
+	}
+	return 0
+}
+
+// Restore replaces the region with a snapshot's: the replicated state,
+// then a new region file made from the image, its meganodes opened.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	rep := (*replica)(f)
+	br := bufio.NewReaderSize(rc, 1<<20)
+	st, err := readReplState(br)
+	if err != nil {
+		return err
+	}
+	rep.applyMu.Lock()
+	defer rep.applyMu.Unlock()
+	start := time.Now()
+	r, err := rep.restoreRegionLocked(br)
+	if err != nil {
+		return err
+	}
+	if err := rep.adoptRegionLocked(r); err != nil {
+		return err
+	}
+	rep.repl = st
+	rep.applied.Store(st.Applied)
+	rep.srv.log.Info("server: region restored from a snapshot", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", st.Applied),
+		slog.Int("meganodes", len(r.Meganodes())), slog.Duration("took", time.Since(start)))
+	return nil
+}
+
+// restoreRegionLocked makes the region anew from an image: restored under
+// a temporary name first, so that a torn or corrupt image leaves the
+// region as it was, then put in the region's place. REQUIRES: rep.applyMu
+// held.
+func (rep *replica) restoreRegionLocked(img io.Reader) (*meganode.Region, error) {
+	final := rep.srv.dir.regionFileName(rep.regionID)
+	opts := rep.regionOptions(rep.regionID, regionBody{}) // sizes from the image
+	opts.Name = final + ".restoring"
+	for _, dir := range []string{rep.srv.dir.dir, rep.srv.opts.ShmDir} {
+		if _, err := removeStaleRegionFile(dir, opts.Name); err != nil {
+			return nil, err
+		}
+	}
+	r, err := meganode.RestoreImage(opts, img)
+	if err != nil {
+		return nil, fmt.Errorf("server: restore region %d: %w", rep.regionID, err)
+	}
+	tmp := r.Path()
+	if err := r.Close(); err != nil {
+		_ = r.Remove()
+		return nil, fmt.Errorf("server: restore region %d: %w", rep.regionID, err)
+	}
+	if err := rep.dropRegionLocked(); err != nil {
+		_ = os.Remove(tmp)
+		return nil, err
+	}
+	path := filepath.Join(filepath.Dir(tmp), final)
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("server: restore region %d: %w", rep.regionID, err)
+	}
+	r, err = meganode.Open(path, meganode.OpenOptions{Logger: rep.srv.log})
+	if err != nil {
+		return nil, fmt.Errorf("server: open restored region %d: %w", rep.regionID, err)
+	}
+	return r, nil
+}
+
+// regionSnapshot is a snapshot's bytes, written out by Persist while the
+// group applies on.
+type regionSnapshot struct{ data []byte }
+
+func (r *regionSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(r.data); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (r *regionSnapshot) Release() { r.data = nil }

@@ -1,0 +1,318 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/cellstore/cell/internal/raftmux"
+	"github.com/cellstore/cell/wal"
+	"github.com/cellstore/cell/wire"
+)
+
+// The region is a raft group (DESIGN §9). This step of the replication
+// work runs every group with one voter, this server (the single-node
+// store's replication factor 1): a write is acknowledged once its record
+// is synced to the server's log (package wal) and applied, and a restart
+// rebuilds the region from its last snapshot and the log. The group's
+// transport is raft's network transport over the server's one raft
+// listener (internal/raftmux, Options.RaftListen), which multiplexes the
+// groups of all the server's regions by region ID; the server's raft
+// address is the listener's, published with its member entry.
+//
+// Startup (startGroup): an empty region file is made (region.go); raft
+// restores the newest snapshot into it (fsm.Restore) when there is one; a
+// directory without raft state bootstraps a one-voter configuration; the
+// server waits until it leads and a barrier committed, so every record
+// committed before the restart is applied before anything is served
+// (DESIGN §9: "a restarted replica serves only once it has applied
+// everything committed").
+
+// openLog opens the server's log and snapshot stores in the data
+// directory.
+func (s *Server) openLog() error {
+	db, err := wal.Open(wal.Options{FS: s.opts.TestingKnobs.WALFS, Dir: s.dir.path(walDir), Logger: s.log, OnFail: s.logFailed})
+	if err != nil {
+		return fmt.Errorf("server: open the log: %w", err)
+	}
+	snaps, err := wal.OpenSnapshots(wal.SnapshotOptions{Dir: s.dir.path(snapshotsDir), Retain: 2, Logger: s.log})
+	if err != nil {
+		_ = db.Close()
+		return fmt.Errorf("server: open the snapshot store: %w", err)
+	}
+	s.wal, s.snaps = db, snaps
+	return nil
+}
+
+// raftConfig is the group's raft configuration from Options.
+func (s *Server) raftConfig() *raft.Config {
+	c := raft.DefaultConfig()
+	c.LocalID = raft.ServerID(s.opts.ServerID)
+	c.HeartbeatTimeout = s.opts.RaftHeartbeatTimeout
+	c.ElectionTimeout = s.opts.RaftHeartbeatTimeout
+	// raft requires the leader lease timeout to be at most the heartbeat
+	// timeout, also the short one of a sole voter (electSoleVoterSoon).
+	// With followers (a later step) this bounds how long a leader that
+	// hears from no quorum keeps leading; revisit it with read leases.
+	c.LeaderLeaseTimeout = min(s.opts.RaftHeartbeatTimeout/2, soleVoterTimeout)
+	c.CommitTimeout = 5 * time.Millisecond
+	c.BatchApplyCh = true
+	c.MaxAppendEntries = 256
+	c.SnapshotThreshold = s.opts.SnapshotThreshold
+	c.SnapshotInterval = s.opts.SnapshotInterval
+	c.TrailingLogs = s.opts.TrailingLogs
+	c.NoLegacyTelemetry = true
+	c.Logger = newRaftLogger(s.log)
+	return c
+}
+
+// startGroup starts the region's raft group and returns once this server
+// leads it and has applied everything committed (a barrier).
+func (s *Server) startGroup(ctx context.Context) error {
+	conf := s.raftConfig()
+	logs, stable, snaps := s.wal.Log(s.regionID), s.wal.Stable(s.regionID), s.snaps.Region(s.regionID)
+	layer, err := s.mux.Group(s.regionID)
+	if err != nil {
+		return fmt.Errorf("server: region %d's raft traffic: %w", s.regionID, err)
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer, MaxPool: 3, Timeout: 10 * time.Second, Logger: conf.Logger})
+	s.trans = trans
+	addr := trans.LocalAddr()
+	had, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		return fmt.Errorf("server: read region %d's raft state: %w", s.regionID, err)
+	}
+	if !had {
+		cfg := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: conf.LocalID, Address: addr}}}
+		if err := raft.BootstrapCluster(conf, logs, stable, snaps, trans, cfg); err != nil {
+			return fmt.Errorf("server: bootstrap region %d's raft group: %w", s.regionID, err)
+		}
+	}
+	start := time.Now()
+	r, err := raft.NewRaft(conf, (*fsm)(s.replica), logs, stable, snaps, trans)
+	if err != nil {
+		return fmt.Errorf("server: start region %d's raft group: %w", s.regionID, err)
+	}
+	s.raft = r
+	s.group.Store(r)
+	s.electSoleVoterSoon()
+	if err := s.awaitLeadership(ctx); err != nil {
+		return err
+	}
+	s.restoreTimeouts()
+	s.log.Info("server: region's raft group leads and has applied everything committed", slog.Uint64("region", uint64(s.regionID)),
+		slog.Bool("restart", had), slog.Uint64("applied", s.applied.Load()), slog.Duration("took", time.Since(start)))
+	if !s.regionFormatted() {
+		rec := appendRecord(nil, &writeRecord{Kind: recRegion, Value: appendRegionBody(nil, layoutBody(s.region.Layout()))})
+		if _, err := s.propose(rec); err != nil {
+			return fmt.Errorf("server: the region record: %w", err)
+		}
+	}
+	return nil
+}
+
+// soleVoterTimeout is the heartbeat and election timeout of a group whose
+// only voter is this server, until it leads: nobody else can lead it, so
+// waiting a full timeout after a restart would only delay serving.
+const soleVoterTimeout = 100 * time.Millisecond
+
+// electSoleVoterSoon shortens the group's timeouts when this server is its
+// only voter, so that it elects itself within soleVoterTimeout instead of
+// Options.RaftHeartbeatTimeout (restoreTimeouts puts them back).
+func (s *Server) electSoleVoterSoon() {
+	if v := s.voters(); len(v) != 1 || v[0] != s.opts.ServerID {
+		return
+	}
+	rc := s.raft.ReloadableConfig()
+	rc.HeartbeatTimeout, rc.ElectionTimeout = soleVoterTimeout, soleVoterTimeout
+	if err := s.raft.ReloadConfig(rc); err != nil {
+		s.log.Warn("server: keeping the raft timeouts", slog.Any("err", err))
+	}
+}
+
+// restoreTimeouts sets the group's timeouts to Options.RaftHeartbeatTimeout.
+func (s *Server) restoreTimeouts() {
+	rc := s.raft.ReloadableConfig()
+	rc.HeartbeatTimeout, rc.ElectionTimeout = s.opts.RaftHeartbeatTimeout, s.opts.RaftHeartbeatTimeout
+	if err := s.raft.ReloadConfig(rc); err != nil {
+		s.log.Warn("server: raft timeouts not restored", slog.Any("err", err))
+	}
+}
+
+// voters returns the IDs of the group's voters, sorted.
+func (s *Server) voters() []string {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return []string{s.opts.ServerID}
+	}
+	var ids []string
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			ids = append(ids, string(srv.ID))
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// raftInfo is the group's state as Metadata reports it.
+func (rep *replica) raftInfo() wire.RaftInfo {
+	r := rep.raft
+	if r == nil {
+		return wire.RaftInfo{}
+	}
+	role := wire.RoleNone
+	switch r.State() {
+	case raft.Follower:
+		role = wire.RoleFollower
+	case raft.Candidate:
+		role = wire.RoleCandidate
+	case raft.Leader:
+		role = wire.RoleLeader
+	case raft.Shutdown:
+		role = wire.RoleShutdown
+	}
+	return wire.RaftInfo{Role: role, Term: r.CurrentTerm(), LastIndex: r.LastIndex(), Commit: r.CommitIndex(), Applied: r.AppliedIndex()}
+}
+
+// regionFormatted reports whether the region record was applied.
+func (s *Server) regionFormatted() bool {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	return s.repl.Formatted
+}
+
+// awaitLeadership waits until this server leads the group, then commits a
+// barrier: everything committed is applied when it returns.
+func (s *Server) awaitLeadership(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for s.raft.State() != raft.Leader {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server: region %d's raft group elected no leader: %w", s.regionID, ctx.Err())
+		case <-t.C:
+		}
+	}
+	if err := s.raft.Barrier(s.opts.ProposalTimeout).Error(); err != nil {
+		return fmt.Errorf("server: region %d's barrier: %w", s.regionID, err)
+	}
+	return nil
+}
+
+// logFailed stops the server when the log latched a failed write or sync
+// (DESIGN §9: "after the first failed fsync, fail every later write until
+// restart"): the raft group is shut down at once (from then on no write is
+// acknowledged, and raft would panic when it next fails to persist a term
+// or vote), and Serve returns the error (cellserver exits with it). A
+// restart reopens the log and finds exactly what was acknowledged. The
+// log calls it once, on a goroutine of its own.
+func (s *Server) logFailed(err error) {
+	s.log.Error("server: the log failed a write or sync; stopping (restart the server: it recovers everything acknowledged)", slog.Any("err", err))
+	if r := s.raftGroup(); r != nil {
+		s.props.stop(s.opts.ProposalTimeout)
+		_ = r.Shutdown().Error()
+	}
+	s.failed(fmt.Errorf("server: %w", err))
+}
+
+// stopGroup snapshots the region when the log grew since the last
+// snapshot (the next start replays less) and shuts the group down.
+func (s *Server) stopGroup() error {
+	if s.raft == nil {
+		return nil
+	}
+	s.props.stop(s.opts.ProposalTimeout)
+	if !s.opts.TestingKnobs.NoSnapshotOnClose {
+		if err := s.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			s.log.Warn("server: no snapshot at shutdown; the next start replays the log", slog.Any("err", err))
+		}
+	}
+	err := s.raft.Shutdown().Error()
+	return errors.Join(err, s.trans.Close())
+}
+
+// openRaftListener binds the server's raft listener (Options.RaftListen).
+func (s *Server) openRaftListener() error {
+	adv := ""
+	if host, port, err := net.SplitHostPort(s.opts.RaftListen); err == nil && port != "0" {
+		if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+			adv = advertise(s.opts.RaftListen)
+		}
+	}
+	m, err := raftmux.Listen(s.opts.RaftListen, raftmux.Options{Logger: s.log, AdvertiseAddr: adv})
+	if err != nil {
+		return fmt.Errorf("server: listen for raft on %s: %w", s.opts.RaftListen, err)
+	}
+	s.mux = m
+	return nil
+}
+
+// closeLog closes the log and snapshot stores.
+func (s *Server) closeLog() error {
+	if s.wal == nil {
+		return nil
+	}
+	return s.wal.Close()
+}
+
+// proposalError says what a raft error means to the writer of a record:
+// an outcome the server knows (the record was not appended: the caller may
+// try again), or an unknown one (the record may commit yet).
+func proposalError(err error) error {
+	switch {
+	case errors.Is(err, wal.ErrSyncFailed):
+		// The record may be in the log's page cache, unsynced: it may
+		// or may not be there after a restart.
+		return wireErrorf(wire.StatusOutcomeUnknown, "the log failed to sync; the write may or may not survive: %v", err)
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
+		// Never entered the log: a definite failure the client retries.
+		return wireErrorf(wire.StatusUnavailable, "region not writable here now: %v", err)
+	}
+	// raft.ErrLeadershipLost, ErrRaftShutdown, ErrAbortedByRestore and
+	// anything else after the record entered the log: it may commit yet.
+	return wireErrorf(wire.StatusOutcomeUnknown, "the write may or may not be applied: %v", err)
+}
+
+// raftLogger forwards hashicorp/raft's logs to the server's slog logger.
+type raftLogWriter struct{ log *slog.Logger }
+
+func newRaftLogger(log *slog.Logger) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:            "raft",
+		Level:           hclog.Info,
+		Output:          &raftLogWriter{log: log},
+		DisableTime:     true,
+		IncludeLocation: false,
+	})
+}
+
+// Write takes one hclog line ("[WARN]  raft: message: k=v") and logs it
+// at its level.
+func (w *raftLogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(bytes.TrimRight(p, "\n")))
+	level := slog.LevelInfo
+	for prefix, l := range map[string]slog.Level{"[ERROR]": slog.LevelError, "[WARN]": slog.LevelWarn, "[DEBUG]": slog.LevelDebug, "[TRACE]": slog.LevelDebug} {
+		if strings.HasPrefix(line, prefix) {
+			level = l
+			break
+		}
+	}
+	if i := strings.Index(line, "]"); i >= 0 && strings.HasPrefix(line, "[") {
+		line = strings.TrimSpace(line[i+1:])
+	}
+	w.log.Log(context.Background(), level, line)
+	return len(p), nil
+}
+
+var _ io.Writer = (*raftLogWriter)(nil)

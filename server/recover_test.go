@@ -1,0 +1,144 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cellstore/cell/internal/failpoint"
+	"github.com/cellstore/cell/regiontable"
+)
+
+// A meganode split interrupted by a crash at each of its steps is undone
+// or finished when the server restarts (DESIGN §9: "a new leader resumes
+// or undoes every split its applied state shows in progress"): the crash
+// image is the data directory copied while the split is paused at the
+// step (the log holds exactly what was synced then); a server started on
+// the copy checks clean, holds no frozen or orphan meganode, no split in
+// progress, and serves every acknowledged key, and the split it finished
+// (or the one it undid) leaves the right number of meganodes.
+func TestSplitInterruptedByCrash(t *testing.T) {
+	for _, step := range splitFailpoints {
+		t.Run(filepath.Base(step), func(t *testing.T) {
+			store := regiontable.NewMemory()
+			defer store.Close()
+			opts := testOptions(t, store)
+			opts.MeganodeSize = 64 << 10
+			opts.SplitFill = 1 // no split unless the test asks
+			opts.SplitCopyBatch = 2
+			opts.SplitFreeBatch = 3
+			s := startServer(t, opts)
+			c := dial(t, s)
+			x := s.meganodeAt(s.Root())
+			var keys []string
+			for i := 0; x.t.Fill() < 0.55; i++ {
+				k := fmt.Sprintf("key%06d", i*7919%100003)
+				put(t, c, k, "v"+k)
+				keys = append(keys, k)
+			}
+
+			reached, release := make(chan struct{}), make(chan struct{})
+			defer failpoint.Enable(step, func() error {
+				select {
+				case reached <- struct{}{}:
+					<-release
+				default: // the restarted server's own splits go through
+				}
+				return nil
+			})()
+			done := make(chan bool, 1)
+			go func() { done <- s.runSplit(x) }()
+			select {
+			case <-reached:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the split did not reach %s", step)
+			}
+			crashDir := t.TempDir()
+			copyDataDir(t, opts.DataDir, crashDir)
+			root, err := store.Root(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			close(release)
+			if !<-done && step != FailpointSplitChose {
+				t.Fatal("the original split failed")
+			}
+
+			// The restarted server: the crash image, the region table
+			// as it was at the crash (the root pointer).
+			store2 := regiontable.NewMemory()
+			defer store2.Close()
+			if _, err := store2.SetRoot(ctxT(t), 0, root); err != nil {
+				t.Fatal(err)
+			}
+			opts2 := testOptions(t, store2)
+			opts2.DataDir = crashDir
+			opts2.MeganodeSize, opts2.SplitFill = opts.MeganodeSize, opts.SplitFill
+			s2 := startServer(t, opts2)
+			waitSplitsIdle(t, s2)
+			if err := s2.Check(); err != nil {
+				t.Fatalf("after the restart at %s: %v", step, err)
+			}
+			s2.applyMu.Lock()
+			open := len(s2.repl.Splits)
+			s2.applyMu.Unlock()
+			if open != 0 || !s2.frozenLocked().IsNil() {
+				t.Fatalf("after the restart at %s: %d splits in progress, frozen meganode %v", step, open, s2.frozenLocked())
+			}
+			c2 := dial(t, s2)
+			for _, k := range keys {
+				if v, ok := get(t, c2, k); !ok || v != "v"+k {
+					t.Fatalf("after the restart at %s: %s = %q, %v", step, k, v, ok)
+				}
+			}
+			// Undone before the link (one meganode), finished after it
+			// (two leaves and a root above them).
+			want := 1
+			if step != FailpointSplitChose && step != FailpointSplitFroze && step != FailpointSplitCopied {
+				want = 3
+			}
+			if n := len(s2.region.Meganodes()); n != want {
+				t.Fatalf("after the restart at %s: %d meganodes, want %d", step, n, want)
+			}
+			t.Logf("crash at %s: restarted with %d meganodes, %d keys served", step, want, len(keys))
+		})
+	}
+}
+
+// copyDataDir copies a server's data directory as a crash would leave it:
+// the log, the snapshots and region.json (not the lock, not a region file).
+func copyDataDir(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, path)
+		if rel == lockFile || (!d.IsDir() && filepath.Dir(rel) == "." && rel != stateFile) {
+			return nil
+		}
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		src, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		out, err := os.Create(dst)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(out, src)
+		return errors.Join(err, out.Close())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,64 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cellstore/cell/meganode"
+)
+
+// replica is one region this server holds (DESIGN §9: "a server hosts any
+// number of replicas, leaders and followers"): the region's file of
+// meganodes, its meganode table, the apply path that alone writes them,
+// the replicated state beside the image (fsm.go), and the raft group that
+// orders its records (group.go). Everything a replica holds is rebuilt
+// from its snapshot and log.
+//
+// Today a server holds exactly one replica, the one it leads, and embeds
+// it (Server.replica): the process-level parts (listeners, workers, the
+// region table, peers, the split driver) are Server's. A replica reaches
+// them only through srv, for its options, logger, metrics and data
+// directory.
+//
+// Locking notes: replica.applyMu < replica.megaMu < meganode.Region.mu <
+// meganode.Extents.mu < a blink tree's writer lock.
+type replica struct {
+	srv *Server
+
+	// Set when the region is made or restored (under applyMu), read by
+	// the server's readers once it serves.
+	region   *meganode.Region
+	regionID uint32
+	nodeSize int
+	maxKey   int
+
+	megas  atomic.Pointer[meganodeTable]
+	megaMu sync.Mutex // serialises changes to megas and meganode slots
+
+	// applyMu serialises every write to the region (apply.go).
+	applyMu sync.Mutex
+	applied atomic.Uint64 // the last applied log index, for readers
+	repl    replState     // guarded by applyMu (fsm.go)
+	// lastSnapshot is the size of the last snapshot taken (fsm.go).
+	// Guarded by applyMu.
+	lastSnapshot int
+
+	raft  *raft.Raft             // the region's group, once started (group.go)
+	trans *raft.NetworkTransport // its transport over the server's raft listener
+	// group is raft, for goroutines that may run before it is set
+	// (the log's failure callback).
+	group atomic.Pointer[raft.Raft]
+	props proposals // propose.go
+}
+
+// raftGroup returns the replica's raft group, nil before it started.
+func (rep *replica) raftGroup() *raft.Raft { return rep.group.Load() }
+
+// newReplica returns an empty replica of srv.
+func newReplica(srv *Server) *replica {
+	rep := &replica{srv: srv}
+	rep.megas.Store(&meganodeTable{})
+	return rep
+}
