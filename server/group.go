@@ -79,32 +79,11 @@ func (s *Server) raftConfig() *raft.Config {
 // startGroup starts the region's raft group and returns once this server
 // leads it and has applied everything committed (a barrier).
 func (s *Server) startGroup(ctx context.Context) error {
-	conf := s.raftConfig()
-	logs, stable, snaps := s.wal.Log(s.regionID), s.wal.Stable(s.regionID), s.snaps.Region(s.regionID)
-	layer, err := s.mux.Group(s.regionID)
-	if err != nil {
-		return fmt.Errorf("server: region %d's raft traffic: %w", s.regionID, err)
-	}
-	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: layer, MaxPool: 3, Timeout: 10 * time.Second, Logger: conf.Logger})
-	s.trans = trans
-	addr := trans.LocalAddr()
-	had, err := raft.HasExistingState(logs, stable, snaps)
-	if err != nil {
-		return fmt.Errorf("server: read region %d's raft state: %w", s.regionID, err)
-	}
-	if !had {
-		cfg := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: conf.LocalID, Address: addr}}}
-		if err := raft.BootstrapCluster(conf, logs, stable, snaps, trans, cfg); err != nil {
-			return fmt.Errorf("server: bootstrap region %d's raft group: %w", s.regionID, err)
-		}
-	}
 	start := time.Now()
-	r, err := raft.NewRaft(conf, (*fsm)(s.replica), logs, stable, snaps, trans)
+	had, err := s.replica.startRaft(true)
 	if err != nil {
-		return fmt.Errorf("server: start region %d's raft group: %w", s.regionID, err)
+		return err
 	}
-	s.raft = r
-	s.group.Store(r)
 	s.electSoleVoterSoon()
 	if err := s.awaitLeadership(ctx); err != nil {
 		return err
@@ -119,6 +98,60 @@ func (s *Server) startGroup(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startRaft starts the replica's raft group over the server's log,
+// snapshot store and raft listener, and reports whether the log held
+// state for it. bootstrap: a group without state is bootstrapped with
+// this server as its only voter (the region's first start); without it
+// the replica waits, with no configuration, for a leader to replicate to
+// it (a follower added by the region's leader, follower.go).
+func (rep *replica) startRaft(bootstrap bool) (bool, error) {
+	s, id := rep.srv, rep.regionID
+	conf := s.raftConfig()
+	logs, stable, snaps := s.wal.Log(id), s.wal.Stable(id), s.snaps.Region(id)
+	layer, err := s.mux.Group(id)
+	if err != nil {
+		return false, fmt.Errorf("server: region %d's raft traffic: %w", id, err)
+	}
+	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: layer, MaxPool: 3, Timeout: 10 * time.Second, Logger: conf.Logger,
+		ServerAddressProvider: memberRaftAddrs{s},
+	})
+	had, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		_ = trans.Close()
+		return false, fmt.Errorf("server: read region %d's raft state: %w", id, err)
+	}
+	if !had && bootstrap {
+		cfg := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: conf.LocalID, Address: trans.LocalAddr()}}}
+		if err := raft.BootstrapCluster(conf, logs, stable, snaps, trans, cfg); err != nil {
+			_ = trans.Close()
+			return false, fmt.Errorf("server: bootstrap region %d's raft group: %w", id, err)
+		}
+	}
+	r, err := raft.NewRaft(conf, (*fsm)(rep), logs, stable, snaps, trans)
+	if err != nil {
+		_ = trans.Close()
+		return false, fmt.Errorf("server: start region %d's raft group: %w", id, err)
+	}
+	rep.trans = trans
+	rep.raft = r
+	rep.group.Store(r)
+	return had, nil
+}
+
+// memberRaftAddrs finds a group member's raft address by its server ID in
+// the region table's members, so that a server that restarted on another
+// address is still reached; raft falls back to the address in the group's
+// configuration when the member is not in the table (yet).
+type memberRaftAddrs struct{ s *Server }
+
+func (a memberRaftAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error) {
+	if m, ok := a.s.table.Load().members[string(id)]; ok && m.RaftAddr != "" {
+		return raft.ServerAddress(m.RaftAddr), nil
+	}
+	return "", fmt.Errorf("server: no member %s in the region table", id)
 }
 
 // soleVoterTimeout is the heartbeat and election timeout of a group whose
@@ -226,20 +259,29 @@ func (s *Server) logFailed(err error) {
 	s.failed(fmt.Errorf("server: %w", err))
 }
 
-// stopGroup snapshots the region when the log grew since the last
-// snapshot (the next start replays less) and shuts the group down.
+// stopGroup stops the region's group (stopRaft) once no proposal is in
+// flight.
 func (s *Server) stopGroup() error {
 	if s.raft == nil {
 		return nil
 	}
 	s.props.stop(s.opts.ProposalTimeout)
-	if !s.opts.TestingKnobs.NoSnapshotOnClose {
-		if err := s.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
-			s.log.Warn("server: no snapshot at shutdown; the next start replays the log", slog.Any("err", err))
+	return s.replica.stopRaft()
+}
+
+// stopRaft snapshots the region when the log grew since the last snapshot
+// (the next start replays less) and shuts the group down.
+func (rep *replica) stopRaft() error {
+	if rep.raft == nil {
+		return nil
+	}
+	if !rep.srv.opts.TestingKnobs.NoSnapshotOnClose {
+		if err := rep.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			rep.srv.log.Warn("server: no snapshot at shutdown; the next start replays the log", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 		}
 	}
-	err := s.raft.Shutdown().Error()
-	return errors.Join(err, s.trans.Close())
+	err := rep.raft.Shutdown().Error()
+	return errors.Join(err, rep.trans.Close())
 }
 
 // openRaftListener binds the server's raft listener (Options.RaftListen).

@@ -500,6 +500,9 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 	}
 	s := w.s
 	if req.OneRegion && req.Region != s.regionID {
+		if rep := s.follower(req.Region); rep != nil {
+			return s.followerMetadata(rep), nil
+		}
 		return nil, s.redirect(req.Region, "metadata")
 	}
 	rep := &w.metaRep

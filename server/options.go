@@ -122,6 +122,12 @@ type Options struct {
 	// for it; it is then answered NeedsRetry, which clients retry. A
 	// request's deadline ends the wait earlier (Expired). Default 10 s.
 	MaxSplitWait time.Duration
+	// Replicas is the replication factor: the leader of the server's
+	// region keeps this many servers (itself included) in the region's
+	// raft group, adding followers on the live servers holding the fewest
+	// replicas (follower.go). A write is acknowledged once a majority of
+	// them logged it. Default 1.
+	Replicas int
 	// RaftHeartbeatTimeout is the region groups' heartbeat and election
 	// timeout: a follower that hears nothing from its leader for this
 	// long (randomised up to twice) starts an election. Default 500 ms.
@@ -173,6 +179,9 @@ type TestingKnobs struct {
 	// start replays the log as after a crash.
 	NoSnapshotOnClose bool
 }
+
+// MaxReplicas bounds Options.Replicas.
+const MaxReplicas = 7
 
 // Defaults.
 const (
@@ -267,6 +276,9 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxSplitWait == 0 {
 		o.MaxSplitWait = DefaultMaxSplitWait
 	}
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
 	if o.RaftHeartbeatTimeout == 0 {
 		o.RaftHeartbeatTimeout = DefaultRaftHeartbeatTimeout
 	}
@@ -302,6 +314,8 @@ func (o *Options) Validate() error {
 		return bad("no data directory")
 	case o.Store == nil:
 		return bad("no region table store")
+	case o.Replicas < 1 || o.Replicas > MaxReplicas:
+		return bad("replicas %d not in [1, %d]", o.Replicas, MaxReplicas)
 	case o.Cores < 1 || o.Cores > 1024:
 		return bad("cores %d not in [1, 1024]", o.Cores)
 	case o.QueueDepth < 1:

@@ -31,6 +31,9 @@ type Server struct {
 
 	// The region the server holds (replica.go).
 	*replica
+	// follow is the follower replicas of other servers' regions
+	// (follower.go).
+	follow followerSet
 
 	// Set by Start before anything is served, then read-only.
 	dir       *dataDir
@@ -176,6 +179,11 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.openRaftListener(); err != nil {
 		return err
 	}
+	// Followers first: a restarted cluster's groups need each other's
+	// replicas to elect their leaders.
+	if err := s.openLoggedFollowers(); err != nil {
+		return err
+	}
 	if err := s.startGroup(ctx); err != nil {
 		return err
 	}
@@ -210,6 +218,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
 	s.goBackground(s.coordinate)
+	s.goBackground(s.replicaLoop)
 	return nil
 }
 
@@ -575,7 +584,7 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		errs = append(errs, s.responder.Close())
 	}
 	s.metrics.detach()
-	errs = append(errs, s.stopGroup())
+	errs = append(errs, s.stopGroup(), s.closeFollowers())
 	if s.mux != nil {
 		errs = append(errs, s.mux.Close())
 	}
@@ -597,13 +606,13 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 
 // closeRegion closes the region and removes its file: the log and the
 // snapshots hold its contents, and the next start rebuilds it from them.
-func (s *Server) closeRegion() error {
-	id, path := s.regionID, s.region.Path()
-	cerr := s.region.Close()
-	rerr := s.region.Remove()
+func (rep *replica) closeRegion() error {
+	id, path := rep.regionID, rep.region.Path()
+	cerr := rep.region.Close()
+	rerr := rep.region.Remove()
 	if err := errors.Join(cerr, rerr); err != nil {
 		return fmt.Errorf("server: close region %d: %w", id, err)
 	}
-	s.log.Info("server: region closed and its file removed (the log holds it)", slog.Uint64("region", uint64(id)), slog.String("path", path))
+	rep.srv.log.Info("server: region closed and its file removed (the log holds it)", slog.Uint64("region", uint64(id)), slog.String("path", path))
 	return nil
 }

@@ -62,6 +62,9 @@ func (s *Server) followTable() {
 				v.regions[r.ID] = r
 			}
 			s.table.Store(v)
+			for _, r := range st.Regions {
+				s.noteRegion(r)
+			}
 			s.learnRoot(st.Root)
 			backoff = 100 * time.Millisecond
 			for ev := range s.opts.Store.Watch(s.bgCtx, st.Revision) {
@@ -73,6 +76,8 @@ func (s *Server) followTable() {
 				switch {
 				case ev.Kind == regiontable.RootSet:
 					s.learnRoot(ev.Root)
+				case ev.Kind == regiontable.RegionPut && ev.Region.ID != s.regionID:
+					s.noteRegion(ev.Region)
 				case ev.Kind == regiontable.RegionPut && ev.Region.ID == s.regionID && (ev.Region.Host != s.opts.ServerID || ev.Region.Epoch > s.epoch):
 					s.log.Error("server: the region table gives our region to someone else", slog.Uint64("region", uint64(s.regionID)),
 						slog.String("host", ev.Region.Host), slog.Uint64("epoch", ev.Region.Epoch), slog.Uint64("our_epoch", s.epoch))

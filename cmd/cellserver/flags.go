@@ -38,6 +38,7 @@ type config struct {
 	splitBelow     int
 	splitFill      float64
 	leaseTTL       time.Duration
+	replicas       int
 	raftHeartbeat  time.Duration
 	snapThreshold  uint64
 	snapInterval   time.Duration
@@ -65,7 +66,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		placement, below, fill    string
 		leaseTTL                  string
 		raftHeartbeat, snapEvery  string
-		snapThreshold             string
+		snapThreshold, replicas   string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -94,6 +95,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&placement, "split-placement", "auto", "where a meganode split puts the new meganode: auto (remote while this server holds few meganodes, the paper's rule), local, remote")
 	str(&below, "split-remote-below", strconv.Itoa(server.DefaultSplitRemoteBelow), "auto placement: a server holding fewer meganodes places new ones on the least loaded other server")
 	str(&fill, "split-fill", strconv.FormatFloat(server.DefaultSplitFill, 'g', -1, 64), "fraction of a meganode's nodes in use at which it is split, in (0, 1]")
+	str(&replicas, "replicas", "1", fmt.Sprintf("replication factor: servers holding each region this server leads, itself included (at most %d); a write is acknowledged once a majority logged it", server.MaxReplicas))
 	str(&raftHeartbeat, "raft-heartbeat-timeout", server.DefaultRaftHeartbeatTimeout.String(), "region raft groups' heartbeat and election timeout")
 	str(&snapThreshold, "snapshot-threshold", strconv.Itoa(server.DefaultSnapshotThreshold), "log entries past the last snapshot that make a region snapshot")
 	str(&snapEvery, "snapshot-interval", server.DefaultSnapshotInterval.String(), "how often a region checks --snapshot-threshold")
@@ -147,6 +149,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	}
 	if cfg.splitFill, err = strconv.ParseFloat(fill, 64); err != nil || !(cfg.splitFill > 0 && cfg.splitFill <= 1) {
 		return nil, fmt.Errorf("--split-fill %q: want a number in (0, 1]", fill)
+	}
+	if cfg.replicas, err = strconv.Atoi(replicas); err != nil || cfg.replicas < 1 || cfg.replicas > server.MaxReplicas {
+		return nil, fmt.Errorf("--replicas %q: want a whole number from 1 to %d", replicas, server.MaxReplicas)
 	}
 	if cfg.raftHeartbeat, err = time.ParseDuration(raftHeartbeat); err != nil || cfg.raftHeartbeat < 20*time.Millisecond {
 		return nil, fmt.Errorf("--raft-heartbeat-timeout %q: want a duration of at least 20ms", raftHeartbeat)

@@ -109,6 +109,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Version:          version,
 		Logger:           log,
 
+		Replicas:             cfg.replicas,
 		RaftHeartbeatTimeout: cfg.raftHeartbeat,
 		SnapshotThreshold:    cfg.snapThreshold,
 		SnapshotInterval:     cfg.snapInterval,

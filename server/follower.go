@@ -1,0 +1,354 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// Follower replicas (DESIGN §9: "a server hosts any number of replicas,
+// leaders and followers"). With Options.Replicas above 1 the leader of a
+// region adds that many minus one other servers to its raft group: each
+// first as a nonvoter, which receives a snapshot and the log without
+// counting towards the quorum, then, once it has applied everything the
+// leader had committed when asked, as a voter. Adding a voter that has
+// not caught up would stall every write until it had (a quorum of two
+// needs both). The region table's entry lists the group's servers
+// (Region.Replicas); a server that finds itself listed for a region it
+// does not host opens a follower replica of it, an empty region that
+// the group fills, and a restarted server reopens a follower for every
+// region its log holds state for.
+//
+// A follower applies the same records as the leader in the same order, so
+// its region is byte for byte the leader's at the same applied index
+// (TestFollowersByteIdentical). It serves nothing: clients reach a region
+// only through its host, and one-sided reads are registered only for the
+// host's region.
+//
+// This step keeps a region served by its host only: a follower that wins
+// an election (the host was slow or down) hands leadership back to the
+// host as soon as the host's replica can take it, and the region is
+// unavailable, not lost, while its host is down. Serving a region from
+// whichever server leads it (failover) is the next step.
+
+// followerSet is the follower replicas a server holds, by region ID.
+type followerSet struct {
+	mu     sync.Mutex
+	m      map[uint32]*replica
+	closed bool
+}
+
+// followers returns the follower replicas, in region order.
+func (s *Server) followerList() []*replica {
+	s.follow.mu.Lock()
+	defer s.follow.mu.Unlock()
+	out := make([]*replica, 0, len(s.follow.m))
+	for _, rep := range s.follow.m {
+		out = append(out, rep)
+	}
+	slices.SortFunc(out, func(a, b *replica) int { return int(a.regionID) - int(b.regionID) })
+	return out
+}
+
+// follower returns the follower replica of region id, nil if none.
+func (s *Server) follower(id uint32) *replica {
+	s.follow.mu.Lock()
+	defer s.follow.mu.Unlock()
+	return s.follow.m[id]
+}
+
+// openLoggedFollowers opens a follower replica for every region other
+// than the server's own that the log holds raft state for: the replicas
+// this server held before it stopped.
+func (s *Server) openLoggedFollowers() error {
+	ids, err := s.wal.Regions()
+	if err != nil {
+		return fmt.Errorf("server: list the log's regions: %w", err)
+	}
+	for _, id := range ids {
+		if id == s.regionID {
+			continue
+		}
+		if err := s.openFollower(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openFollower makes an empty region file for region id and starts a raft
+// group for it that waits for the region's leader (or restores from the
+// log what it had). It does nothing when the replica is open already or
+// the server is stopping.
+func (s *Server) openFollower(id uint32) error {
+	f := &s.follow
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.m[id] != nil || id == s.regionID {
+		return nil
+	}
+	rep := newReplica(s)
+	name := s.dir.regionFileName(id)
+	for _, dir := range []string{s.dir.dir, s.opts.ShmDir} {
+		if _, err := removeStaleRegionFile(dir, name); err != nil {
+			return err
+		}
+	}
+	r, err := meganode.Create(rep.regionOptions(id, regionBody{Size: s.opts.RegionSize, MeganodeSize: s.opts.MeganodeSize, NodeSize: uint32(s.opts.NodeSize)}))
+	if err != nil {
+		return fmt.Errorf("server: create follower region %d: %w", id, err)
+	}
+	rep.setRegion(r)
+	had, err := rep.startRaft(false)
+	if err != nil {
+		_ = rep.closeRegion()
+		return err
+	}
+	if f.m == nil {
+		f.m = make(map[uint32]*replica)
+	}
+	f.m[id] = rep
+	s.log.Info("server: follower replica opened", slog.Uint64("region", uint64(id)), slog.Bool("had_state", had))
+	return nil
+}
+
+// noteRegion opens a follower replica when the region table lists this
+// server among the replicas of a region it does not host.
+func (s *Server) noteRegion(r regiontable.Region) {
+	if r.ID == s.regionID || r.Host == s.opts.ServerID || !slices.Contains(r.Replicas, s.opts.ServerID) {
+		return
+	}
+	if err := s.openFollower(r.ID); err != nil {
+		s.log.Error("server: open a follower replica", slog.Uint64("region", uint64(r.ID)), slog.Any("err", err))
+	}
+}
+
+// closeFollowers stops every follower replica and removes its region file
+// (the log holds it).
+func (s *Server) closeFollowers() error {
+	f := &s.follow
+	f.mu.Lock()
+	f.closed = true
+	reps := f.m
+	f.m = nil
+	f.mu.Unlock()
+	var errs []error
+	for _, rep := range reps {
+		errs = append(errs, rep.stopRaft(), rep.closeRegion())
+	}
+	return errors.Join(errs...)
+}
+
+// replicaLoop keeps the server's groups as Options.Replicas asks: the
+// home region's leader adds and promotes followers (replicate), and a
+// follower replica that leads hands leadership back to the region's host
+// (returnLeadership).
+func (s *Server) replicaLoop() {
+	t := time.NewTicker(replicaInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.bgCtx.Done():
+			return
+		case <-t.C:
+		}
+		if s.opts.Replicas > 1 {
+			if err := s.replicate(); err != nil && s.bgCtx.Err() == nil {
+				s.log.Warn("server: replicating the region", slog.Uint64("region", uint64(s.regionID)), slog.Any("err", err))
+			}
+		}
+		for _, rep := range s.followerList() {
+			s.returnLeadership(rep)
+		}
+	}
+}
+
+// replicaInterval is how often replicaLoop looks at the groups.
+const replicaInterval = 250 * time.Millisecond
+
+// replicate takes one step towards Options.Replicas servers in the home
+// region's group, when this server leads it: it promotes the first
+// nonvoter that has caught up, or else adds a nonvoter on the live
+// member holding the fewest replicas. The region table's entry is
+// published with the new configuration after every change, and before
+// a nonvoter is added (so that the new member opens its replica).
+func (s *Server) replicate() error {
+	r := s.raft
+	if r.State() != raft.Leader {
+		return nil
+	}
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	cfg := f.Configuration()
+	for _, srv := range cfg.Servers {
+		if srv.Suffrage != raft.Nonvoter {
+			continue
+		}
+		ok, err := s.caughtUp(string(srv.ID))
+		if err != nil || !ok {
+			return err
+		}
+		if err := r.AddVoter(srv.ID, srv.Address, f.Index(), s.opts.ProposalTimeout).Error(); err != nil {
+			return fmt.Errorf("promote %s: %w", srv.ID, err)
+		}
+		s.log.Info("server: follower caught up; now a voter", slog.Uint64("region", uint64(s.regionID)), slog.String("server", string(srv.ID)))
+		return s.publishReplicas()
+	}
+	if len(cfg.Servers) >= s.opts.Replicas {
+		return nil
+	}
+	m, ok := s.pickReplicaHost(cfg)
+	if !ok {
+		return nil // too few live servers: try again later
+	}
+	next := append(replicaIDs(cfg), m.ID)
+	if err := s.putReplicas(next); err != nil {
+		return err
+	}
+	if err := r.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), s.opts.ProposalTimeout).Error(); err != nil {
+		return fmt.Errorf("add %s: %w", m.ID, err)
+	}
+	s.log.Info("server: follower added; it catches up before it votes", slog.Uint64("region", uint64(s.regionID)), slog.String("server", m.ID))
+	return nil
+}
+
+// pickReplicaHost chooses the live member, not in cfg, that holds the
+// fewest replicas per the region table (ties: the lowest ID).
+func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bool) {
+	v := s.table.Load()
+	load := make(map[string]int)
+	for _, reg := range v.regions {
+		for _, id := range reg.Replicas {
+			load[id]++
+		}
+	}
+	var (
+		best  regiontable.Member
+		found bool
+	)
+	for _, m := range v.members {
+		if m.RaftAddr == "" || slices.ContainsFunc(cfg.Servers, func(srv raft.Server) bool { return string(srv.ID) == m.ID }) {
+			continue
+		}
+		if !found || load[m.ID] < load[best.ID] || load[m.ID] == load[best.ID] && m.ID < best.ID {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// caughtUp reports whether server id's replica of the home region has
+// applied everything this leader had committed before asking it.
+func (s *Server) caughtUp(id string) (bool, error) {
+	m, ok := s.table.Load().members[id]
+	if !ok {
+		return false, nil // down: ask again later
+	}
+	commit := s.raft.CommitIndex()
+	var rep wire.MetadataReply
+	ctx, cancel := context.WithTimeout(s.bgCtx, 2*time.Second)
+	defer cancel()
+	if err := s.call(ctx, m.RPCAddr, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: s.regionID}, &rep); err != nil {
+		return false, fmt.Errorf("ask %s how far it applied: %w", id, err)
+	}
+	if len(rep.Regions) != 1 || rep.Regions[0].ID != s.regionID {
+		return false, nil
+	}
+	return rep.Regions[0].Raft.Applied >= commit, nil
+}
+
+// publishReplicas writes the home region's table entry with the group's
+// current servers.
+func (s *Server) publishReplicas() error {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	return s.putReplicas(replicaIDs(f.Configuration()))
+}
+
+// putReplicas writes the home region's table entry with ids as its
+// replicas and the group's current term.
+func (s *Server) putReplicas(ids []string) error {
+	ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
+	defer cancel()
+	e, err := s.opts.Store.Region(ctx, s.regionID)
+	if err != nil {
+		return fmt.Errorf("look up region %d: %w", s.regionID, err)
+	}
+	if e.Host != s.opts.ServerID || e.Epoch != s.epoch {
+		return fmt.Errorf("region %d is %s's at epoch %d now: %w", s.regionID, e.Host, e.Epoch, ErrRegionOwned)
+	}
+	slices.Sort(ids)
+	e.Replicas = ids
+	e.Term = s.raft.CurrentTerm()
+	return s.opts.Store.PutRegion(ctx, e)
+}
+
+// replicaIDs are the IDs of cfg's servers, voters or not.
+func replicaIDs(cfg raft.Configuration) []string {
+	ids := make([]string, 0, len(cfg.Servers)+1)
+	for _, srv := range cfg.Servers {
+		ids = append(ids, string(srv.ID))
+	}
+	return ids
+}
+
+// returnLeadership hands the leadership of a follower replica's group back
+// to the region's host, when this server leads it and the host's replica
+// is a voter: until a region is served by whichever server leads it, only
+// its host serves it.
+func (s *Server) returnLeadership(rep *replica) {
+	r := rep.raft
+	if r.State() != raft.Leader {
+		return
+	}
+	e, ok := s.table.Load().regions[rep.regionID]
+	if !ok {
+		return
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	for _, srv := range f.Configuration().Servers {
+		if string(srv.ID) != e.Host || srv.Suffrage != raft.Voter {
+			continue
+		}
+		err := r.LeadershipTransferToServer(srv.ID, srv.Address).Error()
+		if err != nil {
+			s.log.Debug("server: leadership not handed back to the region's host yet", slog.Uint64("region", uint64(rep.regionID)), slog.String("host", e.Host), slog.Any("err", err))
+			return
+		}
+		s.log.Info("server: leadership handed back to the region's host", slog.Uint64("region", uint64(rep.regionID)), slog.String("host", e.Host))
+		return
+	}
+}
+
+// followerMetadata describes a follower replica, for OpMetadata asking
+// for its region: its raft state only (it serves nothing).
+func (s *Server) followerMetadata(rep *replica) *wire.MetadataReply {
+	return &wire.MetadataReply{
+		Server:       s.opts.ServerID,
+		NodeSize:     uint32(rep.nodeSize),
+		MeganodeSize: rep.region.Layout().MeganodeSize,
+		Root:         blink.Ptr(s.root.Load()),
+		Regions: []wire.RegionInfo{{
+			ID: rep.regionID, Size: rep.region.Layout().Size, Host: s.opts.HostID,
+			RPCAddr: s.rpcAddr, Raft: rep.raftInfo(),
+		}},
+	}
+}

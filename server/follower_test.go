@@ -1,0 +1,229 @@
+package server
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/regiontable"
+)
+
+// startReplicated starts n servers over one memory table, each keeping
+// replicas servers in its region's group, and waits until every group has
+// them all as voters and the table lists them.
+func startReplicated(t *testing.T, n, replicas int, edit func(i int, o *Options)) ([]*Server, *regiontable.Memory) {
+	t.Helper()
+	srvs, store := startCluster(t, n, func(i int, o *Options) {
+		o.Replicas = replicas
+		o.RaftHeartbeatTimeout = 300 * time.Millisecond
+		if edit != nil {
+			edit(i, o)
+		}
+	})
+	for _, s := range srvs {
+		waitVoters(t, s, replicas)
+	}
+	return srvs, store
+}
+
+// waitVoters waits until s's region's group has want voters and the region
+// table lists want replicas.
+func waitVoters(t *testing.T, s *Server, want int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var voters []string
+		if f := s.raft.GetConfiguration(); f.Error() == nil {
+			for _, srv := range f.Configuration().Servers {
+				if srv.Suffrage == raft.Voter {
+					voters = append(voters, string(srv.ID))
+				}
+			}
+		}
+		e := s.table.Load().regions[s.regionID]
+		if len(voters) == want && len(e.Replicas) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: voters %v, table replicas %v; want %d", s.opts.ServerID, voters, e.Replicas, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// replicasOf returns every replica of region id across srvs: the host's
+// first, then the followers.
+func replicasOf(srvs []*Server, id uint32) []*replica {
+	var out []*replica
+	for _, s := range srvs {
+		if s.regionID == id {
+			out = append([]*replica{s.replica}, out...)
+		} else if rep := s.follower(id); rep != nil {
+			out = append(out, rep)
+		}
+	}
+	return out
+}
+
+// waitConverged waits until every replica of every region has applied its
+// leader's last log index, the same on two looks 100 ms apart (nothing is
+// being written), and returns the replicas by region.
+func waitConverged(t *testing.T, srvs []*Server) map[uint32][]*replica {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last map[uint32]uint64
+	for {
+		now := make(map[uint32]uint64)
+		same := true
+		var state []string
+		for _, s := range srvs {
+			reps := replicasOf(srvs, s.regionID)
+			want := s.raft.LastIndex()
+			for _, rep := range reps {
+				if rep.raft.AppliedIndex() != want {
+					same = false
+				}
+				state = append(state, fmt.Sprintf("region %d on %s: applied %d of %d (%v)", s.regionID, rep.srv.opts.ServerID, rep.raft.AppliedIndex(), want, rep.raft.State()))
+			}
+			now[s.regionID] = want
+		}
+		if same && last != nil && fmt.Sprint(last) == fmt.Sprint(now) {
+			break
+		}
+		last = now
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas never converged: %v", state)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	out := make(map[uint32][]*replica)
+	for _, s := range srvs {
+		out[s.regionID] = replicasOf(srvs, s.regionID)
+	}
+	return out
+}
+
+// imageHash is the SHA-256 of a replica's whole region.
+func imageHash(rep *replica) [32]byte {
+	rep.applyMu.Lock()
+	defer rep.applyMu.Unlock()
+	return sha256.Sum256(rep.region.Bytes())
+}
+
+// DESIGN §9: every region is a raft group whose replicas apply the same
+// records in the same order. With three servers each keeping three
+// replicas, and enough writes to split meganodes locally and onto other
+// servers, every follower's region is byte for byte its leader's at the
+// same applied index.
+func TestFollowersByteIdentical(t *testing.T) {
+	srvs, store := startReplicated(t, 3, 3, nil)
+	c := newClient(t, store, "server")
+	ctx := ctxT(t)
+	var keys []string
+	for i := range 2500 {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		if err := c.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
+			t.Fatalf("put %q: %v", k, err)
+		}
+		keys = append(keys, k)
+	}
+	for _, s := range srvs {
+		waitSplitsIdle(t, s)
+	}
+	splits := 0
+	for _, s := range srvs {
+		splits += max(0, int(metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "done"})))
+	}
+	if splits < 2 {
+		t.Fatalf("%d splits: the test needs some", splits)
+	}
+	for id, reps := range waitConverged(t, srvs) {
+		if len(reps) != 3 {
+			t.Fatalf("region %d has %d replicas", id, len(reps))
+		}
+		want := imageHash(reps[0])
+		for _, rep := range reps[1:] {
+			if got := imageHash(rep); got != want {
+				t.Errorf("region %d: a follower's image differs from its leader's at index %d", id, rep.applied.Load())
+			}
+		}
+	}
+	slices.Sort(keys)
+	mustReadAll(t, "replicated", map[string]*client.Client{"server": c}, keys)
+}
+
+// A follower that was down while its region's leader went on catches up
+// when it returns: from the log when the leader still has the entries it
+// missed, from a snapshot (raft's InstallSnapshot, restored by
+// fsm.Restore) when the leader truncated them. Either way it ends
+// byte-identical. Every meganode stays on the first server (local
+// splits), so all writes go to its region while the third server is down.
+func TestFollowerCatchesUp(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		threshold uint64
+		trailing  uint64
+	}{
+		{"log", 1 << 20, 1 << 20},
+		{"snapshot", 64, 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srvs, store := startReplicated(t, 3, 3, func(i int, o *Options) {
+				o.SplitPlacement = PlaceLocal
+				o.SnapshotThreshold = tc.threshold
+				o.TrailingLogs = tc.trailing
+				o.SnapshotInterval = 100 * time.Millisecond
+			})
+			c := newClient(t, store, "server")
+			ctx := ctxT(t)
+			put := func(from, to int) []string {
+				var keys []string
+				for i := from; i < to; i++ {
+					k := fmt.Sprintf("key%06d", i*7919%100003)
+					if err := c.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
+						t.Fatalf("put %q: %v", k, err)
+					}
+					keys = append(keys, k)
+				}
+				return keys
+			}
+			keys := put(0, 200)
+			// Stop the third server; it restarts on the same raft
+			// address (the group's configuration names it).
+			victim := srvs[2]
+			opts := victim.opts
+			opts.RaftListen = victim.mux.Addr().String()
+			opts.Registry = nil
+			if err := victim.Close(); err != nil {
+				t.Fatal(err)
+			}
+			behind := srvs[0].raft.LastIndex()
+			keys = append(keys, put(200, 1500)...)
+			if tc.name == "snapshot" {
+				// The leader's log no longer holds what the follower
+				// misses: only a snapshot can bring it back.
+				waitFor(t, func() bool {
+					first, err := srvs[0].wal.Log(srvs[0].regionID).FirstIndex()
+					return err == nil && first > behind+1
+				}, "the leader to truncate its log past the stopped follower")
+			}
+			srvs[2] = startServer(t, opts)
+			waitVoters(t, srvs[2], 3)
+			for id, reps := range waitConverged(t, srvs) {
+				want := imageHash(reps[0])
+				for _, rep := range reps[1:] {
+					if got := imageHash(rep); got != want {
+						t.Errorf("region %d: a follower's image differs from its leader's at index %d", id, rep.applied.Load())
+					}
+				}
+			}
+			slices.Sort(keys)
+			mustReadAll(t, tc.name, map[string]*client.Client{"server": c}, keys)
+		})
+	}
+}
