@@ -27,11 +27,8 @@ func (s *Server) Check() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("server: "+format, args...))
 	}
-	tab := s.megas.Load()
-	for _, lm := range tab.bySlot {
-		if lm == nil {
-			continue
-		}
+	megas := servedMeganodes(s.servedList())
+	for _, lm := range megas {
 		for _, v := range lm.t.Check() {
 			bad("meganode %v: %v: %w", lm.m.Ptr(), v, blink.ErrCorruption)
 		}
@@ -86,7 +83,7 @@ func (s *Server) Check() error {
 		for _, lm := range level {
 			it := lm.t.NewIter(nil)
 			for ok := it.First(); ok; ok = it.Next() {
-				if it.Child().Region() != s.regionID {
+				if s.servedReplica(it.Child().Region()) == nil {
 					partial, prevLocal = true, false
 					if len(children) == 0 {
 						leftmost = false
@@ -125,8 +122,8 @@ func (s *Server) Check() error {
 		}
 		first = children[0]
 	}
-	for _, lm := range tab.bySlot {
-		if lm != nil && !seen[lm] && !partial {
+	for _, lm := range megas {
+		if !seen[lm] && !partial {
 			bad("meganode %v (level %d) is not reachable from the root", lm.m.Ptr(), lm.level)
 		}
 	}

@@ -93,7 +93,7 @@ func (s *Server) startGroup(ctx context.Context) error {
 		slog.Bool("restart", had), slog.Uint64("applied", s.applied.Load()), slog.Duration("took", time.Since(start)))
 	if !s.regionFormatted() {
 		rec := appendRecord(nil, &writeRecord{Kind: recRegion, Value: appendRegionBody(nil, layoutBody(s.region.Layout()))})
-		if _, err := s.propose(rec); err != nil {
+		if _, err := s.replica.propose(rec); err != nil {
 			return fmt.Errorf("server: the region record: %w", err)
 		}
 	}

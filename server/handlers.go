@@ -135,15 +135,16 @@ func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*localMeganode
 			return nil, wireErrorf(wire.StatusUnavailable, msgNoRoot)
 		}
 	}
-	if p.Region() != s.regionID {
+	rep := s.servedReplica(p.Region())
+	if rep == nil {
 		return nil, s.redirect(p.Region(), what)
 	}
-	if err := s.checkEpoch(epoch); err != nil {
+	if err := rep.checkEpoch(epoch); err != nil {
 		return nil, err
 	}
-	lm := s.meganodeAt(p)
+	lm := rep.meganodeAt(p)
 	if lm == nil {
-		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", p, s.regionID)
+		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", p, rep.regionID)
 	}
 	return lm, nil
 }
@@ -151,10 +152,10 @@ func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*localMeganode
 // elsewhere is the error for a request that must continue at next, a
 // pointer this server cannot follow.
 func (w *worker) elsewhere(next blink.Ptr, what string) error {
-	if next.Region() != w.s.regionID {
+	if w.s.servedReplica(next.Region()) == nil {
 		return w.s.redirect(next.Region(), fmt.Sprintf("%s continues at meganode %v", what, next))
 	}
-	return fmt.Errorf("server: pointer %v names no meganode of region %d: %w", next, w.s.regionID, blink.ErrCorruption)
+	return fmt.Errorf("server: pointer %v names no meganode of region %d: %w", next, next.Region(), blink.ErrCorruption)
 }
 
 // hop is where a search through this server's meganodes ended: a leaf
@@ -306,7 +307,7 @@ func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (ho
 		// server (a remote split) is refused KeyOutOfRange: the client's
 		// cached leaf is stale, and it locates the key again from the
 		// root. One sent to an inner meganode is redirected.
-		if lm.level == 0 && hp.next.Region() != w.s.regionID {
+		if lm.level == 0 && w.s.servedReplica(hp.next.Region()) == nil {
 			return hop{}, wireErrorf(wire.StatusKeyOutOfRange, "%s: key %q continues at meganode %v on another server", what, key, hp.next)
 		}
 		return hop{}, w.elsewhere(hp.next, what)
@@ -414,15 +415,15 @@ func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec f
 		}
 		if w.job != nil {
 			start := time.Now()
-			f := s.proposeAsync(rec(hp.lm))
+			f := hp.lm.rep.proposeAsync(rec(hp.lm))
 			if s.opts.TestingKnobs.AckBeforeCommit {
-				go func() { _, _ = s.settle(f) }()
+				go func() { _, _ = hp.lm.rep.settle(f) }()
 				return applyResult{Found: true}, nil
 			}
 			w.proposal = proposal{f: f, start: start, lm: hp.lm, gen: gen, op: w.job.f.Header.Op}
 			return applyResult{}, errProposed
 		}
-		res, err := s.propose(rec(hp.lm))
+		res, err := hp.lm.rep.propose(rec(hp.lm))
 		step, err := s.afterApply(j, hp.lm, err, w.deadline)
 		switch step {
 		case writeDone:
@@ -463,18 +464,19 @@ func (w *worker) nodeDump(body []byte) (wire.Message, error) {
 	if req.Ptr.IsNil() {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "nil pointer")
 	}
-	if req.Ptr.Region() != s.regionID {
+	rep := s.servedReplica(req.Ptr.Region())
+	if rep == nil {
 		return nil, s.redirect(req.Ptr.Region(), "node dump")
 	}
-	if err := s.checkEpoch(req.Epoch); err != nil {
+	if err := rep.checkEpoch(req.Epoch); err != nil {
 		return nil, err
 	}
 	n := uint64(req.Length)
 	if n == 0 {
-		n = uint64(s.nodeSize)
+		n = uint64(rep.nodeSize)
 	}
 	off := req.Ptr.Offset()
-	size := uint64(len(s.region.Bytes()))
+	size := uint64(len(rep.region.Bytes()))
 	limit := uint64(s.opts.MaxFrameSize-wire.HeaderSize-4) &^ 7
 	switch {
 	case off%8 != 0 || n%8 != 0:
@@ -482,13 +484,13 @@ func (w *worker) nodeDump(body []byte) (wire.Message, error) {
 	case n > limit:
 		return nil, wireErrorf(wire.StatusOutOfBounds, "length %d over the reply limit %d", n, limit)
 	case off >= size || n > size-off:
-		return nil, wireErrorf(wire.StatusOutOfBounds, "[%#x, +%d) outside region %d of %d bytes", off, n, s.regionID, size)
+		return nil, wireErrorf(wire.StatusOutOfBounds, "[%#x, +%d) outside region %d of %d bytes", off, n, rep.regionID, size)
 	}
 	if uint64(cap(w.dumpRep.Data)) < n {
 		w.dumpRep.Data = make([]byte, n)
 	}
 	w.dumpRep.Data = w.dumpRep.Data[:n]
-	atomicmem.LoadTo(w.dumpRep.Data, s.region.Bytes()[off:off+n])
+	atomicmem.LoadTo(w.dumpRep.Data, rep.region.Bytes()[off:off+n])
 	return &w.dumpRep, nil
 }
 
@@ -499,11 +501,19 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	if req.OneRegion && req.Region != s.regionID {
-		if rep := s.follower(req.Region); rep != nil {
-			return s.followerMetadata(rep), nil
+	served := s.servedList()
+	if req.OneRegion {
+		r := s.servedReplica(req.Region)
+		if r == nil {
+			if f := s.follower(req.Region); f != nil {
+				return s.followerMetadata(f), nil
+			}
+			if s.regionID == req.Region {
+				return s.followerMetadata(s.replica), nil
+			}
+			return nil, s.redirect(req.Region, "metadata")
 		}
-		return nil, s.redirect(req.Region, "metadata")
+		served = []*replica{r}
 	}
 	rep := &w.metaRep
 	regions, megas := rep.Regions[:0], rep.Meganodes[:0]
@@ -514,17 +524,10 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		Root:         blink.Ptr(s.root.Load()),
 		Hints:        s.hints(),
 	}
-	ri := wire.RegionInfo{
-		ID: s.regionID, Epoch: s.epoch, Size: s.region.Layout().Size,
-		Host: s.opts.HostID, RPCAddr: s.rpcAddr, ReadAddr: s.responder.Addr(), Path: s.region.Path(),
-		Raft: s.raftInfo(),
+	for _, r := range served {
+		regions = append(regions, s.regionInfo(r))
 	}
-	for _, rk := range s.readKeys {
-		if rk.Provider == "tcp" {
-			ri.RemoteKey = uint64(rk.Key)
-		}
-	}
-	rep.Regions = append(regions, ri)
+	rep.Regions = regions
 	rep.Meganodes = megas
 	if req.WantMeganodes {
 		// Each entry is at most this many bytes; stop before the frame
@@ -532,10 +535,7 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		// below it with default sizes).
 		per := wire.MeganodeStatsSize(s.maxKey, s.maxKey)
 		room := s.opts.MaxFrameSize - wire.HeaderSize - 4096
-		for _, lm := range s.megas.Load().bySlot {
-			if lm == nil {
-				continue
-			}
+		for _, lm := range servedMeganodes(served) {
 			if room -= per; room < 0 {
 				break
 			}

@@ -91,10 +91,10 @@ func (rep *replica) proposeAsync(rec []byte) raft.ApplyFuture {
 }
 
 // propose proposes rec and waits for its outcome.
-func (s *Server) propose(rec []byte) (applyResult, error) {
+func (rep *replica) propose(rec []byte) (applyResult, error) {
 	start := time.Now()
-	res, err := s.settle(s.proposeAsync(rec))
-	s.metrics.proposals.Observe(time.Since(start).Seconds())
+	res, err := rep.settle(rep.proposeAsync(rec))
+	rep.srv.metrics.proposals.Observe(time.Since(start).Seconds())
 	return res, err
 }
 
@@ -164,7 +164,7 @@ func (s *Server) afterApply(j *job, lm *localMeganode, err error, deadline time.
 // awaitWrite settles the proposal of queued job j, which a worker started
 // at start: it answers the request, or runs it again (writeStep).
 func (s *Server) awaitWrite(j job, p proposal, start time.Time) {
-	res, err := s.settle(p.f)
+	res, err := p.lm.rep.settle(p.f)
 	s.metrics.proposals.Observe(time.Since(p.start).Seconds())
 	dl, _ := j.f.Header.Deadline(j.arrived)
 	step, err := s.afterApply(&j, p.lm, err, dl)

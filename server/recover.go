@@ -24,12 +24,14 @@ import (
 // A root meganode made and not published (replState.NewRoot) is published
 // when the region table names it, and dropped otherwise.
 
-// resumeSplits resumes or undoes every split in progress and settles an
-// unpublished root. The split loop runs it first.
-func (s *Server) resumeSplits() {
-	s.applyMu.Lock()
-	st := s.repl.clone()
-	s.applyMu.Unlock()
+// resumeSplits resumes or undoes every split in progress in rep's region
+// and settles an unpublished root. The split loop runs it first for the
+// server's own region, and for a region the server takes over
+// (failover.go) when it starts serving it.
+func (s *Server) resumeSplits(rep *replica) {
+	rep.applyMu.Lock()
+	st := rep.repl.clone()
+	rep.applyMu.Unlock()
 	if len(st.Splits) == 0 && st.NewRoot.IsNil() {
 		return
 	}
@@ -43,7 +45,7 @@ func (s *Server) resumeSplits() {
 		}
 	}
 	if np := st.NewRoot; !np.IsNil() {
-		if err := s.settleNewRootLocked(np); err != nil {
+		if err := s.settleNewRootLocked(rep, np); err != nil {
 			s.log.Error("server: an unpublished root meganode could not be settled", slog.String("meganode", np.String()), slog.Any("err", err))
 		}
 	}
@@ -56,7 +58,7 @@ func (s *Server) resumeSplitLocked(p splitProgress) error {
 		return fmt.Errorf("server: split of %v, not a meganode here: %w", p.X, blink.ErrCorruption)
 	}
 	var tgt *splitTarget
-	if p.Y.Region() != s.regionID {
+	if p.Y.Region() != x.rep.regionID {
 		tgt = &splitTarget{ptr: p.Y} // endRemoteTarget finds its host
 	}
 	log := s.log.With(slog.String("meganode", p.X.String()), slog.String("new", p.Y.String()), slog.String("sep", fmt.Sprintf("%q", p.Sep)))
@@ -108,10 +110,10 @@ func (s *Server) resumeSplitLocked(p splitProgress) error {
 // settleNewRootLocked publishes root meganode np if the region table names
 // it (the compare-and-set was done, its publish record was not) and drops
 // it otherwise. REQUIRES: s.splitMu held.
-func (s *Server) settleNewRootLocked(np blink.Ptr) error {
+func (s *Server) settleNewRootLocked(rep *replica, np blink.Ptr) error {
 	if blink.Ptr(s.root.Load()) == np {
-		return s.publishRoot(np)
+		return s.publishRoot(rep, np)
 	}
-	_, err := s.proposeRoot(rootDrop, np)
+	_, err := rep.proposeRoot(rootDrop, np)
 	return err
 }

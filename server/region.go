@@ -14,6 +14,7 @@ import (
 
 // localMeganode is a meganode of the server's region.
 type localMeganode struct {
+	rep   *replica // the region it is in
 	m     *meganode.Meganode
 	t     *blink.Tree
 	level int // level in the global tree, fixed for the meganode's life
@@ -63,7 +64,7 @@ func (rep *replica) addMeganodeLocked(m *meganode.Meganode) error {
 	old := rep.megas.Load()
 	bySlot := make([]*localMeganode, max(len(old.bySlot), m.Slot()+1))
 	copy(bySlot, old.bySlot)
-	bySlot[m.Slot()] = &localMeganode{m: m, t: m.Tree(), level: h.Level}
+	bySlot[m.Slot()] = &localMeganode{rep: rep, m: m, t: m.Tree(), level: h.Level}
 	rep.megas.Store(&meganodeTable{bySlot: bySlot})
 	return nil
 }
@@ -257,7 +258,7 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 			s.root.Store(uint64(root))
 			return nil
 		}
-		res, err := s.proposeRoot(rootFormat, 0)
+		res, err := s.replica.proposeRoot(rootFormat, 0)
 		if err != nil {
 			return fmt.Errorf("server: format the root meganode: %w", err)
 		}
@@ -265,10 +266,10 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 		cur, err := s.opts.Store.SetRoot(ctx, root, np)
 		if err == nil {
 			s.log.Info("server: formatted the root meganode", slog.String("root", np.String()), slog.String("old_root", root.String()), slog.String("why", why))
-			return s.publishRoot(np)
+			return s.publishRoot(s.replica, np)
 		}
 		// Lost the race (or etcd failed): take the meganode back.
-		if _, ferr := s.proposeRoot(rootDrop, np); ferr != nil {
+		if _, ferr := s.replica.proposeRoot(rootDrop, np); ferr != nil {
 			return fmt.Errorf("server: free the unused root meganode: %w", ferr)
 		}
 		if !errors.Is(err, regiontable.ErrConflict) {
@@ -280,15 +281,15 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 
 // proposeRoot proposes a root record of phase p for meganode mp (0 for
 // format) and waits for its outcome.
-func (s *Server) proposeRoot(p rootPhase, mp blink.Ptr) (applyResult, error) {
-	return s.propose(appendRecord(nil, &writeRecord{Kind: recRoot, Meganode: mp, Value: appendRootBody(nil, p)}))
+func (rep *replica) proposeRoot(p rootPhase, mp blink.Ptr) (applyResult, error) {
+	return rep.propose(appendRecord(nil, &writeRecord{Kind: recRoot, Meganode: mp, Value: appendRootBody(nil, p)}))
 }
 
-// publishRoot ends the making of root meganode np, which the region table
-// now names: a root publish record stores it at offset 0 of the region,
-// and the server searches from it.
-func (s *Server) publishRoot(np blink.Ptr) error {
-	if _, err := s.proposeRoot(rootPublish, np); err != nil {
+// publishRoot ends the making of root meganode np of rep's region, which
+// the region table now names: a root publish record stores it at offset 0
+// of the region, and the server searches from it.
+func (s *Server) publishRoot(rep *replica, np blink.Ptr) error {
+	if _, err := rep.proposeRoot(rootPublish, np); err != nil {
 		return fmt.Errorf("server: publish root meganode %v: %w", np, err)
 	}
 	s.root.Store(uint64(np))
@@ -302,7 +303,7 @@ func (s *Server) rootNeedsRemaking(ctx context.Context, root blink.Ptr) (bool, s
 		return true, "the cluster had no root", nil
 	}
 	if root.Region() == s.regionID {
-		if lm := s.meganodeAt(root); lm != nil && lm.m.Ptr() == root {
+		if lm := s.replica.meganodeAt(root); lm != nil && lm.m.Ptr() == root {
 			return false, "", nil
 		}
 		return true, "the root pointed into our region, which holds no meganode there (its contents were discarded)", nil

@@ -142,13 +142,13 @@ type splitTarget struct {
 // placeSplit returns the server to put a new meganode on, nil for this
 // one (Options.SplitPlacement). A region with no free meganode slot
 // places remotely whatever the mode but local.
-func (s *Server) placeSplit() *regiontable.Member {
+func (s *Server) placeSplit(x *localMeganode) *regiontable.Member {
 	mode := s.opts.SplitPlacement
 	if mode == PlaceLocal {
 		return nil
 	}
-	ours := len(s.region.Meganodes())
-	full := uint64(ours) >= s.region.Layout().Slots
+	ours := len(x.rep.region.Meganodes())
+	full := uint64(ours) >= x.rep.region.Layout().Slots
 	if mode == PlaceAuto && ours >= s.opts.SplitRemoteBelow && !full {
 		return nil
 	}
@@ -201,26 +201,18 @@ func (s *Server) beginRemoteTarget(x *localMeganode, sep []byte, peer *regiontab
 	if err != nil {
 		return nil, err
 	}
-	var region regiontable.Region
-	for _, r := range s.table.Load().regions {
-		if r.Host == peer.ID {
-			region = r
-			break
-		}
-	}
-	if region.ID == 0 {
-		return nil, fmt.Errorf("server: member %s hosts no region: %w", peer.ID, wire.ErrUnknownRegion)
-	}
+	// The peer puts the target in a region it serves, of its choice
+	// (targetReplica); the request's epoch stays unchecked (0).
 	req := wire.SplitBeginRequest{
-		Source: x.m.Ptr(), Epoch: region.Epoch, Level: uint16(x.level), Right: x.t.Right(),
+		Source: x.m.Ptr(), Level: uint16(x.level), Right: x.t.Right(),
 		Range: wire.KeyRange{Min: sep, Max: h.Bounds.Max, MaxInf: h.Bounds.MaxInf},
 	}
 	var rep wire.SplitBeginReply
 	if err := s.call(s.bgCtx, peer.RPCAddr, wire.OpSplitBegin, &req, &rep); err != nil {
 		return nil, err
 	}
-	if rep.Meganode.Region() != region.ID {
-		return nil, fmt.Errorf("server: split target %v is not in %s's region %d: %w", rep.Meganode, peer.ID, region.ID, blink.ErrCorruption)
+	if r, ok := s.table.Load().regions[rep.Meganode.Region()]; !ok || r.Host != peer.ID {
+		return nil, fmt.Errorf("server: split target %v is not in a region %s hosts: %w", rep.Meganode, peer.ID, blink.ErrCorruption)
 	}
 	return &splitTarget{peer: *peer, ptr: rep.Meganode}, nil
 }
@@ -354,7 +346,11 @@ func (w *worker) splitBegin(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	if err := s.checkEpoch(req.Epoch); err != nil {
+	tr := s.targetReplica()
+	if tr == nil {
+		return nil, wireErrorf(wire.StatusUnavailable, "server %s serves no region now", s.opts.ServerID)
+	}
+	if err := tr.checkEpoch(req.Epoch); err != nil {
 		return nil, err
 	}
 	if err := w.checkKey(req.Range.Min); err != nil {
@@ -371,11 +367,11 @@ func (w *worker) splitBegin(body []byte) (wire.Message, error) {
 	if int(req.Level) > maxHops {
 		return nil, wireErrorf(wire.StatusBadRequest, "meganode level %d", req.Level)
 	}
-	if req.Right.Region() == s.regionID && s.meganodeAt(req.Right) == nil {
-		return nil, wireErrorf(wire.StatusOutOfBounds, "right link %v is no node of region %d", req.Right, s.regionID)
+	if rr := s.servedReplica(req.Right.Region()); rr != nil && rr.meganodeAt(req.Right) == nil {
+		return nil, wireErrorf(wire.StatusOutOfBounds, "right link %v is no node of region %d", req.Right, rr.regionID)
 	}
 	b := targetBody{Phase: targetBegin, MaxInf: req.Range.MaxInf, Level: req.Level, Right: req.Right, Source: req.Source, Payload: req.Range.Max}
-	res, err := s.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Key: req.Range.Min, Value: appendTargetBody(nil, &b)}))
+	res, err := tr.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Key: req.Range.Min, Value: appendTargetBody(nil, &b)}))
 	if errors.Is(err, meganode.ErrRegionFull) {
 		return nil, wireErrorf(wire.StatusUnavailable, "%v", err)
 	}
@@ -395,7 +391,8 @@ func (w *worker) splitAppend(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	if req.Meganode.Region() != s.regionID {
+	tr := s.servedReplica(req.Meganode.Region())
+	if tr == nil {
 		return nil, s.redirect(req.Meganode.Region(), "split append")
 	}
 	for i := range req.Entries {
@@ -408,7 +405,7 @@ func (w *worker) splitAppend(body []byte) (wire.Message, error) {
 		ents[i] = blink.Entry{Key: e.Key, Value: e.Value, Child: e.Child}
 	}
 	b := targetBody{Phase: targetAppend, Payload: appendEntries(nil, req.Inner, ents)}
-	res, err := s.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
+	res, err := tr.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
 	if err != nil {
 		return nil, badRequest(err)
 	}
@@ -422,14 +419,15 @@ func (w *worker) splitEnd(body []byte) error {
 		return err
 	}
 	s := w.s
-	if req.Meganode.Region() != s.regionID {
+	tr := s.servedReplica(req.Meganode.Region())
+	if tr == nil {
 		return s.redirect(req.Meganode.Region(), "split end")
 	}
 	b := targetBody{Phase: targetAbort}
 	if req.Commit {
 		b.Phase = targetCommit
 	}
-	_, err := s.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
+	_, err := tr.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
 	err = badRequest(err)
 	if err == nil && req.Commit {
 		s.splitEvent() // writes parked at the frozen target go on
@@ -453,7 +451,7 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	if req.Child.Region() != s.regionID {
+	if s.servedReplica(req.Child.Region()) == nil {
 		if _, ok := s.table.Load().regions[req.Child.Region()]; !ok {
 			return nil, wireErrorf(wire.StatusBadRequest, "child %v is in no region of the table", req.Child)
 		}
@@ -464,7 +462,7 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 	if start.IsNil() {
 		start = blink.Ptr(s.root.Load())
 	}
-	if start.Region() != s.regionID {
+	if s.servedReplica(start.Region()) == nil {
 		return &wire.InsertChildReply{Next: start}, nil
 	}
 	p, next, err := s.parentOf(start, req.Key, int(req.Level))
@@ -473,11 +471,11 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 	}
 	if p == nil {
 		if next == start {
-			return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", start, s.regionID)
+			return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", start, start.Region())
 		}
 		return &wire.InsertChildReply{Next: next}, nil
 	}
-	_, err = s.propose(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: req.Key, Value: le.AppendUint64(nil, uint64(req.Child))}))
+	_, err = p.rep.propose(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: req.Key, Value: le.AppendUint64(nil, uint64(req.Child))}))
 	switch {
 	case err == nil:
 		s.maybeRequestSplit(p)
@@ -498,12 +496,12 @@ func (w *worker) meganodeInfo(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	if req.Ptr.Region() != s.regionID {
+	if s.servedReplica(req.Ptr.Region()) == nil {
 		return nil, s.redirect(req.Ptr.Region(), "meganode")
 	}
 	lm := s.meganodeAt(req.Ptr)
 	if lm == nil {
-		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", req.Ptr, s.regionID)
+		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", req.Ptr, req.Ptr.Region())
 	}
 	rep := &wire.MeganodeReply{}
 	if _, err := w.describe(lm, &rep.Meganode); err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/rdma"
 )
 
 // replica is one region this server holds (DESIGN §9: "a server hosts any
@@ -44,6 +45,11 @@ type replica struct {
 	// lastSnapshot is the size of the last snapshot taken (fsm.go).
 	// Guarded by applyMu.
 	lastSnapshot int
+
+	// Set when the server starts serving the region (it leads it), then
+	// read-only until it stops serving it (serve.go).
+	epoch    uint64           // the region's epoch in the table
+	readKeys []rdma.RemoteKey // its one-sided read registrations
 
 	raft  *raft.Raft             // the region's group, once started (group.go)
 	trans *raft.NetworkTransport // its transport over the server's raft listener

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,18 +33,19 @@ type Server struct {
 	// follow is the follower replicas of other servers' regions
 	// (follower.go).
 	follow followerSet
+	// served is the replicas whose regions the server serves (serve.go).
+	served   atomic.Pointer[servedSet]
+	servedMu sync.Mutex // serialises changes to served
 
 	// Set by Start before anything is served, then read-only.
 	dir       *dataDir
 	mux       *raftmux.Mux // the raft listener of all the server's groups
 	wal       *wal.DB
 	snaps     *wal.Snapshots
-	epoch     uint64
 	rpcLn     net.Listener
 	rpcAddr   string
 	responder *rdma.TCPResponder
 	shm       *rdma.SHMServer
-	readKeys  []rdma.RemoteKey
 	metricsLn net.Listener
 	httpSrv   *http.Server
 	queue     chan job
@@ -193,10 +193,8 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.listen(); err != nil {
 		return err
 	}
-	if err := s.registerReads(); err != nil {
-		return err
-	}
-	if err := s.publishRegion(ctx); err != nil {
+	s.openSHM()
+	if err := s.serve(ctx, s.replica); err != nil {
 		return err
 	}
 	s.metrics.attach(s)
@@ -257,29 +255,6 @@ func (s *Server) listen() error {
 	return nil
 }
 
-// registerReads exposes the region to one-sided reads: the tcp responder
-// always, shared memory where the platform supports it.
-func (s *Server) registerReads() error {
-	rk, err := s.responder.Register(s.region)
-	if err != nil {
-		return fmt.Errorf("server: register region %d with the tcp responder: %w", s.regionID, err)
-	}
-	s.readKeys = append(s.readKeys, rk)
-	shm, err := rdma.NewSHMServer(rdma.SHMOptions{Dir: s.shmTableDir(), Host: s.opts.HostID, Logger: s.log})
-	if err != nil {
-		s.log.Warn("server: no shared-memory one-sided reads", slog.Any("err", err))
-		return nil
-	}
-	s.shm = shm
-	rk, err = shm.Register(s.region)
-	if err != nil {
-		s.log.Warn("server: region not readable over shared memory", slog.Any("err", err))
-		return nil
-	}
-	s.readKeys = append(s.readKeys, rk)
-	return nil
-}
-
 // shmTableDir is where the shm registration table goes: ShmDir when it is
 // usable, else the provider's default.
 func (s *Server) shmTableDir() string {
@@ -287,44 +262,6 @@ func (s *Server) shmTableDir() string {
 		return s.opts.ShmDir
 	}
 	return ""
-}
-
-// publishRegion writes the region's entry with the next epoch, this
-// server's term as the group's leader and the group's voters.
-func (s *Server) publishRegion(ctx context.Context) error {
-	e, err := s.opts.Store.Region(ctx, s.regionID)
-	switch {
-	case err == nil:
-		if e.Host != s.opts.ServerID {
-			return fmt.Errorf("server: region %d is hosted by %q per the region table: %w", s.regionID, e.Host, ErrRegionOwned)
-		}
-		s.epoch = e.Epoch + 1
-	case errors.Is(err, regiontable.ErrNotFound):
-		s.epoch = 1
-	default:
-		return fmt.Errorf("server: look up region %d: %w", s.regionID, err)
-	}
-	entry := regiontable.Region{
-		ID:       s.regionID,
-		Kind:     regiontable.KindData,
-		Size:     s.region.Layout().Size,
-		Host:     s.opts.ServerID,
-		Epoch:    s.epoch,
-		Term:     s.raft.CurrentTerm(),
-		Replicas: s.voters(),
-		Path:     s.region.Path(),
-	}
-	for i := range s.readKeys {
-		b, err := json.Marshal(&s.readKeys[i])
-		if err != nil {
-			return fmt.Errorf("server: encode remote key: %w", err)
-		}
-		entry.ReadKey = append(entry.ReadKey, b)
-	}
-	if err := s.opts.Store.PutRegion(ctx, entry); err != nil {
-		return fmt.Errorf("server: publish region %d: %w", s.regionID, err)
-	}
-	return nil
 }
 
 func (s *Server) memberEntry() regiontable.Member {

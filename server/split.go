@@ -107,7 +107,7 @@ func (s *Server) maybeRequestSplit(lm *localMeganode) {
 // splitLoop runs the requested splits until the server stops. A split in
 // progress when Close begins is finished first: it only needs the region.
 func (s *Server) splitLoop() {
-	s.resumeSplits()
+	s.resumeSplits(s.replica)
 	retry := time.NewTicker(250 * time.Millisecond)
 	defer retry.Stop()
 	for {
@@ -211,7 +211,7 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err err
 		return 0, err
 	}
 	var tgt *splitTarget
-	if peer := s.placeSplit(); peer != nil {
+	if peer := s.placeSplit(x); peer != nil {
 		if tgt, err = s.beginRemoteTarget(x, sep, peer); err != nil {
 			s.log.Warn("server: remote split target refused; splitting locally", slog.String("peer", peer.ID), slog.Any("err", err))
 			tgt = nil
@@ -337,7 +337,7 @@ func (s *Server) splitLocked(x *localMeganode, depth int) (yp blink.Ptr, err err
 // applySplit applies one split record for meganode x.
 func (s *Server) applySplit(x *localMeganode, sep []byte, b splitBody) (applyResult, error) {
 	rec := appendRecord(nil, &writeRecord{Kind: recSplit, Meganode: x.m.Ptr(), Key: sep, Value: appendSplitBody(nil, &b)})
-	res, err := s.propose(rec)
+	res, err := x.rep.propose(rec)
 	if err != nil {
 		return res, fmt.Errorf("server: split %v at %q, %v step: %w", x.m.Ptr(), sep, b.Phase, err)
 	}
@@ -405,7 +405,7 @@ func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, dept
 			last = err
 			continue
 		}
-		_, err = s.propose(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: sep, Value: child}))
+		_, err = p.rep.propose(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: sep, Value: child}))
 		switch {
 		case err == nil:
 			s.maybeRequestSplit(p)
@@ -579,7 +579,7 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 		}
 		return fmt.Errorf("server: publish the new root meganode %v: %w", np, err)
 	}
-	if err := s.publishRoot(np); err != nil {
+	if err := s.publishRoot(x.rep, np); err != nil {
 		return err
 	}
 	s.log.Info("server: new root meganode", slog.String("root", np.String()), slog.String("old_root", root.String()),

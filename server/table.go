@@ -118,17 +118,6 @@ func (s *Server) redirect(id uint32, what string) error {
 	return &wire.StatusError{Status: wire.StatusWrongServer, Region: id, Epoch: r.Epoch, Leader: m.RPCAddr, Message: fmt.Sprintf("%s: region %d is on %s", what, id, r.Host)}
 }
 
-// checkEpoch compares a request's epoch (0: unchecked) with the region's:
-// any other epoch is StaleEpoch carrying ours, and the client reloads the
-// region table (an epoch newer than ours means the table already moved on
-// from this incarnation).
-func (s *Server) checkEpoch(epoch uint64) error {
-	if epoch == 0 || epoch == s.epoch {
-		return nil
-	}
-	return &wire.StatusError{Status: wire.StatusStaleEpoch, Region: s.regionID, Epoch: s.epoch}
-}
-
 // usableDir reports whether dir is a directory this process can create
 // files in.
 func usableDir(dir string) bool {
