@@ -36,11 +36,8 @@ import (
 // only through its host, and one-sided reads are registered only for the
 // host's region.
 //
-// This step keeps a region served by its host only: a follower that wins
-// an election (the host was slow or down) hands leadership back to the
-// host as soon as the host's replica can take it, and the region is
-// unavailable, not lost, while its host is down. Serving a region from
-// whichever server leads it (failover) is the next step.
+// A follower that wins an election serves nothing until it takes the
+// region over (failover.go).
 
 // followerSet is the follower replicas a server holds, by region ID.
 type followerSet struct {
@@ -150,10 +147,8 @@ func (s *Server) closeFollowers() error {
 	return errors.Join(errs...)
 }
 
-// replicaLoop keeps the server's groups as Options.Replicas asks: the
-// home region's leader adds and promotes followers (replicate), and a
-// follower replica that leads hands leadership back to the region's host
-// (returnLeadership).
+// replicaLoop tends the server's replicas every replicaInterval
+// (tendReplica).
 func (s *Server) replicaLoop() {
 	t := time.NewTicker(replicaInterval)
 	defer t.Stop()
@@ -163,13 +158,9 @@ func (s *Server) replicaLoop() {
 			return
 		case <-t.C:
 		}
-		if s.opts.Replicas > 1 {
-			if err := s.replicate(); err != nil && s.bgCtx.Err() == nil {
-				s.log.Warn("server: replicating the region", slog.Uint64("region", uint64(s.regionID)), slog.Any("err", err))
-			}
-		}
+		s.tendReplica(s.replica)
 		for _, rep := range s.followerList() {
-			s.returnLeadership(rep)
+			s.tendReplica(rep)
 		}
 	}
 }
@@ -177,17 +168,35 @@ func (s *Server) replicaLoop() {
 // replicaInterval is how often replicaLoop looks at the groups.
 const replicaInterval = 250 * time.Millisecond
 
-// replicate takes one step towards Options.Replicas servers in the home
-// region's group, when this server leads it: it promotes the first
-// nonvoter that has caught up, or else adds a nonvoter on the live
-// member holding the fewest replicas. The region table's entry is
-// published with the new configuration after every change, and before
-// a nonvoter is added (so that the new member opens its replica).
-func (s *Server) replicate() error {
-	r := s.raft
-	if r.State() != raft.Leader {
-		return nil
+// tendReplica keeps one replica's group as it should be: a served region
+// this server leads gets Options.Replicas replicas (replicate); a region
+// whose group this server leads without serving it is taken over when its
+// host is down, and handed back to its host otherwise (failover.go).
+func (s *Server) tendReplica(rep *replica) {
+	r := rep.raftGroup()
+	if r == nil || s.bgCtx.Err() != nil {
+		return
 	}
+	leader := r.State() == raft.Leader
+	served := s.servedReplica(rep.regionID) == rep
+	switch {
+	case served && leader && s.opts.Replicas > 1:
+		if err := s.replicate(rep); err != nil && s.bgCtx.Err() == nil {
+			s.log.Warn("server: replicating a region", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+		}
+	case !served && leader:
+		s.leadUnserved(rep)
+	}
+}
+
+// replicate takes one step towards Options.Replicas servers in rep's
+// group, which this server leads: it promotes the first nonvoter that has
+// caught up, or else adds a nonvoter on the live member holding the
+// fewest replicas. The region table's entry is published with the new
+// configuration after every change, and before a nonvoter is added (so
+// that the new member opens its replica).
+func (s *Server) replicate(rep *replica) error {
+	r := rep.raft
 	f := r.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
@@ -197,15 +206,15 @@ func (s *Server) replicate() error {
 		if srv.Suffrage != raft.Nonvoter {
 			continue
 		}
-		ok, err := s.caughtUp(string(srv.ID))
+		ok, err := s.caughtUp(rep, string(srv.ID))
 		if err != nil || !ok {
 			return err
 		}
 		if err := r.AddVoter(srv.ID, srv.Address, f.Index(), s.opts.ProposalTimeout).Error(); err != nil {
 			return fmt.Errorf("promote %s: %w", srv.ID, err)
 		}
-		s.log.Info("server: follower caught up; now a voter", slog.Uint64("region", uint64(s.regionID)), slog.String("server", string(srv.ID)))
-		return s.publishReplicas()
+		s.log.Info("server: follower caught up; now a voter", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", string(srv.ID)))
+		return s.publishReplicas(rep)
 	}
 	if len(cfg.Servers) >= s.opts.Replicas {
 		return nil
@@ -215,13 +224,13 @@ func (s *Server) replicate() error {
 		return nil // too few live servers: try again later
 	}
 	next := append(replicaIDs(cfg), m.ID)
-	if err := s.putReplicas(next); err != nil {
+	if err := s.putReplicas(rep, next); err != nil {
 		return err
 	}
 	if err := r.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), s.opts.ProposalTimeout).Error(); err != nil {
 		return fmt.Errorf("add %s: %w", m.ID, err)
 	}
-	s.log.Info("server: follower added; it catches up before it votes", slog.Uint64("region", uint64(s.regionID)), slog.String("server", m.ID))
+	s.log.Info("server: follower added; it catches up before it votes", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", m.ID))
 	return nil
 }
 
@@ -250,51 +259,51 @@ func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bo
 	return best, found
 }
 
-// caughtUp reports whether server id's replica of the home region has
+// caughtUp reports whether server id's replica of rep's region has
 // applied everything this leader had committed before asking it.
-func (s *Server) caughtUp(id string) (bool, error) {
+func (s *Server) caughtUp(rep *replica, id string) (bool, error) {
 	m, ok := s.table.Load().members[id]
 	if !ok {
 		return false, nil // down: ask again later
 	}
-	commit := s.raft.CommitIndex()
-	var rep wire.MetadataReply
+	commit := rep.raft.CommitIndex()
+	var md wire.MetadataReply
 	ctx, cancel := context.WithTimeout(s.bgCtx, 2*time.Second)
 	defer cancel()
-	if err := s.call(ctx, m.RPCAddr, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: s.regionID}, &rep); err != nil {
+	if err := s.call(ctx, m.RPCAddr, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: rep.regionID}, &md); err != nil {
 		return false, fmt.Errorf("ask %s how far it applied: %w", id, err)
 	}
-	if len(rep.Regions) != 1 || rep.Regions[0].ID != s.regionID {
+	if len(md.Regions) != 1 || md.Regions[0].ID != rep.regionID {
 		return false, nil
 	}
-	return rep.Regions[0].Raft.Applied >= commit, nil
+	return md.Regions[0].Raft.Applied >= commit, nil
 }
 
-// publishReplicas writes the home region's table entry with the group's
-// current servers.
-func (s *Server) publishReplicas() error {
-	f := s.raft.GetConfiguration()
+// publishReplicas writes rep's table entry with the group's current
+// servers.
+func (s *Server) publishReplicas(rep *replica) error {
+	f := rep.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
-	return s.putReplicas(replicaIDs(f.Configuration()))
+	return s.putReplicas(rep, replicaIDs(f.Configuration()))
 }
 
-// putReplicas writes the home region's table entry with ids as its
-// replicas and the group's current term.
-func (s *Server) putReplicas(ids []string) error {
+// putReplicas writes rep's table entry with ids as its replicas and the
+// group's current term.
+func (s *Server) putReplicas(rep *replica, ids []string) error {
 	ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
 	defer cancel()
-	e, err := s.opts.Store.Region(ctx, s.regionID)
+	e, err := s.opts.Store.Region(ctx, rep.regionID)
 	if err != nil {
-		return fmt.Errorf("look up region %d: %w", s.regionID, err)
+		return fmt.Errorf("look up region %d: %w", rep.regionID, err)
 	}
-	if e.Host != s.opts.ServerID || e.Epoch != s.epoch {
-		return fmt.Errorf("region %d is %s's at epoch %d now: %w", s.regionID, e.Host, e.Epoch, ErrRegionOwned)
+	if e.Host != s.opts.ServerID || e.Epoch != rep.epoch {
+		return fmt.Errorf("region %d is %s's at epoch %d now: %w", rep.regionID, e.Host, e.Epoch, ErrRegionOwned)
 	}
 	slices.Sort(ids)
 	e.Replicas = ids
-	e.Term = s.raft.CurrentTerm()
+	e.Term = rep.raft.CurrentTerm()
 	return s.opts.Store.PutRegion(ctx, e)
 }
 
@@ -307,40 +316,11 @@ func replicaIDs(cfg raft.Configuration) []string {
 	return ids
 }
 
-// returnLeadership hands the leadership of a follower replica's group back
-// to the region's host, when this server leads it and the host's replica
-// is a voter: until a region is served by whichever server leads it, only
-// its host serves it.
-func (s *Server) returnLeadership(rep *replica) {
-	r := rep.raft
-	if r.State() != raft.Leader {
-		return
-	}
-	e, ok := s.table.Load().regions[rep.regionID]
-	if !ok {
-		return
-	}
-	f := r.GetConfiguration()
-	if f.Error() != nil {
-		return
-	}
-	for _, srv := range f.Configuration().Servers {
-		if string(srv.ID) != e.Host || srv.Suffrage != raft.Voter {
-			continue
-		}
-		err := r.LeadershipTransferToServer(srv.ID, srv.Address).Error()
-		if err != nil {
-			s.log.Debug("server: leadership not handed back to the region's host yet", slog.Uint64("region", uint64(rep.regionID)), slog.String("host", e.Host), slog.Any("err", err))
-			return
-		}
-		s.log.Info("server: leadership handed back to the region's host", slog.Uint64("region", uint64(rep.regionID)), slog.String("host", e.Host))
-		return
-	}
-}
-
 // followerMetadata describes a follower replica, for OpMetadata asking
 // for its region: its raft state only (it serves nothing).
 func (s *Server) followerMetadata(rep *replica) *wire.MetadataReply {
+	rep.applyMu.Lock() // a snapshot may be replacing the region
+	defer rep.applyMu.Unlock()
 	return &wire.MetadataReply{
 		Server:       s.opts.ServerID,
 		NodeSize:     uint32(rep.nodeSize),

@@ -227,3 +227,83 @@ func TestFollowerCatchesUp(t *testing.T) {
 		})
 	}
 }
+
+// DESIGN §9: when a region's host is down, a server holding a replica of
+// it is elected, takes the region over and serves it: every acknowledged
+// write is readable, new writes succeed, and the old host, restarted,
+// holds a replica of its region without serving it.
+func TestFailover(t *testing.T) {
+	srvs, store := startReplicated(t, 3, 3, func(i int, o *Options) {
+		o.SplitPlacement = PlaceLocal // every meganode in the first server's region
+	})
+	c := newClient(t, store, "server")
+	ctx := ctxT(t)
+	put := func(from, to int) []string {
+		t.Helper()
+		var keys []string
+		for i := from; i < to; i++ {
+			k := fmt.Sprintf("key%06d", i*7919%100003)
+			if err := c.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
+				t.Fatalf("put %q: %v", k, err)
+			}
+			keys = append(keys, k)
+		}
+		return keys
+	}
+	keys := put(0, 800)
+	host := srvs[0]
+	id := host.regionID
+	before, _ := store.Region(ctx, id)
+	opts := host.opts
+	opts.RaftListen = host.mux.Addr().String()
+	opts.Registry = nil
+	if err := host.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The writes go on: the region is taken over.
+	keys = append(keys, put(800, 1200)...)
+	after, err := store.Region(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Host == host.opts.ServerID || after.Epoch <= before.Epoch || after.Term <= before.Term {
+		t.Fatalf("region %d after its host stopped: %+v (before %+v)", id, after, before)
+	}
+	var newHost *Server
+	for _, s := range srvs[1:] {
+		if s.opts.ServerID == after.Host {
+			newHost = s
+		}
+	}
+	if newHost == nil || newHost.servedReplica(id) == nil {
+		t.Fatalf("region %d's new host %s does not serve it", id, after.Host)
+	}
+	if got := metricValue(gather(t, newHost), "cell_server_region_takeovers_total", nil); got != 1 {
+		t.Errorf("%s took over %v regions, want 1", newHost.opts.ServerID, got)
+	}
+	slices.Sort(keys)
+	mustReadAll(t, "after the failover", map[string]*client.Client{"server": c, "client": newClient(t, store, "client")}, keys)
+
+	// The old host returns: it follows its region, serves nothing, and
+	// every replica ends identical.
+	srvs[0] = startServer(t, opts)
+	if srvs[0].servedReplica(id) != nil {
+		t.Fatalf("the old host serves region %d again", id)
+	}
+	keys = append(keys, put(1200, 1400)...)
+	for id, reps := range waitConverged(t, srvs) {
+		want := imageHash(reps[0])
+		for _, rep := range reps[1:] {
+			if got := imageHash(rep); got != want {
+				t.Errorf("region %d: replica on %s differs from its leader's at index %d", id, rep.srv.opts.ServerID, rep.applied.Load())
+			}
+		}
+	}
+	for _, s := range srvs {
+		if err := s.Check(); err != nil {
+			t.Errorf("%s: %v", s.opts.ServerID, err)
+		}
+	}
+	slices.Sort(keys)
+	mustReadAll(t, "after the old host returned", map[string]*client.Client{"server": c}, keys)
+}

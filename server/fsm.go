@@ -259,6 +259,13 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	if srv := rep.srv; srv.servedReplica(rep.regionID) == rep {
+		// A leader that lost its group is sent a snapshot: the region
+		// it served is about to be replaced.
+		srv.setServed(rep, false)
+		srv.deregisterReads(rep)
+		srv.log.Warn("server: a region we served is restored from its new leader's snapshot; stopped serving it", slog.Uint64("region", uint64(rep.regionID)))
+	}
 	rep.applyMu.Lock()
 	defer rep.applyMu.Unlock()
 	start := time.Now()

@@ -77,27 +77,31 @@ func (s *Server) raftConfig() *raft.Config {
 }
 
 // startGroup starts the region's raft group and returns once this server
-// leads it and has applied everything committed (a barrier).
-func (s *Server) startGroup(ctx context.Context) error {
+// leads it and has applied everything committed (a barrier), or, with
+// lead false, once the region table names another server as the region's
+// host (it took the region over while this one was down: this server
+// holds a replica, failover.go).
+func (s *Server) startGroup(ctx context.Context) (lead bool, err error) {
 	start := time.Now()
 	had, err := s.replica.startRaft(true)
 	if err != nil {
-		return err
+		return false, err
 	}
 	s.electSoleVoterSoon()
-	if err := s.awaitLeadership(ctx); err != nil {
-		return err
-	}
+	lead, err = s.awaitLeadership(ctx)
 	s.restoreTimeouts()
+	if err != nil || !lead {
+		return false, err
+	}
 	s.log.Info("server: region's raft group leads and has applied everything committed", slog.Uint64("region", uint64(s.regionID)),
 		slog.Bool("restart", had), slog.Uint64("applied", s.applied.Load()), slog.Duration("took", time.Since(start)))
 	if !s.regionFormatted() {
 		rec := appendRecord(nil, &writeRecord{Kind: recRegion, Value: appendRegionBody(nil, layoutBody(s.region.Layout()))})
 		if _, err := s.replica.propose(rec); err != nil {
-			return fmt.Errorf("server: the region record: %w", err)
+			return false, fmt.Errorf("server: the region record: %w", err)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // startRaft starts the replica's raft group over the server's log,
@@ -226,21 +230,32 @@ func (s *Server) regionFormatted() bool {
 }
 
 // awaitLeadership waits until this server leads the group, then commits a
-// barrier: everything committed is applied when it returns.
-func (s *Server) awaitLeadership(ctx context.Context) error {
+// barrier: everything committed is applied when it returns true. It
+// returns false when the region table names another host for the region
+// (looked up every 250 ms while waiting): the region was taken over.
+func (s *Server) awaitLeadership(ctx context.Context) (bool, error) {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
+	var looked time.Time
 	for s.raft.State() != raft.Leader {
+		if time.Since(looked) >= 250*time.Millisecond {
+			looked = time.Now()
+			if e, err := s.opts.Store.Region(ctx, s.regionID); err == nil && e.Host != s.opts.ServerID {
+				s.log.Info("server: the region is hosted by another server now; this server holds a replica of it",
+					slog.Uint64("region", uint64(s.regionID)), slog.String("host", e.Host), slog.Uint64("epoch", e.Epoch))
+				return false, nil
+			}
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("server: region %d's raft group elected no leader: %w", s.regionID, ctx.Err())
+			return false, fmt.Errorf("server: region %d's raft group elected no leader: %w", s.regionID, ctx.Err())
 		case <-t.C:
 		}
 	}
 	if err := s.raft.Barrier(s.opts.ProposalTimeout).Error(); err != nil {
-		return fmt.Errorf("server: region %d's barrier: %w", s.regionID, err)
+		return false, fmt.Errorf("server: region %d's barrier: %w", s.regionID, err)
 	}
-	return nil
+	return true, nil
 }
 
 // logFailed stops the server when the log latched a failed write or sync

@@ -48,6 +48,7 @@ type Metrics struct {
 	snapshotPause      prometheus.Histogram
 	coordinator        prometheus.Gauge
 	regionsUnavailable prometheus.Gauge
+	takeovers          prometheus.Counter
 
 	// Resolved children of the vectors on the request path, so that a
 	// request does not hash its labels: by op label index (opIndex), and
@@ -140,13 +141,17 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "cell_coordinator",
 			Help: "1 while this server is the cluster's elected coordinator, 0 otherwise.",
 		}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cell_server_region_takeovers_total",
+			Help: "Regions this server took over after their host went down (failover).",
+		}),
 		regionsUnavailable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cell_regions_unavailable",
 			Help: "Regions in the region table whose host has not been a live member for a second, as the coordinator sees them (0 on the other servers).",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, m.splits, m.splitTime, m.waits,
-		m.proposals, m.snapshotBytes, m.snapshotPause, m.coordinator, m.regionsUnavailable, (*stateCollector)(m)} {
+		m.proposals, m.snapshotBytes, m.snapshotPause, m.coordinator, m.regionsUnavailable, m.takeovers, (*stateCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

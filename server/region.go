@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 
 	"github.com/cellstore/cell/blink"
@@ -157,13 +158,21 @@ func layoutBody(l meganode.Layout) regionBody {
 }
 
 // dropRegionLocked closes the region and removes its file, and empties the
-// meganode table. REQUIRES: s.applyMu held, nothing registered for
-// one-sided reads (the server does not serve yet).
+// meganode table. A region that was served may still be read by requests
+// in flight: it stays mapped until the server stops (retire), only its
+// file is removed. REQUIRES: s.applyMu held, the region not served.
 func (rep *replica) dropRegionLocked() error {
 	rep.megaMu.Lock()
 	rep.megas.Store(&meganodeTable{})
 	rep.megaMu.Unlock()
 	r := rep.region
+	if rep.wasServed.Load() {
+		rep.srv.retire(r)
+		if err := r.Remove(); err != nil {
+			return fmt.Errorf("server: drop region %d: %w", rep.regionID, err)
+		}
+		return nil
+	}
 	cerr := r.Close()
 	if err := errors.Join(cerr, r.Remove()); err != nil {
 		return fmt.Errorf("server: drop region %d: %w", rep.regionID, err)
@@ -212,7 +221,7 @@ func (s *Server) chooseRegionID(ctx context.Context, haveState bool, st dataStat
 	if haveState && st.Region != 0 {
 		e, err := s.opts.Store.Region(ctx, st.Region)
 		switch {
-		case err == nil && e.Host != s.opts.ServerID:
+		case err == nil && e.Host != s.opts.ServerID && !slices.Contains(e.Replicas, s.opts.ServerID):
 			return 0, fmt.Errorf("server: region %d in %s is hosted by %q per the region table: %w", st.Region, s.dir.dir, e.Host, ErrRegionOwned)
 		case err == nil, errors.Is(err, regiontable.ErrNotFound):
 			return st.Region, nil
@@ -229,7 +238,9 @@ func (s *Server) chooseRegionID(ctx context.Context, haveState bool, st dataStat
 
 func (rep *replica) setRegion(r *meganode.Region) {
 	rep.region = r
-	rep.regionID = r.ID()
+	if rep.regionID == 0 {
+		rep.regionID = r.ID() // fixed for the replica's life
+	}
 	rep.nodeSize = int(r.Layout().NodeSize)
 	rep.maxKey = blink.MaxKeySize(rep.nodeSize)
 }

@@ -50,6 +50,9 @@ type replica struct {
 	// read-only until it stops serving it (serve.go).
 	epoch    uint64           // the region's epoch in the table
 	readKeys []rdma.RemoteKey // its one-sided read registrations
+	// wasServed: the region was served once, so requests may still
+	// read it: a region replaced by a snapshot is retired, not unmapped.
+	wasServed atomic.Bool
 
 	raft  *raft.Raft             // the region's group, once started (group.go)
 	trans *raft.NetworkTransport // its transport over the server's raft listener

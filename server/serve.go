@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
@@ -97,8 +98,30 @@ func (s *Server) serve(ctx context.Context, rep *replica) error {
 		s.deregisterReads(rep)
 		return err
 	}
+	rep.wasServed.Store(true)
 	s.setServed(rep, true)
 	return nil
+}
+
+// retire keeps region r, replaced by a snapshot after it was served,
+// mapped until the server stops: requests that were reading it finish
+// on the old copy.
+func (s *Server) retire(r *meganode.Region) {
+	s.retiredMu.Lock()
+	defer s.retiredMu.Unlock()
+	s.retired = append(s.retired, r)
+}
+
+// closeRetired unmaps the retired regions. REQUIRES: no request runs.
+func (s *Server) closeRetired() error {
+	s.retiredMu.Lock()
+	defer s.retiredMu.Unlock()
+	var errs []error
+	for _, r := range s.retired {
+		errs = append(errs, r.Close())
+	}
+	s.retired = nil
+	return errors.Join(errs...)
 }
 
 // openSHM starts the same-host shared-memory provider, when the platform

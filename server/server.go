@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/raftmux"
+	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wal"
@@ -36,6 +37,10 @@ type Server struct {
 	// served is the replicas whose regions the server serves (serve.go).
 	served   atomic.Pointer[servedSet]
 	servedMu sync.Mutex // serialises changes to served
+	// retired are regions replaced while requests may read them
+	// (replica.dropRegionLocked), unmapped at shutdown.
+	retired   []*meganode.Region
+	retiredMu sync.Mutex
 
 	// Set by Start before anything is served, then read-only.
 	dir       *dataDir
@@ -184,18 +189,26 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.openLoggedFollowers(); err != nil {
 		return err
 	}
-	if err := s.startGroup(ctx); err != nil {
+	lead, err := s.startGroup(ctx)
+	if err != nil {
 		return err
 	}
-	if err := s.ensureRoot(ctx); err != nil {
+	if lead {
+		err = s.ensureRoot(ctx)
+	} else {
+		err = s.loadRoot(ctx)
+	}
+	if err != nil {
 		return err
 	}
 	if err := s.listen(); err != nil {
 		return err
 	}
 	s.openSHM()
-	if err := s.serve(ctx, s.replica); err != nil {
-		return err
+	if lead {
+		if err := s.serve(ctx, s.replica); err != nil {
+			return err
+		}
 	}
 	s.metrics.attach(s)
 	s.queue = make(chan job, s.opts.QueueDepth)
@@ -521,7 +534,7 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		errs = append(errs, s.responder.Close())
 	}
 	s.metrics.detach()
-	errs = append(errs, s.stopGroup(), s.closeFollowers())
+	errs = append(errs, s.stopGroup(), s.closeFollowers(), s.closeRetired())
 	if s.mux != nil {
 		errs = append(errs, s.mux.Close())
 	}

@@ -107,7 +107,9 @@ func (s *Server) maybeRequestSplit(lm *localMeganode) {
 // splitLoop runs the requested splits until the server stops. A split in
 // progress when Close begins is finished first: it only needs the region.
 func (s *Server) splitLoop() {
-	s.resumeSplits(s.replica)
+	for _, rep := range s.servedList() {
+		s.resumeSplits(rep)
+	}
 	retry := time.NewTicker(250 * time.Millisecond)
 	defer retry.Stop()
 	for {

@@ -63,7 +63,7 @@ func (s *Server) followTable() {
 			}
 			s.table.Store(v)
 			for _, r := range st.Regions {
-				s.noteRegion(r)
+				s.noteRegionEntry(r)
 			}
 			s.learnRoot(st.Root)
 			backoff = 100 * time.Millisecond
@@ -76,11 +76,8 @@ func (s *Server) followTable() {
 				switch {
 				case ev.Kind == regiontable.RootSet:
 					s.learnRoot(ev.Root)
-				case ev.Kind == regiontable.RegionPut && ev.Region.ID != s.regionID:
-					s.noteRegion(ev.Region)
-				case ev.Kind == regiontable.RegionPut && ev.Region.ID == s.regionID && (ev.Region.Host != s.opts.ServerID || ev.Region.Epoch > s.epoch):
-					s.log.Error("server: the region table gives our region to someone else", slog.Uint64("region", uint64(s.regionID)),
-						slog.String("host", ev.Region.Host), slog.Uint64("epoch", ev.Region.Epoch), slog.Uint64("our_epoch", s.epoch))
+				case ev.Kind == regiontable.RegionPut:
+					s.noteRegionEntry(ev.Region)
 				}
 			}
 		}
