@@ -65,6 +65,8 @@ type serverOptions struct {
 	etcdEndpoint string
 	// env is added to the process's environment (testing knobs).
 	env []string
+	// flags are added to the command line (--replicas 3, say).
+	flags []string
 }
 
 // cellServer is a running cellserver subprocess with its embedded etcd,
@@ -140,6 +142,7 @@ func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 	} else {
 		args = append(args, "--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer)
 	}
+	args = append(args, o.flags...)
 	s.args, s.env = args, o.env
 	if err := s.launch(t); err != nil {
 		return nil, err

@@ -67,6 +67,11 @@ func (l *durabilityLoad) record(client int, call int64, in kvInput, out kvOutput
 }
 
 func (l *durabilityLoad) run(ctx context.Context, c *client.Client, writer, nkeys, round int, seed uint64, stop <-chan struct{}) {
+	l.runFor(ctx, c, writer, nkeys, round, seed, 2*time.Second, stop)
+}
+
+// runFor is run with each operation's timeout.
+func (l *durabilityLoad) runFor(ctx context.Context, c *client.Client, writer, nkeys, round int, seed uint64, timeout time.Duration, stop <-chan struct{}) {
 	rng := rand.New(rand.NewPCG(seed, uint64(writer)))
 	for seq := 0; ; seq++ {
 		select {
@@ -82,7 +87,7 @@ func (l *durabilityLoad) run(ctx context.Context, c *client.Client, writer, nkey
 			l.keys[key] = h
 		}
 		l.mu.Unlock()
-		opCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		opCtx, cancel := context.WithTimeout(ctx, timeout)
 		call := l.rec.now()
 		if rng.IntN(5) == 0 {
 			err := c.Delete(opCtx, []byte(key))
