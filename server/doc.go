@@ -1,8 +1,12 @@
-// Package server is a Cell server: it hosts one region of meganodes, a
-// raft group on the server's log (package wal), answers the wire protocol
-// with a fixed number of tree workers, exposes the region to one-sided
-// reads (package rdma), and publishes itself in the region table (package
-// regiontable).
+// Package server is a Cell server: it holds replicas of regions of
+// meganodes, each a raft group on the server's log (package wal): its own
+// region, which it made, and followers of other servers' regions
+// (follower.go, Options.Replicas). It serves the regions whose groups it
+// leads and whose region table entries name it as host (serve.go): its
+// own, and any it took over from a host that died (failover.go). It
+// answers the wire protocol with a fixed number of tree workers, exposes
+// the regions it serves to one-sided reads (package rdma), and publishes
+// itself in the region table (package regiontable).
 //
 // # Lifecycle
 //
@@ -13,12 +17,16 @@
 //  2. opens the log and the snapshot store (package wal, group.go);
 //  3. decides which region the directory holds (region.json, or a new ID
 //     from the region table) and makes its file anew, empty (region.go);
-//  4. binds the raft listener (Options.RaftListen, internal/raftmux) and
-//     starts the region's raft group over it (group.go): raft restores the newest
-//     snapshot into the region (fsm.go), a new directory bootstraps a
-//     group of one voter, and Start waits until this server leads and a
-//     barrier committed, so that every record committed before a restart
-//     is applied; a new region's first record pins its layout;
+//  4. binds the raft listener (Options.RaftListen, internal/raftmux),
+//     reopens a follower replica for every other region its log holds
+//     (follower.go), and starts its own region's raft group (group.go):
+//     raft restores the newest snapshot into the region (fsm.go), a new
+//     directory bootstraps a group of one voter, and Start waits until
+//     this server leads and a barrier committed, so that every record
+//     committed before a restart is applied; a new region's first record
+//     pins its layout. When the region table names another host for the
+//     region (it was taken over while this server was down), the server
+//     holds a replica of it and serves nothing of it;
 //  5. makes sure the cluster has a root meganode: when the region table
 //     has no root (or its root pointed into a region of ours that holds
 //     no such meganode) root records format one leaf meganode covering
