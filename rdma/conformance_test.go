@@ -14,6 +14,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/atomicmem"
+	"github.com/cellstore/cell/internal/monotime"
 	"github.com/cellstore/cell/meganode"
 )
 
@@ -117,6 +118,7 @@ func TestConformance(t *testing.T) {
 		{"ServerClose", testServerClose},
 		{"ClientClose", testClientClose},
 		{"Caps", testCaps},
+		{"LeaseFencesReads", testLeaseFencesReads},
 	}
 	for _, h := range harnesses {
 		t.Run("provider="+h.name, func(t *testing.T) {
@@ -910,4 +912,49 @@ func testCaps(t *testing.T, h harness) {
 		t.Fatalf("Caps.String() = %q", s)
 	}
 	t.Logf("%s: %s", h.name, s)
+}
+
+// testLeaseFencesReads: a registration's lease ends its reads at the
+// deadline, with no call from the server (DESIGN §9: "a paused (SIGSTOP)
+// or deposed leader's memory is never trusted"); a renewal restores them,
+// and 0 removes the lease.
+func testLeaseFencesReads(t *testing.T, h harness) {
+	p, _, rk, seed := patternRegion(t, h, harnessKnobs{})
+	ctx := context.Background()
+	read := func() error {
+		dst := atomicmem.Alloc(64)
+		err := p.cl.Read(ctx, &rk, 4096, dst)
+		if err == nil {
+			checkPattern(t, seed, 4096, dst)
+		}
+		return err
+	}
+	if err := p.srv.SetLease(rk.Key, monotime.Now()+int64(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := read(); err != nil {
+		t.Fatalf("read under a lease: %v", err)
+	}
+	if err := p.srv.SetLease(rk.Key, monotime.Now()+int64(20*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if err := read(); !errors.Is(err, ErrRevoked) {
+		t.Fatalf("read after the lease ended: %v, want ErrRevoked", err)
+	}
+	if err := p.srv.SetLease(rk.Key, monotime.Now()+int64(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := read(); err != nil {
+		t.Fatalf("read after the lease was renewed: %v", err)
+	}
+	if err := p.srv.SetLease(rk.Key, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := read(); err != nil {
+		t.Fatalf("read without a lease: %v", err)
+	}
+	if err := p.srv.SetLease(Key(12345), 1); !errors.Is(err, ErrBadKey) {
+		t.Fatalf("lease of an unknown key: %v, want ErrBadKey", err)
+	}
 }

@@ -171,7 +171,17 @@
 // Deregister is never returned as valid. Keys are random and never reused,
 // so a slot reused by a later registration fails older keys too
 // (ErrBadKey; the tombstone, while it lasts, gives ErrRevoked). The client
-// also checks the slot before copying, to fail fast. The region file's
+// also checks the slot before copying, to fail fast.
+//
+// Leases fence a region without the server's help (SetLease): each slot
+// has a second word, a CLOCK_MONOTONIC deadline in nanoseconds (0: none)
+// that the server holding the region's raft leadership renews; after
+// checking the key, the client accepts the copy only if that deadline had
+// not passed (package internal/monotime reads the clock every process on
+// the host shares, through the vDSO). A leader that is paused, deposed or
+// cut off stops renewing, and its region stops being readable by itself.
+// The tcp responder judges its registrations' leases the same way before
+// and after each copy. The region file's
 // device and inode travel in the RemoteKey: a client never maps a file that
 // replaced the registered one at the same path.
 //

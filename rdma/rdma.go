@@ -120,6 +120,14 @@ type Server interface {
 	// it the moment it loses a region's read lease. Error: ErrBadKey if k
 	// is not registered.
 	Deregister(k Key) error
+	// SetLease sets k's read lease (DESIGN §9: "One-sided reads are
+	// fenced"): a read whose copy ends after until, a monotime.Now
+	// reading (the host's CLOCK_MONOTONIC), fails with ErrRevoked, until
+	// a later SetLease extends it; 0 removes the lease. The provider
+	// judges it at every read, without the server's help, so that a
+	// paused or deposed leader's memory is never read after its lease.
+	// Error: ErrBadKey if k is not registered.
+	SetLease(k Key, until int64) error
 	// Close deregisters every key and releases the provider's resources;
 	// reads in flight fail with a typed error (ErrDisconnected over a
 	// network, ErrRevoked over shared memory). Closing twice is a no-op.

@@ -22,9 +22,15 @@ import (
 //	    0               never used
 //	    key             the registration holding the slot is live
 //	    key | 1<<63     that registration was revoked (a tombstone)
+//	64 + 8*slots: slots lease words: slot i's at 64 + 8*slots + 8*i
+//	    0               no lease
+//	    t               reads that end after CLOCK_MONOTONIC t (ns) fail
+//
+// A lease word is written before its slot's key, so that a key is never
+// seen with another registration's lease.
 const (
 	tableMagic   = 0x31474552_4c4c4543 // "CELLREG1" as little-endian bytes
-	tableVersion = 1
+	tableVersion = 2
 	tableHeader  = 64
 
 	offTableMagic   = 0
@@ -119,7 +125,7 @@ func NewSHMServer(opts SHMOptions) (*SHMServer, error) {
 			return nil, err
 		}
 	}
-	size := tableHeader + 8*opts.Slots
+	size := tableHeader + 16*opts.Slots
 	path, table, err := createTable(opts.Dir, size)
 	if err != nil {
 		return nil, err
@@ -188,11 +194,32 @@ func (s *SHMServer) Register(region Region) (RemoteKey, error) {
 	prev := Key(atomicmem.LoadUint64(s.table, slotOffset(slot)) &^ keyTombstone)
 	k := newKey(func(k Key) bool { _, ok := s.mu.live[k]; return ok || k == prev })
 	s.mu.live[k] = slot
+	atomicmem.StoreUint64(s.table, leaseOffset(uint32(s.opts.Slots), slot), 0)
 	atomicmem.StoreUint64(s.table, slotOffset(slot), uint64(k))
 	return RemoteKey{
 		Provider: ProviderSHM, Key: k, Region: region.ID(), Len: uint64(len(mem)),
 		Host: s.host, Path: path, Dev: dev, Ino: ino, Table: s.path, Slot: slot,
 	}, nil
+}
+
+// SetLease sets k's read lease: reads that end after until (a
+// monotime.Now reading, CLOCK_MONOTONIC, which every process on the host
+// shares) fail as revoked, until a later SetLease extends it; 0 removes
+// the lease. Readers judge it themselves after every copy, so a server
+// that stops renewing it (paused, deposed, cut off) fences its region
+// without doing anything.
+func (s *SHMServer) SetLease(k Key, until int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.closed {
+		return ErrClosed
+	}
+	slot, ok := s.mu.live[k]
+	if !ok {
+		return fmt.Errorf("rdma: lease of %v: %w", k, ErrBadKey)
+	}
+	atomicmem.StoreUint64(s.table, leaseOffset(uint32(s.opts.Slots), slot), uint64(until))
+	return nil
 }
 
 // Deregister overwrites k's slot with its tombstone. Clients check the
@@ -241,3 +268,7 @@ func (s *SHMServer) Close() error {
 
 // slotOffset returns the table offset of a slot's word.
 func slotOffset(slot uint32) int { return tableHeader + 8*int(slot) }
+
+// leaseOffset returns the table offset of a slot's lease word, in a table
+// of slots slots.
+func leaseOffset(slots, slot uint32) int { return tableHeader + 8*int(slots) + 8*int(slot) }

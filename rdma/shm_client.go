@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cellstore/cell/internal/atomicmem"
+	"github.com/cellstore/cell/internal/monotime"
 )
 
 // SHMClientOptions configure a shm client. The zero value of every field
@@ -183,7 +184,8 @@ func (c *SHMClient) read(ctx context.Context, rk *RemoteKey, segs []Segment) err
 // copy copies segs out of the region mapping if the key's slot in the table
 // holds the key before and after the copy.
 func (c *SHMClient) copy(tab, reg *fileMap, rk *RemoteKey, segs []Segment) status {
-	if uint64(rk.Slot) >= uint64(le.Uint32(tab.data[offTableSlots:])) {
+	slots := le.Uint32(tab.data[offTableSlots:])
+	if rk.Slot >= slots {
 		return statusBadKey
 	}
 	slot := slotOffset(rk.Slot)
@@ -209,8 +211,15 @@ func (c *SHMClient) copy(tab, reg *fileMap, rk *RemoteKey, segs []Segment) statu
 	}
 	// The copy's loads all precede this load (Go's atomics are sequentially
 	// consistent, also across processes sharing the pages): if the key is
-	// still there, every byte was copied while the registration was live.
-	return keyState(tab.data, slot, rk.Key)
+	// still there, every byte was copied while the registration was live;
+	// if its lease had not ended when it was checked, while it was leased.
+	if st := keyState(tab.data, slot, rk.Key); st != statusOK {
+		return st
+	}
+	if lu := atomicmem.LoadUint64(tab.data, leaseOffset(slots, rk.Slot)); lu != 0 && monotime.Now() > int64(lu) {
+		return statusRevoked
+	}
+	return statusOK
 }
 
 // readErr is the error of a failed copy.
@@ -272,7 +281,7 @@ func (c *SHMClient) mapFile(path string, dev, ino uint64, table bool) error {
 	switch {
 	case table && (len(data) < tableHeader || atomicmem.LoadUint64(data, offTableMagic) != tableMagic ||
 		le.Uint32(data[offTableVersion:]) != tableVersion ||
-		uint64(len(data)) < uint64(tableHeader)+8*uint64(le.Uint32(data[offTableSlots:]))):
+		uint64(len(data)) < uint64(tableHeader)+16*uint64(le.Uint32(data[offTableSlots:]))):
 		_ = unmap(data)
 		return fmt.Errorf("rdma: %s is not a registration table: %w", path, ErrBadKey)
 	case !table && (fdev != dev || fino != ino):

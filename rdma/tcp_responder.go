@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/internal/atomicmem"
+	"github.com/cellstore/cell/internal/monotime"
 )
 
 // TCPOptions configure a tcp responder. The zero value of every field means
@@ -131,6 +132,15 @@ type registration struct {
 	revoked atomic.Bool
 	// active counts copies in progress out of mem.
 	active atomic.Int64
+	// leaseUntil is the registration's read lease (SetLease): a
+	// monotime reading after which reads fail; 0: no lease.
+	leaseUntil atomic.Int64
+}
+
+// leased reports whether reg may be read now (its lease, if any, holds).
+func (reg *registration) leased() bool {
+	lu := reg.leaseUntil.Load()
+	return lu == 0 || monotime.Now() <= lu
 }
 
 // regTable is immutable once published.
@@ -189,6 +199,20 @@ func (r *TCPResponder) Register(region Region) (RemoteKey, error) {
 	next[k] = &registration{key: k, region: region.ID(), mem: mem}
 	r.regs.Store(&next)
 	return RemoteKey{Provider: ProviderTCP, Key: k, Region: region.ID(), Len: uint64(len(mem)), Addr: r.addr}, nil
+}
+
+// SetLease sets k's read lease: reads that end after until (a
+// monotime.Now reading) fail as revoked, until a later SetLease extends
+// it; 0 removes the lease. The server holding a region's raft leadership
+// renews it: a paused or deposed leader's memory is never read after its
+// lease, whatever its process does.
+func (r *TCPResponder) SetLease(k Key, until int64) error {
+	reg := (*r.regs.Load())[k]
+	if reg == nil || reg.mem == nil {
+		return fmt.Errorf("rdma: lease of %v: %w", k, ErrBadKey)
+	}
+	reg.leaseUntil.Store(until)
+	return nil
 }
 
 // Deregister revokes k: requests that arrive later fail with ErrRevoked
@@ -418,8 +442,9 @@ func (s *session) serve(h *reqHeader, tooMany bool) error {
 		if hook := s.r.opts.TestingKnobs.AfterCopy; hook != nil {
 			hook(h.key)
 		}
-		// A copy that overlapped Deregister is not returned as valid.
-		if reg.revoked.Load() {
+		// A copy that overlapped Deregister, or that ended after the
+		// lease, is not returned as valid.
+		if reg.revoked.Load() || !reg.leased() {
 			st = statusRevoked
 		}
 	}
@@ -442,7 +467,7 @@ func (s *session) check(h *reqHeader, reg *registration, tooMany bool) (status, 
 	switch {
 	case reg == nil || reg.region != h.region:
 		return statusBadKey, 0, nil
-	case reg.mem == nil || reg.revoked.Load():
+	case reg.mem == nil || reg.revoked.Load() || !reg.leased():
 		return statusRevoked, 0, nil
 	case tooMany:
 		return statusTooManySegments, 0, nil

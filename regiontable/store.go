@@ -65,6 +65,9 @@ type Region struct {
 	// Replicas are the members holding a replica of the region (the
 	// voters of its group), Host among them, sorted.
 	Replicas []string `json:",omitempty"`
+	// Learners are members being added to the group: they receive its
+	// log but do not vote until they caught up (raft nonvoters), sorted.
+	Learners []string `json:",omitempty"`
 	// Path is the region file on Host, for same-host shared-memory reads.
 	Path string `json:",omitempty"`
 	// ReadKey lists the region's one-sided read registrations, one per
@@ -302,10 +305,11 @@ func (r *Region) Supersedes(old *Region) bool {
 	return r.Host == old.Host && r.Epoch >= old.Epoch
 }
 
-// cloneRegion copies r's ReadKey and Replicas so that callers and the
+// cloneRegion copies r's ReadKey, Replicas and Learners so that callers and the
 // store share no memory.
 func cloneRegion(r Region) Region {
 	r.Replicas = slices.Clone(r.Replicas)
+	r.Learners = slices.Clone(r.Learners)
 	if r.ReadKey != nil {
 		keys := make([]json.RawMessage, len(r.ReadKey))
 		for i, k := range r.ReadKey {

@@ -123,7 +123,7 @@ func (s *Server) openFollower(id uint32) error {
 // noteRegion opens a follower replica when the region table lists this
 // server among the replicas of a region it does not host.
 func (s *Server) noteRegion(r regiontable.Region) {
-	if r.ID == s.regionID || r.Host == s.opts.ServerID || !slices.Contains(r.Replicas, s.opts.ServerID) {
+	if r.ID == s.regionID || r.Host == s.opts.ServerID || !holdsReplica(r, s.opts.ServerID) {
 		return
 	}
 	if err := s.openFollower(r.ID); err != nil {
@@ -223,8 +223,8 @@ func (s *Server) replicate(rep *replica) error {
 	if !ok {
 		return nil // too few live servers: try again later
 	}
-	next := append(replicaIDs(cfg), m.ID)
-	if err := s.putReplicas(rep, next); err != nil {
+	voters, learners := replicaIDs(cfg)
+	if err := s.putReplicas(rep, voters, append(learners, m.ID)); err != nil {
 		return err
 	}
 	if err := r.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), s.opts.ProposalTimeout).Error(); err != nil {
@@ -241,6 +241,9 @@ func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bo
 	load := make(map[string]int)
 	for _, reg := range v.regions {
 		for _, id := range reg.Replicas {
+			load[id]++
+		}
+		for _, id := range reg.Learners {
 			load[id]++
 		}
 	}
@@ -286,12 +289,13 @@ func (s *Server) publishReplicas(rep *replica) error {
 	if err := f.Error(); err != nil {
 		return err
 	}
-	return s.putReplicas(rep, replicaIDs(f.Configuration()))
+	voters, learners := replicaIDs(f.Configuration())
+	return s.putReplicas(rep, voters, learners)
 }
 
-// putReplicas writes rep's table entry with ids as its replicas and the
-// group's current term.
-func (s *Server) putReplicas(rep *replica, ids []string) error {
+// putReplicas writes rep's table entry with its voters and learners and
+// the group's current term.
+func (s *Server) putReplicas(rep *replica, voters, learners []string) error {
 	ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
 	defer cancel()
 	e, err := s.opts.Store.Region(ctx, rep.regionID)
@@ -301,19 +305,29 @@ func (s *Server) putReplicas(rep *replica, ids []string) error {
 	if e.Host != s.opts.ServerID || e.Epoch != rep.epoch {
 		return fmt.Errorf("region %d is %s's at epoch %d now: %w", rep.regionID, e.Host, e.Epoch, ErrRegionOwned)
 	}
-	slices.Sort(ids)
-	e.Replicas = ids
+	slices.Sort(voters)
+	slices.Sort(learners)
+	e.Replicas, e.Learners = voters, learners
 	e.Term = rep.raft.CurrentTerm()
 	return s.opts.Store.PutRegion(ctx, e)
 }
 
-// replicaIDs are the IDs of cfg's servers, voters or not.
-func replicaIDs(cfg raft.Configuration) []string {
-	ids := make([]string, 0, len(cfg.Servers)+1)
+// replicaIDs are the IDs of cfg's voters and of its nonvoters.
+func replicaIDs(cfg raft.Configuration) (voters, learners []string) {
 	for _, srv := range cfg.Servers {
-		ids = append(ids, string(srv.ID))
+		if srv.Suffrage == raft.Voter {
+			voters = append(voters, string(srv.ID))
+		} else {
+			learners = append(learners, string(srv.ID))
+		}
 	}
-	return ids
+	return voters, learners
+}
+
+// holdsReplica reports whether the table entry e lists id as a voter or a
+// learner.
+func holdsReplica(e regiontable.Region, id string) bool {
+	return slices.Contains(e.Replicas, id) || slices.Contains(e.Learners, id)
 }
 
 // followerMetadata describes a follower replica, for OpMetadata asking

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync/atomic"
 
 	"github.com/cellstore/cell/blink"
@@ -221,7 +220,7 @@ func (s *Server) chooseRegionID(ctx context.Context, haveState bool, st dataStat
 	if haveState && st.Region != 0 {
 		e, err := s.opts.Store.Region(ctx, st.Region)
 		switch {
-		case err == nil && e.Host != s.opts.ServerID && !slices.Contains(e.Replicas, s.opts.ServerID):
+		case err == nil && e.Host != s.opts.ServerID && !holdsReplica(e, s.opts.ServerID):
 			return 0, fmt.Errorf("server: region %d in %s is hosted by %q per the region table: %w", st.Region, s.dir.dir, e.Host, ErrRegionOwned)
 		case err == nil, errors.Is(err, regiontable.ErrNotFound):
 			return st.Region, nil

@@ -189,8 +189,9 @@ func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
 	if err := f.Error(); err != nil {
 		return fmt.Errorf("server: region %d's configuration: %w", id, err)
 	}
-	ids := replicaIDs(f.Configuration())
-	slices.Sort(ids)
+	voters, learners := replicaIDs(f.Configuration())
+	slices.Sort(voters)
+	slices.Sort(learners)
 	entry := regiontable.Region{
 		ID:       id,
 		Kind:     regiontable.KindData,
@@ -198,7 +199,8 @@ func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
 		Host:     s.opts.ServerID,
 		Epoch:    epoch,
 		Term:     rep.raft.CurrentTerm(),
-		Replicas: ids,
+		Replicas: voters,
+		Learners: learners,
 		Path:     rep.region.Path(),
 	}
 	for i := range rep.readKeys {

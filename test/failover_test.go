@@ -26,7 +26,7 @@ func waitReplicated(t *testing.T, store regiontable.Store, want int) []regiontab
 		cancel()
 		ok := err == nil && len(rs) > 0
 		for _, r := range rs {
-			ok = ok && len(r.Replicas) == want
+			ok = ok && len(r.Replicas) == want && len(r.Learners) == 0
 		}
 		if ok {
 			return rs

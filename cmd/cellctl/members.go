@@ -26,9 +26,11 @@ type regionJSON struct {
 	Host  string `json:"host"`
 	Epoch uint64 `json:"epoch"`
 	// Term is the raft term in which Host leads the region's group;
-	// Replicas the members holding a replica (its voters).
+	// Replicas the members holding a replica (its voters), Learners
+	// those catching up before they vote.
 	Term     uint64   `json:"term"`
 	Replicas []string `json:"replicas"`
+	Learners []string `json:"learners,omitempty"`
 	Path     string   `json:"path,omitempty"`
 	// Live reports whether Host is a live member.
 	Live bool `json:"live"`
@@ -104,7 +106,7 @@ func regionsOutput(st regiontable.State) []regionJSON {
 	out := []regionJSON{}
 	for _, r := range st.Regions {
 		out = append(out, regionJSON{ID: r.ID, Kind: string(r.Kind), Size: r.Size, Host: r.Host, Epoch: r.Epoch, Term: r.Term,
-			Replicas: append([]string{}, r.Replicas...), Path: r.Path, Live: live[r.Host]})
+			Replicas: append([]string{}, r.Replicas...), Learners: r.Learners, Path: r.Path, Live: live[r.Host]})
 	}
 	return out
 }
@@ -117,7 +119,11 @@ func regionsTable(rs []regionJSON) *table {
 		if !r.Live {
 			live, dead = "no", dead+1
 		}
-		t.add(fmt.Sprint(r.ID), r.Kind, fmtBytes(r.Size), r.Host, fmt.Sprint(r.Term), fmt.Sprint(r.Epoch), dash(strings.Join(r.Replicas, ",")), live)
+		reps := strings.Join(r.Replicas, ",")
+		if len(r.Learners) > 0 {
+			reps += " +" + strings.Join(r.Learners, ",+") // catching up
+		}
+		t.add(fmt.Sprint(r.ID), r.Kind, fmtBytes(r.Size), r.Host, fmt.Sprint(r.Term), fmt.Sprint(r.Epoch), dash(reps), live)
 	}
 	switch {
 	case len(rs) == 0:
