@@ -259,11 +259,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
-	if srv := rep.srv; srv.servedReplica(rep.regionID) == rep {
+	if srv := rep.srv; srv.unserve(rep) {
 		// A leader that lost its group is sent a snapshot: the region
 		// it served is about to be replaced.
-		srv.setServed(rep, false)
-		srv.deregisterReads(rep)
 		srv.log.Warn("server: a region we served is restored from its new leader's snapshot; stopped serving it", slog.Uint64("region", uint64(rep.regionID)))
 	}
 	rep.applyMu.Lock()

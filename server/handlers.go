@@ -142,6 +142,9 @@ func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*localMeganode
 	if err := rep.checkEpoch(epoch); err != nil {
 		return nil, err
 	}
+	if !rep.leased() {
+		return nil, errNoLease(rep.regionID)
+	}
 	lm := rep.meganodeAt(p)
 	if lm == nil {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", p, rep.regionID)
@@ -470,6 +473,9 @@ func (w *worker) nodeDump(body []byte) (wire.Message, error) {
 	}
 	if err := rep.checkEpoch(req.Epoch); err != nil {
 		return nil, err
+	}
+	if !rep.leased() {
+		return nil, errNoLease(rep.regionID)
 	}
 	n := uint64(req.Length)
 	if n == 0 {

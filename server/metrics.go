@@ -49,6 +49,8 @@ type Metrics struct {
 	coordinator        prometheus.Gauge
 	regionsUnavailable prometheus.Gauge
 	takeovers          prometheus.Counter
+	leaseRenewals      prometheus.Counter
+	leaseLapses        prometheus.Counter
 
 	// Resolved children of the vectors on the request path, so that a
 	// request does not hash its labels: by op label index (opIndex), and
@@ -145,13 +147,21 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "cell_server_region_takeovers_total",
 			Help: "Regions this server took over after their host went down (failover).",
 		}),
+		leaseRenewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cell_server_lease_renewals_total",
+			Help: "Read lease renewals of the regions this server serves (a raft VerifyLeader round each, unless it is the group's only voter).",
+		}),
+		leaseLapses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cell_server_lease_lapses_total",
+			Help: "Renewals that failed while a lease was held: the region stopped answering until its leadership was confirmed or moved.",
+		}),
 		regionsUnavailable: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cell_regions_unavailable",
 			Help: "Regions in the region table whose host has not been a live member for a second, as the coordinator sees them (0 on the other servers).",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, m.splits, m.splitTime, m.waits,
-		m.proposals, m.snapshotBytes, m.snapshotPause, m.coordinator, m.regionsUnavailable, m.takeovers, (*stateCollector)(m)} {
+		m.proposals, m.snapshotBytes, m.snapshotPause, m.coordinator, m.regionsUnavailable, m.takeovers, m.leaseRenewals, m.leaseLapses, (*stateCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -50,6 +50,12 @@ type replica struct {
 	// read-only until it stops serving it (serve.go).
 	epoch    uint64           // the region's epoch in the table
 	readKeys []rdma.RemoteKey // its one-sided read registrations
+	// leaseUntil is the read lease (lease.go): a monotime reading,
+	// noLease, or 0 (none).
+	leaseUntil atomic.Int64
+	// leaseStop ends the lease loop of the current serving (serve.go).
+	// Guarded by Server.servedMu.
+	leaseStop chan struct{}
 	// wasServed: the region was served once, so requests may still
 	// read it: a region replaced by a snapshot is retired, not unmapped.
 	wasServed atomic.Bool

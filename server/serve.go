@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
@@ -91,6 +93,9 @@ func (s *Server) setServed(rep *replica, add bool) {
 // replicas with it), and adds it to the served set. REQUIRES: this server
 // leads rep's group and has applied everything committed.
 func (s *Server) serve(ctx context.Context, rep *replica) error {
+	if !s.renewLease(rep) {
+		return fmt.Errorf("server: region %d: no read lease: %w", rep.regionID, raft.ErrNotLeader)
+	}
 	if err := s.registerReads(rep); err != nil {
 		return err
 	}
@@ -100,7 +105,31 @@ func (s *Server) serve(ctx context.Context, rep *replica) error {
 	}
 	rep.wasServed.Store(true)
 	s.setServed(rep, true)
+	stop := make(chan struct{})
+	s.servedMu.Lock()
+	rep.leaseStop = stop
+	s.servedMu.Unlock()
+	s.goBackground(func() { s.keepLease(rep, stop) })
 	return nil
+}
+
+// unserve stops serving rep's region: requests for it are redirected from
+// now on, one-sided reads of it refused, and its lease no longer renewed.
+// It reports whether the region was served.
+func (s *Server) unserve(rep *replica) bool {
+	if s.servedReplica(rep.regionID) != rep {
+		return false
+	}
+	s.setServed(rep, false)
+	s.servedMu.Lock()
+	if rep.leaseStop != nil {
+		close(rep.leaseStop)
+		rep.leaseStop = nil
+	}
+	s.servedMu.Unlock()
+	rep.leaseUntil.Store(0)
+	s.deregisterReads(rep)
+	return true
 }
 
 // retire keeps region r, replaced by a snapshot after it was served,
@@ -151,6 +180,7 @@ func (s *Server) registerReads(rep *replica) error {
 		}
 	}
 	rep.readKeys = keys
+	s.applyLease(rep, rep.leaseUntil.Load())
 	return nil
 }
 

@@ -80,6 +80,7 @@ type Server struct {
 	serviceEWMA atomic.Int64
 	utilization atomic.Uint64 // math.Float64bits of the last second's busy fraction
 
+	created  time.Time // when New made the server (lease.go)
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup // background goroutines: accept, table, membership, coordinator, ticker
@@ -132,6 +133,7 @@ func New(opts Options) (*Server, error) {
 		splitReqs: make(chan blink.Ptr, 256),
 	}
 	s.replica = newReplica(s)
+	s.created = time.Now()
 	s.table.Store(&tableView{})
 	s.mu.conns = make(map[*conn]struct{})
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
@@ -186,6 +188,11 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	// Followers first: a restarted cluster's groups need each other's
 	// replicas to elect their leaders.
+	logged, err := s.wal.Regions()
+	if err != nil {
+		return fmt.Errorf("server: list the log's regions: %w", err)
+	}
+	s.waitOutLeases(len(logged))
 	if err := s.openLoggedFollowers(); err != nil {
 		return err
 	}

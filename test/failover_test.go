@@ -62,7 +62,7 @@ func waitNewHost(t *testing.T, store regiontable.Store, id uint32, old string, t
 // ways; under a concurrent put/delete load, the host of the root's region
 // (every key's search starts there) is killed with SIGKILL. Another
 // replica takes the region over once the dead host's membership lease
-// expires, the load goes on, and the victim is restarted as a follower.
+// lease expires, the load goes on, and the victim is restarted as a follower.
 // After each of CELL_FAILOVER_KILLS kills (3 in the suite) every key is
 // read back: nothing acknowledged is lost, nothing never written appears,
 // and porcupine finds the whole history linearizable (writes whose outcome
@@ -140,7 +140,7 @@ func TestFailoverKillHost(t *testing.T) {
 		checkLinearizable(t, history)
 	}
 	slices.Sort(failovers)
-	t.Logf("%d kills: SIGKILL of a region's host to its takeover published: p50 %v, max %v (membership lease 2 s)", kills,
+	t.Logf("%d kills: SIGKILL of a region's host to its takeover published: p50 %v, max %v (raft heartbeat timeout 300 ms)", kills,
 		failovers[len(failovers)/2].Round(time.Millisecond), failovers[len(failovers)-1].Round(time.Millisecond))
 	if load.acks == 0 {
 		t.Fatal("no write acknowledged")

@@ -1,0 +1,142 @@
+package server
+
+import (
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cellstore/cell/internal/monotime"
+	"github.com/cellstore/cell/wire"
+)
+
+// Read leases (DESIGN §9: "Only a region's leader serves it, RPC and
+// one-sided, and only while it holds a read lease"). A served region's
+// lease is renewed every leaseRenewal by raft's VerifyLeader, which
+// succeeds once a majority of the group answered a heartbeat sent after
+// it began: the lease then lasts leaseDuration from that beginning. A
+// follower that answered does not vote for another candidate until it
+// has heard nothing for a heartbeat timeout (raft's leader stickiness and
+// pre-vote), so no other leader can be elected before the lease ends as
+// long as the lease is shorter than that timeout; it is 3/4 of it, the
+// rest being margin for clock rate differences. A restarted server has
+// forgotten whom it heard from, so it waits one lease duration before its
+// groups start (start.go's waitOutLeases).
+//
+// The lease gates everything a served region answers: RPC requests are
+// refused Unavailable without it (startAt), and one-sided reads are
+// fenced by the providers themselves (rdma SetLease: the tcp responder
+// and shm readers judge the deadline after every copy), so a paused
+// (SIGSTOP) or deposed leader's memory is not read after its lease, even
+// if its process does nothing. A region whose group has this server as
+// its only voter needs no lease: no one else can lead it.
+
+// noLease marks a lease that never ends (a sole voter's).
+const noLease = math.MaxInt64
+
+// leaseDuration is how long a renewal's lease lasts.
+func (s *Server) leaseDuration() time.Duration { return s.opts.RaftHeartbeatTimeout * 3 / 4 }
+
+// leaseRenewal is how often a lease is renewed.
+func (s *Server) leaseRenewal() time.Duration { return s.leaseDuration() / 4 }
+
+// leased reports whether the replica holds its read lease now.
+func (rep *replica) leased() bool {
+	lu := rep.leaseUntil.Load()
+	return lu == noLease || monotime.Now() <= lu
+}
+
+// errNoLease is the refusal of a request for a served region whose lease
+// lapsed: the client retries (the lease is renewed, or the region gets a
+// new host).
+func errNoLease(id uint32) error {
+	return &wire.StatusError{Status: wire.StatusUnavailable, Region: id, Message: "the region's read lease lapsed: its leadership is being confirmed or moving"}
+}
+
+// renewLease renews rep's lease once and hands it to the one-sided
+// providers. It reports whether the server leads rep's group.
+func (s *Server) renewLease(rep *replica) bool {
+	start := monotime.Now()
+	until := int64(noLease)
+	if !s.soleVoter(rep) {
+		if err := rep.raft.VerifyLeader().Error(); err != nil {
+			if rep.leaseUntil.Load() != 0 {
+				s.metrics.leaseLapses.Inc()
+				s.log.Warn("server: a region's read lease lapsed", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+			}
+			rep.leaseUntil.Store(0)
+			return false
+		}
+		until = start + int64(s.leaseDuration())
+	}
+	rep.leaseUntil.Store(until)
+	s.applyLease(rep, until)
+	s.metrics.leaseRenewals.Inc()
+	return true
+}
+
+// applyLease gives rep's one-sided registrations the lease until.
+func (s *Server) applyLease(rep *replica, until int64) {
+	if until == noLease {
+		until = 0 // the providers' "no lease"
+	}
+	for _, rk := range rep.readKeys {
+		var err error
+		switch {
+		case rk.Provider == "tcp":
+			err = s.responder.SetLease(rk.Key, until)
+		case s.shm != nil:
+			err = s.shm.SetLease(rk.Key, until)
+		}
+		if err != nil {
+			s.log.Warn("server: lease of a one-sided registration", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+		}
+	}
+}
+
+// soleVoter reports whether this server is the only voter of rep's group.
+func (s *Server) soleVoter(rep *replica) bool {
+	f := rep.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	voters := 0
+	me := false
+	for _, srv := range f.Configuration().Servers {
+		if srv.Suffrage == raft.Voter {
+			voters++
+			me = me || string(srv.ID) == s.opts.ServerID
+		}
+	}
+	return voters == 1 && me
+}
+
+// keepLease renews rep's lease until stop closes or the server stops.
+func (s *Server) keepLease(rep *replica, stop <-chan struct{}) {
+	t := time.NewTicker(s.leaseRenewal())
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.bgCtx.Done():
+			return
+		case <-t.C:
+		}
+		s.renewLease(rep)
+	}
+}
+
+// waitOutLeases waits, when this server may share groups with others, for
+// one lease duration since it was made: it may have acknowledged a
+// leader's heartbeat just before it stopped, and it forgot it; voting
+// sooner could elect another leader while that lease holds.
+func (s *Server) waitOutLeases(logged int) {
+	if s.opts.Replicas <= 1 && logged <= 1 {
+		return
+	}
+	if d := s.leaseDuration() - time.Since(s.created); d > 0 {
+		time.Sleep(d)
+	}
+}
