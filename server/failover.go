@@ -37,6 +37,9 @@ import (
 // leadUnserved acts on a group this server leads without serving its
 // region: it takes the region over.
 func (s *Server) leadUnserved(rep *replica) {
+	if s.opts.TestingKnobs.NoTakeover {
+		return
+	}
 	s.takeOver(rep, s.table.Load().regions[rep.regionID])
 }
 

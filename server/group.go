@@ -307,7 +307,7 @@ func (s *Server) openRaftListener() error {
 			adv = advertise(s.opts.RaftListen)
 		}
 	}
-	m, err := raftmux.Listen(s.opts.RaftListen, raftmux.Options{Logger: s.log, AdvertiseAddr: adv})
+	m, err := raftmux.Listen(s.opts.RaftListen, raftmux.Options{Logger: s.log, AdvertiseAddr: adv, Faults: s.opts.TestingKnobs.RaftFaults})
 	if err != nil {
 		return fmt.Errorf("server: listen for raft on %s: %w", s.opts.RaftListen, err)
 	}

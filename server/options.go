@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/raftmux"
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
@@ -178,6 +179,17 @@ type TestingKnobs struct {
 	// NoSnapshotOnClose: Close does not snapshot the region, so the next
 	// start replays the log as after a crash.
 	NoSnapshotOnClose bool
+	// RaftFaults, when set, injects faults into the raft traffic this
+	// server dials (raftmux.FaultNet: partitions, delays, drops).
+	RaftFaults raftmux.Faults
+	// NoTakeover: a replica elected leader of a region it does not serve
+	// leaves it alone (the old host keeps its table entry), so tests see
+	// what an isolated host does on its own.
+	NoTakeover bool
+	// IgnoreLease breaks fencing on purpose: the server's regions are
+	// served as if their read lease never ended. The partition tests run
+	// with it to show that they catch a stale host.
+	IgnoreLease bool
 }
 
 // MaxReplicas bounds Options.Replicas.
