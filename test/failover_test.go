@@ -2,16 +2,24 @@ package test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/internal/atomicmem"
+	"github.com/cellstore/cell/locality"
+	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
 )
 
@@ -144,5 +152,125 @@ func TestFailoverKillHost(t *testing.T) {
 		failovers[len(failovers)/2].Round(time.Millisecond), failovers[len(failovers)-1].Round(time.Millisecond))
 	if load.acks == 0 {
 		t.Fatal("no write acknowledged")
+	}
+}
+
+// DESIGN §9: "a paused (SIGSTOP) or deposed leader's memory is never
+// trusted." The host of the root's region is paused with SIGSTOP; another
+// replica takes the region over and acknowledges a new value of a key.
+// While the old host is still paused, a same-host client reading its
+// region over shared memory with the key it was given is refused (the
+// lease word in the registration table has passed; nobody had to revoke
+// anything). After SIGCONT, clients that knew only the old host read the
+// new value, server-side and one-sided. With leases ignored
+// (CELL_TESTING_IGNORE_LEASE=1) the paused host's memory is read, so the
+// check can fail.
+func TestPausedHostIsFenced(t *testing.T) {
+	for _, ignore := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ignore_lease=%v", ignore), func(t *testing.T) {
+			o := serverOptions{cores: 1, regionSize: "32MiB", meganodeSize: "1MiB",
+				flags: []string{"--replicas", "3", "--raft-heartbeat-timeout", "300ms", "--split-placement", "local"}}
+			if ignore {
+				o.env = []string{"CELL_TESTING_IGNORE_LEASE=1"}
+			}
+			cl := startCluster(t, 3, o)
+			store, err := regiontable.OpenEtcd([]string{cl.etcd.endpoint()}, regiontable.EtcdOptions{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			waitReplicated(t, store, 3)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			root, err := store.Root(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var host *cellServer
+			e, err := store.Region(ctx, root.Region())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range cl.servers {
+				if s.id == e.Host {
+					host = s
+				}
+			}
+			clients := map[string]*client.Client{
+				"server":     cl.newClient(t, func(c *client.Config) { c.Mode = locality.Mode{Kind: locality.ServerOnly} }),
+				"client/shm": cl.newClient(t, func(c *client.Config) { c.Mode = locality.Mode{Kind: locality.ClientOnly}; c.Provider = "shm" }),
+				"client/tcp": cl.newClient(t, func(c *client.Config) { c.Mode = locality.Mode{Kind: locality.ClientOnly}; c.Provider = "tcp" }),
+			}
+			w := clients["server"]
+			mustPut(t, w, "fenced", "old")
+			for name, c := range clients {
+				if v, err := c.Get(ctx, []byte("fenced")); err != nil || string(v) != "old" {
+					t.Fatalf("%s: get before the pause = %q, %v", name, v, err)
+				}
+			}
+			var shmKey rdma.RemoteKey
+			raw, ok := e.ReadKeyFor("shm")
+			if !ok {
+				t.Fatal("the region has no shm key")
+			}
+			if err := json.Unmarshal(raw, &shmKey); err != nil {
+				t.Fatal(err)
+			}
+			shm, err := rdma.NewSHMClient(rdma.SHMClientOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer shm.Close()
+			readOld := func() error {
+				return shm.Read(ctx, &shmKey, 0, atomicmem.Alloc(4096))
+			}
+			if err := readOld(); err != nil {
+				t.Fatalf("shm read of the host's region before the pause: %v", err)
+			}
+
+			if err := syscall.Kill(host.pid(), syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			paused := true
+			defer func() {
+				if paused {
+					_ = syscall.Kill(host.pid(), syscall.SIGCONT)
+				}
+			}()
+			ne := waitNewHost(t, store, e.ID, host.id, 30*time.Second)
+			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+			fresh := cl.servers[0]
+			if fresh == host {
+				fresh = cl.servers[1]
+			}
+			w2 := fresh.newClient(t, nil)
+			err = w2.Put(wctx, []byte("fenced"), []byte("new"))
+			wcancel()
+			if err != nil {
+				t.Fatalf("put through the new host %s: %v", ne.Host, err)
+			}
+			err = readOld()
+			switch {
+			case !ignore && !errors.Is(err, rdma.ErrRevoked):
+				t.Errorf("shm read of the paused host's region after %s took it over: %v, want ErrRevoked", ne.Host, err)
+			case ignore && err != nil:
+				t.Errorf("shm read of the paused host's region without leases: %v; the check could not catch a stale read", err)
+			}
+			if err := syscall.Kill(host.pid(), syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			paused = false
+			if ignore {
+				return
+			}
+			for name, c := range clients {
+				gctx, gcancel := context.WithTimeout(ctx, 30*time.Second)
+				v, err := c.Get(gctx, []byte("fenced"))
+				gcancel()
+				if err != nil || string(v) != "new" {
+					t.Errorf("%s (it knew only the old host): get after SIGCONT = %q, %v; want \"new\"", name, v, err)
+				}
+			}
+		})
 	}
 }

@@ -136,5 +136,9 @@ func testingKnobs(log *slog.Logger) server.TestingKnobs {
 		k.AckBeforeCommit = true
 		log.Warn("cellserver: TESTING KNOB: writes are acknowledged before they are committed; acknowledged writes WILL be lost")
 	}
+	if os.Getenv("CELL_TESTING_IGNORE_LEASE") == "1" {
+		k.IgnoreLease = true
+		log.Warn("cellserver: TESTING KNOB: regions are served without read leases; a deposed or paused host WILL answer stale reads")
+	}
 	return k
 }
