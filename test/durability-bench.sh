@@ -5,7 +5,8 @@
 #
 # Three parts, chosen with $PARTS:
 #
-# puts    For each N in $SERVERS: a cluster of N cellservers (N regions;
+# puts    For each N in $SERVERS (N, or NxR for N servers with --replicas R:
+#         each region a raft group of R servers): a cluster of N cellservers (N regions;
 #         test/cluster.bash: the first embeds the region table's etcd,
 #         --cores 1 each, small meganodes so that loading spreads the tree
 #         over the servers) and, beside it, a separate etcd process (the
@@ -293,6 +294,23 @@ wal_counters() {
 
 # ---- part 1: puts, YCSB-A and gets against etcd --------------------------
 
+SERVER_FLAGS0=$SERVER_FLAGS
+
+# wait_replicated waits until every region of the cluster has rf voting
+# replicas and none catching up.
+wait_replicated() {
+	local rf=$1 i
+	for i in $(seq 600); do
+		if ctl regions -w json | jq -e --argjson rf "$rf" 'length > 0 and all(.[]; (.replicas | length) == $rf and ((.learners // []) | length) == 0)' >/dev/null; then
+			return 0
+		fi
+		sleep 0.1
+	done
+	echo "regions not replicated $rf ways after 60 s" >&2
+	ctl regions >&2
+	return 1
+}
+
 median_jq='def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;'
 
 etcd_start
@@ -303,14 +321,18 @@ if has_part puts; then
 	ectl --workload put --keys "$KEYS" --keyspace "$KEYS" --value-size "$VALUE_SIZE" --clients 16 --duration 100ms --warmup 0s \
 		--no-progress -w json >"$OUT/etcd-load.json"
 	echo "# etcd: $KEYS keys stored in $((SECONDS - t0)) s" >&2
-	for n in $SERVERS; do
-		echo "# $n server(s): starting" >&2
-		cluster_start "$n" "$OUT/N$n-logs"
+	for spec in $SERVERS; do
+		n=${spec%x*} rf=1
+		[[ $spec == *x* ]] && rf=${spec#*x}
+		SERVER_FLAGS="$SERVER_FLAGS0 --replicas $rf"
+		echo "# $spec server(s): starting" >&2
+		cluster_start "$n" "$OUT/N$spec-logs"
+		wait_replicated "$rf"
 		t0=$SECONDS
 		ctl bench --workload put --keys "$KEYS" --keyspace "$KEYS" --value-size "$VALUE_SIZE" --clients 16 --duration 100ms --warmup 0s \
-			--no-progress -w json >"$OUT/N$n-load.json"
-		echo "# $n server(s): $KEYS keys stored in $((SECONDS - t0)) s; meganodes per server $(cluster_meganodes)" >&2
-		jq -n --arg mn "$(cluster_meganodes)" --arg load1 "$(loadavg)" '{meganodes: $mn, loadavg: $load1}' >"$OUT/N$n-tree.json"
+			--no-progress -w json >"$OUT/N$spec-load.json"
+		echo "# $spec server(s): $KEYS keys stored in $((SECONDS - t0)) s; meganodes per server $(cluster_meganodes)" >&2
+		jq -n --arg mn "$(cluster_meganodes)" --arg load1 "$(loadavg)" '{meganodes: $mn, loadavg: $load1}' >"$OUT/N$spec-tree.json"
 		cpid=()
 		((n == 1)) && cpid=(--server-pid "${cluster_pids[0]}")
 		for rep in $(seq "$REPEAT"); do
@@ -318,26 +340,26 @@ if has_part puts; then
 			for r in $RUNS; do
 				IFS=: read -r w mp c <<<"$r"
 				mode=${mp%/*} provider=${mp#*/}
-				echo "# $n server(s), repeat $rep: $w, $mode/$provider, $c clients" >&2
+				echo "# $spec server(s), repeat $rep: $w, $mode/$provider, $c clients" >&2
 				wal0=$(wal_counters)
 				ctl bench --workload "$w" --mode "$mode" --provider "$provider" --keys 0 --keyspace "$KEYS" --value-size "$VALUE_SIZE" \
 					--clients "$c" --in-flight 1 --conns "$CONNS" --duration "$DURATION" --warmup "$WARMUP" --no-progress -w json \
-					"${cpid[@]}" >"$OUT/N$n-$rep-cell-$w-$mode-$provider-c$c.json"
+					"${cpid[@]}" >"$OUT/N$spec-$rep-cell-$w-$mode-$provider-c$c.json"
 				jq -n --argjson a "$wal0" --argjson b "$(wal_counters)" \
 					'{seconds: ($b.at - $a.at), syncs: ($b.syncs - $a.syncs), sync_s: ($b.sync_s - $a.sync_s), commits: ($b.commits - $a.commits),
-					  commit_s: ($b.commit_s - $a.commit_s)}' >"$OUT/N$n-$rep-cell-$w-$mode-$provider-c$c.wal.json"
+					  commit_s: ($b.commit_s - $a.commit_s)}' >"$OUT/N$spec-$rep-cell-$w-$mode-$provider-c$c.wal.json"
 				if [[ $done_etcd != *" $w:$c "* ]]; then
 					ectl --workload "$w" --keys 0 --keyspace "$KEYS" --value-size "$VALUE_SIZE" --clients "$c" --in-flight 1 \
-						--duration "$DURATION" --warmup "$WARMUP" --server-pid "$etcd_pid" --no-progress -w json >"$OUT/N$n-$rep-etcd-$w-c$c.json"
+						--duration "$DURATION" --warmup "$WARMUP" --server-pid "$etcd_pid" --no-progress -w json >"$OUT/N$spec-$rep-etcd-$w-c$c.json"
 					done_etcd+="$w:$c "
 				fi
 			done
 		done
 		snaps=0
-		for f in "$OUT/N$n-logs"/s*.log; do
+		for f in "$OUT/N$spec-logs"/s*.log; do
 			snaps=$((snaps + $(grep -c 'region snapshot taken' "$f" || true)))
 		done
-		jq --argjson snaps "$snaps" '.snapshots = $snaps' "$OUT/N$n-tree.json" >"$OUT/N$n-tree.json.new" && mv "$OUT/N$n-tree.json.new" "$OUT/N$n-tree.json"
+		jq --argjson snaps "$snaps" '.snapshots = $snaps' "$OUT/N$spec-tree.json" >"$OUT/N$spec-tree.json.new" && mv "$OUT/N$spec-tree.json.new" "$OUT/N$spec-tree.json"
 		cluster_stop
 	done
 fi
@@ -406,7 +428,7 @@ fi
 # ---- report --------------------------------------------------------------
 
 echo
-echo "Durability (RF 1) on $(nproc) CPUs, servers and etcd on CPU $SERVER_CPUS, cellctl on CPU $CLIENT_CPUS; data on $(df --output=source,fstype "$work/data" | tail -n 1 | awk '{print $1 " (" $2 ")"}');"
+echo "Durability on $(nproc) CPUs, servers and etcd on CPU $SERVER_CPUS, cellctl on CPU $CLIENT_CPUS; data on $(df --output=source,fstype "$work/data" | tail -n 1 | awk '{print $1 " (" $2 ")"}');"
 echo "etcd $("$ETCD" --version | head -n 1 | awk '{print $3}'); $DURATION measured after $WARMUP, $REPEAT repeats; medians (min-max)."
 if has_part puts; then
 	echo
@@ -414,17 +436,17 @@ if has_part puts; then
 	echo
 	echo "| servers | workload | Cell mode | clients | Cell ops/s | p50 µs | p99 µs | server CPU µs/op | Cell log: fsyncs/s, µs each, puts per fsync | etcd ops/s | p50 µs | p99 µs | server CPU µs/op | Cell ÷ etcd |"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-	for n in $SERVERS; do
+	for spec in $SERVERS; do
 		for r in $RUNS; do
 			IFS=: read -r w mp c <<<"$r"
 			mode=${mp%/*} provider=${mp#*/}
 			cells=() etcds=() wals=()
 			for rep in $(seq "$REPEAT"); do
-				cells+=("$OUT/N$n-$rep-cell-$w-$mode-$provider-c$c.json")
-				wals+=("$OUT/N$n-$rep-cell-$w-$mode-$provider-c$c.wal.json")
-				etcds+=("$OUT/N$n-$rep-etcd-$w-c$c.json")
+				cells+=("$OUT/N$spec-$rep-cell-$w-$mode-$provider-c$c.json")
+				wals+=("$OUT/N$spec-$rep-cell-$w-$mode-$provider-c$c.wal.json")
+				etcds+=("$OUT/N$spec-$rep-etcd-$w-c$c.json")
 			done
-			jq -rn --arg n "$n" --arg w "$w" --arg mp "$mp" --arg c "$c" \
+			jq -rn --arg n "$spec" --arg w "$w" --arg mp "$mp" --arg c "$c" \
 				--slurpfile cell <(cat "${cells[@]}") --slurpfile etcd <(cat "${etcds[@]}") --slurpfile wal <(cat "${wals[@]}") "$median_jq"'
 				def us: . / 1000 | . * 10 | floor / 10;
 				def mr(f): [.[] | f] as $v | if ($v | map(select(. != null)) | length) == 0 then "-" else
@@ -441,8 +463,8 @@ if has_part puts; then
 		done
 	done
 	echo
-	for n in $SERVERS; do
-		echo "$n server(s): meganodes per server after loading $(jq -r .meganodes "$OUT/N$n-tree.json"), load average $(jq -r .loadavg "$OUT/N$n-tree.json"), region snapshots taken during the runs $(jq -r .snapshots "$OUT/N$n-tree.json"), errors $(cat "$OUT"/N"$n"-*-cell-*.json | jq -s 'map(.errors) | add')"
+	for spec in $SERVERS; do
+		echo "$spec server(s): meganodes per server after loading $(jq -r .meganodes "$OUT/N$spec-tree.json"), load average $(jq -r .loadavg "$OUT/N$spec-tree.json"), region snapshots taken during the runs $(jq -r .snapshots "$OUT/N$spec-tree.json"), errors $(cat "$OUT"/N"$spec"-*-cell-*.json | jq -s 'map(.errors) | add')"
 	done
 	echo "etcd errors: $(cat "$OUT"/N*-etcd-*.json | jq -s 'map(.errors) | add'); server CPU per op only with one server (one PID)."
 fi
