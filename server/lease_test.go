@@ -182,10 +182,21 @@ func TestDivergentTailConverges(t *testing.T) {
 		}()
 	}
 	time.Sleep(500 * time.Millisecond)
-	lastBefore := host.raft.LastIndex()
 	net.Isolate(host.mux.Addr().String())
+	// A burst while the host still believes it leads: appended to its
+	// log only. None of these is acknowledged.
+	for i := range 32 {
+		go func() {
+			bctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			_ = c.Put(bctx, []byte(fmt.Sprintf("burst-%02d", i)), []byte("b"))
+		}()
+	}
 	time.Sleep(200 * time.Millisecond)
-	tail := host.raft.LastIndex()
+	tail, commit := host.raft.LastIndex(), host.raft.CommitIndex()
+	if tail <= commit {
+		t.Fatalf("the isolated host has no uncommitted tail (last %d, commit %d)", tail, commit)
+	}
 	// The region moves; the writers go on against the new host.
 	waitFor(t, func() bool {
 		e, err := store.Region(ctx, id)
@@ -207,8 +218,8 @@ func TestDivergentTailConverges(t *testing.T) {
 		first, err := leader.srv.wal.Log(id).FirstIndex()
 		return err == nil && first > tail+1
 	}, "the new leader to truncate its log past the old host's tail")
-	t.Logf("old host's log: %d before the partition, %d after (its uncommitted tail); the new leader's log starts at %d",
-		lastBefore, tail, func() uint64 { f, _ := leader.srv.wal.Log(id).FirstIndex(); return f }())
+	t.Logf("old host's log: committed to %d, uncommitted tail to %d; the new leader's log starts at %d",
+		commit, tail, func() uint64 { f, _ := leader.srv.wal.Log(id).FirstIndex(); return f }())
 	net.Heal()
 	for rid, reps := range waitConverged(t, srvs) {
 		want := imageHash(reps[0])
