@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -202,6 +203,11 @@ func TestPausedHostIsFenced(t *testing.T) {
 			}
 			defer store.Close()
 			waitReplicated(t, store, 3)
+			// cellctl regions shows every replica's raft state.
+			code, out, errOut := cl.servers[0].cellctl(t, "regions")
+			if code != 0 || strings.Count(out, " leader ") != 3 || strings.Count(out, " follower ") != 6 {
+				t.Fatalf("cellctl regions: exit %d, want 3 leaders and 6 followers among the replicas:\n%s%s", code, out, errOut)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			root, err := store.Root(ctx)

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
 )
 
 // memberJSON is one member in members -w json.
@@ -31,7 +33,9 @@ type regionJSON struct {
 	Term     uint64   `json:"term"`
 	Replicas []string `json:"replicas"`
 	Learners []string `json:"learners,omitempty"`
-	Path     string   `json:"path,omitempty"`
+	// States is each replica's raft state, as its server reports it.
+	States []replicaJSON `json:"replica_states,omitempty"`
+	Path   string        `json:"path,omitempty"`
 	// Live reports whether Host is a live member.
 	Live bool `json:"live"`
 }
@@ -83,7 +87,9 @@ func newRegionsCommand(g *globals) *cobra.Command {
 		Long: `List the regions of the region table in etcd: ID, kind, size, the
 member hosting it, its epoch (which grows with every start of its host),
 and whether that host is a live member (LIVE no: its data is unreachable
-until the host comes back).`,
+until the host comes back); then every replica's raft state as its server
+reports it: role, term, last applied log index and the committed entries
+it has not applied yet (LAG).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := g.commandContext()
@@ -93,7 +99,8 @@ until the host comes back).`,
 				return err
 			}
 			rs := regionsOutput(st)
-			return g.print(rs, func() []*table { return []*table{regionsTable(rs)} })
+			askReplicas(ctx, st, rs)
+			return g.print(rs, func() []*table { return []*table{regionsTable(rs), replicasTable(rs)} })
 		},
 	}
 }
@@ -140,4 +147,81 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// replicaJSON is one replica's raft state in regions -w json.
+type replicaJSON struct {
+	Server  string `json:"server"`
+	Role    string `json:"role"`
+	Term    uint64 `json:"term"`
+	Applied uint64 `json:"applied"`
+	Commit  uint64 `json:"commit"`
+	Error   string `json:"error,omitempty"`
+}
+
+// askReplicas asks every replica's server for its raft state of the
+// region (OpMetadata for one region, which a follower answers too).
+func askReplicas(ctx context.Context, st regiontable.State, rs []regionJSON) {
+	addr := map[string]string{}
+	for _, m := range st.Members {
+		addr[m.ID] = m.RPCAddr
+	}
+	for i := range rs {
+		r := &rs[i]
+		for _, id := range append(append([]string{}, r.Replicas...), r.Learners...) {
+			rj := replicaJSON{Server: id}
+			a, ok := addr[id]
+			if !ok {
+				rj.Error = "not a live member"
+				r.States = append(r.States, rj)
+				continue
+			}
+			info, err := regionRaft(ctx, a, r.ID)
+			if err != nil {
+				rj.Error = oneLine(err.Error())
+			} else {
+				rj.Role, rj.Term, rj.Applied, rj.Commit = info.Role.String(), info.Term, info.Applied, info.Commit
+			}
+			r.States = append(r.States, rj)
+		}
+	}
+}
+
+// regionRaft asks the server at addr for its replica of region id.
+func regionRaft(ctx context.Context, addr string, id uint32) (wire.RaftInfo, error) {
+	c, err := dialServer(ctx, addr)
+	if err != nil {
+		return wire.RaftInfo{}, err
+	}
+	defer c.Close()
+	f, err := c.CallMessage(ctx, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: id})
+	if err != nil {
+		return wire.RaftInfo{}, err
+	}
+	defer f.Release()
+	var rep wire.MetadataReply
+	if err := rep.Decode(f.Body); err != nil {
+		return wire.RaftInfo{}, err
+	}
+	if len(rep.Regions) != 1 || rep.Regions[0].ID != id {
+		return wire.RaftInfo{}, fmt.Errorf("%s described %d regions", addr, len(rep.Regions))
+	}
+	return rep.Regions[0].Raft, nil
+}
+
+// replicasTable lists every replica of every region.
+func replicasTable(rs []regionJSON) *table {
+	t := &table{header: []string{"REGION", "REPLICA", "ROLE", "TERM", "APPLIED", "LAG"}}
+	for _, r := range rs {
+		for _, st := range r.States {
+			if st.Error != "" {
+				t.add(fmt.Sprint(r.ID), st.Server, "-", "-", "-", "-")
+				t.notes = append(t.notes, fmt.Sprintf("region %d on %s: %s", r.ID, st.Server, st.Error))
+				continue
+			}
+			t.add(fmt.Sprint(r.ID), st.Server, st.Role, fmt.Sprint(st.Term), fmt.Sprint(st.Applied), fmt.Sprint(st.Commit-min(st.Applied, st.Commit)))
+		}
+	}
+	t.notes = append(t.notes, "LAG: entries the replica knows committed and has not applied yet.")
+	return t
 }
