@@ -1,7 +1,9 @@
 package server
 
 import (
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -124,4 +126,53 @@ func violations(err error) []string {
 		return out
 	}
 	return []string{strings.ReplaceAll(err.Error(), "\n", " ")}
+}
+
+// serveReplicaHash answers one OpReplicaHash request: the SHA-256 of this
+// server's replica of the region (served or followed), hashed as a
+// snapshot image (meganode.Region.WriteImage: the layout and every page
+// that is not all zero) under the replica's apply lock, so that it is the
+// region exactly as of its applied index. Replicas at one applied index
+// are byte-identical (apply is deterministic), so their hashes are equal.
+// The apply lock holds the region's writes while it hashes (about as long
+// as a snapshot's copy). REQUIRES: c.inflight counts the request;
+// serveReplicaHash releases it and the frame.
+func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
+	s := c.s
+	defer c.inflight.Done()
+	defer f.Release()
+	h := &f.Header
+	var rep wire.ReplicaHashReply
+	err := func() error {
+		var req wire.ReplicaHashRequest
+		if err := req.Decode(f.Body); err != nil {
+			return err
+		}
+		r := s.anyReplica(req.Region)
+		if r == nil {
+			return &wire.StatusError{Status: wire.StatusUnknownRegion, Region: req.Region, Message: fmt.Sprintf("no replica of region %d here", req.Region)}
+		}
+		sum := sha256.New()
+		r.applyMu.Lock()
+		defer r.applyMu.Unlock()
+		st, err := r.region.WriteImage(sum)
+		if err != nil {
+			return fmt.Errorf("server: hash region %d: %w", req.Region, err)
+		}
+		rep = wire.ReplicaHashReply{Region: req.Region, Applied: r.repl.Applied, Pages: st.Pages}
+		copy(rep.Hash[:], sum.Sum(nil))
+		return nil
+	}()
+	service := time.Since(arrived)
+	st := wire.StatusOK
+	if err == nil {
+		rh := h.Reply(wire.StatusOK)
+		rh.SetTiming(0, service)
+		err = c.rw.WriteMessage(rh, &rep)
+	} else {
+		err = wireError(err)
+		st = wire.StatusOf(err)
+		_ = c.rw.WriteError(h, err, 0, service)
+	}
+	s.metrics.observe(h.Op, st, 0, service)
 }

@@ -192,6 +192,10 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		c.inflight.Add(1)
 		go c.serveCheck(f, arrived)
 		return
+	case wire.OpReplicaHash:
+		c.inflight.Add(1)
+		go c.serveReplicaHash(f, arrived)
+		return
 	case wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete,
 		wire.OpSplitBegin, wire.OpSplitAppend, wire.OpSplitEnd, wire.OpInsertChild, wire.OpMeganode:
 	default:

@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -9,8 +10,10 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
 )
 
 // startReplicated starts n servers over one memory table, each keeping
@@ -306,4 +309,63 @@ func TestFailover(t *testing.T) {
 	}
 	slices.Sort(keys)
 	mustReadAll(t, "after the old host returned", map[string]*client.Client{"server": c}, keys)
+}
+
+// OpReplicaHash, cellctl check's comparison of replicas: the replicas of
+// a region at rest hash the same at the same applied index, and a replica
+// whose region differs by one byte hashes differently.
+func TestReplicaHash(t *testing.T) {
+	srvs, store := startReplicated(t, 3, 3, func(i int, o *Options) { o.SplitPlacement = PlaceLocal })
+	c := newClient(t, store, "server")
+	ctx := ctxT(t)
+	for i := range 300 {
+		if err := c.Put(ctx, []byte(fmt.Sprintf("k%04d", i)), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reps := waitConverged(t, srvs)[srvs[0].regionID]
+	hashes := func() []wire.ReplicaHashReply {
+		var out []wire.ReplicaHashReply
+		for _, s := range srvs {
+			var rep wire.ReplicaHashReply
+			if _, err := call(t, dial(t, s), wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: srvs[0].regionID}, &rep); err != nil {
+				t.Fatalf("%s: %v", s.opts.ServerID, err)
+			}
+			out = append(out, rep)
+		}
+		return out
+	}
+	hs := hashes()
+	for i, h := range hs[1:] {
+		if h.Applied != hs[0].Applied || h.Hash != hs[0].Hash || h.Pages == 0 {
+			t.Fatalf("replica %d: applied %d, %d pages, hash %x; replica 0: applied %d, %d pages, hash %x", i+1, h.Applied, h.Pages, h.Hash, hs[0].Applied, hs[0].Pages, hs[0].Hash)
+		}
+	}
+	// Flip a byte of the root meganode's header on a follower.
+	var f *replica
+	for _, rep := range reps {
+		if rep.srv.servedReplica(rep.regionID) == nil {
+			f = rep
+		}
+	}
+	f.applyMu.Lock()
+	off := blink.Ptr(f.srv.root.Load()).Offset() + 64
+	f.region.Bytes()[off] ^= 0xff
+	f.applyMu.Unlock()
+	changed := 0
+	for _, h := range hashes() {
+		if h.Hash != hs[0].Hash {
+			changed++
+		}
+	}
+	if changed != 1 {
+		t.Fatalf("%d replicas hash differently after one follower's byte changed, want 1", changed)
+	}
+	var rep wire.ReplicaHashReply
+	if _, err := call(t, dial(t, srvs[0]), wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: 999}, &rep); !errors.Is(err, wire.ErrUnknownRegion) {
+		t.Fatalf("hash of a region held nowhere: %v, want UnknownRegion", err)
+	}
+	f.applyMu.Lock()
+	f.region.Bytes()[off] ^= 0xff // the cleanup checks the tree
+	f.applyMu.Unlock()
 }

@@ -182,10 +182,10 @@ const statusCache = 32
 // opNames are the op label values; opIndex maps an op code to its name's
 // index ("other" for ops without a name).
 var (
-	opNames = []string{"other", "ping", "metadata", "search", "get", "contains", "range", "node_dump", "put", "delete", "check"}
+	opNames = []string{"other", "ping", "metadata", "search", "get", "contains", "range", "node_dump", "put", "delete", "check", "replica_hash"}
 	opIndex = func() [256]uint8 {
 		var ix [256]uint8
-		for i, op := range []wire.Op{wire.OpPing, wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete, wire.OpCheck} {
+		for i, op := range []wire.Op{wire.OpPing, wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete, wire.OpCheck, wire.OpReplicaHash} {
 			ix[op] = uint8(i + 1)
 		}
 		return ix

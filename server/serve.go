@@ -288,3 +288,15 @@ func (s *Server) targetReplica() *replica {
 	}
 	return best
 }
+
+// anyReplica returns this server's replica of region id, served or not:
+// its own region's, or a follower's; nil if it holds none.
+func (s *Server) anyReplica(id uint32) *replica {
+	if rep := s.servedReplica(id); rep != nil {
+		return rep
+	}
+	if id == s.regionID {
+		return s.replica
+	}
+	return s.follower(id)
+}

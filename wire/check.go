@@ -69,3 +69,54 @@ func (m *CheckReply) decode(d *decoder) {
 	}
 	m.Violations = vs
 }
+
+// ReplicaHashRequest (OpReplicaHash) asks for the hash of the server's
+// replica of Region.
+//
+//	[region u32]
+type ReplicaHashRequest struct {
+	Region uint32
+}
+
+func (m *ReplicaHashRequest) AppendTo(b []byte) []byte { return appendU32(b, m.Region) }
+
+func (m *ReplicaHashRequest) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("replica hash request")
+}
+
+func (m *ReplicaHashRequest) decode(d *decoder) { m.Region = d.u32("region") }
+
+// ReplicaHashReply answers OpReplicaHash: the SHA-256 of the replica's
+// region image (its layout and every page that is not all zero, the
+// snapshot image's format) when it had applied the log up to Applied.
+// Replicas of one region at one applied index must have equal hashes.
+//
+//	[region u32][applied u64][pages u64][hash 32 bytes]
+type ReplicaHashReply struct {
+	Region  uint32
+	Applied uint64
+	Pages   uint64
+	Hash    [32]byte
+}
+
+func (m *ReplicaHashReply) AppendTo(b []byte) []byte {
+	b = appendU32(b, m.Region)
+	b = appendU64(b, m.Applied)
+	b = appendU64(b, m.Pages)
+	return append(b, m.Hash[:]...)
+}
+
+func (m *ReplicaHashReply) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("replica hash reply")
+}
+
+func (m *ReplicaHashReply) decode(d *decoder) {
+	m.Region = d.u32("region")
+	m.Applied = d.u64("applied index")
+	m.Pages = d.u64("pages")
+	copy(m.Hash[:], d.take(32, "hash"))
+}

@@ -31,6 +31,11 @@ const (
 	// and lists the violations (CheckRequest, CheckReply); for cellctl
 	// check. It may take long: servers run it beside their tree workers.
 	OpCheck Op = 0x15
+	// OpReplicaHash hashes the server's replica of a region at its applied
+	// index (ReplicaHashRequest, ReplicaHashReply), so that cellctl check
+	// can compare the replicas of a region. Servers run it beside their
+	// tree workers, holding the region's apply lock while they hash.
+	OpReplicaHash Op = 0x16
 
 	// OpPut inserts or replaces a key (PutRequest, empty reply).
 	OpPut Op = 0x20
@@ -59,16 +64,17 @@ const (
 )
 
 var opNames = [...]string{
-	OpPing:     "Ping",
-	OpMetadata: "Metadata",
-	OpSearch:   "Search",
-	OpGet:      "Get",
-	OpContains: "Contains",
-	OpRange:    "Range",
-	OpNodeDump: "NodeDump",
-	OpCheck:    "Check",
-	OpPut:      "Put",
-	OpDelete:   "Delete",
+	OpPing:        "Ping",
+	OpMetadata:    "Metadata",
+	OpSearch:      "Search",
+	OpGet:         "Get",
+	OpContains:    "Contains",
+	OpRange:       "Range",
+	OpNodeDump:    "NodeDump",
+	OpCheck:       "Check",
+	OpPut:         "Put",
+	OpReplicaHash: "ReplicaHash",
+	OpDelete:      "Delete",
 
 	OpSplitBegin:  "SplitBegin",
 	OpSplitAppend: "SplitAppend",
