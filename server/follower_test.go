@@ -12,6 +12,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/internal/testutil"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -24,6 +25,8 @@ func startReplicated(t *testing.T, n, replicas int, edit func(i int, o *Options)
 	srvs, store := startCluster(t, n, func(i int, o *Options) {
 		o.Replicas = replicas
 		o.RaftHeartbeatTimeout = 300 * time.Millisecond
+		// Below the ephemeral range: the tests restart servers on it.
+		o.RaftListen = testutil.FreeAddrs(t, 1)[0]
 		if edit != nil {
 			edit(i, o)
 		}

@@ -6,9 +6,13 @@ package testutil
 import (
 	"bytes"
 	"flag"
+	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -37,23 +41,55 @@ func Golden(tb testing.TB, name, got, what string) {
 }
 
 // FreeAddrs returns n distinct loopback addresses whose ports were free a
-// moment ago.
+// moment ago. The ports are chosen at random below the kernel's ephemeral
+// range (ip_local_port_range), which outgoing connections draw their local
+// ports from: a test that kills a server and restarts it on the same
+// ports would otherwise find them taken, now and then, by some process's
+// outgoing connection. Where that range leaves too little room below it,
+// the kernel picks (port 0).
 func FreeAddrs(tb testing.TB, n int) []string {
 	tb.Helper()
 	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	lo, hi := portRange()
 	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(addrs) < n; tries++ {
+		addr := "127.0.0.1:0"
+		if hi-lo >= 1000 && tries < 100*n {
+			addr = fmt.Sprintf("127.0.0.1:%d", lo+rand.IntN(hi-lo))
+		}
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			tb.Fatal(err)
+			if addr == "127.0.0.1:0" {
+				tb.Fatal(err)
+			}
+			continue // taken: draw again
 		}
 		lns = append(lns, ln)
 		addrs = append(addrs, ln.Addr().String())
 	}
-	for _, ln := range lns {
-		ln.Close()
-	}
 	return addrs
+}
+
+// portRange is the range [lo, hi) FreeAddrs draws from: from 10000 to the
+// start of the kernel's ephemeral range.
+func portRange() (lo, hi int) {
+	lo, hi = 10000, 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 2 {
+		if v, err := strconv.Atoi(f[0]); err == nil {
+			hi = min(hi, v)
+		}
+	}
+	return lo, hi
 }
 
 // SyncBuffer collects output written from several goroutines (a process's
