@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,7 +220,7 @@ func TestFollowerCatchesUp(t *testing.T) {
 					return err == nil && first > behind+1
 				}, "the leader to truncate its log past the stopped follower")
 			}
-			srvs[2] = startServer(t, opts)
+			srvs[2] = restartServer(t, opts)
 			waitVoters(t, srvs[2], 3)
 			for id, reps := range waitConverged(t, srvs) {
 				want := imageHash(reps[0])
@@ -292,7 +294,7 @@ func TestFailover(t *testing.T) {
 
 	// The old host returns: it follows its region, serves nothing, and
 	// every replica ends identical.
-	srvs[0] = startServer(t, opts)
+	srvs[0] = restartServer(t, opts)
 	if srvs[0].servedReplica(id) != nil {
 		t.Fatalf("the old host serves region %d again", id)
 	}
@@ -371,4 +373,37 @@ func TestReplicaHash(t *testing.T) {
 	f.applyMu.Lock()
 	f.region.Bytes()[off] ^= 0xff // the cleanup checks the tree
 	f.applyMu.Unlock()
+}
+
+// restartServer starts a server again on the fixed raft address it had
+// (its groups' configurations name it). Another test process may be
+// probing that port for a moment (testutil.FreeAddrs binds candidate
+// ports to see whether they are free): a bind that finds it in use is
+// tried again for up to 5 s, and then the test fails.
+func restartServer(t *testing.T, opts Options) *Server {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, err := New(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = s.Start(ctx)
+		cancel()
+		if err == nil {
+			t.Cleanup(func() {
+				if err := s.Close(); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+			})
+			return s
+		}
+		if !strings.Contains(err.Error(), "address already in use") || time.Now().After(deadline) {
+			t.Fatalf("Start: %v", err)
+		}
+		t.Logf("restart: %v; trying again", err)
+		opts.Registry = nil
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -275,6 +275,8 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	rep.repl = st
+	rep.targets = nil // a snapshot is never taken while a target is frozen
+	rep.ended = nil
 	rep.applied.Store(st.Applied)
 	rep.srv.log.Info("server: region restored from a snapshot", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", st.Applied),
 		slog.Int("meganodes", len(r.Meganodes())), slog.Duration("took", time.Since(start)))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -195,6 +196,9 @@ func (s *Server) leastLoadedPeer() (*regiontable.Member, int) {
 	return &best.m, best.count
 }
 
+// beginTries bounds the attempts of a remote split's begin.
+const beginTries = 3
+
 // beginRemoteTarget asks peer to format Y for the split of x at sep.
 func (s *Server) beginRemoteTarget(x *localMeganode, sep []byte, peer *regiontable.Member) (*splitTarget, error) {
 	h, err := x.t.Header()
@@ -207,8 +211,24 @@ func (s *Server) beginRemoteTarget(x *localMeganode, sep []byte, peer *regiontab
 		Source: x.m.Ptr(), Level: uint16(x.level), Right: x.t.Right(),
 		Range: wire.KeyRange{Min: sep, Max: h.Bounds.Max, MaxInf: h.Bounds.MaxInf},
 	}
+	// A begin whose reply was lost may have made the target: asked again,
+	// the peer answers the same one (beginTargetLocked), so it is retried
+	// until it is answered, definitely refused, or out of tries.
 	var rep wire.SplitBeginReply
-	if err := s.call(s.bgCtx, peer.RPCAddr, wire.OpSplitBegin, &req, &rep); err != nil {
+	for attempt := 0; attempt < beginTries; attempt++ {
+		if attempt > 0 {
+			if perr := s.pause(attempt); perr != nil {
+				return nil, perr
+			}
+			s.log.Warn("server: remote split begin unanswered; asking again", slog.String("peer", peer.ID), slog.Any("err", err))
+		}
+		err = s.call(s.bgCtx, peer.RPCAddr, wire.OpSplitBegin, &req, &rep)
+		var se *wire.StatusError
+		if err == nil || errors.As(err, &se) {
+			break
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	if r, ok := s.table.Load().regions[rep.Meganode.Region()]; !ok || r.Host != peer.ID {
@@ -525,17 +545,16 @@ func badRequest(err error) error {
 // REQUIRES: s.applyMu held.
 func (rep *replica) applyTargetLocked(r *writeRecord, b *targetBody) (applyResult, error) {
 	if b.Phase == targetBegin {
-		if !r.Meganode.IsNil() {
-			return applyResult{}, fmt.Errorf("server: target begin record names %v: apply chooses the meganode: %w", r.Meganode, ErrBadRecord)
-		}
-		bounds := blink.Bounds{Min: r.Key, Max: b.Payload, MaxInf: b.MaxInf}
-		yp, err := rep.newMeganodeLocked(int(b.Level), bounds, func(y *blink.Tree) error {
-			return y.BeginCopy(b.Right)
-		})
-		return applyResult{New: yp}, err
+		return rep.beginTargetLocked(r, b)
 	}
 	y := rep.meganodeAt(r.Meganode)
-	if y == nil || y.m.Ptr() != r.Meganode || !y.t.Split().Target {
+	isTarget := y != nil && y.m.Ptr() == r.Meganode && y.t.Split().Target
+	switch {
+	case !isTarget && rep.endedTarget(r.Meganode, b.Phase == targetCommit):
+		// Ended that way already: a retried end whose first reply was
+		// lost changes nothing and succeeds.
+		return applyResult{}, nil
+	case !isTarget:
 		return applyResult{}, fmt.Errorf("server: target %v record for %v, not a split target of region %d: %w", b.Phase, r.Meganode, rep.regionID, ErrBadRecord)
 	}
 	switch b.Phase {
@@ -550,15 +569,112 @@ func (rep *replica) applyTargetLocked(r *writeRecord, b *targetBody) (applyResul
 		if err := y.t.AppendEntries(ents); err != nil {
 			return applyResult{}, err
 		}
+		if ts := rep.targets[y.m.Ptr()]; ts != nil {
+			ts.appended = true
+		}
 		return applyResult{Root: y.t.Root()}, nil
 	case targetCommit:
+		delete(rep.targets, y.m.Ptr())
+		rep.noteEnded(y.m.Ptr(), true)
 		return applyResult{}, y.t.Thaw()
 	case targetAbort:
-		// Y holds copies of the records: free them with it.
-		if err := y.t.DropRecords(); err != nil {
-			return applyResult{}, err
-		}
-		return applyResult{}, rep.dropMeganode(y.m.Slot())
+		rep.noteEnded(y.m.Ptr(), false)
+		return applyResult{}, rep.dropTargetLocked(y)
 	}
 	return applyResult{}, fmt.Errorf("server: target phase %v: %w", b.Phase, ErrBadRecord)
+}
+
+// targetState is a remote split's target in this region, from its begin
+// record to its commit or abort: the split it belongs to (the source
+// meganode and the split key), and whether entries were appended to it.
+// Kept by apply alone (rep.targets, guarded by applyMu) and rebuilt by
+// replaying the log: no snapshot is taken while a target is frozen
+// (fsm.go), so every replica knows the same targets.
+type targetState struct {
+	source   blink.Ptr
+	key      []byte
+	appended bool
+}
+
+// beginTargetLocked applies a target begin record. A begin that repeats
+// one whose target is still frozen and empty (the source retried after a
+// lost reply) answers that target instead of making a second one, so a
+// timed-out SplitBegin leaves no orphan; a frozen target of the same
+// split that already received entries (the source started the split
+// over) is dropped first. REQUIRES: rep.applyMu held.
+func (rep *replica) beginTargetLocked(r *writeRecord, b *targetBody) (applyResult, error) {
+	if !r.Meganode.IsNil() {
+		return applyResult{}, fmt.Errorf("server: target begin record names %v: apply chooses the meganode: %w", r.Meganode, ErrBadRecord)
+	}
+	for _, yp := range slices.Sorted(maps.Keys(rep.targets)) {
+		ts := rep.targets[yp]
+		if ts.source != b.Source || !bytes.Equal(ts.key, r.Key) {
+			continue
+		}
+		y := rep.meganodeAt(yp)
+		if y == nil || y.m.Ptr() != yp || !y.t.Split().Target {
+			delete(rep.targets, yp)
+			continue
+		}
+		if !ts.appended && y.level == int(b.Level) {
+			return applyResult{New: yp}, nil
+		}
+		if err := rep.dropTargetLocked(y); err != nil {
+			return applyResult{}, err
+		}
+	}
+	bounds := blink.Bounds{Min: r.Key, Max: b.Payload, MaxInf: b.MaxInf}
+	yp, err := rep.newMeganodeLocked(int(b.Level), bounds, func(y *blink.Tree) error {
+		return y.BeginCopy(b.Right)
+	})
+	if err == nil {
+		if rep.targets == nil {
+			rep.targets = make(map[blink.Ptr]*targetState)
+		}
+		rep.targets[yp] = &targetState{source: b.Source, key: bytes.Clone(r.Key)}
+	}
+	return applyResult{New: yp}, err
+}
+
+// endedTargets bounds the targets whose end a replica remembers, for
+// retried ends.
+const endedTargets = 64
+
+// endedTarget is a target's end: committed, or aborted.
+type endedTarget struct {
+	ptr    blink.Ptr
+	commit bool
+}
+
+// noteEnded remembers that target p ended (committed or aborted), the last
+// endedTargets of them, in log order. Snapshots do not carry them: a
+// replica restored from one answers a retried end BadRequest where the
+// others answer OK, and neither changes anything, so the regions stay
+// identical. REQUIRES: rep.applyMu held.
+func (rep *replica) noteEnded(p blink.Ptr, commit bool) {
+	rep.ended = append(rep.ended, endedTarget{p, commit})
+	if len(rep.ended) > endedTargets {
+		rep.ended = slices.Delete(rep.ended, 0, 1)
+	}
+}
+
+// endedTarget reports whether target p's last end was commit's kind (a
+// commit, or an abort): a retried end. REQUIRES: rep.applyMu held.
+func (rep *replica) endedTarget(p blink.Ptr, commit bool) bool {
+	for i := len(rep.ended) - 1; i >= 0; i-- {
+		if rep.ended[i].ptr == p {
+			return rep.ended[i].commit == commit
+		}
+	}
+	return false
+}
+
+// dropTargetLocked drops frozen target y: its records (copies of the
+// source's) and its meganode. REQUIRES: rep.applyMu held.
+func (rep *replica) dropTargetLocked(y *localMeganode) error {
+	delete(rep.targets, y.m.Ptr())
+	if err := y.t.DropRecords(); err != nil {
+		return err
+	}
+	return rep.dropMeganode(y.m.Slot())
 }

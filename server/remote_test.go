@@ -313,3 +313,76 @@ func TestSeparatorRetried(t *testing.T) {
 	}
 	mustServeAll(t, s, c, keys)
 }
+
+// Issue #8: "Server-to-server split ops become idempotent (keyed by source
+// meganode and split key): a lost reply retried never fails the split."
+// A begin asked twice (its first reply lost) answers the same target and
+// makes no second one; a commit or an abort asked twice succeeds twice;
+// a begin of a split started over drops the earlier target that already
+// received entries. What matches no split is still refused.
+func TestSplitOpsRetried(t *testing.T) {
+	s, _ := newTestServer(t)
+	c := dial(t, s)
+	put(t, c, "a", "va")
+	source := blink.MakePtr(4242, 0x1000) // the source is another server's
+	begin := func(key string) blink.Ptr {
+		t.Helper()
+		var rep wire.SplitBeginReply
+		if _, err := call(t, c, wire.OpSplitBegin, &wire.SplitBeginRequest{Source: source, Range: wire.KeyRange{Min: []byte(key), MaxInf: true}}, &rep); err != nil {
+			t.Fatalf("begin at %q: %v", key, err)
+		}
+		return rep.Meganode
+	}
+	end := func(y blink.Ptr, commit bool) error {
+		_, err := call(t, c, wire.OpSplitEnd, &wire.SplitEndRequest{Meganode: y, Commit: commit}, nil)
+		return err
+	}
+	y1 := begin("m")
+	if y2 := begin("m"); y2 != y1 {
+		t.Fatalf("a retried begin made %v, the first made %v", y2, y1)
+	}
+	if n := len(s.region.Meganodes()); n != 2 {
+		t.Fatalf("%d meganodes after a begin asked twice, want 2", n)
+	}
+	for i := range 2 {
+		if err := end(y1, true); err != nil {
+			t.Fatalf("commit %d: %v", i+1, err)
+		}
+	}
+	if err := end(y1, false); wire.StatusOf(err) != wire.StatusBadRequest {
+		t.Fatalf("abort of a committed target: %v, want BadRequest", err)
+	}
+	y3 := begin("p")
+	if y3 == y1 {
+		t.Fatal("a begin of another split answered a committed target")
+	}
+	for i := range 2 {
+		if err := end(y3, false); err != nil {
+			t.Fatalf("abort %d: %v", i+1, err)
+		}
+	}
+	// A split started over: its first target received entries.
+	y4 := begin("q")
+	var arep wire.SplitAppendReply
+	if _, err := call(t, c, wire.OpSplitAppend, &wire.SplitAppendRequest{Meganode: y4, Entries: []wire.SplitEntry{{Key: []byte("q1"), Value: []byte("x")}}}, &arep); err != nil {
+		t.Fatal(err)
+	}
+	y5 := begin("q")
+	if n := len(s.region.Meganodes()); n != 3 {
+		t.Fatalf("begin of a split started over: %d meganodes, want the root, the committed target and the new one", n)
+	}
+	if lm := s.meganodeAt(y5); lm == nil {
+		t.Fatalf("the new target %v is no meganode", y5)
+	} else if it := lm.t.NewIter(nil); it.First() {
+		t.Fatalf("the new target %v holds %q: the old one's entries", y5, it.Key())
+	} else {
+		it.Close()
+	}
+	if err := end(y5, false); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.region.Meganodes()); n != 2 {
+		t.Fatalf("%d meganodes at the end, want the root and the committed target", n)
+	}
+	put(t, c, "b", "vb")
+}

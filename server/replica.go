@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 )
@@ -42,6 +43,10 @@ type replica struct {
 	applyMu sync.Mutex
 	applied atomic.Uint64 // the last applied log index, for readers
 	repl    replState     // guarded by applyMu (fsm.go)
+	// targets are the remote split targets in the region (remote.go),
+	// kept by apply. Guarded by applyMu.
+	targets map[blink.Ptr]*targetState
+	ended   []endedTarget // the last targets that ended (remote.go)
 	// lastSnapshot is the size of the last snapshot taken (fsm.go).
 	// Guarded by applyMu.
 	lastSnapshot int

@@ -184,8 +184,19 @@ func (s *cellServer) restart(t testing.TB) {
 	if s.alive() {
 		t.Fatalf("restart of %s, which still runs", s.id)
 	}
-	if err := s.launch(t); err != nil {
-		t.Fatalf("restart %s: %v", s.id, err)
+	// Another test process may be probing one of the ports for a moment
+	// (testutil.FreeAddrs binds candidates to see whether they are free):
+	// a start that finds a port in use is tried again for up to 5 s.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		err := s.launch(t)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "address already in use") || time.Now().After(deadline) {
+			t.Fatalf("restart %s: %v", s.id, err)
+		}
+		t.Logf("restart %s: a port was in use; trying again", s.id)
+		time.Sleep(100 * time.Millisecond)
 	}
 	s.stopped.Store(false)
 }
