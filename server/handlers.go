@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
@@ -386,6 +387,10 @@ func (w *worker) del(body []byte) error {
 	return err
 }
 
+// ackBeforeCommitDelay is how long TestingKnobs.AckBeforeCommit holds an
+// acknowledged write before proposing it.
+const ackBeforeCommitDelay = 100 * time.Millisecond
+
 // Bounds of worker.write's retries.
 const (
 	maxMoves     = 8 // the key's meganode changed between search and apply
@@ -418,11 +423,14 @@ func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec f
 		}
 		if w.job != nil {
 			start := time.Now()
-			f := hp.lm.rep.proposeAsync(rec(hp.lm))
 			if s.opts.TestingKnobs.AckBeforeCommit {
-				go func() { _, _ = hp.lm.rep.settle(f) }()
+				// Answered now, proposed a while later: a kill in
+				// between loses the write.
+				r, rep := bytes.Clone(rec(hp.lm)), hp.lm.rep
+				time.AfterFunc(ackBeforeCommitDelay, func() { _, _ = rep.settle(rep.proposeAsync(r)) })
 				return applyResult{Found: true}, nil
 			}
+			f := hp.lm.rep.proposeAsync(rec(hp.lm))
 			w.proposal = proposal{f: f, start: start, lm: hp.lm, gen: gen, op: w.job.f.Header.Op}
 			return applyResult{}, errProposed
 		}

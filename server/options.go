@@ -168,8 +168,8 @@ type TestingKnobs struct {
 	// error the apply returned. Tests record the log with it.
 	OnApply func(rec []byte, err error)
 	// AckBeforeCommit breaks durability on purpose: a write from a client
-	// is answered OK as soon as its record is proposed, before it is
-	// synced and applied. The durability tests run with it to show that
+	// is answered OK at once, and its record proposed 100 ms later (a
+	// kill in between loses it). The durability tests run with it to show that
 	// they catch a lost acknowledged write (cellserver reads it from
 	// CELL_TESTING_ACK_BEFORE_COMMIT=1).
 	AckBeforeCommit bool
