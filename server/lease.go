@@ -32,8 +32,12 @@ import (
 // if its process does nothing. A region whose group has this server as
 // its only voter needs no lease: no one else can lead it.
 
-// noLease marks a lease that never ends (a sole voter's).
-const noLease = math.MaxInt64
+// noLease marks a lease that never ends (a sole voter's); expiredLease is
+// a deadline long past.
+const (
+	noLease      = math.MaxInt64
+	expiredLease = 1
+)
 
 // leaseDuration is how long a renewal's lease lasts.
 func (s *Server) leaseDuration() time.Duration { return s.opts.RaftHeartbeatTimeout * 3 / 4 }
@@ -66,6 +70,9 @@ func (s *Server) renewLease(rep *replica) bool {
 				s.log.Warn("server: a region's read lease lapsed", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 			}
 			rep.leaseUntil.Store(0)
+			// Fence the providers too: they may hold "no lease" from
+			// when this server was the group's only voter.
+			s.applyLease(rep, expiredLease)
 			return false
 		}
 		until = start + int64(s.leaseDuration())
