@@ -180,10 +180,13 @@ func (s *Server) tendReplica(rep *replica) {
 	leader := r.State() == raft.Leader
 	served := s.servedReplica(rep.regionID) == rep
 	switch {
-	case served && leader && s.opts.Replicas > 1:
-		if err := s.replicate(rep); err != nil && s.bgCtx.Err() == nil {
-			s.log.Warn("server: replicating a region", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+	case served && leader:
+		if s.opts.Replicas > 1 {
+			if err := s.replicate(rep); err != nil && s.bgCtx.Err() == nil {
+				s.log.Warn("server: replicating a region", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+			}
 		}
+		s.sweepTargets(rep)
 	case !served && leader:
 		s.leadUnserved(rep)
 	}

@@ -144,6 +144,11 @@ type Options struct {
 	// SnapshotInterval is how often the group checks SnapshotThreshold.
 	// Default 60 s.
 	SnapshotInterval time.Duration
+	// OrphanTargetAge is how long a remote split's target may stay frozen
+	// before the region's leader asks whether its source still splits
+	// into it, and drops it if not (an orphan blocks the region's
+	// snapshots). Default 1 min.
+	OrphanTargetAge time.Duration
 	// TrailingLogs is how many entries stay in the log after a snapshot,
 	// for followers that lag. Default 10240.
 	TrailingLogs uint64
@@ -302,6 +307,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.SnapshotInterval == 0 {
 		o.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if o.OrphanTargetAge == 0 {
+		o.OrphanTargetAge = time.Minute
 	}
 	if o.TrailingLogs == 0 {
 		o.TrailingLogs = DefaultTrailingLogs

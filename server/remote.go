@@ -528,6 +528,11 @@ func (w *worker) meganodeInfo(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	rep.Right = lm.t.Right()
+	lm.rep.applyMu.Lock()
+	if p := lm.rep.repl.splitOf(lm.m.Ptr()); p != nil {
+		rep.SplitNew = p.Y
+	}
+	lm.rep.applyMu.Unlock()
 	return rep, nil
 }
 
@@ -677,4 +682,79 @@ func (rep *replica) dropTargetLocked(y *localMeganode) error {
 		return err
 	}
 	return rep.dropMeganode(y.m.Slot())
+}
+
+// sweepTargets drops the frozen remote split targets of rep's region,
+// which this server leads, whose source gave their split up: seen frozen
+// for Options.OrphanTargetAge, and the source meganode, asked, names no
+// split into them in its region's applied log (or no longer exists). A
+// split names its target from its start record to its end record, and
+// the target is thawed before the end, so a target whose split is
+// linked is never dropped; one dropped before its source linked fails
+// that split's copy, which the source then undoes. A source that cannot
+// be asked is asked again at the next sweep.
+func (s *Server) sweepTargets(rep *replica) {
+	rep.applyMu.Lock()
+	targets := make(map[blink.Ptr]blink.Ptr, len(rep.targets))
+	for yp, ts := range rep.targets {
+		targets[yp] = ts.source
+	}
+	rep.applyMu.Unlock()
+	now := time.Now()
+	seen := &rep.targetSeen
+	for yp := range *seen {
+		if _, ok := targets[yp]; !ok {
+			delete(*seen, yp)
+		}
+	}
+	for _, yp := range slices.Sorted(maps.Keys(targets)) {
+		if *seen == nil {
+			*seen = make(map[blink.Ptr]time.Time)
+		}
+		first, ok := (*seen)[yp]
+		if !ok {
+			(*seen)[yp] = now
+			continue
+		}
+		if now.Sub(first) < s.opts.OrphanTargetAge {
+			continue
+		}
+		source := targets[yp]
+		orphan, err := s.splitGivenUp(source, yp)
+		if err != nil {
+			s.log.Debug("server: the source of a frozen split target could not be asked", slog.String("target", yp.String()), slog.String("source", source.String()), slog.Any("err", err))
+			continue
+		}
+		if !orphan {
+			continue
+		}
+		b := targetBody{Phase: targetAbort}
+		if _, err := rep.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: yp, Value: appendTargetBody(nil, &b)})); err != nil {
+			s.log.Warn("server: drop an orphan split target", slog.String("target", yp.String()), slog.Any("err", err))
+			continue
+		}
+		delete(*seen, yp)
+		s.metrics.splits.WithLabelValues("orphan_dropped").Inc()
+		s.log.Warn("server: dropped a split target its source gave up", slog.String("target", yp.String()), slog.String("source", source.String()),
+			slog.Duration("frozen_for", now.Sub(first).Round(time.Second)))
+	}
+}
+
+// splitGivenUp reports whether source, a meganode that began a remote
+// split into yp, no longer splits into it per its region's applied log.
+func (s *Server) splitGivenUp(source, yp blink.Ptr) (bool, error) {
+	if lm := s.meganodeAt(source); lm != nil {
+		lm.rep.applyMu.Lock()
+		defer lm.rep.applyMu.Unlock()
+		p := lm.rep.repl.splitOf(source)
+		return p == nil || p.Y != yp, nil
+	}
+	info, err := s.remoteMeganode(source)
+	switch {
+	case errors.Is(err, wire.ErrOutOfBounds):
+		return true, nil // the source meganode is gone
+	case err != nil:
+		return false, err
+	}
+	return info.SplitNew != yp, nil
 }

@@ -63,6 +63,7 @@ func newClient(t *testing.T, store regiontable.Store, mode string) *client.Clien
 func TestRemoteSplit(t *testing.T) {
 	srvs, store := startCluster(t, 2, func(i int, o *Options) {
 		o.SplitPlacement = PlaceRemote
+		o.OrphanTargetAge = time.Millisecond // targets in progress are asked about
 	})
 	w := newClient(t, store, "server")
 	ctx := ctxT(t)
@@ -185,6 +186,9 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 		o.SplitPlacement = PlaceRemote
 		o.SplitCopyBatch = 2
 		o.MaxSplitWait = 2 * time.Minute
+		// Targets paused at every step are asked about at once: a
+		// target whose split goes on must never be taken for an orphan.
+		o.OrphanTargetAge = time.Millisecond
 	})
 	s := srvs[0]
 	x := s.meganodeAt(s.Root())
@@ -213,6 +217,9 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 		p.wait(t, step)
 		sep := string(x.t.Split().Sep)
 		t.Logf("paused at %s (sep %q)", step, sep)
+		// Long enough for the target's leader to ask the source whether
+		// the split goes on (OrphanTargetAge is 1 ms here): it does.
+		time.Sleep(3 * replicaInterval)
 		switch step {
 		case FailpointSplitFroze:
 			if sep == "" || !x.t.Split().Source {
@@ -385,4 +392,34 @@ func TestSplitOpsRetried(t *testing.T) {
 		t.Fatalf("%d meganodes at the end, want the root and the committed target", n)
 	}
 	put(t, c, "b", "vb")
+}
+
+// A remote split's target whose source gave the split up (here: a begin
+// from a meganode that never recorded a split) is dropped by its region's
+// leader once it has been frozen for Options.OrphanTargetAge: an orphan
+// would block the region's snapshots for good.
+func TestOrphanTargetDropped(t *testing.T) {
+	srvs, _ := startCluster(t, 2, func(i int, o *Options) {
+		o.SplitFill = 1
+		o.OrphanTargetAge = 200 * time.Millisecond
+	})
+	a, b := srvs[0], srvs[1]
+	c := dial(t, b)
+	var rep wire.SplitBeginReply
+	if _, err := call(t, c, wire.OpSplitBegin, &wire.SplitBeginRequest{Source: a.Root(), Range: wire.KeyRange{Min: []byte("m"), MaxInf: true}}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if b.meganodeAt(rep.Meganode) == nil {
+		t.Fatalf("no target %v", rep.Meganode)
+	}
+	waitFor(t, func() bool { return b.meganodeAt(rep.Meganode) == nil }, "the orphan target to be dropped")
+	if n := metricValue(gather(t, b), "cell_server_meganode_splits_total", map[string]string{"result": "orphan_dropped"}); n != 1 {
+		t.Errorf("%v orphans counted", n)
+	}
+	b.applyMu.Lock()
+	left := len(b.targets)
+	b.applyMu.Unlock()
+	if left != 0 {
+		t.Errorf("%d targets left", left)
+	}
 }

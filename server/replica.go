@@ -3,6 +3,7 @@ package server
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -47,6 +48,9 @@ type replica struct {
 	// kept by apply. Guarded by applyMu.
 	targets map[blink.Ptr]*targetState
 	ended   []endedTarget // the last targets that ended (remote.go)
+	// targetSeen is when this server, leading the region, first saw
+	// each target frozen (sweepTargets). Used by the replica loop only.
+	targetSeen map[blink.Ptr]time.Time
 	// lastSnapshot is the size of the last snapshot taken (fsm.go).
 	// Guarded by applyMu.
 	lastSnapshot int

@@ -139,7 +139,7 @@ func samples() []sample {
 			&MeganodeRequest{Ptr: ptrB + 2048},
 			func() Message { return new(MeganodeRequest) }},
 		{"meganode reply", OpMeganode, true,
-			&MeganodeReply{Meganode: Meganode{Ptr: ptrB, Level: 1, Height: 2, Range: KeyRange{Min: []byte("m"), MaxInf: true}}},
+			&MeganodeReply{Meganode: Meganode{Ptr: ptrB, Level: 1, Height: 2, Range: KeyRange{Min: []byte("m"), MaxInf: true}}, Right: ptrA, SplitNew: ptrB + 0x400},
 			func() Message { return new(MeganodeReply) }},
 	}
 }

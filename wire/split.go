@@ -306,16 +306,20 @@ func (m *MeganodeRequest) decode(d *decoder) {
 }
 
 // MeganodeReply describes a meganode and its right link: the node of the
-// next meganode of its level (nil at the right end of the key space).
+// next meganode of its level (nil at the right end of the key space), and
+// SplitNew, the new meganode of the split of this meganode in progress as
+// its region's applied log has it (nil when none): a remote split's
+// target asks it to tell whether its source still splits into it.
 //
-//	[meganode][right u64]
+//	[meganode][right u64][split new u64]
 type MeganodeReply struct {
 	Meganode Meganode
 	Right    blink.Ptr
+	SplitNew blink.Ptr
 }
 
 func (m *MeganodeReply) AppendTo(b []byte) []byte {
-	return appendU64(m.Meganode.appendTo(b), uint64(m.Right))
+	return appendU64(appendU64(m.Meganode.appendTo(b), uint64(m.Right)), uint64(m.SplitNew))
 }
 
 func (m *MeganodeReply) Decode(body []byte) error {
@@ -327,4 +331,5 @@ func (m *MeganodeReply) Decode(body []byte) error {
 func (m *MeganodeReply) decode(d *decoder) {
 	m.Meganode.decode(d)
 	m.Right = blink.Ptr(d.u64("right"))
+	m.SplitNew = blink.Ptr(d.u64("split new"))
 }
