@@ -189,17 +189,7 @@ func TestFollowerCatchesUp(t *testing.T) {
 			})
 			c := newClient(t, store, "server")
 			ctx := ctxT(t)
-			put := func(from, to int) []string {
-				var keys []string
-				for i := from; i < to; i++ {
-					k := fmt.Sprintf("key%06d", i*7919%100003)
-					if err := c.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
-						t.Fatalf("put %q: %v", k, err)
-					}
-					keys = append(keys, k)
-				}
-				return keys
-			}
+			put := func(from, to int) []string { return putRange(t, ctx, c, from, to) }
 			keys := put(0, 200)
 			// Stop the third server; it restarts on the same raft
 			// address (the group's configuration names it).
@@ -246,18 +236,7 @@ func TestFailover(t *testing.T) {
 	})
 	c := newClient(t, store, "server")
 	ctx := ctxT(t)
-	put := func(from, to int) []string {
-		t.Helper()
-		var keys []string
-		for i := from; i < to; i++ {
-			k := fmt.Sprintf("key%06d", i*7919%100003)
-			if err := c.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
-				t.Fatalf("put %q: %v", k, err)
-			}
-			keys = append(keys, k)
-		}
-		return keys
-	}
+	put := func(from, to int) []string { return putRange(t, ctx, c, from, to) }
 	keys := put(0, 800)
 	host := srvs[0]
 	id := host.regionID
@@ -406,4 +385,19 @@ func restartServer(t *testing.T, opts Options) *Server {
 		opts.Registry = nil
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// putRange puts keys number from to to-1 (scattered: "key" and i*7919
+// mod 100003), each with "v" and the key as its value, and returns them.
+func putRange(t *testing.T, ctx context.Context, c *client.Client, from, to int) []string {
+	t.Helper()
+	var keys []string
+	for i := from; i < to; i++ {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		if err := c.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
+			t.Fatalf("put %q: %v", k, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys
 }

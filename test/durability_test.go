@@ -287,14 +287,7 @@ func TestOperationsWaitThroughRestart(t *testing.T) {
 // restarted at once (replication factor 1: the restart is the failover),
 // while a client keeps writing with a deadline. It prints p50 and p99.
 func TestKillToFirstWrite(t *testing.T) {
-	kills := 3
-	if v := os.Getenv("CELL_KILLS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("CELL_KILLS=%q", v)
-		}
-		kills = n
-	}
+	kills := envCount(t, "CELL_KILLS", 3)
 	srv := startServer(t, serverOptions{})
 	c := srv.newClient(t, nil)
 	mustPut(t, c, "probe", "0")
@@ -339,4 +332,19 @@ func putUntilAcknowledged(ctx context.Context, c *client.Client, key, value stri
 		}
 		*unknown++
 	}
+}
+
+// envCount is the whole number >= 1 in environment variable name, def
+// when it is not set.
+func envCount(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a whole number >= 1", name, v)
+	}
+	return n
 }

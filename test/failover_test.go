@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,14 +77,7 @@ func waitNewHost(t *testing.T, store regiontable.Store, id uint32, old string, t
 // kills, the time from SIGKILL to the takeover's table entry and to the
 // first acknowledged write (p50, p99).
 func TestFailoverKillHost(t *testing.T) {
-	kills := 20
-	if v := os.Getenv("CELL_FAILOVER_KILLS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("CELL_FAILOVER_KILLS=%q", v)
-		}
-		kills = n
-	}
+	kills := envCount(t, "CELL_FAILOVER_KILLS", 20)
 	cl := startCluster(t, 3, serverOptions{cores: 1, regionSize: "32MiB", meganodeSize: "256KiB",
 		flags: []string{"--replicas", "3", "--raft-heartbeat-timeout", "300ms", "--split-placement", "local"}})
 	store, err := regiontable.OpenEtcd([]string{cl.etcd.endpoint()}, regiontable.EtcdOptions{Logger: slog.New(slog.DiscardHandler)})
