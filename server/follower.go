@@ -169,9 +169,9 @@ func (s *Server) replicaLoop() {
 const replicaInterval = 250 * time.Millisecond
 
 // tendReplica keeps one replica's group as it should be: a served region
-// this server leads gets Options.Replicas replicas (replicate); a region
-// whose group this server leads without serving it is taken over when its
-// host is down, and handed back to its host otherwise (failover.go).
+// this server leads gets Options.Replicas replicas (replicate) and loses
+// its orphan split targets (sweepTargets); a region whose group elected
+// this server is taken over (failover.go).
 func (s *Server) tendReplica(rep *replica) {
 	r := rep.raftGroup()
 	if r == nil || s.bgCtx.Err() != nil {
