@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,12 +43,14 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 				keys = append(keys, k)
 			}
 
-			reached, release := make(chan struct{}), make(chan struct{})
+			// The first evaluation holds the split there; later ones
+			// (the restarted server's own splits) go through.
+			reached, release := make(chan struct{}, 1), make(chan struct{})
+			var fired atomic.Bool
 			defer failpoint.Enable(step, func() error {
-				select {
-				case reached <- struct{}{}:
+				if fired.CompareAndSwap(false, true) {
+					reached <- struct{}{}
 					<-release
-				default: // the restarted server's own splits go through
 				}
 				return nil
 			})()
