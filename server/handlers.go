@@ -519,11 +519,8 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 	if req.OneRegion {
 		r := s.servedReplica(req.Region)
 		if r == nil {
-			if f := s.follower(req.Region); f != nil {
+			if f := s.anyReplica(req.Region); f != nil {
 				return s.followerMetadata(f), nil
-			}
-			if s.regionID == req.Region {
-				return s.followerMetadata(s.replica), nil
 			}
 			return nil, s.redirect(req.Region, "metadata")
 		}

@@ -89,14 +89,7 @@ func (s *Server) applyLease(rep *replica, until int64) {
 		until = 0 // the providers' "no lease"
 	}
 	for _, rk := range rep.readKeys {
-		var err error
-		switch {
-		case rk.Provider == "tcp":
-			err = s.responder.SetLease(rk.Key, until)
-		case s.shm != nil:
-			err = s.shm.SetLease(rk.Key, until)
-		}
-		if err != nil {
+		if err := s.provider(rk).SetLease(rk.Key, until); err != nil {
 			s.log.Warn("server: lease of a one-sided registration", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 		}
 	}

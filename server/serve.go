@@ -184,17 +184,19 @@ func (s *Server) registerReads(rep *replica) error {
 	return nil
 }
 
+// provider is the one-sided provider that registered rk: the tcp
+// responder or the shm server (registerReads makes no other).
+func (s *Server) provider(rk rdma.RemoteKey) rdma.Server {
+	if rk.Provider == rdma.ProviderSHM {
+		return s.shm
+	}
+	return s.responder
+}
+
 // deregisterReads revokes one-sided access to rep's region.
 func (s *Server) deregisterReads(rep *replica) {
 	for _, rk := range rep.readKeys {
-		var err error
-		switch {
-		case rk.Provider == "tcp":
-			err = s.responder.Deregister(rk.Key)
-		case s.shm != nil:
-			err = s.shm.Deregister(rk.Key)
-		}
-		if err != nil {
+		if err := s.provider(rk).Deregister(rk.Key); err != nil {
 			s.log.Warn("server: revoke one-sided reads", slog.Uint64("region", uint64(rep.regionID)), slog.String("provider", rk.Provider), slog.Any("err", err))
 		}
 	}

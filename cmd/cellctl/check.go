@@ -225,17 +225,8 @@ func compareReplicas(ctx context.Context, members []regiontable.Member, r region
 // region id.
 func replicaHash(ctx context.Context, addr string, id uint32) (wire.ReplicaHashReply, error) {
 	var rep wire.ReplicaHashReply
-	c, err := dialServer(ctx, addr)
-	if err != nil {
-		return rep, err
-	}
-	defer c.Close()
-	f, err := c.CallMessage(ctx, wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: id})
-	if err != nil {
-		return rep, err
-	}
-	defer f.Release()
-	return rep, rep.Decode(f.Body)
+	err := callServer(ctx, addr, wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: id}, &rep)
+	return rep, err
 }
 
 // serverCheck runs OpCheck on member m and returns its violations, each

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -85,6 +86,23 @@ func dialServer(ctx context.Context, addr string) (*wire.Conn, error) {
 		return nil, fmt.Errorf("server %s: %w", addr, err)
 	}
 	return c, nil
+}
+
+// callServer dials the server at addr for one request, decodes its reply
+// into rep and closes the connection. The decoded reply aliases nothing:
+// it is decoded from a copy of the frame.
+func callServer(ctx context.Context, addr string, op wire.Op, req, rep wire.Message) error {
+	c, err := dialServer(ctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	f, err := c.CallMessage(ctx, op, req)
+	if err != nil {
+		return err
+	}
+	defer f.Release()
+	return rep.Decode(bytes.Clone(f.Body))
 }
 
 // metadata asks a server to describe itself (with its meganodes).

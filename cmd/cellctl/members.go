@@ -189,18 +189,8 @@ func askReplicas(ctx context.Context, st regiontable.State, rs []regionJSON) {
 
 // regionRaft asks the server at addr for its replica of region id.
 func regionRaft(ctx context.Context, addr string, id uint32) (wire.RaftInfo, error) {
-	c, err := dialServer(ctx, addr)
-	if err != nil {
-		return wire.RaftInfo{}, err
-	}
-	defer c.Close()
-	f, err := c.CallMessage(ctx, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: id})
-	if err != nil {
-		return wire.RaftInfo{}, err
-	}
-	defer f.Release()
 	var rep wire.MetadataReply
-	if err := rep.Decode(f.Body); err != nil {
+	if err := callServer(ctx, addr, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: id}, &rep); err != nil {
 		return wire.RaftInfo{}, err
 	}
 	if len(rep.Regions) != 1 || rep.Regions[0].ID != id {
