@@ -115,7 +115,7 @@ func TestTimingSaturates(t *testing.T) {
 }
 
 func TestOpsAndStatuses(t *testing.T) {
-	for _, op := range []Op{OpPing, OpMetadata, OpSearch, OpGet, OpContains, OpRange, OpNodeDump, OpCheck, OpReplicaHash, OpPut, OpDelete, OpSplitBegin, OpSplitAppend, OpSplitEnd, OpInsertChild, OpMeganode} {
+	for _, op := range []Op{OpPing, OpMetadata, OpSearch, OpGet, OpContains, OpRange, OpNodeDump, OpCheck, OpReplicaHash, OpMoveReplica, OpTransferLeader, OpPut, OpDelete, OpSplitBegin, OpSplitAppend, OpSplitEnd, OpInsertChild, OpMeganode} {
 		if !op.Known() || !op.Valid() || strings.HasPrefix(op.String(), "Op(") {
 			t.Errorf("%v: known=%v valid=%v", op, op.Known(), op.Valid())
 		}
