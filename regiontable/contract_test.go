@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -43,6 +44,7 @@ var contractTests = []struct {
 	{"AllocRegionID", testAllocRegionID},
 	{"LoadAndWatch", testLoadAndWatch},
 	{"WatchCancel", testWatchCancel},
+	{"Draining", testDraining},
 	{"Close", testClose},
 	{"Election", testElection},
 	{"ElectionSessionLost", testElectionSessionLost},
@@ -816,5 +818,51 @@ func testElectionClose(t *testing.T, im impl) {
 	}
 	if err := a.Resign(ctx); err != nil {
 		t.Fatalf("Resign after Close: %v", err)
+	}
+}
+
+// testDraining: SetDraining marks and unmarks a server, whether or not it
+// is a member; Load lists the marks and Watch delivers their changes.
+func testDraining(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	st0, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetDraining(ctx, "../x", true); !errors.Is(err, regiontable.ErrInvalid) {
+		t.Fatalf("SetDraining(bad id) = %v, want ErrInvalid", err)
+	}
+	for _, id := range []string{"s2", "s1", "s3"} {
+		if err := s.SetDraining(ctx, id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SetDraining(ctx, "s3", false); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"s1", "s2"}; !slices.Equal(st.Draining, want) {
+		t.Fatalf("Load().Draining = %v, want %v", st.Draining, want)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := s.Watch(wctx, st0.Revision)
+	var got []string
+	for len(got) < 4 {
+		ev := <-ch
+		if ev.Err != nil {
+			t.Fatal(ev.Err)
+		}
+		if ev.Kind != regiontable.DrainSet {
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s=%v", ev.Member.ID, ev.Draining))
+	}
+	if want := []string{"s2=true", "s1=true", "s3=true", "s3=false"}; !slices.Equal(got, want) {
+		t.Fatalf("watched %v, want %v", got, want)
 	}
 }

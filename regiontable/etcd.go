@@ -571,6 +571,8 @@ func (s *Etcd) Load(ctx context.Context) (State, error) {
 			st.Regions = append(st.Regions, ev.Region)
 		case RootSet:
 			st.Root = ev.Root
+		case DrainSet:
+			st.Draining = append(st.Draining, ev.Member.ID)
 		}
 	}
 	return st, nil
@@ -608,6 +610,9 @@ func (s *Etcd) decodeEvent(typ mvccpb.Event_EventType, kv *mvccpb.KeyValue) (Eve
 		r, err := decodeRegion(key, kv.Value)
 		ev.Kind, ev.Region = RegionPut, r
 		return ev, err
+	case strings.HasPrefix(rel, drainingDir):
+		ev.Kind, ev.Member, ev.Draining = DrainSet, Member{ID: rel[len(drainingDir):]}, !del
+		return ev, nil
 	case rel == rootKey:
 		ev.Kind = RootSet
 		if del {
@@ -618,6 +623,26 @@ func (s *Etcd) decodeEvent(typ mvccpb.Event_EventType, kv *mvccpb.KeyValue) (Eve
 		return ev, err
 	}
 	return Event{}, nil
+}
+
+// SetDraining implements Store.
+func (s *Etcd) SetDraining(ctx context.Context, id string, on bool) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	if err := ValidServerID(id); err != nil {
+		return err
+	}
+	var err error
+	if on {
+		_, err = s.cli.Put(ctx, s.key(drainingDir+id), "1")
+	} else {
+		_, err = s.cli.Delete(ctx, s.key(drainingDir+id))
+	}
+	if err != nil {
+		return s.wrap("set draining", err)
+	}
+	return nil
 }
 
 // Watch implements Store.

@@ -23,6 +23,7 @@ type Memory struct {
 		members map[string]memberEntry
 		regions map[uint32]Region
 		root    blink.Ptr
+		drain   map[string]bool
 		lastID  uint32
 		events  []Event       // every change, in revision order
 		changed chan struct{} // closed and replaced at every change
@@ -279,7 +280,37 @@ func (s *Memory) Load(ctx context.Context) (State, error) {
 	if err := s.check(ctx); err != nil {
 		return State{}, err
 	}
-	return State{Members: s.membersLocked(), Regions: s.regionsLocked(), Root: s.mu.root, Revision: s.mu.rev}, nil
+	var drain []string
+	for id := range s.mu.drain {
+		drain = append(drain, id)
+	}
+	slices.Sort(drain)
+	return State{Members: s.membersLocked(), Regions: s.regionsLocked(), Root: s.mu.root, Draining: drain, Revision: s.mu.rev}, nil
+}
+
+// SetDraining implements Store.
+func (s *Memory) SetDraining(ctx context.Context, id string, on bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := ValidServerID(id); err != nil {
+		return err
+	}
+	if s.mu.drain[id] == on {
+		return nil
+	}
+	if s.mu.drain == nil {
+		s.mu.drain = make(map[string]bool)
+	}
+	if on {
+		s.mu.drain[id] = true
+	} else {
+		delete(s.mu.drain, id)
+	}
+	s.emitLocked(Event{Kind: DrainSet, Member: Member{ID: id}, Draining: on})
+	return nil
 }
 
 // Watch implements Store.

@@ -97,6 +97,9 @@ type State struct {
 	Members []Member // sorted by ID
 	Regions []Region // sorted by ID
 	Root    blink.Ptr
+	// Draining lists the servers marked draining (SetDraining), sorted:
+	// live or not, they are to be left by every replica.
+	Draining []string
 	// Revision is the store's revision of the snapshot: Watch(Revision)
 	// delivers every later change.
 	Revision int64
@@ -118,9 +121,12 @@ const (
 	RegionDelete
 	// RootSet: the root pointer changed.
 	RootSet
+	// DrainSet: a server was marked draining, or unmarked
+	// (Event.Draining). Only Member.ID is set.
+	DrainSet
 )
 
-var eventKindNames = [...]string{"", "member-up", "member-down", "region-put", "region-delete", "root-set"}
+var eventKindNames = [...]string{"", "member-up", "member-down", "region-put", "region-delete", "root-set", "drain-set"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) && k != 0 {
@@ -137,6 +143,8 @@ type Event struct {
 	Member   Member
 	Region   Region
 	Root     blink.Ptr
+	// Draining is DrainSet's new mark.
+	Draining bool
 	Err      error
 }
 
@@ -213,6 +221,11 @@ type Store interface {
 	// ends (the channel then closes without an error event) or the watch
 	// fails (an Event with Err, then the channel closes).
 	Watch(ctx context.Context, revision int64) <-chan Event
+	// SetDraining marks server id draining (on) or not: its replicas are
+	// to be moved to other servers and it is given none, for a planned
+	// stop (cellctl drain). The mark outlives the server's membership.
+	// Errors: ErrInvalid (a bad server ID).
+	SetDraining(ctx context.Context, id string, on bool) error
 	// Campaign joins the coordinator election as server id and blocks
 	// until it is elected, returning the Leadership, or until ctx ends
 	// (ctx's error, wrapped; the campaign is withdrawn). Campaigners are
@@ -230,10 +243,11 @@ type Store interface {
 
 // Key names, relative to the prefix.
 const (
-	membersDir = "/members/"
-	regionsDir = "/regions/"
-	rootKey    = "/root"
-	idsKey     = "/ids/region"
+	membersDir  = "/members/"
+	drainingDir = "/draining/"
+	regionsDir  = "/regions/"
+	rootKey     = "/root"
+	idsKey      = "/ids/region"
 	// coordinatorDir holds the election's keys (concurrency.Election):
 	// one per campaigner, named by its session's lease, valued with its
 	// server ID; the oldest one is the coordinator's.
