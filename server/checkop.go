@@ -155,6 +155,9 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 		sum := sha256.New()
 		r.applyMu.Lock()
 		defer r.applyMu.Unlock()
+		if r.dropped {
+			return &wire.StatusError{Status: wire.StatusUnknownRegion, Region: req.Region, Message: fmt.Sprintf("the replica of region %d here was dropped", req.Region)}
+		}
 		st, err := r.region.WriteImage(sum)
 		if err != nil {
 			return fmt.Errorf("server: hash region %d: %w", req.Region, err)

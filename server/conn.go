@@ -196,6 +196,11 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		c.inflight.Add(1)
 		go c.serveReplicaHash(f, arrived)
 		return
+	case wire.OpMoveReplica, wire.OpTransferLeader:
+		// Operator requests; a transfer waits for the election.
+		c.inflight.Add(1)
+		go c.serveAdmin(f, arrived)
+		return
 	case wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete,
 		wire.OpSplitBegin, wire.OpSplitAppend, wire.OpSplitEnd, wire.OpInsertChild, wire.OpMeganode:
 	default:

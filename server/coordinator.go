@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,7 +114,11 @@ func (s *Server) lead(l regiontable.Leadership) {
 		case <-ctx.Done():
 		}
 	}()
+	var repair sync.WaitGroup
+	repair.Go(func() { s.repairLoop(ctx) })
 	s.watchAvailability(ctx)
+	cancel()
+	repair.Wait()
 }
 
 // watchAvailability follows the region table until ctx ends, reporting
@@ -131,13 +136,7 @@ func (s *Server) watchAvailability(ctx context.Context) {
 			}
 		} else {
 			backoff = 100 * time.Millisecond
-			v := &tableView{members: make(map[string]regiontable.Member), regions: make(map[uint32]regiontable.Region)}
-			for _, m := range st.Members {
-				v.members[m.ID] = m
-			}
-			for _, r := range st.Regions {
-				v.regions[r.ID] = r
-			}
+			v := newTableView(st)
 			check.Reset(av.update(v, time.Now()))
 			ch := s.opts.Store.Watch(ctx, st.Revision)
 		watch:

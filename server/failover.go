@@ -37,7 +37,7 @@ import (
 // leadUnserved acts on a group this server leads without serving its
 // region: it takes the region over.
 func (s *Server) leadUnserved(rep *replica) {
-	if s.opts.TestingKnobs.NoTakeover {
+	if s.opts.TestingKnobs.NoTakeover || rep.transferring.Load() {
 		return
 	}
 	s.takeOver(rep, s.table.Load().regions[rep.regionID])
@@ -86,6 +86,7 @@ func (s *Server) noteRegionEntry(e regiontable.Region) {
 		}
 		return
 	}
+	s.dropStaleFollower(e)
 	s.noteRegion(e)
 }
 

@@ -192,77 +192,16 @@ func (s *Server) tendReplica(rep *replica) {
 	}
 }
 
-// replicate takes one step towards Options.Replicas servers in rep's
-// group, which this server leads: it promotes the first nonvoter that has
-// caught up, or else adds a nonvoter on the live member holding the
-// fewest replicas. The region table's entry is published with the new
-// configuration after every change, and before a nonvoter is added (so
-// that the new member opens its replica).
-func (s *Server) replicate(rep *replica) error {
-	r := rep.raft
-	f := r.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return err
-	}
-	cfg := f.Configuration()
-	for _, srv := range cfg.Servers {
-		if srv.Suffrage != raft.Nonvoter {
-			continue
-		}
-		ok, err := s.caughtUp(rep, string(srv.ID))
-		if err != nil || !ok {
-			return err
-		}
-		if err := r.AddVoter(srv.ID, srv.Address, f.Index(), s.opts.ProposalTimeout).Error(); err != nil {
-			return fmt.Errorf("promote %s: %w", srv.ID, err)
-		}
-		s.log.Info("server: follower caught up; now a voter", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", string(srv.ID)))
-		return s.publishReplicas(rep)
-	}
-	if len(cfg.Servers) >= s.opts.Replicas {
-		return nil
-	}
-	m, ok := s.pickReplicaHost(cfg)
-	if !ok {
-		return nil // too few live servers: try again later
-	}
-	voters, learners := replicaIDs(cfg)
-	if err := s.putReplicas(rep, voters, append(learners, m.ID)); err != nil {
-		return err
-	}
-	if err := r.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), f.Index(), s.opts.ProposalTimeout).Error(); err != nil {
-		return fmt.Errorf("add %s: %w", m.ID, err)
-	}
-	s.log.Info("server: follower added; it catches up before it votes", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", m.ID))
-	return nil
-}
-
-// pickReplicaHost chooses the live member, not in cfg, that holds the
-// fewest replicas per the region table (ties: the lowest ID).
+// pickReplicaHost chooses the server for a new replica of the group
+// with configuration cfg (placeReplica).
 func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bool) {
 	v := s.table.Load()
-	load := make(map[string]int)
-	for _, reg := range v.regions {
-		for _, id := range reg.Replicas {
-			load[id]++
-		}
-		for _, id := range reg.Learners {
-			load[id]++
-		}
+	var r regiontable.Region
+	for _, srv := range cfg.Servers {
+		r.Replicas = append(r.Replicas, string(srv.ID))
 	}
-	var (
-		best  regiontable.Member
-		found bool
-	)
-	for _, m := range v.members {
-		if m.RaftAddr == "" || slices.ContainsFunc(cfg.Servers, func(srv raft.Server) bool { return string(srv.ID) == m.ID }) {
-			continue
-		}
-		if !found || load[m.ID] < load[best.ID] || load[m.ID] == load[best.ID] && m.ID < best.ID {
-			best, found = m, true
-		}
-	}
-	return best, found
+	id, ok := s.placeReplica(v, s.gone.dead(time.Now(), s.opts.DeadAfter), r)
+	return v.members[id], ok
 }
 
 // caughtUp reports whether server id's replica of rep's region has
@@ -338,6 +277,9 @@ func holdsReplica(e regiontable.Region, id string) bool {
 func (s *Server) followerMetadata(rep *replica) *wire.MetadataReply {
 	rep.applyMu.Lock() // a snapshot may be replacing the region
 	defer rep.applyMu.Unlock()
+	if rep.dropped {
+		return &wire.MetadataReply{Server: s.opts.ServerID, Root: blink.Ptr(s.root.Load())}
+	}
 	return &wire.MetadataReply{
 		Server:       s.opts.ServerID,
 		NodeSize:     uint32(rep.nodeSize),

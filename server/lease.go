@@ -88,6 +88,8 @@ func (s *Server) applyLease(rep *replica, until int64) {
 	if until == noLease || s.opts.TestingKnobs.IgnoreLease {
 		until = 0 // the providers' "no lease"
 	}
+	rep.readMu.Lock()
+	defer rep.readMu.Unlock()
 	for _, rk := range rep.readKeys {
 		if err := s.provider(rk).SetLease(rk.Key, until); err != nil {
 			s.log.Warn("server: lease of a one-sided registration", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))

@@ -49,6 +49,8 @@ type Metrics struct {
 	coordinator        prometheus.Gauge
 	regionsUnavailable prometheus.Gauge
 	takeovers          prometheus.Counter
+	replicasRemoved    prometheus.Counter
+	leaderTransfers    prometheus.Counter
 	leaseRenewals      prometheus.Counter
 	leaseLapses        prometheus.Counter
 
@@ -147,6 +149,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "cell_server_region_takeovers_total",
 			Help: "Regions this server took over after their host went down (failover).",
 		}),
+		replicasRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cell_server_replicas_removed_total",
+			Help: "Replicas this server, leading their regions, removed from their groups (moved, dead or draining servers).",
+		}),
+		leaderTransfers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cell_server_leader_transfers_total",
+			Help: "Leaderships this server handed to another replica (cellctl transfer-leader, balancing, draining).",
+		}),
 		leaseRenewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cell_server_lease_renewals_total",
 			Help: "Read lease renewals of the regions this server serves (a raft VerifyLeader round each, unless it is the group's only voter).",
@@ -161,7 +171,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, m.splits, m.splitTime, m.waits,
-		m.proposals, m.snapshotBytes, m.snapshotPause, m.coordinator, m.regionsUnavailable, m.takeovers, m.leaseRenewals, m.leaseLapses, (*stateCollector)(m)} {
+		m.proposals, m.snapshotBytes, m.snapshotPause, m.coordinator, m.regionsUnavailable, m.takeovers, m.replicasRemoved, m.leaderTransfers, m.leaseRenewals, m.leaseLapses, (*stateCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -182,10 +192,10 @@ const statusCache = 32
 // opNames are the op label values; opIndex maps an op code to its name's
 // index ("other" for ops without a name).
 var (
-	opNames = []string{"other", "ping", "metadata", "search", "get", "contains", "range", "node_dump", "put", "delete", "check", "replica_hash"}
+	opNames = []string{"other", "ping", "metadata", "search", "get", "contains", "range", "node_dump", "put", "delete", "check", "replica_hash", "move_replica", "transfer_leader"}
 	opIndex = func() [256]uint8 {
 		var ix [256]uint8
-		for i, op := range []wire.Op{wire.OpPing, wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete, wire.OpCheck, wire.OpReplicaHash} {
+		for i, op := range []wire.Op{wire.OpPing, wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete, wire.OpCheck, wire.OpReplicaHash, wire.OpMoveReplica, wire.OpTransferLeader} {
 			ix[op] = uint8(i + 1)
 		}
 		return ix

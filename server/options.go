@@ -149,6 +149,14 @@ type Options struct {
 	// into it, and drops it if not (an orphan blocks the region's
 	// snapshots). Default 1 min.
 	OrphanTargetAge time.Duration
+	// DeadAfter is how long a server must be missing from the members
+	// before the coordinator replaces its replicas on live servers
+	// (repair.go). Default 30 s.
+	DeadAfter time.Duration
+	// BalanceInterval is how often the coordinator looks for a server
+	// leading far more regions than the mean and moves one leadership
+	// away (repair.go). Negative: never. Default 10 s.
+	BalanceInterval time.Duration
 	// TrailingLogs is how many entries stay in the log after a snapshot,
 	// for followers that lag. Default 10240.
 	TrailingLogs uint64
@@ -218,10 +226,14 @@ const (
 	DefaultMaxSplitWait     = 10 * time.Second
 
 	DefaultRaftHeartbeatTimeout = 500 * time.Millisecond
-	DefaultProposalTimeout      = 10 * time.Second
-	DefaultSnapshotThreshold    = 65536
-	DefaultSnapshotInterval     = 60 * time.Second
-	DefaultTrailingLogs         = 10240
+	// DefaultDeadAfter is Options.DeadAfter's default.
+	DefaultDeadAfter = 30 * time.Second
+	// DefaultBalanceInterval is Options.BalanceInterval's default.
+	DefaultBalanceInterval   = 10 * time.Second
+	DefaultProposalTimeout   = 10 * time.Second
+	DefaultSnapshotThreshold = 65536
+	DefaultSnapshotInterval  = 60 * time.Second
+	DefaultTrailingLogs      = 10240
 )
 
 // EnsureDefaults fills zero fields with their defaults. HostID stays empty
@@ -311,6 +323,12 @@ func (o *Options) EnsureDefaults() {
 	if o.OrphanTargetAge == 0 {
 		o.OrphanTargetAge = time.Minute
 	}
+	if o.DeadAfter == 0 {
+		o.DeadAfter = DefaultDeadAfter
+	}
+	if o.BalanceInterval == 0 {
+		o.BalanceInterval = DefaultBalanceInterval
+	}
 	if o.TrailingLogs == 0 {
 		o.TrailingLogs = DefaultTrailingLogs
 	}
@@ -364,6 +382,8 @@ func (o *Options) Validate() error {
 		return bad("split remote-below %d < 0", o.SplitRemoteBelow)
 	case o.SplitCopyBatch < 1 || o.SplitFreeBatch < 1:
 		return bad("split batches %d and %d must be at least 1", o.SplitCopyBatch, o.SplitFreeBatch)
+	case o.DeadAfter < 0:
+		return bad("dead-after %v < 0", o.DeadAfter)
 	case o.MaxSplitWait < 0:
 		return bad("negative split wait")
 	case o.RaftHeartbeatTimeout < 20*time.Millisecond:

@@ -220,8 +220,17 @@ func (s *Server) chooseRegionID(ctx context.Context, haveState bool, st dataStat
 	if haveState && st.Region != 0 {
 		e, err := s.opts.Store.Region(ctx, st.Region)
 		switch {
-		case err == nil && e.Host != s.opts.ServerID && !holdsReplica(e, s.opts.ServerID):
+		case err == nil && e.Host != s.opts.ServerID && !holdsReplica(e, s.opts.ServerID) && len(e.Replicas) == 0:
 			return 0, fmt.Errorf("server: region %d in %s is hosted by %q per the region table: %w", st.Region, s.dir.dir, e.Host, ErrRegionOwned)
+		case err == nil && e.Host != s.opts.ServerID && !holdsReplica(e, s.opts.ServerID):
+			// This server was replaced in the region's group while it
+			// was down (repair.go): what its log holds of the region is
+			// stale. It starts over with a new, empty region.
+			if err := errors.Join(s.wal.DropRegion(st.Region), s.snaps.DropRegion(st.Region)); err != nil {
+				return 0, fmt.Errorf("server: drop the stale replica of region %d: %w", st.Region, err)
+			}
+			s.log.Warn("server: this server was replaced in its region's group while it was down; it drops its stale replica and starts a new region",
+				slog.Uint64("region", uint64(st.Region)), slog.String("host", e.Host), slog.Any("replicas", e.Replicas))
 		case err == nil, errors.Is(err, regiontable.ErrNotFound):
 			return st.Region, nil
 		default:

@@ -58,7 +58,10 @@ type replica struct {
 	// Set when the server starts serving the region (it leads it), then
 	// read-only until it stops serving it (serve.go).
 	epoch    uint64           // the region's epoch in the table
-	readKeys []rdma.RemoteKey // its one-sided read registrations
+	readKeys []rdma.RemoteKey // its one-sided read registrations; guarded by readMu
+	// readMu guards readKeys: the lease loop reads them while the
+	// replica stops being served (a transfer, a takeover elsewhere).
+	readMu sync.Mutex
 	// leaseUntil is the read lease (lease.go): a monotime reading,
 	// noLease, or 0 (none).
 	leaseUntil atomic.Int64
@@ -75,6 +78,15 @@ type replica struct {
 	// (the log's failure callback).
 	group atomic.Pointer[raft.Raft]
 	props proposals // propose.go
+
+	// move is the replica move under way (repair.go), nil if none.
+	move atomic.Pointer[replicaMove]
+	// transferring is set while the replica hands its group's
+	// leadership over (repair.go).
+	transferring atomic.Bool
+	// dropped: the replica was dropped (repair.go) and its region
+	// closed. Guarded by applyMu.
+	dropped bool
 }
 
 // raftGroup returns the replica's raft group, nil before it started.

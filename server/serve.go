@@ -179,7 +179,9 @@ func (s *Server) registerReads(rep *replica) error {
 			keys = append(keys, rk)
 		}
 	}
+	rep.readMu.Lock()
 	rep.readKeys = keys
+	rep.readMu.Unlock()
 	s.applyLease(rep, rep.leaseUntil.Load())
 	return nil
 }
@@ -195,6 +197,8 @@ func (s *Server) provider(rk rdma.RemoteKey) rdma.Server {
 
 // deregisterReads revokes one-sided access to rep's region.
 func (s *Server) deregisterReads(rep *replica) {
+	rep.readMu.Lock()
+	defer rep.readMu.Unlock()
 	for _, rk := range rep.readKeys {
 		if err := s.provider(rk).Deregister(rk.Key); err != nil {
 			s.log.Warn("server: revoke one-sided reads", slog.Uint64("region", uint64(rep.regionID)), slog.String("provider", rk.Provider), slog.Any("err", err))
@@ -235,8 +239,8 @@ func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
 		Learners: learners,
 		Path:     rep.region.Path(),
 	}
-	for i := range rep.readKeys {
-		b, err := json.Marshal(&rep.readKeys[i])
+	for _, rk := range rep.readKeyList() {
+		b, err := json.Marshal(&rk)
 		if err != nil {
 			return fmt.Errorf("server: encode remote key: %w", err)
 		}
@@ -256,7 +260,7 @@ func (s *Server) regionInfo(rep *replica) wire.RegionInfo {
 		Host: s.opts.HostID, RPCAddr: s.rpcAddr, ReadAddr: s.responder.Addr(), Path: rep.region.Path(),
 		Raft: rep.raftInfo(),
 	}
-	for _, rk := range rep.readKeys {
+	for _, rk := range rep.readKeyList() {
 		if rk.Provider == "tcp" {
 			ri.RemoteKey = uint64(rk.Key)
 		}
@@ -301,4 +305,11 @@ func (s *Server) anyReplica(id uint32) *replica {
 		return s.replica
 	}
 	return s.follower(id)
+}
+
+// readKeyList returns rep's one-sided read registrations.
+func (rep *replica) readKeyList() []rdma.RemoteKey {
+	rep.readMu.Lock()
+	defer rep.readMu.Unlock()
+	return slices.Clone(rep.readKeys)
 }

@@ -57,6 +57,7 @@ type Server struct {
 
 	root  atomic.Uint64
 	table atomic.Pointer[tableView]
+	gone  goneServers      // since when servers are missing (repair.go)
 	coord coordinatorState // coordinator.go
 
 	// Locking notes: Server.splitMu < replica.applyMu (replica.go).
@@ -134,7 +135,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.replica = newReplica(s)
 	s.created = time.Now()
-	s.table.Store(&tableView{})
+	s.table.Store(newTableView(regiontable.State{}))
 	s.mu.conns = make(map[*conn]struct{})
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	return s, nil

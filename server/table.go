@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"maps"
 	"log/slog"
 	"os"
 	"time"
@@ -18,19 +19,38 @@ import (
 // to say where a request should have gone (redirects) and to learn a new
 // root pointer; it never serves data from it.
 type tableView struct {
-	members map[string]regiontable.Member
-	regions map[uint32]regiontable.Region
+	members  map[string]regiontable.Member
+	regions  map[uint32]regiontable.Region
+	draining map[string]bool // servers marked draining (cellctl drain)
+}
+
+// newTableView returns the view of a loaded table.
+func newTableView(st regiontable.State) *tableView {
+	v := &tableView{members: make(map[string]regiontable.Member), regions: make(map[uint32]regiontable.Region), draining: make(map[string]bool)}
+	for _, m := range st.Members {
+		v.members[m.ID] = m
+	}
+	for _, r := range st.Regions {
+		v.regions[r.ID] = r
+	}
+	for _, id := range st.Draining {
+		v.draining[id] = true
+	}
+	return v
 }
 
 func (v *tableView) with(ev regiontable.Event) *tableView {
-	nv := &tableView{members: make(map[string]regiontable.Member, len(v.members)+1), regions: make(map[uint32]regiontable.Region, len(v.regions)+1)}
-	for k, m := range v.members {
-		nv.members[k] = m
-	}
-	for k, r := range v.regions {
-		nv.regions[k] = r
-	}
+	nv := newTableView(regiontable.State{})
+	maps.Copy(nv.members, v.members)
+	maps.Copy(nv.regions, v.regions)
+	maps.Copy(nv.draining, v.draining)
 	switch ev.Kind {
+	case regiontable.DrainSet:
+		if ev.Draining {
+			nv.draining[ev.Member.ID] = true
+		} else {
+			delete(nv.draining, ev.Member.ID)
+		}
 	case regiontable.MemberUp:
 		nv.members[ev.Member.ID] = ev.Member
 	case regiontable.MemberDown:
@@ -54,14 +74,9 @@ func (s *Server) followTable() {
 				s.log.Warn("server: load the region table", slog.Any("err", err))
 			}
 		} else {
-			v := &tableView{members: make(map[string]regiontable.Member), regions: make(map[uint32]regiontable.Region)}
-			for _, m := range st.Members {
-				v.members[m.ID] = m
-			}
-			for _, r := range st.Regions {
-				v.regions[r.ID] = r
-			}
+			v := newTableView(st)
 			s.table.Store(v)
+			s.gone.note(v, time.Now())
 			for _, r := range st.Regions {
 				s.noteRegionEntry(r)
 			}
@@ -72,7 +87,9 @@ func (s *Server) followTable() {
 					s.log.Warn("server: region table watch ended; reloading", slog.Any("err", ev.Err))
 					break
 				}
-				s.table.Store(s.table.Load().with(ev))
+				v := s.table.Load().with(ev)
+				s.table.Store(v)
+				s.gone.note(v, time.Now())
 				switch {
 				case ev.Kind == regiontable.RootSet:
 					s.learnRoot(ev.Root)

@@ -42,6 +42,10 @@ type config struct {
 	raftHeartbeat  time.Duration
 	snapThreshold  uint64
 	snapInterval   time.Duration
+	deadAfter      time.Duration
+	// balanceInterval is --balance-interval; 0 (never) becomes the
+	// server's negative.
+	balanceInterval time.Duration
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -67,6 +71,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		leaseTTL                  string
 		raftHeartbeat, snapEvery  string
 		snapThreshold, replicas   string
+		deadAfter, balanceEvery   string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -98,6 +103,8 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&replicas, "replicas", "1", fmt.Sprintf("replication factor: servers holding each region this server leads, itself included (at most %d); a write is acknowledged once a majority logged it", server.MaxReplicas))
 	str(&raftHeartbeat, "raft-heartbeat-timeout", server.DefaultRaftHeartbeatTimeout.String(), "region raft groups' heartbeat and election timeout")
 	str(&snapThreshold, "snapshot-threshold", strconv.Itoa(server.DefaultSnapshotThreshold), "log entries past the last snapshot that make a region snapshot")
+	str(&deadAfter, "dead-after", server.DefaultDeadAfter.String(), "how long a server may be missing from the members before its replicas are replaced on live servers")
+	str(&balanceEvery, "balance-interval", server.DefaultBalanceInterval.String(), "how often the coordinator moves a leadership from a server leading far more regions than the mean; 0 never")
 	str(&snapEvery, "snapshot-interval", server.DefaultSnapshotInterval.String(), "how often a region checks --snapshot-threshold")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n\nFlags:\n")
@@ -161,6 +168,12 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	}
 	if cfg.snapInterval, err = time.ParseDuration(snapEvery); err != nil || cfg.snapInterval < time.Second {
 		return nil, fmt.Errorf("--snapshot-interval %q: want a duration of at least 1s", snapEvery)
+	}
+	if cfg.deadAfter, err = time.ParseDuration(deadAfter); err != nil || cfg.deadAfter < time.Second {
+		return nil, fmt.Errorf("--dead-after %q: want a duration of at least 1s", deadAfter)
+	}
+	if cfg.balanceInterval, err = time.ParseDuration(balanceEvery); err != nil || cfg.balanceInterval < 0 {
+		return nil, fmt.Errorf("--balance-interval %q: want a duration, 0 for never", balanceEvery)
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)

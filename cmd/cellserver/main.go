@@ -113,6 +113,8 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		RaftHeartbeatTimeout: cfg.raftHeartbeat,
 		SnapshotThreshold:    cfg.snapThreshold,
 		SnapshotInterval:     cfg.snapInterval,
+		DeadAfter:            cfg.deadAfter,
+		BalanceInterval:      balanceInterval(cfg.balanceInterval),
 		TestingKnobs:         testingKnobs(log),
 	})
 	if err != nil {
@@ -141,4 +143,13 @@ func testingKnobs(log *slog.Logger) server.TestingKnobs {
 		log.Warn("cellserver: TESTING KNOB: regions are served without read leases; a deposed or paused host WILL answer stale reads")
 	}
 	return k
+}
+
+// balanceInterval turns --balance-interval into server.Options'
+// BalanceInterval: 0 (never) is negative there, where 0 is the default.
+func balanceInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -1,0 +1,642 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// Self-repair (DESIGN §9). Three things keep the replicas of the cluster
+// where they should be:
+//
+//   - A replica move (OpMoveReplica, from an operator or the coordinator)
+//     is carried out by the region's host, one step per replicaLoop tick:
+//     the new server joins the group as a nonvoter, which receives a
+//     snapshot and the log; once caught up it becomes a voter; then the
+//     old replica is removed (raft RemoveServer). If the old replica is
+//     the host's own, the host first hands its leadership to another
+//     replica, and the asker asks the new host again. The region table
+//     entry follows every change.
+//   - The coordinator (coordinator.go) replaces the replicas of servers
+//     missing from the members for longer than Options.DeadAfter, and of
+//     servers marked draining (cellctl drain), by asking each region's
+//     host for a move onto the live server holding the fewest replicas;
+//     it asks again every repairInterval until the table shows the move
+//     done. It also spreads leaderships: a server leading far more regions
+//     than the mean hands one to a replica on the server leading the
+//     fewest, every Options.BalanceInterval.
+//   - A server that finds itself holding a follower replica of a region
+//     whose table entry no longer lists it (it was replaced while it was
+//     down) drops the replica and its log.
+//
+// A leadership transfer (OpTransferLeader, balancing, a draining host)
+// drops the region's read lease and stops serving it before it hands the
+// leadership over: the target is elected at once, without waiting out
+// the old leader's lease, so the old leader must already have stopped
+// answering.
+
+// repairInterval is how often the coordinator looks for replicas to move.
+const repairInterval = time.Second
+
+// maxConcurrentMoves bounds the regions the coordinator has adding a
+// replica at once: each addition streams a region image.
+const maxConcurrentMoves = 2
+
+// replicaMove is a move of rep's replica on server from to server to.
+type replicaMove struct {
+	from, to string
+}
+
+// goneServers tracks since when each server was missing from the members,
+// as this server saw it (followTable).
+type goneServers struct {
+	mu    sync.Mutex
+	since map[string]time.Time
+}
+
+// note records the members and regions of v at now: a member present is
+// not gone; a server a region lists that is not a member is gone since
+// now, unless it was already.
+func (g *goneServers) note(v *tableView, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.since == nil {
+		g.since = make(map[string]time.Time)
+	}
+	for id := range g.since {
+		if _, ok := v.members[id]; ok {
+			delete(g.since, id)
+		}
+	}
+	for _, r := range v.regions {
+		for _, ids := range [][]string{r.Replicas, r.Learners, {r.Host}} {
+			for _, id := range ids {
+				if _, ok := v.members[id]; !ok && id != "" {
+					if _, seen := g.since[id]; !seen {
+						g.since[id] = now
+					}
+				}
+			}
+		}
+	}
+}
+
+// dead returns the servers gone for at least after at now.
+func (g *goneServers) dead(now time.Time, after time.Duration) map[string]bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[string]bool)
+	for id, t := range g.since {
+		if now.Sub(t) >= after {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// --- the host's side: moves and transfers -------------------------------
+
+// requestMove records a move of rep's replica, asked by OpMoveReplica.
+// REQUIRES: this server serves rep's region.
+func (s *Server) requestMove(rep *replica, req *wire.MoveReplicaRequest) error {
+	v := s.table.Load()
+	if req.From == req.To {
+		return wireErrorf(wire.StatusBadRequest, "move replica: from and to are both %q", req.From)
+	}
+	cfg, err := groupConfig(rep)
+	if err != nil {
+		return err
+	}
+	fromIn, toVoter := false, false
+	for _, srv := range cfg.Servers {
+		fromIn = fromIn || string(srv.ID) == req.From
+		toVoter = toVoter || string(srv.ID) == req.To && srv.Suffrage == raft.Voter
+	}
+	if !fromIn {
+		if toVoter {
+			return nil // done already
+		}
+		return wireErrorf(wire.StatusBadRequest, "move replica: region %d has no replica on %q", rep.regionID, req.From)
+	}
+	if cur := rep.move.Load(); cur != nil && cur.from == req.From && inConfig(cfg, cur.to) {
+		return nil // under way: keep its target
+	}
+	if _, live := v.members[req.To]; !live {
+		return wireErrorf(wire.StatusBadRequest, "move replica: %q is not a live member", req.To)
+	}
+	if v.draining[req.To] {
+		return wireErrorf(wire.StatusBadRequest, "move replica: %q is draining", req.To)
+	}
+	rep.move.Store(&replicaMove{from: req.From, to: req.To})
+	s.log.Info("server: replica move requested", slog.Uint64("region", uint64(rep.regionID)), slog.String("from", req.From), slog.String("to", req.To))
+	return nil
+}
+
+// groupConfig returns rep's group's latest configuration.
+func groupConfig(rep *replica) (raft.Configuration, error) {
+	f := rep.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return raft.Configuration{}, err
+	}
+	return f.Configuration(), nil
+}
+
+func inConfig(cfg raft.Configuration, id string) bool {
+	return slices.ContainsFunc(cfg.Servers, func(srv raft.Server) bool { return string(srv.ID) == id })
+}
+
+func suffrage(cfg raft.Configuration, id string) (raft.ServerSuffrage, bool) {
+	for _, srv := range cfg.Servers {
+		if string(srv.ID) == id {
+			return srv.Suffrage, true
+		}
+	}
+	return 0, false
+}
+
+// replicate takes one step towards the group rep's region should have,
+// which this server leads: a caught-up nonvoter is promoted; a requested
+// move adds its target or removes its source; a group with more voters
+// than Options.Replicas loses a dead or draining one; a group with fewer
+// servers gains a nonvoter on the live server holding the fewest
+// replicas. The region table's entry is published with the new
+// configuration after every change, and before a nonvoter is added (so
+// that the new member opens its replica).
+func (s *Server) replicate(rep *replica) error {
+	cfg, err := groupConfig(rep)
+	if err != nil {
+		return err
+	}
+	if done, err := s.promoteCaughtUp(rep, cfg); done || err != nil {
+		return err
+	}
+	if mv := rep.move.Load(); mv != nil {
+		return s.stepMove(rep, cfg, mv)
+	}
+	if done, err := s.trimVoter(rep, cfg); done || err != nil {
+		return err
+	}
+	if len(cfg.Servers) >= s.opts.Replicas {
+		return nil
+	}
+	m, ok := s.pickReplicaHost(cfg)
+	if !ok {
+		return nil // too few live servers: try again later
+	}
+	return s.addNonvoter(rep, cfg, m)
+}
+
+// promoteCaughtUp makes the first nonvoter that has caught up a voter. It
+// reports whether it found a nonvoter (caught up or not): a group adds
+// one server at a time. A nonvoter on a dead or draining server is
+// removed instead.
+func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, error) {
+	v := s.table.Load()
+	dead := s.gone.dead(time.Now(), s.opts.DeadAfter)
+	for _, srv := range cfg.Servers {
+		if srv.Suffrage != raft.Nonvoter {
+			continue
+		}
+		id := string(srv.ID)
+		if dead[id] || v.draining[id] {
+			return true, s.removeServer(rep, id, "the nonvoter's server is dead or draining")
+		}
+		ok, err := s.caughtUp(rep, id)
+		if err != nil || !ok {
+			return true, err
+		}
+		if err := rep.raft.AddVoter(srv.ID, srv.Address, 0, s.opts.ProposalTimeout).Error(); err != nil {
+			return true, fmt.Errorf("promote %s: %w", srv.ID, err)
+		}
+		s.log.Info("server: follower caught up; now a voter", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", id))
+		return true, s.publishReplicas(rep)
+	}
+	return false, nil
+}
+
+// stepMove takes one step of move mv (the type's doc).
+func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove) error {
+	if !inConfig(cfg, mv.from) {
+		rep.move.CompareAndSwap(mv, nil)
+		return nil
+	}
+	sf, in := suffrage(cfg, mv.to)
+	switch {
+	case !in:
+		m, live := s.table.Load().members[mv.to]
+		if !live || m.RaftAddr == "" {
+			rep.move.CompareAndSwap(mv, nil) // the target went; the asker picks another
+			return fmt.Errorf("move target %s is not a live member", mv.to)
+		}
+		return s.addNonvoter(rep, cfg, m)
+	case sf != raft.Voter:
+		return nil // promoteCaughtUp's
+	case mv.from == s.opts.ServerID:
+		// The target votes: hand the leadership over, then the new host
+		// removes this replica when asked again.
+		rep.move.CompareAndSwap(mv, nil)
+		return s.transferLeader(rep, mv.to)
+	default:
+		if err := s.removeServer(rep, mv.from, "moved to "+mv.to); err != nil {
+			return err
+		}
+		rep.move.CompareAndSwap(mv, nil)
+		return nil
+	}
+}
+
+// trimVoter removes one voter from a group with more than
+// Options.Replicas: a dead one, else a draining one, never this server.
+// It reports whether it removed one.
+func (s *Server) trimVoter(rep *replica, cfg raft.Configuration) (bool, error) {
+	voters, _ := replicaIDs(cfg)
+	if len(voters) <= s.opts.Replicas {
+		return false, nil
+	}
+	v := s.table.Load()
+	dead := s.gone.dead(time.Now(), s.opts.DeadAfter)
+	for _, pass := range []func(string) bool{
+		func(id string) bool { return dead[id] },
+		func(id string) bool { return v.draining[id] },
+	} {
+		for _, id := range voters {
+			if id != s.opts.ServerID && pass(id) {
+				return true, s.removeServer(rep, id, "the group has more voters than --replicas")
+			}
+		}
+	}
+	return false, nil
+}
+
+// addNonvoter publishes m as a learner of rep's region and adds it to the
+// group as a nonvoter.
+func (s *Server) addNonvoter(rep *replica, cfg raft.Configuration, m regiontable.Member) error {
+	voters, learners := replicaIDs(cfg)
+	if err := s.putReplicas(rep, voters, append(learners, m.ID)); err != nil {
+		return err
+	}
+	if err := rep.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, s.opts.ProposalTimeout).Error(); err != nil {
+		return fmt.Errorf("add %s: %w", m.ID, err)
+	}
+	s.log.Info("server: follower added; it catches up before it votes", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", m.ID))
+	return nil
+}
+
+// removeServer removes server id from rep's group and publishes the new
+// configuration.
+func (s *Server) removeServer(rep *replica, id, why string) error {
+	if err := rep.raft.RemoveServer(raft.ServerID(id), 0, s.opts.ProposalTimeout).Error(); err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	s.metrics.replicasRemoved.Inc()
+	s.log.Info("server: replica removed from the group", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", id), slog.String("why", why))
+	return s.publishReplicas(rep)
+}
+
+// errTransferring refuses a transfer while another one runs.
+var errTransferring = errors.New("server: a leadership transfer of the region is under way")
+
+// transferLeader hands the leadership of rep's group to the voter on
+// server to, or, if to is empty, to a live voter that is not draining.
+// It stops serving the region first (dropping its read lease: the target
+// is elected without waiting the lease out); if the transfer fails, this
+// server is still the leader and serves the region again.
+func (s *Server) transferLeader(rep *replica, to string) error {
+	if !rep.transferring.CompareAndSwap(false, true) {
+		return errTransferring
+	}
+	defer rep.transferring.Store(false)
+	cfg, err := groupConfig(rep)
+	if err != nil {
+		return err
+	}
+	v := s.table.Load()
+	if to == "" {
+		for _, id := range voterIDs(cfg) {
+			if _, live := v.members[id]; live && id != s.opts.ServerID && !v.draining[id] {
+				to = id
+				break
+			}
+		}
+		if to == "" {
+			return wireErrorf(wire.StatusUnavailable, "transfer leader: region %d has no other live voter", rep.regionID)
+		}
+	}
+	if to == s.opts.ServerID {
+		return nil
+	}
+	if sf, in := suffrage(cfg, to); !in || sf != raft.Voter {
+		return wireErrorf(wire.StatusBadRequest, "transfer leader: %q is not a voter of region %d", to, rep.regionID)
+	}
+	m, live := v.members[to]
+	if !live {
+		return wireErrorf(wire.StatusBadRequest, "transfer leader: %q is not a live member", to)
+	}
+	start := time.Now()
+	s.unserve(rep)
+	if err := rep.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(m.RaftAddr)).Error(); err != nil {
+		s.log.Warn("server: leadership transfer failed; serving the region again", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Any("err", err))
+		return fmt.Errorf("transfer leader of region %d to %s: %w", rep.regionID, to, err)
+	}
+	s.metrics.leaderTransfers.Inc()
+	s.log.Info("server: handed the region's leadership over", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Duration("took", time.Since(start)))
+	return nil
+}
+
+func voterIDs(cfg raft.Configuration) []string {
+	voters, _ := replicaIDs(cfg)
+	return voters
+}
+
+// --- the coordinator's side ---------------------------------------------
+
+// repairLoop replaces dead and draining servers' replicas and spreads
+// leaderships until ctx ends (the coordinator's term).
+func (s *Server) repairLoop(ctx context.Context) {
+	t := time.NewTicker(repairInterval)
+	defer t.Stop()
+	lastBalance := time.Now()
+	asked := make(map[uint32]string) // the last move asked per region, logged once
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v := s.table.Load()
+		if v == nil {
+			continue
+		}
+		now := time.Now()
+		dead := s.gone.dead(now, s.opts.DeadAfter)
+		s.repairRegions(ctx, v, dead, asked)
+		if s.opts.BalanceInterval > 0 && now.Sub(lastBalance) >= s.opts.BalanceInterval {
+			lastBalance = now
+			s.balanceLeaders(ctx, v, dead)
+		}
+	}
+}
+
+// leaving reports whether server id's replicas are to move away.
+func leaving(v *tableView, dead map[string]bool, id string) bool {
+	return dead[id] || v.draining[id]
+}
+
+// repairRegions asks the host of every region with a replica on a dead
+// or draining server to move it (or, if the host itself is draining, to
+// hand its leadership over first).
+func (s *Server) repairRegions(ctx context.Context, v *tableView, dead map[string]bool, asked map[uint32]string) {
+	moving := 0
+	for _, r := range v.regions {
+		if len(r.Learners) > 0 {
+			moving++
+		}
+	}
+	for _, r := range sortedRegions(v) {
+		host, live := v.members[r.Host]
+		if !live {
+			continue // failover first
+		}
+		var from string
+		for _, id := range append(slices.Clone(r.Replicas), r.Learners...) {
+			if leaving(v, dead, id) {
+				from = id
+				break
+			}
+		}
+		if from == "" {
+			delete(asked, r.ID)
+			continue
+		}
+		if from == r.Host {
+			s.askAdmin(ctx, host, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: r.ID}, r.ID, asked, "hand over: host draining")
+			continue
+		}
+		if len(r.Learners) == 0 {
+			if moving >= maxConcurrentMoves {
+				continue
+			}
+			moving++
+		}
+		to, ok := s.placeReplica(v, dead, r)
+		if !ok {
+			continue
+		}
+		s.askAdmin(ctx, host, wire.OpMoveReplica, &wire.MoveReplicaRequest{Region: r.ID, From: from, To: to}, r.ID, asked, "move "+from+" -> "+to)
+	}
+}
+
+// askAdmin sends an operator request to a region's host, logging it the
+// first time it is asked.
+func (s *Server) askAdmin(ctx context.Context, host regiontable.Member, op wire.Op, req wire.Message, id uint32, asked map[uint32]string, what string) {
+	if asked[id] != what {
+		asked[id] = what
+		s.log.Warn("server: coordinator: repairing a region", slog.Uint64("region", uint64(id)), slog.String("host", host.ID), slog.String("action", what))
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := s.call(cctx, host.RPCAddr, op, req, nil); err != nil && ctx.Err() == nil {
+		s.log.Debug("server: coordinator: ask a host", slog.Uint64("region", uint64(id)), slog.String("host", host.ID), slog.Any("err", err))
+	}
+}
+
+// placeReplica chooses the server for a new replica of r: a live member,
+// not draining, not dead, holding none of r yet, with the fewest bytes
+// of replicas, then the fewest replicas (ties: the lowest ID).
+func (s *Server) placeReplica(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
+	load := replicaLoad(v)
+	var best string
+	for _, id := range sortedMembers(v) {
+		if leaving(v, dead, id) || holdsReplica(r, id) || v.members[id].RaftAddr == "" {
+			continue
+		}
+		if best == "" || load[id].less(load[best]) {
+			best = id
+		}
+	}
+	return best, best != ""
+}
+
+// serverLoad is what a server holds, by the region table: the bytes
+// (region sizes) and count of its replicas.
+type serverLoad struct {
+	bytes    uint64
+	replicas int
+}
+
+func (a serverLoad) less(b serverLoad) bool {
+	if a.bytes != b.bytes {
+		return a.bytes < b.bytes
+	}
+	return a.replicas < b.replicas
+}
+
+// replicaLoad sums each server's replicas, voters and learners.
+func replicaLoad(v *tableView) map[string]serverLoad {
+	load := make(map[string]serverLoad)
+	for _, r := range v.regions {
+		for _, id := range append(slices.Clone(r.Replicas), r.Learners...) {
+			l := load[id]
+			l.bytes += r.Size
+			l.replicas++
+			load[id] = l
+		}
+	}
+	return load
+}
+
+// balanceLeaders moves one leadership from the server leading the most
+// regions to the server leading the fewest, when the first leads more
+// than the mean (rounded up) and two more than the second.
+func (s *Server) balanceLeaders(ctx context.Context, v *tableView, dead map[string]bool) {
+	lead := make(map[string]int)
+	var ids []string
+	for _, id := range sortedMembers(v) {
+		if !leaving(v, dead, id) && v.members[id].RaftAddr != "" {
+			ids = append(ids, id)
+			lead[id] = 0
+		}
+	}
+	if len(ids) < 2 {
+		return
+	}
+	hosted := 0
+	for _, r := range v.regions {
+		if _, ok := lead[r.Host]; ok {
+			lead[r.Host]++
+			hosted++
+		}
+	}
+	most, fewest := ids[0], ids[0]
+	for _, id := range ids {
+		if lead[id] > lead[most] {
+			most = id
+		}
+		if lead[id] < lead[fewest] {
+			fewest = id
+		}
+	}
+	mean := (hosted + len(ids) - 1) / len(ids)
+	if lead[most] <= mean || lead[most]-lead[fewest] < 2 {
+		return
+	}
+	for _, r := range sortedRegions(v) {
+		if r.Host != most || !slices.Contains(r.Replicas, fewest) || len(r.Learners) > 0 {
+			continue
+		}
+		s.log.Info("server: coordinator: spreading leaders", slog.Uint64("region", uint64(r.ID)), slog.String("from", most),
+			slog.String("to", fewest), slog.Int("from_leads", lead[most]), slog.Int("to_leads", lead[fewest]))
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.call(cctx, v.members[most].RPCAddr, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: r.ID, To: fewest}, nil)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("server: coordinator: leadership transfer", slog.Uint64("region", uint64(r.ID)), slog.Any("err", err))
+		}
+		return
+	}
+}
+
+func sortedRegions(v *tableView) []regiontable.Region {
+	out := make([]regiontable.Region, 0, len(v.regions))
+	for _, r := range v.regions {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func sortedMembers(v *tableView) []string {
+	out := make([]string, 0, len(v.members))
+	for id := range v.members {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// --- a returning server's side ------------------------------------------
+
+// dropStaleFollower drops this server's follower replica of region e when
+// e no longer lists this server (it was replaced while it was down): the
+// group, the region file and the region's log and snapshots.
+func (s *Server) dropStaleFollower(e regiontable.Region) {
+	if e.Host == s.opts.ServerID || holdsReplica(e, s.opts.ServerID) || len(e.Replicas) == 0 {
+		return
+	}
+	f := &s.follow
+	f.mu.Lock()
+	rep := f.m[e.ID]
+	if rep == nil || f.closed {
+		f.mu.Unlock()
+		return
+	}
+	delete(f.m, e.ID)
+	f.mu.Unlock()
+	err := rep.stopRaft()
+	rep.applyMu.Lock()
+	rep.dropped = true // for requests that found the replica before
+	err = errors.Join(err, rep.closeRegion())
+	rep.applyMu.Unlock()
+	err = errors.Join(err, s.wal.DropRegion(e.ID), s.snaps.DropRegion(e.ID))
+	s.log.Warn("server: dropped a stale replica: the region's group no longer holds this server", slog.Uint64("region", uint64(e.ID)),
+		slog.Any("replicas", e.Replicas), slog.Any("err", err))
+}
+
+// --- the wire ---------------------------------------------------------------
+
+// serveAdmin answers one OpMoveReplica or OpTransferLeader request, beside
+// the tree workers. A request for a region this server does not serve is
+// redirected to its host. REQUIRES: c.inflight counts the request;
+// serveAdmin releases it and the frame.
+func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
+	s := c.s
+	defer c.inflight.Done()
+	defer f.Release()
+	h := &f.Header
+	err := func() error {
+		switch h.Op {
+		case wire.OpMoveReplica:
+			var req wire.MoveReplicaRequest
+			if err := req.Decode(f.Body); err != nil {
+				return err
+			}
+			rep := s.servedReplica(req.Region)
+			if rep == nil {
+				return s.redirect(req.Region, "move replica")
+			}
+			return s.requestMove(rep, &req)
+		default:
+			var req wire.TransferLeaderRequest
+			if err := req.Decode(f.Body); err != nil {
+				return err
+			}
+			rep := s.servedReplica(req.Region)
+			if rep == nil {
+				return s.redirect(req.Region, "transfer leader")
+			}
+			return s.transferLeader(rep, req.To)
+		}
+	}()
+	service := time.Since(arrived)
+	st := wire.StatusOK
+	if err == nil {
+		rh := h.Reply(wire.StatusOK)
+		rh.SetTiming(0, service)
+		err = c.rw.WriteMessage(rh, &wire.EmptyMessage{})
+	} else {
+		err = wireError(err)
+		st = wire.StatusOf(err)
+		_ = c.rw.WriteError(h, err, 0, service)
+	}
+	s.metrics.observe(h.Op, st, 0, service)
+}

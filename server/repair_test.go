@@ -1,0 +1,327 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
+)
+
+// repairCtx bounds the self-repair tests: adding a replica installs a
+// snapshot, and under the race detector on a loaded machine a few moves
+// take tens of seconds.
+func repairCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitRegions polls the table until cond holds for its regions, failing
+// the test at ctx's end with the last regions seen.
+func waitRegions(t *testing.T, ctx context.Context, store regiontable.Store, what string, cond func([]regiontable.Region) bool) []regiontable.Region {
+	t.Helper()
+	var last []regiontable.Region
+	for {
+		rs, err := store.Regions(ctx)
+		if err == nil {
+			last = rs
+			if cond(rs) {
+				return rs
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: not reached; regions: %s", what, placement(last))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// fullyReplicatedWithout reports whether every region has want voters,
+// no learners, and no replica on any of gone.
+func fullyReplicatedWithout(want int, gone ...string) func([]regiontable.Region) bool {
+	return func(rs []regiontable.Region) bool {
+		for _, r := range rs {
+			if len(r.Replicas) != want || len(r.Learners) > 0 {
+				return false
+			}
+			for _, id := range gone {
+				if holdsReplica(r, id) || r.Host == id {
+					return false
+				}
+			}
+		}
+		return true
+	}
+}
+
+func serverByID(srvs []*Server, id string) *Server {
+	for _, s := range srvs {
+		if s.opts.ServerID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// "when a server has been gone longer than --dead-after (default 30 s),
+// each region with a replica there gets a new one on the live server with
+// the fewest replicas (raft AddVoter, snapshot install, then RemoveServer
+// of the dead one), and the region table follows. A server that returns
+// after being replaced drops its stale replicas."
+func TestDeadServerReplaced(t *testing.T) {
+	srvs, store := startReplicated(t, 4, 3, func(i int, o *Options) {
+		o.DeadAfter = 2 * time.Second
+		o.BalanceInterval = -1
+	})
+	ctx := repairCtx(t)
+	c := newClient(t, store, "server")
+	keys := putRange(t, ctx, c, 0, 400)
+
+	// The dead server: one that holds a replica of a region it does not
+	// host, and is not the coordinator.
+	var victim *Server
+	for _, s := range srvs {
+		if !s.IsCoordinator() && len(s.followerList()) > 0 {
+			victim = s
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatal("no server follows another's region")
+	}
+	id := victim.opts.ServerID
+	opts := victim.opts
+	opts.RaftListen = victim.mux.Addr().String()
+	opts.Registry = nil
+	if err := victim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rs := waitRegions(t, ctx, store, "replicas moved off "+id, fullyReplicatedWithout(3, id))
+	t.Logf("%s's replicas replaced %v after it stopped (dead-after 2s): %s", id, time.Since(start).Round(time.Millisecond), placement(rs))
+	slices.Sort(keys)
+	keys = append(keys, putRange(t, ctx, c, 400, 500)...)
+	slices.Sort(keys)
+	mustReadAll(t, "after the repair", map[string]*client.Client{"server": c}, keys)
+
+	// It returns: its stale follower replicas go, with their logs.
+	back := restartServer(t, opts)
+	for _, r := range rs {
+		for back.follower(r.ID) != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("%s still follows region %d, which it was removed from", id, r.ID)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if logged, err := back.wal.Regions(); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, r := range rs {
+			if slices.Contains(logged, r.ID) && r.ID != back.regionID && !holdsReplica(r, id) {
+				t.Errorf("the log of %s still holds region %d, which it was removed from", id, r.ID)
+			}
+		}
+	}
+	mustReadAll(t, "after the dead server returned", map[string]*client.Client{"server": c}, keys)
+}
+
+// "`cellctl move-replica`, `cellctl transfer-leader` ... for operators":
+// the wire requests they send, answered by a region's host.
+func TestMoveReplicaAndTransferLeader(t *testing.T) {
+	srvs, store := startReplicated(t, 4, 3, func(i int, o *Options) { o.BalanceInterval = -1 })
+	ctx := repairCtx(t)
+	c := newClient(t, store, "server")
+	keys := putRange(t, ctx, c, 0, 300)
+	slices.Sort(keys)
+
+	r, err := store.Region(ctx, srvs[0].regionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from, to string
+	for _, s := range srvs {
+		switch id := s.opts.ServerID; {
+		case !holdsReplica(r, id):
+			to = id
+		case id != r.Host && from == "":
+			from = id
+		}
+	}
+	host := serverByID(srvs, r.Host)
+	hc := dial(t, host)
+
+	// Bad requests are refused, and change nothing.
+	for _, bad := range []wire.MoveReplicaRequest{
+		{Region: r.ID, From: from, To: from},
+		{Region: r.ID, From: "no-such-server", To: to},
+		{Region: r.ID, From: from, To: "no-such-server"},
+	} {
+		if _, err := call(t, hc, wire.OpMoveReplica, &bad, &wire.EmptyMessage{}); wire.StatusOf(err) != wire.StatusBadRequest {
+			t.Errorf("move %+v: %v, want BadRequest", bad, err)
+		}
+	}
+	if _, err := call(t, hc, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: r.ID, To: to}, &wire.EmptyMessage{}); wire.StatusOf(err) != wire.StatusBadRequest {
+		t.Errorf("transfer to a non-replica: %v, want BadRequest", err)
+	}
+	if _, err := call(t, hc, wire.OpMoveReplica, &wire.MoveReplicaRequest{Region: 999, From: from, To: to}, &wire.EmptyMessage{}); wire.StatusOf(err) != wire.StatusUnknownRegion {
+		t.Errorf("move in an unknown region: %v, want UnknownRegion", err)
+	}
+
+	// The move: asked until the table shows it done (as cellctl does).
+	moved := func(rs []regiontable.Region) bool {
+		for _, e := range rs {
+			if e.ID == r.ID {
+				return !holdsReplica(e, from) && slices.Contains(e.Replicas, to) && len(e.Replicas) == 3
+			}
+		}
+		return false
+	}
+	for {
+		if _, err := call(t, hc, wire.OpMoveReplica, &wire.MoveReplicaRequest{Region: r.ID, From: from, To: to}, &wire.EmptyMessage{}); err != nil {
+			t.Fatalf("move %s -> %s: %v", from, to, err)
+		}
+		rs, err := store.Regions(ctx)
+		if err == nil && moved(rs) {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("region %d's replica not moved from %s to %s: %s", r.ID, from, to, placement(rs))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	mustReadAll(t, "after the move", map[string]*client.Client{"server": c}, keys)
+
+	// The transfer: to the replica just added.
+	if _, err := call(t, hc, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: r.ID, To: to}, &wire.EmptyMessage{}); err != nil {
+		t.Fatalf("transfer leader to %s: %v", to, err)
+	}
+	waitRegions(t, ctx, store, "region hosted by "+to, func(rs []regiontable.Region) bool {
+		for _, e := range rs {
+			if e.ID == r.ID {
+				return e.Host == to && e.Epoch > r.Epoch
+			}
+		}
+		return false
+	})
+	if got := metricValue(gather(t, host), "cell_server_leader_transfers_total", nil); got != 1 {
+		t.Errorf("leader transfers on the old host: %v, want 1", got)
+	}
+	keys = append(keys, putRange(t, ctx, c, 300, 400)...)
+	slices.Sort(keys)
+	mustReadAll(t, "after the transfer", map[string]*client.Client{"server": c}, keys)
+}
+
+// "`cellctl drain SERVER` (move everything off a server, for a planned
+// stop)", and undone: the server gets replicas again.
+func TestDrain(t *testing.T) {
+	srvs, store := startReplicated(t, 4, 3, func(i int, o *Options) { o.BalanceInterval = -1 })
+	ctx := repairCtx(t)
+	c := newClient(t, store, "server")
+	keys := putRange(t, ctx, c, 0, 300)
+	slices.Sort(keys)
+	// Drain a server that hosts a region: its leadership goes too.
+	d := srvs[1].opts.ServerID
+	if err := store.SetDraining(ctx, d, true); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitRegions(t, ctx, store, "drained "+d, fullyReplicatedWithout(3, d))
+	t.Logf("%s drained in %v", d, time.Since(start).Round(time.Millisecond))
+	if n := len(srvs[1].servedList()); n != 0 {
+		t.Errorf("the drained server serves %d regions", n)
+	}
+	keys = append(keys, putRange(t, ctx, c, 300, 400)...)
+	slices.Sort(keys)
+	mustReadAll(t, "after the drain", map[string]*client.Client{"server": c}, keys)
+}
+
+// "Leaders are spread: a server leading far more regions than the mean
+// transfers some away (leadership transfer; the lease is dropped first)."
+func TestLeadersBalanced(t *testing.T) {
+	srvs, store := startReplicated(t, 3, 3, func(i int, o *Options) { o.BalanceInterval = -1 })
+	ctx := repairCtx(t)
+	c := newClient(t, store, "server")
+	keys := putRange(t, ctx, c, 0, 200)
+	slices.Sort(keys)
+	// Gather every leadership on the first server.
+	first := srvs[0].opts.ServerID
+	for _, s := range srvs[1:] {
+		for _, rep := range s.servedList() {
+			if err := s.transferLeader(rep, first); err != nil {
+				t.Fatalf("transfer region %d to %s: %v", rep.regionID, first, err)
+			}
+		}
+	}
+	waitRegions(t, ctx, store, "every region led by "+first, func(rs []regiontable.Region) bool {
+		for _, r := range rs {
+			if r.Host != first {
+				return false
+			}
+		}
+		return true
+	})
+	// The coordinator spreads them again.
+	coord := coordinatorOf(t, srvs)
+	coord.balanceLeadersUntil(ctx, t, store)
+	mustReadAll(t, "after balancing", map[string]*client.Client{"server": c}, keys)
+}
+
+func coordinatorOf(t *testing.T, srvs []*Server) *Server {
+	t.Helper()
+	for _, s := range srvs {
+		if s.IsCoordinator() {
+			return s
+		}
+	}
+	t.Fatal("no coordinator")
+	return nil
+}
+
+// balanceLeadersUntil runs the coordinator's balancing step until no
+// server leads more than one region more than another.
+func (s *Server) balanceLeadersUntil(ctx context.Context, t *testing.T, store regiontable.Store) {
+	t.Helper()
+	for {
+		rs, err := store.Regions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lead := map[string]int{}
+		for _, m := range s.table.Load().members {
+			lead[m.ID] = 0
+		}
+		for _, r := range rs {
+			lead[r.Host]++
+		}
+		lo, hi := len(rs), 0
+		for _, n := range lead {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		if hi-lo <= 1 {
+			t.Logf("leaders per server: %v", lead)
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("leaders not spread: %v", fmt.Sprint(lead))
+		}
+		s.balanceLeaders(ctx, s.table.Load(), nil)
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// placement lists each region's host, voters and learners.
+func placement(rs []regiontable.Region) string {
+	var b strings.Builder
+	for _, r := range rs {
+		fmt.Fprintf(&b, "[%d host %s voters %v learners %v] ", r.ID, r.Host, r.Replicas, r.Learners)
+	}
+	return b.String()
+}
