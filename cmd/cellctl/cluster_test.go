@@ -78,25 +78,28 @@ func TestMembersAndRegionsOutput(t *testing.T) {
 	st := regiontable.State{
 		Members: []regiontable.Member{{ID: "s1", RPCAddr: "10.0.0.1:7070", ReadAddr: "10.0.0.1:7071", HostID: "h1", Version: "v1"}, {ID: "s2", RPCAddr: "10.0.0.2:7070"}},
 		Regions: []regiontable.Region{{ID: 1, Kind: regiontable.KindData, Size: 1 << 30, Host: "s1", Epoch: 3, Term: 7, Replicas: []string{"s1", "s2"}},
-			{ID: 4, Kind: regiontable.KindData, Size: 64 << 20, Host: "gone", Epoch: 1}},
+			{ID: 4, Kind: regiontable.KindData, Size: 64 << 20, Host: "gone", Epoch: 1},
+			{ID: 5, Kind: regiontable.KindData, Size: 64 << 20, Host: "s2", Epoch: 2, Term: 3, Replicas: []string{"s1", "s2", "s3"}, Learners: []string{"s4"}}},
+		Draining: []string{"s2"},
 	}
-	out := squeeze(render(t, []*table{membersTable(membersOutput(st.Members))}))
-	for _, want := range []string{"MEMBER  RPC ADDRESS  READ ADDRESS  HOST  VERSION", "s1  10.0.0.1:7070  10.0.0.1:7071  h1  v1", "s2  10.0.0.2:7070  -  -"} {
+	out := squeeze(render(t, []*table{membersTable(membersOutput(st.Members, st.Draining))}))
+	for _, want := range []string{"MEMBER  RPC ADDRESS  READ ADDRESS  HOST  VERSION  DRAINING", "s1  10.0.0.1:7070  10.0.0.1:7071  h1  v1  no", "s2  10.0.0.2:7070  -  -  yes"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("members table lacks %q:\n%s", want, out)
 		}
 	}
 	rs := regionsOutput(st)
-	if len(rs) != 2 || !rs[0].Live || rs[1].Live || rs[1].Kind != "data" {
+	if len(rs) != 3 || !rs[0].Live || rs[1].Live || rs[1].Kind != "data" {
 		t.Fatalf("regions %+v", rs)
 	}
 	out = squeeze(render(t, []*table{regionsTable(rs)}))
-	for _, want := range []string{"REGION  KIND  SIZE  LEADER  TERM  EPOCH  REPLICAS  LIVE", "1  data  1GiB  s1  7  3  s1,s2  yes", "4  data  64MiB  gone  0  1  -  no", "1 of 2 regions are hosted by no live member."} {
+	for _, want := range []string{"REGION  KIND  SIZE  LEADER  TERM  EPOCH  REPLICAS  LIVE", "1  data  1GiB  s1  7  3  s1,s2  yes", "4  data  64MiB  gone  0  1  -  no", "1 of 3 regions are hosted by no live member.",
+		"5  data  64MiB  s2  3  2  s1,s2,s3! +s4!  yes", "1 regions have replicas on servers that are not live members (marked !)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("regions table lacks %q:\n%s", want, out)
 		}
 	}
-	if js, _ := json.Marshal(membersOutput(nil)); string(js) != "[]" {
+	if js, _ := json.Marshal(membersOutput(nil, nil)); string(js) != "[]" {
 		t.Errorf("no members: %s", js)
 	}
 }

@@ -64,6 +64,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newStatusCommand(g), newMembersCommand(g), newRegionsCommand(g), newMeganodesCommand(g),
 		newCheckCommand(g), newDumpCommand(g), newBenchCommand(g),
 		newSimCommand(g),
+		newMoveReplicaCommand(g), newTransferLeaderCommand(g), newDrainCommand(g),
 	)
 	return root
 }

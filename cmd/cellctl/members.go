@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,8 @@ type memberJSON struct {
 	ReadAddr string `json:"read_addr"`
 	HostID   string `json:"host_id"`
 	Version  string `json:"version"`
+	// Draining: marked by cellctl drain; its replicas are moving away.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // regionJSON is one region in regions -w json.
@@ -38,6 +41,9 @@ type regionJSON struct {
 	Path   string        `json:"path,omitempty"`
 	// Live reports whether Host is a live member.
 	Live bool `json:"live"`
+	// DownReplicas are the replicas and learners on servers that are not
+	// live members.
+	DownReplicas []string `json:"down_replicas,omitempty"`
 }
 
 func newMembersCommand(g *globals) *cobra.Command {
@@ -55,24 +61,29 @@ host identity (servers on one host share memory) and build version.`,
 			if err != nil {
 				return err
 			}
-			ms := membersOutput(st.Members)
+			ms := membersOutput(st.Members, st.Draining)
 			return g.print(ms, func() []*table { return []*table{membersTable(ms)} })
 		},
 	}
 }
 
-func membersOutput(members []regiontable.Member) []memberJSON {
+func membersOutput(members []regiontable.Member, draining []string) []memberJSON {
 	out := []memberJSON{}
 	for _, m := range members {
-		out = append(out, memberJSON{ID: m.ID, RPCAddr: m.RPCAddr, ReadAddr: m.ReadAddr, HostID: m.HostID, Version: m.Version})
+		out = append(out, memberJSON{ID: m.ID, RPCAddr: m.RPCAddr, ReadAddr: m.ReadAddr, HostID: m.HostID, Version: m.Version,
+			Draining: slices.Contains(draining, m.ID)})
 	}
 	return out
 }
 
 func membersTable(ms []memberJSON) *table {
-	t := &table{left: true, header: []string{"MEMBER", "RPC ADDRESS", "READ ADDRESS", "HOST", "VERSION"}}
+	t := &table{left: true, header: []string{"MEMBER", "RPC ADDRESS", "READ ADDRESS", "HOST", "VERSION", "DRAINING"}}
 	for _, m := range ms {
-		t.add(m.ID, m.RPCAddr, m.ReadAddr, dash(m.HostID), dash(m.Version))
+		drain := "no"
+		if m.Draining {
+			drain = "yes"
+		}
+		t.add(m.ID, m.RPCAddr, m.ReadAddr, dash(m.HostID), dash(m.Version), drain)
 	}
 	if len(ms) == 0 {
 		t.notes = append(t.notes, "(no live member)")
@@ -112,23 +123,32 @@ func regionsOutput(st regiontable.State) []regionJSON {
 	}
 	out := []regionJSON{}
 	for _, r := range st.Regions {
-		out = append(out, regionJSON{ID: r.ID, Kind: string(r.Kind), Size: r.Size, Host: r.Host, Epoch: r.Epoch, Term: r.Term,
-			Replicas: append([]string{}, r.Replicas...), Learners: r.Learners, Path: r.Path, Live: live[r.Host]})
+		rj := regionJSON{ID: r.ID, Kind: string(r.Kind), Size: r.Size, Host: r.Host, Epoch: r.Epoch, Term: r.Term,
+			Replicas: append([]string{}, r.Replicas...), Learners: r.Learners, Path: r.Path, Live: live[r.Host]}
+		for _, id := range append(slices.Clone(r.Replicas), r.Learners...) {
+			if !live[id] {
+				rj.DownReplicas = append(rj.DownReplicas, id)
+			}
+		}
+		out = append(out, rj)
 	}
 	return out
 }
 
 func regionsTable(rs []regionJSON) *table {
 	t := &table{header: []string{"REGION", "KIND", "SIZE", "LEADER", "TERM", "EPOCH", "REPLICAS", "LIVE"}}
-	dead := 0
+	dead, down := 0, 0
 	for _, r := range rs {
 		live := "yes"
 		if !r.Live {
 			live, dead = "no", dead+1
 		}
-		reps := strings.Join(r.Replicas, ",")
+		reps := strings.Join(markDown(r.Replicas, r.DownReplicas), ",")
 		if len(r.Learners) > 0 {
-			reps += " +" + strings.Join(r.Learners, ",+") // catching up
+			reps += " +" + strings.Join(markDown(r.Learners, r.DownReplicas), ",+") // catching up
+		}
+		if len(r.DownReplicas) > 0 {
+			down++
 		}
 		t.add(fmt.Sprint(r.ID), r.Kind, fmtBytes(r.Size), r.Host, fmt.Sprint(r.Term), fmt.Sprint(r.Epoch), dash(reps), live)
 	}
@@ -137,6 +157,9 @@ func regionsTable(rs []regionJSON) *table {
 		t.notes = append(t.notes, "(no region)")
 	case dead > 0:
 		t.notes = append(t.notes, fmt.Sprintf("%d of %d regions are hosted by no live member.", dead, len(rs)))
+	}
+	if down > 0 {
+		t.notes = append(t.notes, fmt.Sprintf("%d regions have replicas on servers that are not live members (marked !): they are replaced after the servers' --dead-after.", down))
 	}
 	return t
 }
@@ -214,4 +237,16 @@ func replicasTable(rs []regionJSON) *table {
 	}
 	t.notes = append(t.notes, "LAG: entries the replica knows committed and has not applied yet.")
 	return t
+}
+
+// markDown suffixes "!" to the IDs in ids that are in down.
+func markDown(ids, down []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id
+		if slices.Contains(down, id) {
+			out[i] += "!"
+		}
+	}
+	return out
 }
