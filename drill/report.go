@@ -43,7 +43,8 @@ type Report struct {
 	// Timeline is the load's operations per second, by outcome.
 	Timeline []Second `json:"timeline"`
 
-	// Recovery is the time from the last heal until every key was read.
+	// Recovery is the time from the end of the load until every key was
+	// read (one successful get each).
 	Recovery time.Duration `json:"recovery_ns"`
 	// Lost are the keys whose final read the history does not allow.
 	Lost []Loss `json:"lost"`
@@ -53,6 +54,9 @@ type Report struct {
 	// with ClusterChecked false when it was not run.
 	ClusterChecked bool     `json:"cluster_checked"`
 	ClusterCheck   []string `json:"cluster_check"`
+	// History is every recorded operation, by invoke time (not in the
+	// JSON form: write it apart, it is large).
+	History []Op `json:"-"`
 	// Errors are failures of the drill itself (a fault not struck, a key
 	// not read back): the run's verdict is then a failure.
 	Errors []string `json:"errors,omitempty"`

@@ -125,24 +125,20 @@ func Run(ctx context.Context, s Store, o Options) (*Report, error) {
 	loadEnd := rec.Now()
 
 	// Recovery: every key reads.
-	healed := loadEnd
-	if len(faults) > 0 {
-		healed = faults[len(faults)-1].Heal
-	}
 	var rerr error
 	if ferr == nil {
 		rerr = readAll(ctx, s, rec, w, keys, o.RecoveryTimeout)
 	}
 	recovered := rec.Now()
-	log.Info("drill: load over", "recovered", rerr == nil, "after", (recovered - healed).Round(time.Millisecond))
+	log.Info("drill: load over", "recovered", rerr == nil, "after", (recovered - loadEnd).Round(time.Millisecond))
 
 	ops := rec.Ops()
 	r := Summarize(ops, faults, loadStart, loadEnd, pl)
-	r.Start, r.Workload, r.Schedule, r.Fault = rec.Start(), *w, o.Schedule, o.Fault
+	r.Start, r.Workload, r.Schedule, r.Fault, r.History = rec.Start(), *w, o.Schedule, o.Fault, ops
 	if r.Fault == 0 || o.Schedule.Count == 0 {
 		r.Fault = 0
 	}
-	r.Recovery = recovered - healed
+	r.Recovery = recovered - loadEnd
 	if err := errors.Join(ferr, rerr); err != nil {
 		r.Errors = append(r.Errors, err.Error())
 		if ferr != nil {
