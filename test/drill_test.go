@@ -1,0 +1,71 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// cellctl drill --local 3 --replicas 3 with two kills of the leader under
+// a YCSB-A load: nothing acknowledged is lost, porcupine finds the history
+// linearizable, cellctl check passes afterwards, and the report has a
+// figure for each fault.
+func TestDrillLocalKill(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bins.cellctl, "drill", "--local", "3", "--replicas", "3",
+		"--keys", "200", "--clients", "4", "--workload", "get=50,put=40,delete=10",
+		"--fault", "kill", "--target", "leader", "--faults", "2", "--fault-at", "1500ms", "--fault-duration", "1500ms", "--fault-every", "4s", "--after", "2s",
+		"--artifacts", dir, "--history", dir+"/history.json", "-w", "json", "--quiet")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("cellctl drill: %v", err)
+	}
+	t.Logf("cellctl drill took %v", time.Since(start).Round(time.Millisecond))
+	var r struct {
+		Operations struct{ OK, Failed, Unknown int }
+		Faults     []struct {
+			Server        string
+			UnavailableNS int64 `json:"unavailable_ns"`
+		}
+		Lost            []json.RawMessage
+		Linearizability struct{ Verdict string }
+		ClusterChecked  bool     `json:"cluster_checked"`
+		ClusterCheck    []string `json:"cluster_check"`
+		Errors          []string
+	}
+	if jerr := json.Unmarshal(out.Bytes(), &r); jerr != nil {
+		t.Fatalf("cellctl drill: %v (exit %v)\nstdout:\n%s\nstderr:\n%s", jerr, err, out.String(), errb.String())
+	}
+	if err != nil {
+		t.Errorf("cellctl drill exited with %v: %s", err, errb.String())
+	}
+	if len(r.Lost) != 0 {
+		t.Errorf("lost writes: %s", r.Lost)
+	}
+	if r.Linearizability.Verdict != "linearizable" {
+		t.Errorf("history %s (artifacts in %s)", r.Linearizability.Verdict, dir)
+	}
+	if !r.ClusterChecked || len(r.ClusterCheck) != 0 || len(r.Errors) != 0 {
+		t.Errorf("cluster check ran %v: %q; errors %q", r.ClusterChecked, r.ClusterCheck, r.Errors)
+	}
+	if len(r.Faults) != 2 || r.Operations.OK == 0 {
+		t.Fatalf("%d faults, %+v operations", len(r.Faults), r.Operations)
+	}
+	for i, f := range r.Faults {
+		t.Logf("kill %d: %s, unavailable %v", i+1, f.Server, time.Duration(f.UnavailableNS).Round(time.Millisecond))
+		if f.UnavailableNS <= 0 {
+			t.Errorf("kill %d of %s: no unavailability window", i+1, f.Server)
+		}
+	}
+	t.Logf("operations %+v", r.Operations)
+}
