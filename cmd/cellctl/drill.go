@@ -128,6 +128,11 @@ func runDrill(g *globals, p *drillParams) (err error) {
 		return fmt.Errorf("--workload: %w", err)
 	}
 	p.workload.Mix = mix
+	p.workload.EnsureDefaults()
+	p.schedule.EnsureDefaults()
+	if err := errors.Join(p.workload.Validate(), p.schedule.Validate()); err != nil {
+		return err
+	}
 	kind, err := drill.ParseFaultKind(p.fault)
 	if err != nil {
 		return fmt.Errorf("--fault: %w", err)
