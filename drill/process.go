@@ -280,7 +280,7 @@ func (t *ProcessTarget) WaitServing(ctx context.Context) error {
 }
 
 // Close stops every server (a paused one is resumed first): SIGTERM, and
-// SIGKILL after 20 s. It reports the servers that did not exit cleanly.
+// SIGQUIT then SIGKILL after 20 s. It reports the servers that did not exit cleanly.
 func (t *ProcessTarget) Close() error {
 	var errs []error
 	for _, p := range t.servers {
@@ -309,7 +309,8 @@ func (p *process) alive() bool {
 
 func (p *process) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
 
-// stop sends SIGTERM and waits for the exit; after 20 s it kills.
+// stop sends SIGTERM and waits for the exit; after 20 s it quits (a
+// goroutine dump) and then kills.
 func (p *process) stop() error {
 	p.signal(syscall.SIGTERM)
 	select {
@@ -319,10 +320,17 @@ func (p *process) stop() error {
 		}
 		return nil
 	case <-time.After(20 * time.Second):
+	}
+	// SIGQUIT makes a Go program write its goroutines to its log before
+	// it exits: what it was stuck on.
+	p.signal(syscall.SIGQUIT)
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
 		p.signal(syscall.SIGKILL)
 		<-p.exited
-		return errors.New("still running 20 s after SIGTERM: killed")
 	}
+	return fmt.Errorf("still running 20 s after SIGTERM: stopped with SIGQUIT (goroutines in %s)", p.log)
 }
 
 // removeShm removes the shared-memory registration table a killed

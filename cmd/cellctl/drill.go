@@ -149,6 +149,9 @@ func runDrill(g *globals, p *drillParams) (err error) {
 	if targets > 1 {
 		return fmt.Errorf("--local, --fault-cmd and --compose-project: give one")
 	}
+	if p.local > 0 && kind == drill.Partition {
+		return fmt.Errorf("--fault partition: --local servers cannot be partitioned (use --compose-project, or --fault-cmd with iptables)")
+	}
 	if targets == 0 && p.schedule.Count != 0 {
 		return fmt.Errorf("no target to strike: give --local N, --fault-cmd, or --compose-project (or --faults 0)")
 	}

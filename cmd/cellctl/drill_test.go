@@ -24,6 +24,7 @@ func TestDrillFlagErrors(t *testing.T) {
 		{[]string{"--faults", "3", "--fault-duration", "5s", "--fault-every", "5s", "--local", "3"}, "fault every"},
 		{[]string{"--clients", "-1", "--local", "3"}, "clients"},
 		{[]string{}, "no target"},
+		{[]string{"--local", "3", "--fault", "partition"}, "cannot be partitioned"},
 	} {
 		code, out, errs := runCellctl(append([]string{"drill", "--quiet", "--endpoints", "127.0.0.1:1", "--cellserver", "/nonexistent/cellserver"}, tc.args...)...)
 		if code == 0 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, tc.want) {

@@ -68,17 +68,21 @@ func startLocal(ctx context.Context, g *globals, p *drillParams, log *slog.Logge
 	return lc, nil
 }
 
-// close stops the servers and etcd and removes the directory (unless
-// --keep).
+// close stops the servers and etcd and removes the directory, unless
+// --keep or a server did not stop cleanly.
 func (lc *localCluster) close() error {
 	var errs []error
+	keep := lc.keep
 	if lc.servers != nil {
-		errs = append(errs, lc.servers.Close())
+		if err := lc.servers.Close(); err != nil {
+			// Keep the logs of a server that did not stop cleanly.
+			errs, keep = append(errs, fmt.Errorf("%w (logs kept in %s)", err, lc.dir)), true
+		}
 	}
 	if lc.etcd != nil {
 		errs = append(errs, lc.etcd.Close())
 	}
-	if lc.keep {
+	if keep {
 		lc.log.Info("drill: local servers' data and logs kept", "dir", lc.dir)
 	} else {
 		errs = append(errs, os.RemoveAll(lc.dir))
