@@ -97,9 +97,17 @@ func (m Mix) pick(rng *rand.Rand) Kind {
 	return Delete
 }
 
+// Chooser picks a key index in [0, n) for a workload of n keys. It holds
+// no mutable state: each client passes its own seeded generator, so one
+// Chooser serves every client.
+type Chooser interface {
+	Next(rng *rand.Rand) int
+}
+
 // Workload is a YCSB-style load: Clients goroutines, each issuing one
-// operation at a time on keys drawn uniformly from Keys keys, every put
-// with a value no other put writes ("w<client>-<seq>").
+// operation at a time on keys drawn from Keys keys (uniformly, unless
+// Choose says otherwise), every put with a value no other put writes
+// ("w<client>-<seq>").
 type Workload struct {
 	// Mix of operations. Default YCSB A (50% gets, 50% puts).
 	Mix Mix `json:"mix"`
@@ -116,6 +124,10 @@ type Workload struct {
 	OpTimeout time.Duration `json:"op_timeout_ns"`
 	// Seed seeds the clients' choices. Default 1.
 	Seed uint64 `json:"seed"`
+	// Choose picks the key of each operation. Default: uniform.
+	Choose Chooser `json:"-"`
+	// Distribution names Choose, for the report. Default "uniform".
+	Distribution string `json:"distribution"`
 }
 
 // EnsureDefaults fills the zero fields with their defaults.
@@ -138,7 +150,15 @@ func (w *Workload) EnsureDefaults() {
 	if w.Seed == 0 {
 		w.Seed = 1
 	}
+	if w.Choose == nil {
+		w.Choose, w.Distribution = uniform(w.Keys), "uniform"
+	}
 }
+
+// uniform picks every key with the same probability.
+type uniform int
+
+func (n uniform) Next(rng *rand.Rand) int { return rng.IntN(int(n)) }
 
 // Validate checks the fields (after EnsureDefaults).
 func (w *Workload) Validate() error {
@@ -285,7 +305,7 @@ func (w *Workload) runClient(ctx context.Context, s Store, rec *Recorder, c int,
 		if ctx.Err() != nil {
 			return
 		}
-		op := Op{Client: c, Stage: StageLoad, Kind: w.Mix.pick(rng), Key: w.Key(rng.IntN(w.Keys))}
+		op := Op{Client: c, Stage: StageLoad, Kind: w.Mix.pick(rng), Key: w.Key(w.Choose.Next(rng))}
 		if op.Kind == Put {
 			op.Value = fmt.Sprintf("w%d-%d", c, seq)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,7 +19,7 @@ import (
 
 // drillParams are the flags of cellctl drill.
 type drillParams struct {
-	mix                       string
+	mix, distribution         string
 	pick                      string
 	fault                     string
 	faultCmd, healCmd         string
@@ -88,6 +89,7 @@ check failed; porcupine's visualisation of an offending key is written to
 	f.StringVar(&p.mix, "workload", "ycsb-a", "operation mix: ycsb-a, ycsb-b, ycsb-c, write, or get=N,put=N,delete=N (percent)")
 	f.IntVar(&p.workload.Keys, "keys", 1000, "number of keys (each preloaded once)")
 	f.IntVar(&p.workload.Clients, "clients", 8, "concurrent clients")
+	f.StringVar(&p.distribution, "distribution", distUniform, "key choice: uniform, or zipfian (YCSB's scrambled zipfian)")
 	f.Float64Var(&p.workload.Rate, "rate", 0, "operations per second of all clients together (0: as fast as they go)")
 	f.StringVar(&p.workload.KeyPrefix, "key-prefix", "drill/", "prefix of the drill's keys")
 	f.DurationVar(&p.workload.OpTimeout, "op-timeout", 5*time.Second, "time limit of each operation")
@@ -128,6 +130,13 @@ func runDrill(g *globals, p *drillParams) (err error) {
 		return fmt.Errorf("--workload: %w", err)
 	}
 	p.workload.Mix = mix
+	if p.workload.Keys > 0 {
+		kc, err := newKeyChooser(p.distribution, p.workload.Keys)
+		if err != nil {
+			return err
+		}
+		p.workload.Choose, p.workload.Distribution = drillChooser{kc}, strings.ToLower(p.distribution)
+	}
 	p.workload.EnsureDefaults()
 	p.schedule.EnsureDefaults()
 	if err := errors.Join(p.workload.Validate(), p.schedule.Validate()); err != nil {
@@ -247,3 +256,9 @@ func drillFailure(r *drill.Report) string {
 	why = append(why, r.Errors...)
 	return "drill failed: " + strings.Join(why, "; ")
 }
+
+// drillChooser is cellctl bench's key choice (--distribution) as a
+// drill.Chooser.
+type drillChooser struct{ keyChooser }
+
+func (c drillChooser) Next(rng *rand.Rand) int { return c.next(rng) }
