@@ -185,11 +185,7 @@ func runDrill(g *globals, p *drillParams) (err error) {
 		if err != nil {
 			return err
 		}
-		defer func() {
-			if cerr := local.close(); cerr != nil && err == nil {
-				err = cerr
-			}
-		}()
+		defer func() { err = errors.Join(err, local.close()) }()
 		o.Target = local.servers
 	case p.faultCmd != "":
 		o.Target = &drill.CommandTarget{FaultCmd: p.faultCmd, HealCmd: p.healCmd}
@@ -203,6 +199,8 @@ func runDrill(g *globals, p *drillParams) (err error) {
 	o.Locator = &clusterLocator{g: g}
 	if !p.noClusterCheck {
 		o.ClusterCheck = func(ctx context.Context) ([]string, error) {
+			ctx, cancel := context.WithTimeout(ctx, max(g.timeout, time.Minute))
+			defer cancel()
 			if local != nil {
 				if err := local.servers.WaitServing(ctx); err != nil {
 					return nil, err
