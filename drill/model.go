@@ -2,7 +2,6 @@ package drill
 
 import (
 	"fmt"
-	"math"
 	"slices"
 
 	"github.com/anishathalye/porcupine"
@@ -88,10 +87,6 @@ func partitionByKey(history []porcupine.Operation) [][]porcupine.Operation {
 	}
 	return out
 }
-
-// pending is the return time of an Unknown write: after every other
-// operation.
-const pending = math.MaxInt64
 
 // porcupineHistory converts ops to porcupine operations: Failed operations
 // are left out (they had no effect and returned nothing), Unknown writes
