@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -73,6 +75,11 @@ func (o *Options) Validate() error {
 	}
 	if o.Schedule.Count > 0 && (o.Target == nil || o.Fault == 0) {
 		return fmt.Errorf("%w: a schedule with faults needs a target and a fault kind", ErrInvalid)
+	}
+	if o.Schedule.Count > 0 && o.Pick != PickLeader && o.Pick != PickRandom {
+		if ss := o.Target.Servers(); ss != nil && !slices.Contains(ss, string(o.Pick)) {
+			return fmt.Errorf("%w: server %q to strike is none of %s", ErrNoServer, o.Pick, strings.Join(ss, ", "))
+		}
 	}
 	if o.RecoveryTimeout < 0 || o.CheckTimeout <= 0 {
 		return fmt.Errorf("%w: recovery timeout %v, check timeout %v", ErrInvalid, o.RecoveryTimeout, o.CheckTimeout)

@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -102,5 +103,19 @@ func TestRunBaseline(t *testing.T) {
 	// The rate holds within a margin: 500/s for 0.2 s.
 	if n := r.Phases[0].Counts.OK; n < 50 || n > 150 {
 		t.Errorf("%d operations at 500/s in 0.2 s", n)
+	}
+}
+
+// A named server the target does not have is refused before anything
+// runs.
+func TestRunUnknownServer(t *testing.T) {
+	s := newFakeStore(correct)
+	o := drillOptions(t, &fakeTarget{s: s})
+	o.Pick = "z"
+	if _, err := Run(context.Background(), s, o); !errors.Is(err, ErrNoServer) {
+		t.Fatalf("err %v, want ErrNoServer", err)
+	}
+	if len(s.data) != 0 {
+		t.Error("the drill wrote before it failed")
 	}
 }
