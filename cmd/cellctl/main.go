@@ -63,7 +63,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newPutCommand(g), newGetCommand(g), newDelCommand(g), newRangeCommand(g),
 		newStatusCommand(g), newMembersCommand(g), newRegionsCommand(g), newMeganodesCommand(g),
 		newCheckCommand(g), newDumpCommand(g), newBenchCommand(g),
-		newSimCommand(g),
+		newSimCommand(g), newDrillCommand(g),
 		newMoveReplicaCommand(g), newTransferLeaderCommand(g), newDrainCommand(g),
 	)
 	return root
