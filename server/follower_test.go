@@ -135,8 +135,19 @@ func TestFollowersByteIdentical(t *testing.T) {
 	var keys []string
 	for i := range 2500 {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
-		if err := c.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
-			t.Fatalf("put %q: %v", k, err)
+		// A put whose outcome is unknown (its leader lost the
+		// leadership while committing: elections happen on a loaded
+		// machine) is put again: the same value, so either outcome
+		// leaves the key as wanted.
+		for {
+			err := c.Put(ctx, []byte(k), []byte("v"+k))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, client.ErrOutcomeUnknown) || ctx.Err() != nil {
+				t.Fatalf("put %q: %v", k, err)
+			}
+			t.Logf("put %q: %v; putting it again", k, err)
 		}
 		keys = append(keys, k)
 	}
@@ -394,8 +405,19 @@ func putRange(t *testing.T, ctx context.Context, c *client.Client, from, to int)
 	var keys []string
 	for i := from; i < to; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
-		if err := c.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
-			t.Fatalf("put %q: %v", k, err)
+		// A put whose outcome is unknown (its leader lost the
+		// leadership while committing: elections happen on a loaded
+		// machine) is put again: the same value, so either outcome
+		// leaves the key as wanted.
+		for {
+			err := c.Put(ctx, []byte(k), []byte("v"+k))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, client.ErrOutcomeUnknown) || ctx.Err() != nil {
+				t.Fatalf("put %q: %v", k, err)
+			}
+			t.Logf("put %q: %v; putting it again", k, err)
 		}
 		keys = append(keys, k)
 	}

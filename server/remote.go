@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -160,18 +161,23 @@ func (s *Server) placeSplit(x *localMeganode) *regiontable.Member {
 	return m
 }
 
-// leastLoadedPeer returns the live member, other than this server,
-// holding the fewest meganodes (asked with Metadata calls), and that
-// count; nil when no other member answers.
+// leastLoadedPeer returns the live member, other than this server and
+// not draining, that holds the fewest bytes in use (the nodes in use of
+// its meganodes, asked with Metadata calls), then has the fewest requests
+// queued for its workers; and the number of meganodes it holds (the
+// paper's placement rule compares counts). nil when no other member
+// answers.
 func (s *Server) leastLoadedPeer() (*regiontable.Member, int) {
 	v := s.table.Load()
 	type cand struct {
-		m     regiontable.Member
-		count int
+		m      regiontable.Member
+		count  int
+		used   uint64
+		queued uint32
 	}
 	var cands []cand
 	for id, m := range v.members {
-		if id == s.opts.ServerID {
+		if id == s.opts.ServerID || v.draining[id] {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(s.bgCtx, 2*time.Second)
@@ -182,14 +188,21 @@ func (s *Server) leastLoadedPeer() (*regiontable.Member, int) {
 			s.log.Debug("server: split placement skips a member", slog.String("member", id), slog.Any("err", err))
 			continue
 		}
-		cands = append(cands, cand{m, len(rep.Meganodes)})
+		c := cand{m: m, count: len(rep.Meganodes), queued: rep.Hints.Queued}
+		for _, mn := range rep.Meganodes {
+			c.used += uint64(mn.UsedNodes) * uint64(rep.NodeSize)
+		}
+		cands = append(cands, c)
 	}
 	if len(cands) == 0 {
 		return nil, 0
 	}
 	best := slices.MinFunc(cands, func(a, b cand) int {
-		if a.count != b.count {
-			return a.count - b.count
+		switch {
+		case a.used != b.used:
+			return cmp.Compare(a.used, b.used)
+		case a.queued != b.queued:
+			return cmp.Compare(a.queued, b.queued)
 		}
 		return strings.Compare(a.m.ID, b.m.ID)
 	})

@@ -303,8 +303,9 @@ func (s *Server) removeServer(rep *replica, id, why string) error {
 	return s.publishReplicas(rep)
 }
 
-// errTransferring refuses a transfer while another one runs.
-var errTransferring = errors.New("server: a leadership transfer of the region is under way")
+// errTransferring refuses a transfer while another one runs; the asker
+// retries.
+var errTransferring = &wire.StatusError{Status: wire.StatusUnavailable, Message: "a leadership transfer of the region is under way"}
 
 // transferLeader hands the leadership of rep's group to the voter on
 // server to, or, if to is empty, to a live voter that is not draining.
@@ -346,7 +347,7 @@ func (s *Server) transferLeader(rep *replica, to string) error {
 	s.unserve(rep)
 	if err := rep.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(m.RaftAddr)).Error(); err != nil {
 		s.log.Warn("server: leadership transfer failed; serving the region again", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Any("err", err))
-		return fmt.Errorf("transfer leader of region %d to %s: %w", rep.regionID, to, err)
+		return wireErrorf(wire.StatusUnavailable, "transfer leader of region %d to %s: %v", rep.regionID, to, err)
 	}
 	s.metrics.leaderTransfers.Inc()
 	s.log.Info("server: handed the region's leadership over", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Duration("took", time.Since(start)))
