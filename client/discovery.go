@@ -26,8 +26,13 @@ type discoverer interface {
 
 type discovery struct {
 	addrs []string
-	root  blink.Ptr
-	keys  map[uint32][]rdma.RemoteKey
+	// idle are the addresses of members that host no region per the
+	// region table (a host whose regions were all taken over: dead,
+	// paused or cut off, or one that handed its leaderships away).
+	// Nil when the discoverer does not know.
+	idle []string
+	root blink.Ptr
+	keys map[uint32][]rdma.RemoteKey
 }
 
 // staticServers is the discoverer of Config.Servers: the addresses, and
@@ -71,9 +76,17 @@ func (d *tableDiscovery) discover(ctx context.Context) (discovery, error) {
 		return discovery{}, fmt.Errorf("region table: %w", err)
 	}
 	out := discovery{root: st.Root}
+	hosts := make(map[string]bool, len(st.Regions))
+	for _, r := range st.Regions {
+		hosts[r.Host] = true
+	}
 	for _, m := range st.Members {
-		if m.RPCAddr != "" {
-			out.addrs = append(out.addrs, m.RPCAddr)
+		if m.RPCAddr == "" {
+			continue
+		}
+		out.addrs = append(out.addrs, m.RPCAddr)
+		if !hosts[m.ID] && len(st.Regions) > 0 {
+			out.idle = append(out.idle, m.RPCAddr)
 		}
 	}
 	for _, r := range st.Regions {

@@ -132,6 +132,16 @@ func (s *server) call(ctx context.Context, op wire.Op, body []byte) (wire.Frame,
 	return cn.Call(ctx, op, body)
 }
 
+// hasConns reports whether the server has a connection open.
+func (s *server) hasConns() bool {
+	for i := range s.slots {
+		if s.slots[i].conn.Load() != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // close closes the server's connections.
 func (s *server) close() {
 	for i := range s.slots {

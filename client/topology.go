@@ -114,6 +114,12 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return wrapErr(ErrUnavailable, fmt.Errorf("discovery: %w", err))
 	}
+	if len(d.idle) > 0 && len(d.idle) < len(d.addrs) {
+		// Servers hosting no region are not asked: a dead one would hold
+		// the refresh up for DialTimeout, and none has a region to tell
+		// of. Their connections are closed below.
+		d.addrs = slices.DeleteFunc(d.addrs, func(a string) bool { return slices.Contains(d.idle, a) })
+	}
 	d.addrs = c.withLeaders(d.addrs)
 	if len(d.addrs) == 0 {
 		return wrapErr(ErrUnavailable, errors.New("no servers registered"))
@@ -188,11 +194,31 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 		c.paths.clear()
 	}
 	c.topo.Store(t)
+	c.dropIdle(d.idle, t)
 	if prev == nil || len(prev.servers) != len(t.servers) || len(prev.regions) != len(t.regions) || prev.root != t.root {
 		c.log.Info("cell client: topology", slog.Int("servers", len(t.servers)), slog.Int("regions", len(t.regions)),
 			slog.String("root", t.root.String()), slog.Int("node_size", t.nodeSize))
 	}
 	return nil
+}
+
+// dropIdle closes the connections to the servers that host no region,
+// unless the new topology has them: requests waiting on a host whose
+// regions were taken over (killed, paused, cut off) fail at once and are
+// retried on the new host, instead of waiting for their deadline.
+func (c *Client) dropIdle(idle []string, t *topology) {
+	for _, addr := range idle {
+		if slices.ContainsFunc(t.servers, func(s *server) bool { return s.addr == addr }) {
+			continue
+		}
+		c.mu.Lock()
+		s := c.mu.servers[addr]
+		c.mu.Unlock()
+		if s != nil && s.hasConns() {
+			c.log.Debug("cell client: closing connections to a server that hosts no region", slog.String("server", addr))
+			s.close()
+		}
+	}
 }
 
 // reincarnated reports whether a region of prev has another epoch in t.
