@@ -2,6 +2,7 @@ package drill
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,7 +13,7 @@ import (
 //
 //	kill       docker kill ID                    heal: docker start ID
 //	pause      docker pause ID                   heal: docker unpause ID
-//	partition  docker network disconnect NET ID  heal: docker network connect NET ID
+//	partition  docker network disconnect NET ID  heal: docker network connect [--ip IP] [--alias A]... NET ID
 //	restart    docker restart ID                 heal: nothing
 //
 // The containers are found once, by NewComposeTarget, from the labels
@@ -22,6 +23,10 @@ type ComposeTarget struct {
 	services   []string
 	containers map[string]string   // service -> container ID
 	networks   map[string][]string // service -> networks, for partition
+	// attach is, per service and network, the options that reconnect the
+	// container as compose attached it: its fixed address and its aliases
+	// (the service name, which the other containers resolve).
+	attach map[string]map[string][]string
 	run        Runner
 	bin        string // the docker command
 
@@ -60,7 +65,7 @@ func NewComposeTarget(ctx context.Context, o ComposeOptions) (*ComposeTarget, er
 		run = ExecRunner
 	}
 	t := &ComposeTarget{project: o.Project, services: slices.Clone(o.Services),
-		containers: map[string]string{}, networks: map[string][]string{}, run: run, bin: o.Docker}
+		containers: map[string]string{}, networks: map[string][]string{}, attach: map[string]map[string][]string{}, run: run, bin: o.Docker}
 	for _, s := range o.Services {
 		out, err := t.docker(ctx, "ps", "-aq", "--no-trunc",
 			"--filter", "label=com.docker.compose.project="+o.Project,
@@ -73,17 +78,53 @@ func NewComposeTarget(ctx context.Context, o ComposeOptions) (*ComposeTarget, er
 			return nil, fmt.Errorf("%w: service %s of project %s has %d containers, want 1", ErrNoServer, s, o.Project, len(ids))
 		}
 		t.containers[s] = ids[0]
+		out, err = t.docker(ctx, "inspect", "-f", "{{json .NetworkSettings.Networks}}", ids[0])
+		if err != nil {
+			return nil, fmt.Errorf("drill: networks of service %s: %w", s, err)
+		}
+		attach, err := parseNetworks(out, ids[0])
+		if err != nil {
+			return nil, fmt.Errorf("drill: networks of service %s: %w", s, err)
+		}
+		t.attach[s] = attach
 		nets := o.Networks
 		if len(nets) == 0 {
-			out, err := t.docker(ctx, "inspect", "-f", "{{range $k, $v := .NetworkSettings.Networks}}{{$k}} {{end}}", ids[0])
-			if err != nil {
-				return nil, fmt.Errorf("drill: networks of service %s: %w", s, err)
+			for n := range attach {
+				nets = append(nets, n)
 			}
-			nets = strings.Fields(string(out))
+			slices.Sort(nets)
 		}
 		t.networks[s] = nets
 	}
 	return t, nil
+}
+
+// parseNetworks reads docker inspect's .NetworkSettings.Networks of
+// container id: for each network, the options of docker network connect
+// that attach the container again as it is (--ip of a fixed address,
+// --alias of each alias but the container's own short ID).
+func parseNetworks(js []byte, id string) (map[string][]string, error) {
+	var nets map[string]struct {
+		IPAMConfig *struct{ IPv4Address string }
+		Aliases    []string
+	}
+	if err := json.Unmarshal(js, &nets); err != nil {
+		return nil, err
+	}
+	out := make(map[string][]string, len(nets))
+	for name, n := range nets {
+		var opts []string
+		if n.IPAMConfig != nil && n.IPAMConfig.IPv4Address != "" {
+			opts = append(opts, "--ip", n.IPAMConfig.IPv4Address)
+		}
+		for _, a := range n.Aliases {
+			if !strings.HasPrefix(id, a) {
+				opts = append(opts, "--alias", a)
+			}
+		}
+		out[name] = opts
+	}
+	return out, nil
 }
 
 // Servers returns the service names.
@@ -138,7 +179,8 @@ func (t *ComposeTarget) Heal(ctx context.Context) error {
 		_, err = t.docker(ctx, "unpause", id)
 	case Partition:
 		for _, n := range t.networks[service] {
-			if _, e := t.docker(ctx, "network", "connect", n, id); e != nil && err == nil {
+			args := append(append([]string{"network", "connect"}, t.attach[service][n]...), n, id)
+			if _, e := t.docker(ctx, args...); e != nil && err == nil {
 				err = e
 			}
 		}

@@ -35,7 +35,7 @@ func newFakeCompose(t *testing.T, r *fakeRunner, networks []string) *ComposeTarg
 	r.answers = map[string]string{
 		"docker ps -aq --no-trunc --filter label=com.docker.compose.project=drill --filter label=com.docker.compose.service=cell1": "id1\n",
 		"docker ps -aq --no-trunc --filter label=com.docker.compose.project=drill --filter label=com.docker.compose.service=cell2": "id2\n",
-		"docker inspect": "drill_default drill_raft \n",
+		"docker inspect": `{"drill_default":{"IPAMConfig":{"IPv4Address":"172.28.0.12"},"Aliases":["cell2","id2"]},"drill_raft":{"IPAMConfig":null,"Aliases":null}}`,
 	}
 	ct, err := NewComposeTarget(context.Background(), ComposeOptions{Project: "drill", Services: []string{"cell1", "cell2"}, Networks: networks, Run: r.run})
 	if err != nil {
@@ -54,7 +54,7 @@ func TestComposeTargetCommands(t *testing.T) {
 		{Kill, []string{"docker kill id2", "docker start id2"}},
 		{Pause, []string{"docker pause id2", "docker unpause id2"}},
 		{Partition, []string{"docker network disconnect drill_default id2", "docker network disconnect drill_raft id2",
-			"docker network connect drill_default id2", "docker network connect drill_raft id2"}},
+			"docker network connect --ip 172.28.0.12 --alias cell2 drill_default id2", "docker network connect drill_raft id2"}},
 		{Restart, []string{"docker restart id2"}},
 	} {
 		t.Run(tc.kind.String(), func(t *testing.T) {
