@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +43,7 @@ const composeClient = "client"
 
 // composeCluster is a running docker-compose project.
 type composeCluster struct {
-	// Project is the compose project name (celltest<pid>...): containers
+	// Project is the compose project name (celltest<pid>x<test>): containers
 	// are <Project>_<service>_1, the network <Project>_cellnet.
 	Project string
 	// File is the absolute path of docker-compose.yml.
@@ -92,14 +94,21 @@ func composeUp(t *testing.T) *composeCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, strings.ToLower(t.Name()))
 	c := &composeCluster{
-		Project: fmt.Sprintf("celltest%d%s", os.Getpid(), strings.ToLower(strings.NewReplacer("/", "", "_", "").Replace(t.Name()))),
+		Project: fmt.Sprintf("%s%dx%s", composeProjectPrefix, os.Getpid(), name),
 		File:    filepath.Join(root, "docker-compose.yml"),
 		Etcd:    composeEtcd, Cells: composeCells, Client: composeClient,
 	}
 	if len(c.Project) > 48 {
 		c.Project = c.Project[:48]
 	}
+	reapComposeProjects(t, c.File)
 	start := time.Now()
 	buildImages(t, root)
 	t.Logf("images built in %v", time.Since(start).Round(100*time.Millisecond))
@@ -145,6 +154,43 @@ func composeUp(t *testing.T) *composeCluster {
 	t.Logf("compose project %s up in %v: network %s.0/24, etcd at %v, servers reachable from the host: %v",
 		c.Project, time.Since(start).Round(100*time.Millisecond), c.Net, c.EtcdEndpoints, c.HostReachesServers)
 	return c
+}
+
+// composeProjectPrefix starts the name of every project composeUp makes,
+// followed by the test process's pid and "x".
+const composeProjectPrefix = "celltest"
+
+// reapComposeProjects takes down the projects that test processes which
+// no longer run left behind (a test binary killed by -timeout runs no
+// cleanup): their containers, networks and volumes.
+func reapComposeProjects(t *testing.T, file string) {
+	t.Helper()
+	projects := map[string]bool{}
+	for _, what := range [][]string{{"ps", "-a"}, {"network", "ls"}, {"volume", "ls"}} {
+		out, err := exec.Command("docker", append(what, "--filter", "label=com.docker.compose.project",
+			"--format", `{{.Label "com.docker.compose.project"}}`)...).Output()
+		if err != nil {
+			continue
+		}
+		for _, p := range strings.Fields(string(out)) {
+			projects[p] = true
+		}
+	}
+	for p := range projects {
+		rest, ok := strings.CutPrefix(p, composeProjectPrefix)
+		pidStr, _, ok2 := strings.Cut(rest, "x")
+		pid, err := strconv.Atoi(pidStr)
+		if !ok || !ok2 || err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue // not ours, or its test process still runs
+		}
+		t.Logf("removing compose project %s, left behind by test process %d", p, pid)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		out, err := exec.CommandContext(ctx, "docker-compose", "-p", p, "-f", file, "down", "-v", "--remove-orphans", "--timeout", "5").CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Logf("docker-compose -p %s down -v: %v\n%s", p, err, out)
+		}
+	}
 }
 
 // buildImages runs make images with a staging directory of the test's.
