@@ -52,7 +52,7 @@ fuzz:
 images:
 	rm -rf $(IMAGE_DIR)
 	mkdir -p $(IMAGE_DIR)/bin $(IMAGE_DIR)/tmp
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(IMAGE_DIR)/bin/ \
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w -X main.version=$(VERSION)" -o $(IMAGE_DIR)/bin/ \
 	  ./cmd/cellserver ./cmd/cellctl ./cmd/celletcd ./cmd/cellprobe
 	$(DOCKER) build -q -f deploy/docker/etcd.Dockerfile -t cell/etcd:$(IMAGE_TAG) $(IMAGE_DIR)
 	$(DOCKER) build -q -f deploy/docker/cellserver.Dockerfile -t cell/cellserver:$(IMAGE_TAG) $(IMAGE_DIR)

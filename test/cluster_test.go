@@ -46,7 +46,11 @@ func testMain(m *testing.M) int {
 		bins.cellserver: "github.com/cellstore/cell/cmd/cellserver",
 		bins.cellctl:    "github.com/cellstore/cell/cmd/cellctl",
 	} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		// Static, as in the images of make images (which then finds every
+		// package of these two in the build cache).
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
 			return 1
 		}
