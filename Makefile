@@ -48,7 +48,8 @@ fuzz:
 # The docker-compose cluster's images, built offline: static binaries
 # (CGO_ENABLED=0) staged in $(IMAGE_DIR), which is the only build context,
 # and one image FROM scratch each (deploy/docker/*.Dockerfile); nothing is
-# pulled. Tags cell/cellserver, cell/etcd and cell/cellctl, :$(IMAGE_TAG).
+# pulled. Tags cell/cellserver, cell/etcd and cell/cellctl, :$(IMAGE_TAG)
+# (docker-compose.yml runs :dev).
 images:
 	rm -rf $(IMAGE_DIR)
 	mkdir -p $(IMAGE_DIR)/bin $(IMAGE_DIR)/tmp
