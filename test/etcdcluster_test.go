@@ -1,8 +1,10 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +73,17 @@ func TestEmbeddedEtcdClusterSurvivesKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ml, err := store.Client().MemberList(ctx)
+	cancel()
+	if err != nil || len(ml.Members) != 3 {
+		t.Fatalf("etcd member list %+v, %v; want the three servers' members", ml, err)
+	}
+	for _, m := range ml.Members {
+		if !slices.ContainsFunc(srv, func(s *cellServer) bool { return s.id == m.Name }) {
+			t.Fatalf("etcd member %q is none of the servers", m.Name)
+		}
+	}
 	waitReplicated(t, store, 3)
 	withEndpoints := func(cfg *client.Config) { cfg.Endpoints = eps }
 	c := srv[1].newClient(t, withEndpoints)
