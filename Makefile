@@ -6,7 +6,12 @@ STATICCHECK_VERSION ?= v0.8.2
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 
-.PHONY: all build test race bench lint fuzz clean
+IMAGE_TAG ?= dev
+IMAGE_DIR ?= build/images
+DOCKER    ?= docker
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: all build test race bench lint fuzz images clean
 
 all: build test
 
@@ -40,5 +45,20 @@ fuzz:
 	  done; \
 	done
 
+# The docker-compose cluster's images, built offline: static binaries
+# (CGO_ENABLED=0) staged in $(IMAGE_DIR), which is the only build context,
+# and one image FROM scratch each (deploy/docker/*.Dockerfile); nothing is
+# pulled. Tags cell/cellserver, cell/etcd and cell/cellctl, :$(IMAGE_TAG)
+# (docker-compose.yml runs :dev).
+images:
+	rm -rf $(IMAGE_DIR)
+	mkdir -p $(IMAGE_DIR)/bin $(IMAGE_DIR)/tmp
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w -X main.version=$(VERSION)" -o $(IMAGE_DIR)/bin/ \
+	  ./cmd/cellserver ./cmd/cellctl ./cmd/celletcd ./cmd/cellprobe
+	$(DOCKER) build -q -f deploy/docker/etcd.Dockerfile -t cell/etcd:$(IMAGE_TAG) $(IMAGE_DIR)
+	$(DOCKER) build -q -f deploy/docker/cellserver.Dockerfile -t cell/cellserver:$(IMAGE_TAG) $(IMAGE_DIR)
+	$(DOCKER) build -q -f deploy/docker/cellctl.Dockerfile -t cell/cellctl:$(IMAGE_TAG) $(IMAGE_DIR)
+
 clean:
 	$(GO) clean -testcache
+	rm -rf $(IMAGE_DIR)

@@ -46,7 +46,11 @@ func testMain(m *testing.M) int {
 		bins.cellserver: "github.com/cellstore/cell/cmd/cellserver",
 		bins.cellctl:    "github.com/cellstore/cell/cmd/cellctl",
 	} {
-		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+		// Static, as in the images of make images (which then finds every
+		// package of these two in the build cache).
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
 			return 1
 		}
@@ -111,6 +115,18 @@ func startServer(t testing.TB, o serverOptions) *cellServer {
 
 func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 	t.Helper()
+	s := newServer(t, o)
+	if err := s.launch(t); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { s.stop(t) })
+	return s, nil
+}
+
+// newServer picks free loopback ports, a data directory and the command
+// line of a cellserver shaped by o, and starts nothing.
+func newServer(t testing.TB, o serverOptions) *cellServer {
+	t.Helper()
 	if o.cores == 0 {
 		o.cores = 2
 	}
@@ -144,16 +160,24 @@ func tryStartServer(t testing.TB, o serverOptions) (*cellServer, error) {
 	}
 	args = append(args, o.flags...)
 	s.args, s.env = args, o.env
-	if err := s.launch(t); err != nil {
-		return nil, err
-	}
-	t.Cleanup(func() { s.stop(t) })
-	return s, nil
+	return s
 }
 
 // launch starts the cellserver process with s.args and waits until it is
 // ready; a server that does not get ready is killed.
 func (s *cellServer) launch(t testing.TB) error {
+	if err := s.spawn(); err != nil {
+		return err
+	}
+	if err := s.waitReady(t, 60*time.Second); err != nil {
+		s.kill()
+		return fmt.Errorf("%w\ncellserver output:\n%s", err, s.out.String())
+	}
+	return nil
+}
+
+// spawn starts the cellserver process with s.args and returns at once.
+func (s *cellServer) spawn() error {
 	s.cmd = exec.Command(bins.cellserver, s.args...)
 	// A test binary that dies (a -timeout panic skips every cleanup)
 	// takes its servers with it.
@@ -170,10 +194,6 @@ func (s *cellServer) launch(t testing.TB) error {
 		s.err = s.cmd.Wait()
 		close(exited)
 	}()
-	if err := s.waitReady(t, 60*time.Second); err != nil {
-		s.kill()
-		return fmt.Errorf("%w\ncellserver output:\n%s", err, s.out.String())
-	}
 	return nil
 }
 
@@ -346,9 +366,15 @@ func (w testWriter) Write(p []byte) (int, error) {
 // cellctl runs the cellctl binary against the server's cluster.
 func (s *cellServer) cellctl(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCellctl(t, append([]string{"--endpoints", s.etcd}, args...)...)
+}
+
+// runCellctl runs the cellctl binary with args.
+func runCellctl(t testing.TB, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bins.cellctl, append([]string{"--endpoints", s.etcd}, args...)...)
+	cmd := exec.CommandContext(ctx, bins.cellctl, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

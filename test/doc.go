@@ -14,12 +14,23 @@
 //     search mode with both one-sided providers, checked against a model
 //     and, per key, for linearizability with porcupine; again with small
 //     meganodes that keep splitting during the run.
+//   - etcdcluster_test.go: three cellservers that each embed a member of
+//     one etcd cluster (--etcd-initial-cluster), surviving SIGKILL of the
+//     first.
+//   - compose_test.go: the docker-compose cluster of docker-compose.yml
+//     (images built offline, up, cellctl in the client container and from
+//     the host, a server container killed, down -v); its harness,
+//     composeUp, is in composecluster_test.go. Skipped without docker,
+//     docker-compose or a reachable engine.
 //   - cellctl_test.go: cellctl end to end against the running server.
 //   - badinput_test.go: oversized keys and values, malformed and oversized
 //     frames, one-sided reads with a wrong key or out of bounds.
 //
-// Everything binds 127.0.0.1 only, and every process a test starts is
-// stopped in its cleanup (SIGTERM, then SIGKILL after a timeout). On a
+// Everything binds 127.0.0.1 only (compose publishes its ports there), and
+// every process a test starts is stopped in its cleanup (SIGTERM, then
+// SIGKILL after a timeout); a compose project is taken down with its
+// volumes, and one left behind by a killed test process is removed by the
+// next composeUp. On a
 // linearizability failure the history is saved as porcupine's HTML
 // visualization under the test's temporary directory, or under
 // $CELL_TEST_ARTIFACTS when set (t.TempDir is removed when the test ends).

@@ -53,7 +53,7 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
-	pf.StringSliceVar(&g.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "etcd endpoints of the cluster, comma-separated")
+	pf.StringSliceVar(&g.endpoints, "endpoints", defaultEndpoints(), "etcd endpoints of the cluster, comma-separated (default from $CELL_ENDPOINTS when set)")
 	pf.StringVar(&g.etcdPrefix, "etcd-prefix", regiontable.DefaultPrefix, "key prefix of the region table in etcd (cellserver's --etcd-prefix)")
 	pf.VarP(&g.output, "write-out", "w", "output format: table or json")
 	pf.DurationVar(&g.timeout, "command-timeout", 15*time.Second, "time limit of a command (bench: of its connection and preload)")
@@ -67,6 +67,15 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newMoveReplicaCommand(g), newTransferLeaderCommand(g), newDrainCommand(g),
 	)
 	return root
+}
+
+// defaultEndpoints is the default of --endpoints: $CELL_ENDPOINTS when set
+// (the compose cluster's client container sets it), else 127.0.0.1:2379.
+func defaultEndpoints() []string {
+	if v := strings.TrimSpace(os.Getenv("CELL_ENDPOINTS")); v != "" {
+		return strings.Split(v, ",")
+	}
+	return []string{"127.0.0.1:2379"}
 }
 
 // etcdEndpoints returns the --endpoints list, trimmed, or an error if it is

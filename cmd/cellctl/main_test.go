@@ -37,9 +37,14 @@ func TestErrorsAreOneLine(t *testing.T) {
 }
 
 func TestGlobalFlags(t *testing.T) {
+	t.Setenv("CELL_ENDPOINTS", "")
 	root := newRootCommand(&bytes.Buffer{}, &bytes.Buffer{})
 	if f := root.PersistentFlags().Lookup("endpoints"); f == nil || f.DefValue != "[127.0.0.1:2379]" {
 		t.Errorf("--endpoints flag %+v, want default 127.0.0.1:2379", f)
+	}
+	t.Setenv("CELL_ENDPOINTS", "etcd1:2379,etcd2:2379")
+	if f := newRootCommand(&bytes.Buffer{}, &bytes.Buffer{}).PersistentFlags().Lookup("endpoints"); f == nil || f.DefValue != "[etcd1:2379,etcd2:2379]" {
+		t.Errorf("--endpoints flag %+v with CELL_ENDPOINTS set, want default etcd1:2379,etcd2:2379", f)
 	}
 	if f := root.PersistentFlags().ShorthandLookup("w"); f == nil || f.Name != "write-out" || f.DefValue != "table" {
 		t.Errorf("-w flag %+v, want --write-out defaulting to table", f)

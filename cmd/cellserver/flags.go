@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,6 +27,8 @@ type config struct {
 	etcdEndpoints  []string
 	etcdListen     string
 	etcdPeerListen string
+	etcdName       string
+	etcdCluster    string
 	etcdPrefix     string
 	cores          int
 	regionSize     uint64
@@ -88,6 +91,8 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&endpoints, "etcd-endpoints", "", "comma-separated endpoints of an external etcd cluster; empty starts an embedded etcd")
 	str(&cfg.etcdListen, "etcd-listen", "127.0.0.1:2379", "client address of the embedded etcd")
 	str(&cfg.etcdPeerListen, "etcd-peer-listen", "127.0.0.1:2380", "peer address of the embedded etcd")
+	str(&cfg.etcdCluster, "etcd-initial-cluster", "", "the members of a new etcd cluster that several servers embed, in etcd's form: name=http://host:peerport,... (this server's --etcd-name among them, its URL the one it advertises to its peers); empty: the embedded etcd is a cluster of its own. Read only when the etcd data directory is empty")
+	str(&cfg.etcdName, "etcd-name", "", "name of the embedded etcd member (default: cell alone, the --server-id with --etcd-initial-cluster)")
 	str(&cfg.etcdPrefix, "etcd-prefix", "/cell", "key prefix of the region table in etcd")
 	str(&cores, "cores", "1", "worker goroutines doing tree work (the paper's server cores)")
 	str(&regionSize, "region-size", "1GiB", "size of a new region (KiB, MiB, GiB suffixes)")
@@ -180,6 +185,17 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	}
 	if cfg.serverID == "" {
 		cfg.serverID = server.DefaultServerID(cfg.listen)
+	}
+	if cfg.etcdCluster != "" {
+		if len(cfg.etcdEndpoints) > 0 {
+			return nil, fmt.Errorf("--etcd-initial-cluster starts an embedded etcd member; --etcd-endpoints uses an external etcd: give one of them")
+		}
+		if cfg.etcdName == "" {
+			cfg.etcdName = cfg.serverID
+		}
+		if !slices.ContainsFunc(strings.Split(cfg.etcdCluster, ","), func(m string) bool { return strings.HasPrefix(strings.TrimSpace(m), cfg.etcdName+"=") }) {
+			return nil, fmt.Errorf("--etcd-initial-cluster %q has no member named %q (--etcd-name)", cfg.etcdCluster, cfg.etcdName)
+		}
 	}
 	return &cfg, nil
 }

@@ -58,3 +58,26 @@ func TestEnvName(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+func TestParseFlagsEtcdCluster(t *testing.T) {
+	const cluster = "s1=http://127.0.0.1:2380,s2=http://127.0.0.1:2390,s3=http://127.0.0.1:2400"
+	cfg, err := parseFlags([]string{"--server-id", "s2", "--etcd-initial-cluster", cluster}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.etcdName != "s2" || cfg.etcdCluster != cluster {
+		t.Fatalf("name %q, cluster %q", cfg.etcdName, cfg.etcdCluster)
+	}
+	if cfg, err = parseFlags([]string{"--server-id", "x", "--etcd-name", "s3", "--etcd-initial-cluster", cluster}, io.Discard); err != nil || cfg.etcdName != "s3" {
+		t.Fatalf("--etcd-name s3: %v, %+v", err, cfg)
+	}
+	for _, args := range [][]string{
+		{"--server-id", "s4", "--etcd-initial-cluster", cluster},
+		{"--etcd-name", "s", "--etcd-initial-cluster", cluster},
+		{"--server-id", "s1", "--etcd-initial-cluster", cluster, "--etcd-endpoints", "127.0.0.1:2379"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("parseFlags(%v) succeeded", args)
+		}
+	}
+}

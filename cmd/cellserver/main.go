@@ -1,7 +1,10 @@
 // Command cellserver runs a Cell server (package server). With no flags it
 // is a complete single-node store: an embedded etcd holding the region
 // table (data under <data-dir>/etcd) and the server, with its region under
-// ./cell-data. With --etcd-endpoints it joins an external etcd cluster
+// ./cell-data. With --etcd-initial-cluster its embedded etcd is one member
+// of an etcd cluster that several servers embed (the first three of a
+// development cluster, say), so that losing any one of them loses no
+// region table. With --etcd-endpoints it joins an external etcd cluster
 // instead. SIGTERM or SIGINT shut it down cleanly: it stops accepting
 // requests, finishes those in flight, revokes one-sided access, syncs and
 // closes its region, writes the clean-shutdown marker and stops etcd.
@@ -62,10 +65,12 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 	endpoints := cfg.etcdEndpoints
 	if len(endpoints) == 0 {
 		e, err := embedded.Start(embedded.Options{
-			Dir:        filepath.Join(cfg.dataDir, "etcd"),
-			ClientAddr: cfg.etcdListen,
-			PeerAddr:   cfg.etcdPeerListen,
-			Logger:     log,
+			Dir:            filepath.Join(cfg.dataDir, "etcd"),
+			ClientAddr:     cfg.etcdListen,
+			PeerAddr:       cfg.etcdPeerListen,
+			Name:           cfg.etcdName,
+			InitialCluster: cfg.etcdCluster,
+			Logger:         log,
 		})
 		if err != nil {
 			return err

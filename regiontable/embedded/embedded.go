@@ -1,8 +1,10 @@
-// Package embedded runs a single-member etcd server inside the process
+// Package embedded runs an etcd member inside the process
 // (go.etcd.io/etcd/server/v3/embed): the region table of cellserver's
-// single-node default, and of tests. It is a separate package so that
-// programs which only read the region table (the client, cellctl) do not
-// link an etcd server.
+// single-node default, of a development cluster whose first servers each
+// embed one member of a common etcd cluster (Options.InitialCluster, as
+// k3s does), and of tests. It is a separate package so that programs which
+// only read the region table (the client, cellctl) do not link an etcd
+// server.
 package embedded
 
 import (
@@ -15,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap/zapcore"
 )
@@ -27,12 +30,27 @@ type Options struct {
 	// ClientAddr is the "host:port" clients connect to. Default
 	// 127.0.0.1:2379.
 	ClientAddr string
-	// PeerAddr is the "host:port" of the (unused, single-member) peer
-	// listener etcd requires. Default 127.0.0.1:2380.
+	// PeerAddr is the "host:port" the member listens on for its peers
+	// (etcd requires the listener even in a single-member cluster).
+	// Default 127.0.0.1:2380.
 	PeerAddr string
 	// Name is the member's name. Default "cell". Fixed once Dir holds
 	// data.
 	Name string
+	// InitialCluster lists the members of the etcd cluster this member
+	// starts with, in etcd's --initial-cluster form
+	// "name=http://host:port,name2=http://host2:port2": every member's
+	// name and the peer URL it advertises, this member (Name) among them.
+	// Empty: a cluster of this member alone, advertising PeerAddr. It is
+	// read only when Dir holds no data yet: a member that restarts rejoins
+	// the cluster its data names, whatever this says. A member of several
+	// is ready (Start returns) only once a majority of them run, so the
+	// members of a new cluster must start within StartTimeout of each
+	// other.
+	InitialCluster string
+	// ClusterToken tells apart clusters that share peer addresses: a
+	// member ignores peers of another token. Default "cell".
+	ClusterToken string
 	// LogLevel is the level from which etcd's own records reach Logger
 	// (debug, info, warn, error). Default "error": quiet, etcd reports only
 	// failures. Records etcd logs while Close stops it are dropped.
@@ -63,6 +81,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Name == "" {
 		o.Name = "cell"
 	}
+	if o.ClusterToken == "" {
+		o.ClusterToken = "cell"
+	}
 	if o.LogLevel == "" {
 		o.LogLevel = "error"
 	}
@@ -91,7 +112,32 @@ func (o *Options) Validate() error {
 	if o.StartTimeout <= 0 {
 		return fmt.Errorf("embedded: start timeout %v: %w", o.StartTimeout, ErrInvalidOptions)
 	}
+	if o.InitialCluster != "" {
+		if _, err := o.advertisedPeer(); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// advertisedPeer returns the peer URL the member advertises: its own entry
+// of InitialCluster, else PeerAddr.
+func (o *Options) advertisedPeer() (url.URL, error) {
+	if o.InitialCluster == "" {
+		return url.URL{Scheme: "http", Host: o.PeerAddr}, nil
+	}
+	m, err := types.NewURLsMap(o.InitialCluster)
+	if err != nil {
+		return url.URL{}, fmt.Errorf("embedded: initial cluster %q: %w: %w", o.InitialCluster, err, ErrInvalidOptions)
+	}
+	us, ok := m[o.Name]
+	if !ok {
+		return url.URL{}, fmt.Errorf("embedded: initial cluster %q has no member named %q: %w", o.InitialCluster, o.Name, ErrInvalidOptions)
+	}
+	if len(us) != 1 || us[0].Scheme != "http" {
+		return url.URL{}, fmt.Errorf("embedded: initial cluster %q: member %q needs one http:// peer URL: %w", o.InitialCluster, o.Name, ErrInvalidOptions)
+	}
+	return us[0], nil
 }
 
 // Etcd is a running embedded etcd.
@@ -111,14 +157,19 @@ func Start(opts Options) (*Etcd, error) {
 	}
 	cu := url.URL{Scheme: "http", Host: opts.ClientAddr}
 	pu := url.URL{Scheme: "http", Host: opts.PeerAddr}
+	apu, _ := opts.advertisedPeer() // checked by Validate
 	cfg := embed.NewConfig()
 	cfg.Name = opts.Name
 	cfg.Dir = opts.Dir
 	cfg.ListenClientUrls = []url.URL{cu}
 	cfg.AdvertiseClientUrls = []url.URL{cu}
 	cfg.ListenPeerUrls = []url.URL{pu}
-	cfg.AdvertisePeerUrls = []url.URL{pu}
+	cfg.AdvertisePeerUrls = []url.URL{apu}
+	cfg.InitialClusterToken = opts.ClusterToken
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if opts.InitialCluster != "" {
+		cfg.InitialCluster = opts.InitialCluster
+	}
 	var level zapcore.Level
 	_ = level.UnmarshalText([]byte(opts.LogLevel)) // checked by Validate
 	quiet := new(atomic.Bool)
@@ -154,7 +205,8 @@ func Start(opts Options) (*Etcd, error) {
 	if len(e.Clients) > 0 {
 		ep = "http://" + e.Clients[0].Addr().String()
 	}
-	opts.Logger.Info("embedded etcd serving", slog.String("client", ep), slog.String("peer", pu.String()), slog.String("dir", opts.Dir))
+	opts.Logger.Info("embedded etcd serving", slog.String("client", ep), slog.String("peer", apu.String()), slog.String("dir", opts.Dir),
+		slog.String("name", opts.Name), slog.Int("members", len(e.Server.Cluster().Members())))
 	return &Etcd{e: e, endpoint: ep, log: opts.Logger, quiet: quiet}, nil
 }
 

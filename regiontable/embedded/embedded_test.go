@@ -21,6 +21,10 @@ func TestOptionsValidate(t *testing.T) {
 		"bad peer":    {Dir: "d", PeerAddr: "x"},
 		"bad level":   {Dir: "d", LogLevel: "chatty"},
 		"bad timeout": {Dir: "d", StartTimeout: -1},
+		"bad cluster": {Dir: "d", Name: "a", InitialCluster: "a=http://127.0.0.1:2380,b"},
+		"not member":  {Dir: "d", Name: "c", InitialCluster: "a=http://127.0.0.1:2380,b=http://127.0.0.1:2390"},
+		"two urls":    {Dir: "d", Name: "a", InitialCluster: "a=http://127.0.0.1:2380,a=http://127.0.0.1:2381"},
+		"https":       {Dir: "d", Name: "a", InitialCluster: "a=https://127.0.0.1:2380"},
 	} {
 		o.EnsureDefaults()
 		if err := o.Validate(); !errors.Is(err, ErrInvalidOptions) {
@@ -96,5 +100,43 @@ func TestSlogCore(t *testing.T) {
 	out := buf.String()
 	if strings.Contains(out, "dropped") || !strings.Contains(out, `level=WARN msg=kept component=etcd a=1 b=2 member=m1`) {
 		t.Fatalf("log output %q", out)
+	}
+}
+
+// Three members started with the same InitialCluster form one cluster:
+// each is ready once a majority runs and counts three members.
+func TestInitialCluster(t *testing.T) {
+	names := []string{"m1", "m2", "m3"}
+	opts := make([]Options, len(names))
+	var cluster []string
+	for i, n := range names {
+		opts[i] = Options{Dir: t.TempDir(), Name: n, ClientAddr: freeAddr(t), PeerAddr: freeAddr(t), Logger: slog.New(slog.DiscardHandler)}
+		cluster = append(cluster, n+"=http://"+opts[i].PeerAddr)
+	}
+	var wg sync.WaitGroup
+	es := make([]*Etcd, len(names))
+	errs := make([]error, len(names))
+	for i := range opts {
+		opts[i].InitialCluster = strings.Join(cluster, ",")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			es[i], errs[i] = Start(opts[i])
+		}()
+	}
+	wg.Wait()
+	for i, e := range es {
+		if errs[i] != nil {
+			t.Fatalf("member %s: %v", names[i], errs[i])
+		}
+		defer e.Close()
+	}
+	for i, e := range es {
+		if n := len(e.e.Server.Cluster().Members()); n != 3 {
+			t.Errorf("member %s sees %d members", names[i], n)
+		}
+		if id, first := e.e.Server.Cluster().ID(), es[0].e.Server.Cluster().ID(); id != first {
+			t.Errorf("member %s is in cluster %v, m1 in %v", names[i], id, first)
+		}
 	}
 }
