@@ -31,8 +31,11 @@ type discovery struct {
 	// paused or cut off, or one that handed its leaderships away).
 	// Nil when the discoverer does not know.
 	idle []string
-	root blink.Ptr
-	keys map[uint32][]rdma.RemoteKey
+	// hosts is each region's host's RPC address per the region table;
+	// nil when the discoverer does not know.
+	hosts map[uint32]string
+	root  blink.Ptr
+	keys  map[uint32][]rdma.RemoteKey
 }
 
 // staticServers is the discoverer of Config.Servers: the addresses, and
@@ -75,10 +78,17 @@ func (d *tableDiscovery) discover(ctx context.Context) (discovery, error) {
 	if err != nil {
 		return discovery{}, fmt.Errorf("region table: %w", err)
 	}
-	out := discovery{root: st.Root}
+	out := discovery{root: st.Root, hosts: make(map[uint32]string, len(st.Regions))}
 	hosts := make(map[string]bool, len(st.Regions))
+	rpc := make(map[string]string, len(st.Members))
+	for _, m := range st.Members {
+		rpc[m.ID] = m.RPCAddr
+	}
 	for _, r := range st.Regions {
 		hosts[r.Host] = true
+		if a := rpc[r.Host]; a != "" {
+			out.hosts[r.ID] = a
+		}
 	}
 	for _, m := range st.Members {
 		if m.RPCAddr == "" {

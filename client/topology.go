@@ -114,6 +114,9 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return wrapErr(ErrUnavailable, fmt.Errorf("discovery: %w", err))
 	}
+	if prev := c.topo.Load(); prev != nil {
+		c.dropMoved(prev, d.hosts)
+	}
 	if len(d.idle) > 0 && len(d.idle) < len(d.addrs) {
 		// Servers hosting no region are not asked: a dead one would hold
 		// the refresh up for DialTimeout, and none has a region to tell
@@ -202,6 +205,27 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 	return nil
 }
 
+// dropMoved closes the connections to every server that, in prev, served
+// a region the table now gives to another host: requests waiting on the
+// old host (dead, paused, cut off, or handing the region over) fail at
+// once and are retried on the new host, instead of waiting for their
+// deadline. Requests to the old host's other regions are retried too.
+func (c *Client) dropMoved(prev *topology, hosts map[uint32]string) {
+	var closed []*server
+	for id, r := range prev.regions {
+		a, ok := hosts[id]
+		if !ok || a == r.srv.addr || slices.Contains(closed, r.srv) {
+			continue
+		}
+		closed = append(closed, r.srv)
+		if r.srv.hasConns() {
+			c.log.Debug("cell client: a region moved; closing connections to its old host", slog.Uint64("region", uint64(id)),
+				slog.String("old", r.srv.addr), slog.String("new", a))
+			r.srv.close()
+		}
+	}
+}
+
 // dropIdle closes the connections to the servers that host no region,
 // unless the new topology has them: requests waiting on a host whose
 // regions were taken over (killed, paused, cut off) fail at once and are
@@ -231,11 +255,16 @@ func reincarnated(prev, t *topology) bool {
 	return false
 }
 
+// metadataTimeout bounds a refresh's wait for one server's metadata: a
+// server that does not answer (dead, paused, cut off) is left out of the
+// topology rather than hold up the routing of every other region.
+const metadataTimeout = time.Second
+
 // metadata asks srv to describe itself.
 func (c *Client) metadata(ctx context.Context, srv *server, out *wire.MetadataReply) error {
 	var req wire.MetadataRequest
 	var scratch [16]byte
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	ctx, cancel := context.WithTimeout(ctx, min(c.cfg.DialTimeout, metadataTimeout))
 	defer cancel()
 	f, err := srv.call(ctx, wire.OpMetadata, req.AppendTo(scratch[:0]))
 	if err != nil {

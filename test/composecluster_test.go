@@ -87,7 +87,10 @@ func requireDocker(t testing.TB) {
 // up -d waits for the health checks its depends_on name: etcd, then the
 // servers, then the client). The cluster is taken down, volumes and all,
 // when the test ends.
-func composeUp(t *testing.T) *composeCluster {
+//
+// env is added to docker-compose's environment: the variables
+// docker-compose.yml reads (CELL_DEAD_AFTER=8s, say).
+func composeUp(t *testing.T, env ...string) *composeCluster {
 	t.Helper()
 	requireDocker(t)
 	root, err := filepath.Abs("..")
@@ -117,7 +120,7 @@ func composeUp(t *testing.T) *composeCluster {
 	var out string
 	for attempt := 1; ; attempt++ {
 		c.Net = freeSubnet(t)
-		c.env = append(os.Environ(), "CELL_NET="+c.Net)
+		c.env = append(append(os.Environ(), env...), "CELL_NET="+c.Net)
 		for i := range c.Etcd {
 			c.env = append(c.env, fmt.Sprintf("CELL_ETCD%d_PORT=", i+1))
 		}

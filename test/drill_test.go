@@ -51,6 +51,11 @@ type drillReport struct {
 		Server        string
 		UnavailableNS int64 `json:"unavailable_ns"`
 	}
+	Phases []struct {
+		Name  string
+		OpsPS float64 `json:"ops_per_sec"`
+		ErrPS float64 `json:"errors_per_sec"`
+	}
 	Lost            []json.RawMessage
 	Linearizability struct{ Verdict string }
 	ClusterChecked  bool     `json:"cluster_checked"`

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -191,12 +192,28 @@ func compareReplicas(ctx context.Context, members []regiontable.Member, r region
 			}
 		}
 		last = last[:0]
+		opening := ""
 		for _, id := range ids {
 			h, err := replicaHash(ctx, addr[id], r.ID)
+			if err != nil && wire.StatusOf(err) == wire.StatusUnknownRegion {
+				// A server listed a moment ago opens its replica once it
+				// sees the table say so: ask again.
+				opening = id
+				break
+			}
 			if err != nil {
 				return false, []string{fmt.Sprintf("region %d: replica on %s: %s", r.ID, id, oneLine(err.Error()))}, ""
 			}
 			last = append(last, h)
+		}
+		if opening != "" {
+			if try < replicaHashTries-1 {
+				continue
+			}
+			if slices.Contains(r.Learners, opening) {
+				return false, nil, fmt.Sprintf("region %d: replica on %s not compared (a learner that has not opened it yet)", r.ID, opening)
+			}
+			return false, []string{fmt.Sprintf("region %d: replica on %s: the server holds no replica of it", r.ID, opening)}, ""
 		}
 		same := true
 		for _, h := range last[1:] {
