@@ -207,21 +207,29 @@ func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bo
 // caughtUp reports whether server id's replica of rep's region has
 // applied everything this leader had committed before asking it.
 func (s *Server) caughtUp(rep *replica, id string) (bool, error) {
+	ok, _, err := s.learnerState(rep, id)
+	return ok, err
+}
+
+// learnerState asks server id how far its replica of rep's region has
+// applied: whether it caught up with this leader's commit index, and
+// whether it holds the replica at all (it may not: it failed to open it).
+func (s *Server) learnerState(rep *replica, id string) (caughtUp, holds bool, err error) {
 	m, ok := s.table.Load().members[id]
 	if !ok {
-		return false, nil // down: ask again later
+		return false, true, nil // down: ask again later
 	}
 	commit := rep.raft.CommitIndex()
 	var md wire.MetadataReply
 	ctx, cancel := context.WithTimeout(s.bgCtx, 2*time.Second)
 	defer cancel()
 	if err := s.call(ctx, m.RPCAddr, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: rep.regionID}, &md); err != nil {
-		return false, fmt.Errorf("ask %s how far it applied: %w", id, err)
+		return false, true, fmt.Errorf("ask %s how far it applied: %w", id, err)
 	}
 	if len(md.Regions) != 1 || md.Regions[0].ID != rep.regionID {
-		return false, nil
+		return false, false, nil
 	}
-	return md.Regions[0].Raft.Applied >= commit, nil
+	return md.Regions[0].Raft.Applied >= commit, true, nil
 }
 
 // publishReplicas writes rep's table entry with the group's current

@@ -52,6 +52,33 @@ const repairInterval = time.Second
 // replica at once: each addition streams a region image.
 const maxConcurrentMoves = 2
 
+// learnerGiveUp is how long a nonvoter's server may go without opening
+// its replica before the leader removes it and places it elsewhere.
+const learnerGiveUp = 20 * time.Second
+
+// failedPlacementMemory is how long a server that failed to open a
+// replica is passed over by placement.
+const failedPlacementMemory = 2 * time.Minute
+
+// noteFailedPlacement remembers that server id failed to open a replica.
+func (s *Server) noteFailedPlacement(id string) {
+	s.failedPlace.Lock()
+	defer s.failedPlace.Unlock()
+	if s.failedPlace.at == nil {
+		s.failedPlace.at = make(map[string]time.Time)
+	}
+	s.failedPlace.at[id] = time.Now()
+}
+
+// placementFailedRecently reports whether server id failed to open a
+// replica within failedPlacementMemory.
+func (s *Server) placementFailedRecently(id string) bool {
+	s.failedPlace.Lock()
+	defer s.failedPlace.Unlock()
+	t, ok := s.failedPlace.at[id]
+	return ok && time.Since(t) < failedPlacementMemory
+}
+
 // replicaMove is a move of rep's replica on server from to server to.
 type replicaMove struct {
 	from, to string
@@ -211,9 +238,29 @@ func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, er
 		if dead[id] || v.draining[id] {
 			return true, s.removeServer(rep, id, "the nonvoter's server is dead or draining")
 		}
-		ok, err := s.caughtUp(rep, id)
-		if err != nil || !ok {
+		ok, holds, err := s.learnerState(rep, id)
+		if err != nil {
 			return true, err
+		}
+		if !holds {
+			// Listed, yet its server did not open the replica (out of
+			// memory for the region file, say): after a while, give it up
+			// and place the replica elsewhere.
+			first, seen := rep.learnerMissing[id]
+			if !seen {
+				rep.learnerMissing[id] = time.Now()
+				return true, nil
+			}
+			if time.Since(first) < learnerGiveUp {
+				return true, nil
+			}
+			delete(rep.learnerMissing, id)
+			s.noteFailedPlacement(id)
+			return true, s.removeServer(rep, id, "its server never opened the replica")
+		}
+		delete(rep.learnerMissing, id)
+		if !ok {
+			return true, nil
 		}
 		if err := rep.raft.AddVoter(srv.ID, srv.Address, 0, s.opts.ProposalTimeout).Error(); err != nil {
 			return true, fmt.Errorf("promote %s: %w", srv.ID, err)
@@ -458,7 +505,7 @@ func (s *Server) placeReplica(v *tableView, dead map[string]bool, r regiontable.
 	load := replicaLoad(v)
 	var best string
 	for _, id := range sortedMembers(v) {
-		if leaving(v, dead, id) || holdsReplica(r, id) || v.members[id].RaftAddr == "" {
+		if leaving(v, dead, id) || holdsReplica(r, id) || v.members[id].RaftAddr == "" || s.placementFailedRecently(id) {
 			continue
 		}
 		if best == "" || load[id].less(load[best]) {

@@ -130,6 +130,9 @@ func TestDeadServerReplaced(t *testing.T) {
 			}
 		}
 	}
+	// Its new region gains its replicas like any other.
+	rs = waitRegions(t, ctx, store, "every region replicated after the return", fullyReplicatedWithout(3))
+	t.Logf("after the return: %s", placement(rs))
 	mustReadAll(t, "after the dead server returned", map[string]*client.Client{"server": c}, keys)
 }
 

@@ -84,6 +84,10 @@ type replica struct {
 	// transferring is set while the replica hands its group's
 	// leadership over (repair.go).
 	transferring atomic.Bool
+	// learnerMissing is when this leader first found each nonvoter's
+	// server holding no replica (repair.go). Used by the replica loop
+	// only.
+	learnerMissing map[string]time.Time
 	// dropped: the replica was dropped (repair.go) and its region
 	// closed. Guarded by applyMu.
 	dropped bool
@@ -94,7 +98,7 @@ func (rep *replica) raftGroup() *raft.Raft { return rep.group.Load() }
 
 // newReplica returns an empty replica of srv.
 func newReplica(srv *Server) *replica {
-	rep := &replica{srv: srv}
+	rep := &replica{srv: srv, learnerMissing: make(map[string]time.Time)}
 	rep.megas.Store(&meganodeTable{})
 	return rep
 }

@@ -57,7 +57,13 @@ type Server struct {
 
 	root  atomic.Uint64
 	table atomic.Pointer[tableView]
-	gone  goneServers      // since when servers are missing (repair.go)
+	gone  goneServers // since when servers are missing (repair.go)
+	// failedPlace is when servers last failed to open a replica placed
+	// on them (repair.go).
+	failedPlace struct {
+		sync.Mutex
+		at map[string]time.Time
+	}
 	coord coordinatorState // coordinator.go
 
 	// Locking notes: Server.splitMu < replica.applyMu (replica.go).

@@ -2,8 +2,8 @@ package server
 
 import (
 	"fmt"
-	"maps"
 	"log/slog"
+	"maps"
 	"os"
 	"time"
 
