@@ -17,11 +17,10 @@ import (
 // election (its session lease expired, or it closed and resigned) the next
 // campaigner takes over and the loser campaigns again.
 //
-// Its duty for now is to watch availability: it follows the table and
-// reports each region whose host is not a live member (logged once when
-// it goes, once when it comes back; the count in cell_regions_unavailable).
-// Re-replicating such regions onto live servers comes with raft (DESIGN
-// §9).
+// Its duties: it follows the table and reports each region whose host is
+// not a live member (logged once when it goes, once when it comes back;
+// the count in cell_regions_unavailable), and it repairs (repair.go):
+// replicas of dead or draining servers moved, leaderships spread.
 
 // regionDownGrace is how long a region's host must be missing from the
 // members before the coordinator reports the region unavailable: a

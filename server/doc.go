@@ -243,7 +243,11 @@
 // The elected one logs it, sets cell_coordinator to 1 and watches the
 // table: a region whose host has not been a live member for a second
 // (regionDownGrace) is logged once as unavailable, once more when its host
-// is back, and counted in cell_regions_unavailable. When its leadership
+// is back, and counted in cell_regions_unavailable. It also repairs
+// (repair.go): the replicas of a server missing longer than
+// Options.DeadAfter, or marked draining, are moved by the regions' hosts
+// onto live servers, and leaderships are spread every
+// Options.BalanceInterval. When its leadership
 // ends (the session lease was lost, e.g. etcd was unreachable for longer
 // than the TTL) it stops, sets both gauges to 0 and campaigns again;
 // Close resigns, so that the next server takes over at once.
