@@ -26,6 +26,8 @@ type server struct {
 	// slots hold the connections; a slot whose connection failed is
 	// redialled by the next call that picks it.
 	slots []connSlot
+	// probing is set while closeIfSilent pings the server.
+	probing atomic.Bool
 }
 
 type connSlot struct {

@@ -218,12 +218,39 @@ func (c *Client) dropMoved(prev *topology, hosts map[uint32]string) {
 			continue
 		}
 		closed = append(closed, r.srv)
-		if r.srv.hasConns() {
-			c.log.Debug("cell client: a region moved; closing connections to its old host", slog.Uint64("region", uint64(id)),
-				slog.String("old", r.srv.addr), slog.String("new", a))
-			r.srv.close()
-		}
+		c.closeIfSilent(r.srv, fmt.Sprintf("region %d moved to %s", id, a))
 	}
+}
+
+// silentAfter is how long a server may take to answer a ping before
+// closeIfSilent closes its connections.
+const silentAfter = 500 * time.Millisecond
+
+// closeIfSilent pings srv on its connections, in the background, and
+// closes them if it does not answer within silentAfter: a dead, paused or
+// cut-off server never will, and requests waiting on it would wait for
+// their deadlines. A live server answers at once (pings are answered
+// without queueing for a worker), and its waiting requests get their
+// answers, or redirects, from it.
+func (c *Client) closeIfSilent(srv *server, why string) {
+	if !srv.hasConns() || !srv.probing.CompareAndSwap(false, true) {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer srv.probing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), silentAfter)
+		defer cancel()
+		f, err := srv.call(ctx, wire.OpPing, nil)
+		if err == nil {
+			f.Release()
+			return
+		}
+		c.log.Debug("cell client: closing the connections of a server that does not answer", slog.String("server", srv.addr),
+			slog.String("why", why), slog.Any("error", err))
+		srv.close()
+	}()
 }
 
 // dropIdle closes the connections to the servers that host no region,
@@ -238,9 +265,8 @@ func (c *Client) dropIdle(idle []string, t *topology) {
 		c.mu.Lock()
 		s := c.mu.servers[addr]
 		c.mu.Unlock()
-		if s != nil && s.hasConns() {
-			c.log.Debug("cell client: closing connections to a server that hosts no region", slog.String("server", addr))
-			s.close()
+		if s != nil {
+			c.closeIfSilent(s, "it hosts no region")
 		}
 	}
 }

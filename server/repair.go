@@ -54,7 +54,7 @@ const maxConcurrentMoves = 2
 
 // learnerGiveUp is how long a nonvoter's server may go without opening
 // its replica before the leader removes it and places it elsewhere.
-const learnerGiveUp = 20 * time.Second
+const learnerGiveUp = time.Minute
 
 // failedPlacementMemory is how long a server that failed to open a
 // replica is passed over by placement.
@@ -501,15 +501,19 @@ func (s *Server) askAdmin(ctx context.Context, host regiontable.Member, op wire.
 // placeReplica chooses the server for a new replica of r: a live member,
 // not draining, not dead, holding none of r yet, with the fewest bytes
 // of replicas, then the fewest replicas (ties: the lowest ID).
+//
+// A server that recently failed to open a replica is chosen only when no
+// other one can be.
 func (s *Server) placeReplica(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
 	load := replicaLoad(v)
-	var best string
+	best, bestFailed := "", false
 	for _, id := range sortedMembers(v) {
-		if leaving(v, dead, id) || holdsReplica(r, id) || v.members[id].RaftAddr == "" || s.placementFailedRecently(id) {
+		if leaving(v, dead, id) || holdsReplica(r, id) || v.members[id].RaftAddr == "" {
 			continue
 		}
-		if best == "" || load[id].less(load[best]) {
-			best = id
+		failed := s.placementFailedRecently(id)
+		if best == "" || bestFailed && !failed || failed == bestFailed && load[id].less(load[best]) {
+			best, bestFailed = id, failed
 		}
 	}
 	return best, best != ""
