@@ -2,12 +2,14 @@ package drill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os/exec"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Target strikes faults. Run calls it from one goroutine: Fault, then
@@ -134,13 +136,9 @@ func choose(ctx context.Context, p Pick, t Target, loc Locator, keys []string, r
 		if loc == nil {
 			return "", fmt.Errorf("%w: --target leader needs the region table", ErrNoServer)
 		}
-		pl, err := loc.Locate(ctx, keys)
+		pl, region, err := locateBusiest(ctx, loc, keys)
 		if err != nil {
-			return "", fmt.Errorf("%w: find the leader: %w", ErrNoServer, err)
-		}
-		region, ok := busiest(pl)
-		if !ok {
-			return "", fmt.Errorf("%w: no region holds a drill key", ErrNoServer)
+			return "", err
 		}
 		m := pl.Hosts[region]
 		if servers == nil {
@@ -158,6 +156,43 @@ func choose(ctx context.Context, p Pick, t Target, loc Locator, keys []string, r
 		return "", fmt.Errorf("%w: %q is none of %s", ErrNoServer, p, strings.Join(servers, ", "))
 	}
 	return string(p), nil
+}
+
+// leaderLookupTimeout bounds how long choose looks for the region holding
+// the most drill keys. While a region changes hands (a takeover, or a
+// leadership transfer: the old host stops serving the region before the
+// new one takes it over) no server reports its meganodes, so a lookup at
+// that moment finds no region holding the keys; that lasts a few
+// heartbeat timeouts at most.
+var leaderLookupTimeout = 15 * time.Second
+
+// leaderLookupRetry is the pause between two lookups.
+const leaderLookupRetry = 100 * time.Millisecond
+
+// locateBusiest locates keys and returns the placement and the region
+// holding the most of them, looking again every leaderLookupRetry for up
+// to leaderLookupTimeout while the lookup fails or finds no such region.
+func locateBusiest(ctx context.Context, loc Locator, keys []string) (Placement, uint32, error) {
+	deadline := time.Now().Add(leaderLookupTimeout)
+	for {
+		pl, err := loc.Locate(ctx, keys)
+		if err == nil {
+			if region, ok := busiest(pl); ok {
+				return pl, region, nil
+			}
+			err = fmt.Errorf("%w: no region holds a drill key", ErrNoServer)
+		} else {
+			err = fmt.Errorf("%w: find the leader: %w", ErrNoServer, err)
+		}
+		if !time.Now().Add(leaderLookupRetry).Before(deadline) {
+			return Placement{}, 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return Placement{}, 0, errors.Join(err, ctx.Err())
+		case <-time.After(leaderLookupRetry):
+		}
+	}
 }
 
 // busiest returns the region holding the most keys (the lowest ID of a

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeRunner records command lines and answers from a table.
@@ -150,5 +151,43 @@ func TestChoose(t *testing.T) {
 	}
 	if _, err := choose(ctx, PickLeader, ft, nil, keys, rng); !errors.Is(err, ErrNoServer) {
 		t.Errorf("leader without a locator: %v", err)
+	}
+}
+
+// handoverLocator finds no region holding the keys for its first misses
+// lookups, as while a region changes hands (the old host stopped serving
+// it, the new one has not taken it over yet), then fakeLocator's
+// placement.
+type handoverLocator struct {
+	misses, calls int
+}
+
+func (l *handoverLocator) Locate(ctx context.Context, keys []string) (Placement, error) {
+	l.calls++
+	if l.calls <= l.misses {
+		return Placement{Region: map[string]uint32{}, Hosts: map[uint32]Member{1: {ID: "a", Addr: "a:1"}}}, nil
+	}
+	return fakeLocator{}.Locate(ctx, keys)
+}
+
+// A leader lookup during a handover looks again instead of failing the
+// drill; one that finds no region for longer than leaderLookupTimeout
+// fails.
+func TestChooseLeaderDuringHandover(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"a", "b", "c"}
+	loc := &handoverLocator{misses: 3}
+	if got, err := choose(ctx, PickLeader, &fakeTarget{}, loc, keys, rng); err != nil || got != "a" {
+		t.Errorf("leader after a handover: %q, %v (%d lookups)", got, err, loc.calls)
+	}
+	if loc.calls != 4 {
+		t.Errorf("%d lookups, want 4", loc.calls)
+	}
+	defer func(d time.Duration) { leaderLookupTimeout = d }(leaderLookupTimeout)
+	leaderLookupTimeout = 300 * time.Millisecond
+	loc = &handoverLocator{misses: 1 << 30}
+	if _, err := choose(ctx, PickLeader, &fakeTarget{}, loc, keys, rng); !errors.Is(err, ErrNoServer) || loc.calls < 2 {
+		t.Errorf("no region for good: %v after %d lookups", err, loc.calls)
 	}
 }

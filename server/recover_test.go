@@ -145,3 +145,68 @@ func copyDataDir(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// A split whose steps and abort were all refused (its server lost the
+// group's leadership for a moment, mid-split, and was elected again
+// without another server taking the region over, so resumeSplits never
+// ran) is left in progress in the replicated state. The next split of the
+// meganode settles it first instead of failing at its first step forever
+// (blink.ErrSplitState): it undoes it (not linked), and the split after
+// that goes through.
+func TestSplitLeftInProgressIsSettled(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	opts.MeganodeSize = 64 << 10
+	opts.SplitFill = 1 // no split unless the test asks
+	s := startServer(t, opts)
+	c := dial(t, s)
+	x := s.meganodeAt(s.Root())
+	var keys []string
+	for i := 0; x.t.Fill() < 0.55; i++ {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		put(t, c, k, "v"+k)
+		keys = append(keys, k)
+	}
+
+	// The start record of a split, and nothing after it.
+	s.splitMu.Lock()
+	sep, err := x.t.SplitKey()
+	if err == nil {
+		_, err = s.applySplit(x, sep, splitBody{Phase: phaseStart})
+	}
+	s.splitMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if !s.runSplit(x) {
+		t.Fatal("the split of a meganode with a split left in progress failed")
+	}
+	s.applyMu.Lock()
+	open := len(s.repl.Splits)
+	s.applyMu.Unlock()
+	if open != 0 || !s.frozenLocked().IsNil() {
+		t.Fatalf("%d splits in progress, frozen meganode %v", open, s.frozenLocked())
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(s.region.Meganodes()); n != 1 {
+		t.Fatalf("%d meganodes after the interrupted split was undone, want 1", n)
+	}
+	if !s.runSplit(x) {
+		t.Fatal("the split after it failed")
+	}
+	if n := len(s.region.Meganodes()); n != 3 {
+		t.Fatalf("%d meganodes after the split, want 3", n)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if v, ok := get(t, c, k); !ok || v != "v"+k {
+			t.Fatalf("%s = %q, %v", k, v, ok)
+		}
+	}
+}

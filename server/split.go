@@ -173,6 +173,9 @@ func (s *Server) serveSplit(p blink.Ptr) {
 func (s *Server) runSplit(lm *localMeganode) bool {
 	s.splitMu.Lock()
 	yp, err := s.splitLocked(lm, 0)
+	if errors.Is(err, blink.ErrSplitState) && s.settleLeftSplitLocked(lm) {
+		yp, err = 0, nil // settled; a new split is requested below if still due
+	}
 	s.splitMu.Unlock()
 	s.splitEvent()
 	if err != nil {
@@ -182,6 +185,34 @@ func (s *Server) runSplit(lm *localMeganode) bool {
 	s.maybeRequestSplit(lm)
 	if y := s.meganodeAt(yp); y != nil {
 		s.maybeRequestSplit(y)
+	}
+	return true
+}
+
+// settleLeftSplitLocked resumes or undoes a split of lm that its region's
+// replicated state shows in progress while no split runs (s.splitMu is
+// held): one whose steps and abort were all refused because this server
+// lost its group's leadership for a moment and was then elected again
+// without another server taking the region over, so resumeSplits (server
+// start, takeover) never ran for it. It reports whether it found one and
+// settled it. REQUIRES: s.splitMu held.
+func (s *Server) settleLeftSplitLocked(lm *localMeganode) bool {
+	rep := lm.rep
+	rep.applyMu.Lock()
+	var p splitProgress
+	found := false
+	if sp := rep.repl.splitOf(lm.m.Ptr()); sp != nil {
+		p, found = *sp, true
+		p.Sep = bytes.Clone(sp.Sep)
+	}
+	rep.applyMu.Unlock()
+	if !found {
+		return false
+	}
+	if err := s.resumeSplitLocked(p); err != nil {
+		s.log.Error("server: a split left in progress could not be resumed", slog.String("meganode", p.X.String()),
+			slog.String("new", p.Y.String()), slog.Any("err", err))
+		return false
 	}
 	return true
 }
