@@ -27,8 +27,8 @@ type ComposeTarget struct {
 	// container as compose attached it: its fixed address and its aliases
 	// (the service name, which the other containers resolve).
 	attach map[string]map[string][]string
-	run        Runner
-	bin        string // the docker command
+	run    Runner
+	bin    string // the docker command
 
 	struck struct {
 		kind    FaultKind
