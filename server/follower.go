@@ -204,13 +204,6 @@ func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bo
 	return v.members[id], ok
 }
 
-// caughtUp reports whether server id's replica of rep's region has
-// applied everything this leader had committed before asking it.
-func (s *Server) caughtUp(rep *replica, id string) (bool, error) {
-	ok, _, err := s.learnerState(rep, id)
-	return ok, err
-}
-
 // learnerState asks server id how far its replica of rep's region has
 // applied: whether it caught up with this leader's commit index, and
 // whether it holds the replica at all (it may not: it failed to open it).

@@ -132,25 +132,7 @@ func TestFollowersByteIdentical(t *testing.T) {
 	srvs, store := startReplicated(t, 3, 3, nil)
 	c := newClient(t, store, "server")
 	ctx := ctxT(t)
-	var keys []string
-	for i := range 2500 {
-		k := fmt.Sprintf("key%06d", i*7919%100003)
-		// A put whose outcome is unknown (its leader lost the
-		// leadership while committing: elections happen on a loaded
-		// machine) is put again: the same value, so either outcome
-		// leaves the key as wanted.
-		for {
-			err := c.Put(ctx, []byte(k), []byte("v"+k))
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, client.ErrOutcomeUnknown) || ctx.Err() != nil {
-				t.Fatalf("put %q: %v", k, err)
-			}
-			t.Logf("put %q: %v; putting it again", k, err)
-		}
-		keys = append(keys, k)
-	}
+	keys := putRange(t, ctx, c, 0, 2500)
 	for _, s := range srvs {
 		waitSplitsIdle(t, s)
 	}

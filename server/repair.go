@@ -144,11 +144,9 @@ func (s *Server) requestMove(rep *replica, req *wire.MoveReplicaRequest) error {
 	if err != nil {
 		return err
 	}
-	fromIn, toVoter := false, false
-	for _, srv := range cfg.Servers {
-		fromIn = fromIn || string(srv.ID) == req.From
-		toVoter = toVoter || string(srv.ID) == req.To && srv.Suffrage == raft.Voter
-	}
+	_, fromIn := suffrage(cfg, req.From)
+	sf, toIn := suffrage(cfg, req.To)
+	toVoter := toIn && sf == raft.Voter
 	if !fromIn {
 		if toVoter {
 			return nil // done already

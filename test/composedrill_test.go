@@ -56,13 +56,7 @@ func TestComposeDrills(t *testing.T) {
 			fmt.Fprintf(&b, " %s %.0f ok/s %.1f err/s;", p.Name, p.OpsPS, p.ErrPS)
 		}
 		t.Log(b.String())
-		if path := os.Getenv("CELL_DRILL_FIGURES"); path != "" {
-			f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-			if err == nil {
-				fmt.Fprintln(f, b.String())
-				f.Close()
-			}
-		}
+		appendFigures(b.String())
 	}
 	schedule := []string{"--fault-at", "3s", "--fault-duration", "4s", "--after", "5s"}
 
@@ -145,12 +139,7 @@ func TestComposeDrills(t *testing.T) {
 			t.Fatalf("%s's replicas were not all replaced while it was down", victim)
 		}
 		t.Logf("%s's replicas replaced %v after it left the members", victim, took.Round(100*time.Millisecond))
-		if path := os.Getenv("CELL_DRILL_FIGURES"); path != "" {
-			if f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
-				fmt.Fprintf(f, "drill dead until re-replicated: replicas replaced %v after %s left the members (dead-after 6s)\n", took.Round(100*time.Millisecond), victim)
-				f.Close()
-			}
-		}
+		appendFigures(fmt.Sprintf("drill dead until re-replicated: replicas replaced %v after %s left the members (dead-after 6s)", took.Round(100*time.Millisecond), victim))
 		// Back: it drops its stale replicas; every region has 3 again.
 		waitReplicated(t, store, 3)
 	})
@@ -164,4 +153,17 @@ func listsServer(rs []regiontable.Region, id string) bool {
 		}
 	}
 	return false
+}
+
+// appendFigures appends a line to the file CELL_DRILL_FIGURES names, if
+// any (.ci/run prints it after the tests).
+func appendFigures(line string) {
+	path := os.Getenv("CELL_DRILL_FIGURES")
+	if path == "" {
+		return
+	}
+	if f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+		fmt.Fprintln(f, line)
+		f.Close()
+	}
 }

@@ -43,22 +43,17 @@ it for large regions).`,
 				return err
 			}
 			from, to := args[1], args[2]
-			ctx, cancel := g.commandContext()
-			defer cancel()
-			store, err := g.openTable()
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			req := &wire.MoveReplicaRequest{Region: id, From: from, To: to}
-			done := func(r regiontable.Region) bool {
-				return !holds(r, from) && slices.Contains(r.Replicas, to)
-			}
-			start := time.Now()
-			if err := askUntil(ctx, store, id, wire.OpMoveReplica, req, wait, done); err != nil {
-				return fmt.Errorf("move region %d's replica from %s to %s: %w", id, from, to, err)
-			}
-			return g.reportAdmin(wait, fmt.Sprintf("region %d: replica moved from %s to %s", id, from, to), start)
+			return g.withTable(func(ctx context.Context, store regiontable.Store) error {
+				req := &wire.MoveReplicaRequest{Region: id, From: from, To: to}
+				done := func(r regiontable.Region) bool {
+					return !holds(r, from) && slices.Contains(r.Replicas, to)
+				}
+				start := time.Now()
+				if err := askUntil(ctx, store, id, wire.OpMoveReplica, req, wait, done); err != nil {
+					return fmt.Errorf("move region %d's replica from %s to %s: %w", id, from, to, err)
+				}
+				return g.reportAdmin(wait, fmt.Sprintf("region %d: replica moved from %s to %s", id, from, to), start)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", true, "wait until the region table shows the move done")
@@ -84,29 +79,24 @@ the new host.`,
 			if len(args) == 2 {
 				to = args[1]
 			}
-			ctx, cancel := g.commandContext()
-			defer cancel()
-			store, err := g.openTable()
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			before, err := store.Region(ctx, id)
-			if err != nil {
-				return fmt.Errorf("region %d: %w", id, err)
-			}
-			done := func(r regiontable.Region) bool {
-				return r.Host != before.Host && (to == "" || r.Host == to)
-			}
-			start := time.Now()
-			if err := askUntil(ctx, store, id, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: id, To: to}, true, done); err != nil {
-				return fmt.Errorf("transfer region %d's leadership: %w", id, err)
-			}
-			r, err := store.Region(ctx, id)
-			if err != nil {
-				return err
-			}
-			return g.reportAdmin(true, fmt.Sprintf("region %d: leader %s (was %s)", id, r.Host, before.Host), start)
+			return g.withTable(func(ctx context.Context, store regiontable.Store) error {
+				before, err := store.Region(ctx, id)
+				if err != nil {
+					return fmt.Errorf("region %d: %w", id, err)
+				}
+				done := func(r regiontable.Region) bool {
+					return r.Host != before.Host && (to == "" || r.Host == to)
+				}
+				start := time.Now()
+				if err := askUntil(ctx, store, id, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: id, To: to}, true, done); err != nil {
+					return fmt.Errorf("transfer region %d's leadership: %w", id, err)
+				}
+				r, err := store.Region(ctx, id)
+				if err != nil {
+					return err
+				}
+				return g.reportAdmin(true, fmt.Sprintf("region %d: leader %s (was %s)", id, r.Host, before.Host), start)
+			})
 		},
 	}
 	return cmd
@@ -130,31 +120,38 @@ regions are placed or leaders balanced).`,
 			if err := regiontable.ValidServerID(id); err != nil {
 				return err
 			}
-			ctx, cancel := g.commandContext()
-			defer cancel()
-			store, err := g.openTable()
-			if err != nil {
-				return err
-			}
-			defer store.Close()
-			if err := store.SetDraining(ctx, id, !undo); err != nil {
-				return err
-			}
-			if undo {
-				return g.reportAdmin(false, fmt.Sprintf("%s: no longer draining", id), time.Now())
-			}
-			start := time.Now()
-			if wait {
-				if err := waitDrained(ctx, store, id); err != nil {
-					return fmt.Errorf("drain %s: %w (it stays marked draining; cellctl drain --undo %s clears the mark)", id, err, id)
+			return g.withTable(func(ctx context.Context, store regiontable.Store) error {
+				if err := store.SetDraining(ctx, id, !undo); err != nil {
+					return err
 				}
-			}
-			return g.reportAdmin(wait, fmt.Sprintf("%s: drained", id), start)
+				if undo {
+					return g.reportAdmin(false, fmt.Sprintf("%s: no longer draining", id), time.Now())
+				}
+				start := time.Now()
+				if wait {
+					if err := waitDrained(ctx, store, id); err != nil {
+						return fmt.Errorf("drain %s: %w (it stays marked draining; cellctl drain --undo %s clears the mark)", id, err, id)
+					}
+				}
+				return g.reportAdmin(wait, fmt.Sprintf("%s: drained", id), start)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&undo, "undo", false, "clear the draining mark")
 	cmd.Flags().BoolVar(&wait, "wait", true, "wait until no region has a replica on the server")
 	return cmd
+}
+
+// withTable runs fn with the region table and the command's context.
+func (g *globals) withTable(fn func(ctx context.Context, store regiontable.Store) error) error {
+	ctx, cancel := g.commandContext()
+	defer cancel()
+	store, err := g.openTable()
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	return fn(ctx, store)
 }
 
 // askUntil sends req to region id's host, and with wait asks again every
