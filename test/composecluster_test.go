@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"slices"
 	"strconv"
 	"strings"
@@ -355,18 +356,54 @@ func (c *composeCluster) Table(t testing.TB) *regiontable.Etcd {
 	return st
 }
 
-// logs writes the last lines of the services' logs (all: none named) to
-// the test log.
+// logs writes to the test log the servers' own lines (not raft's nor
+// etcd's chatter; errors and lines outside the log format included) of the services (all: none named), in time order, the
+// last failureLogLines of them: what a reader of a failed run needs to
+// follow regions, moves and takeovers.
 func (c *composeCluster) logs(t testing.TB, services ...string) {
-	out, _ := c.composeErr(time.Minute, append([]string{"logs", "--no-color", "--tail", "40"}, services...)...)
-	t.Logf("docker-compose logs:\n%s", out)
+	out, _ := c.composeErr(time.Minute, append([]string{"logs", "--no-color", "--timestamps"}, services...)...)
+	type line struct{ at, text string }
+	var lines []line
+	for _, l := range strings.Split(out, "\n") {
+		service, rest, ok := strings.Cut(l, "|")
+		if !ok {
+			continue
+		}
+		at, text, _ := strings.Cut(strings.TrimSpace(rest), " ")
+		slogLine, etcdLine := strings.HasPrefix(text, "time="), strings.HasPrefix(text, "{")
+		if !(strings.Contains(text, `msg="server:`) || strings.Contains(text, "level=ERROR") || !slogLine && !etcdLine) {
+			continue
+		}
+		lines = append(lines, line{at, strings.TrimSpace(service) + " " + text})
+	}
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].at < lines[j].at })
+	lines = lines[max(0, len(lines)-failureLogLines):]
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString(l.text)
+		b.WriteByte('\n')
+	}
+	t.Logf("servers' logs, last %d lines (CELL_COMPOSE_LOGS=dir keeps all):\n%s", len(lines), b.String())
 }
+
+// failureLogLines bounds the log lines a failed compose test prints.
+const failureLogLines = 250
 
 // down removes the project: containers, network, volumes. It is the
 // cleanup of composeUp, and checks that nothing of the project is left.
 func (c *composeCluster) down(t testing.TB) {
 	if t.Failed() {
 		c.logs(t)
+	}
+	if dir := os.Getenv("CELL_COMPOSE_LOGS"); dir != "" {
+		// Every line of every service, for a reader of a failed run.
+		out, _ := c.composeErr(time.Minute, "logs", "--no-color", "--timestamps")
+		name := filepath.Join(dir, c.Project+".log")
+		if err := os.WriteFile(name, []byte(out), 0o644); err != nil {
+			t.Errorf("CELL_COMPOSE_LOGS: %v", err)
+		} else {
+			t.Logf("docker-compose logs written to %s", name)
+		}
 	}
 	if out, err := c.composeErr(3*time.Minute, "down", "-v", "--remove-orphans", "--timeout", "20"); err != nil {
 		t.Errorf("docker-compose down -v: %v\n%s", err, out)

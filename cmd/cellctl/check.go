@@ -141,8 +141,12 @@ func runCheck(ctx context.Context, g *globals, limit uint32, attempts int) (chec
 	for _, v := range vs {
 		res.Violations = append(res.Violations, "cluster: "+v)
 	}
+	reload := func(ctx context.Context) (regiontable.State, error) {
+		st, _, err := g.loadTable(ctx)
+		return st, err
+	}
 	for _, r := range cl.table.Regions {
-		compared, bad, why := compareReplicas(ctx, cl.table.Members, r)
+		compared, bad, why := compareReplicas(ctx, cl.table.Members, r, replicaHash, reload)
 		if compared {
 			res.ReplicasCompared++
 		}
@@ -167,21 +171,10 @@ const (
 // replicas at the same index must hash the same (apply is deterministic).
 // It reports whether they were compared, the violations, and why they
 // were not compared (a replica's server is down, or their indexes never
-// met).
-func compareReplicas(ctx context.Context, members []regiontable.Member, r regiontable.Region) (bool, []string, string) {
-	ids := append(append([]string{}, r.Replicas...), r.Learners...)
-	if len(ids) < 2 {
-		return false, nil, ""
-	}
-	addr := map[string]string{}
-	for _, m := range members {
-		addr[m.ID] = m.RPCAddr
-	}
-	for _, id := range ids {
-		if _, ok := addr[id]; !ok {
-			return false, nil, fmt.Sprintf("region %d: replica on %s not compared (not a live member)", r.ID, id)
-		}
-	}
+// met). The table may change while it asks (a replica moved, a learner
+// added): a server that says it holds no replica is asked again, and the
+// region's entry read again (reload) before that is a violation.
+func compareReplicas(ctx context.Context, members []regiontable.Member, r regiontable.Region, hash hashFunc, reload func(context.Context) (regiontable.State, error)) (bool, []string, string) {
 	var last []wire.ReplicaHashReply
 	for try := 0; try < replicaHashTries; try++ {
 		if try > 0 {
@@ -191,13 +184,27 @@ func compareReplicas(ctx context.Context, members []regiontable.Member, r region
 				return false, nil, fmt.Sprintf("region %d: replicas not compared: %v", r.ID, ctx.Err())
 			}
 		}
-		last = last[:0]
-		opening := ""
+		ids := append(append([]string{}, r.Replicas...), r.Learners...)
+		if len(ids) < 2 {
+			return false, nil, ""
+		}
+		addr := map[string]string{}
+		for _, m := range members {
+			addr[m.ID] = m.RPCAddr
+		}
 		for _, id := range ids {
-			h, err := replicaHash(ctx, addr[id], r.ID)
+			if _, ok := addr[id]; !ok {
+				return false, nil, fmt.Sprintf("region %d: replica on %s not compared (not a live member)", r.ID, id)
+			}
+		}
+		var opening string
+		last, opening = last[:0], ""
+		for _, id := range ids {
+			h, err := hash(ctx, addr[id], r.ID)
 			if err != nil && wire.StatusOf(err) == wire.StatusUnknownRegion {
 				// A server listed a moment ago opens its replica once it
-				// sees the table say so: ask again.
+				// sees the table say so, and drops one the table no
+				// longer lists: ask again, with the table of now.
 				opening = id
 				break
 			}
@@ -207,8 +214,17 @@ func compareReplicas(ctx context.Context, members []regiontable.Member, r region
 			last = append(last, h)
 		}
 		if opening != "" {
+			if st, err := reload(ctx); err == nil {
+				members = st.Members
+				if e, ok := findRegion(st, r.ID); ok {
+					r = e
+				}
+			}
 			if try < replicaHashTries-1 {
 				continue
+			}
+			if !holdsReplica(r, opening) {
+				return false, nil, fmt.Sprintf("region %d: replica on %s not compared (moved while checked)", r.ID, opening)
 			}
 			if slices.Contains(r.Learners, opening) {
 				return false, nil, fmt.Sprintf("region %d: replica on %s not compared (a learner that has not opened it yet)", r.ID, opening)
@@ -220,6 +236,13 @@ func compareReplicas(ctx context.Context, members []regiontable.Member, r region
 			same = same && h.Applied == last[0].Applied
 		}
 		if !same {
+			if try == replicaHashTries-1 {
+				idx := make([]string, len(last))
+				for i, h := range last {
+					idx[i] = fmt.Sprintf("%s at %d", ids[i], h.Applied)
+				}
+				return false, nil, fmt.Sprintf("region %d: replicas not compared, their applied indexes kept moving (%s)", r.ID, strings.Join(idx, ", "))
+			}
 			continue
 		}
 		var bad []string
@@ -231,12 +254,17 @@ func compareReplicas(ctx context.Context, members []regiontable.Member, r region
 		}
 		return true, bad, ""
 	}
-	idx := make([]string, len(last))
-	for i, h := range last {
-		idx[i] = fmt.Sprintf("%s at %d", ids[i], h.Applied)
-	}
-	return false, nil, fmt.Sprintf("region %d: replicas not compared, their applied indexes kept moving (%s)", r.ID, strings.Join(idx, ", "))
+	return false, nil, fmt.Sprintf("region %d: replicas not compared", r.ID)
 }
+
+// holdsReplica reports whether e lists server id as a voter or a learner.
+func holdsReplica(e regiontable.Region, id string) bool {
+	return slices.Contains(e.Replicas, id) || slices.Contains(e.Learners, id)
+}
+
+// hashFunc asks the server at addr for the hash of its replica of region
+// id (replicaHash; a fake in tests).
+type hashFunc func(ctx context.Context, addr string, id uint32) (wire.ReplicaHashReply, error)
 
 // replicaHash asks the server at addr for the hash of its replica of
 // region id.
