@@ -247,13 +247,16 @@ func (db *DB) DropRegion(region uint32) error {
 	_ = b.Delete(commitKey(region), nil)
 	// Hide first (see LogStore.DeleteRange): a failed drop leaves the
 	// region looking empty, which is the state it was headed for.
+	ls.gen.Add(1)
 	ls.publish(bounds{})
 	ls.staged.Store(0)
 	ls.commitIndex.Store(0)
 	ss.mu.Lock()
 	ss.mu.loaded, ss.mu.vals = true, map[string][]byte{}
 	ss.mu.Unlock()
-	if err := db.commit(b, 1); err != nil {
+	err := db.commit(b, 1)
+	ls.gen.Add(1)
+	if err != nil {
 		return fmt.Errorf("wal: region %d: drop: %w", region, err)
 	}
 	return nil

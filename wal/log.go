@@ -36,6 +36,12 @@ type LogStore struct {
 	// corruption.
 	b atomic.Pointer[bounds]
 
+	// gen counts the deletions and overwrites of log entries (bumped
+	// before the shrunk bounds are published and after the commit): the
+	// entries read ahead (ahead) of an older generation are dropped.
+	gen   atomic.Uint64
+	ahead readAhead
+
 	// staged is the commit index raft staged for the next StoreLogs (0 if
 	// none); commitIndex the last one a StoreLogs made durable (loaded
 	// with the bounds).
@@ -183,6 +189,16 @@ func (s *LogStore) GetLog(index uint64, l *raft.Log) error {
 		return err
 	}
 	defer s.db.life.RUnlock()
+	if ok, err := s.fromReadAhead(index, l, b); ok || err != nil {
+		return err
+	}
+	return s.getPoint(index, l, b)
+}
+
+// getPoint reads the entry at index with one pebble Get (GetLog's read
+// when nothing was read ahead).
+// REQUIRES: the DB acquired, b.contains(index).
+func (s *LogStore) getPoint(index uint64, l *raft.Log, b bounds) error {
 	v, closer, err := s.db.pdb.Get(logKey(s.region, index))
 	if errors.Is(err, pebble.ErrNotFound) {
 		// Deleted since b was read (deletes shrink the bounds before they
@@ -255,12 +271,15 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	batch := s.db.pdb.NewBatch()
 	defer batch.Close()
 	next := bounds{first: lo, last: hi}
+	overwrite := false
 	switch {
 	case cur.empty() || lo == cur.last+1:
 		if !cur.empty() {
 			next.first = cur.first
 		}
 	case lo >= cur.first && lo <= cur.last:
+		overwrite = true
+		s.gen.Add(1)
 		_ = batch.DeleteRange(logKey(s.region, lo), logUpper(s.region), nil)
 		next.first = cur.first
 		if lo > cur.first {
@@ -271,6 +290,8 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	default:
 		s.db.log.Info("wal: log does not connect to the stored one; starting over",
 			"region", s.region, "first", cur.first, "last", cur.last, "append", lo)
+		overwrite = true
+		s.gen.Add(1)
 		_ = batch.DeleteRange(regionPrefix(kindLog, s.region), logUpper(s.region), nil)
 		s.publish(bounds{})
 	}
@@ -289,7 +310,11 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	if commit > 0 {
 		_ = batch.Set(commitKey(s.region), putUint64(commit), nil)
 	}
-	if err := s.db.commit(batch, 1); err != nil {
+	err = s.db.commit(batch, 1)
+	if overwrite {
+		s.gen.Add(1) // entries read ahead during the commit are stale
+	}
+	if err != nil {
 		return fmt.Errorf("wal: region %d: store logs [%d, %d]: %w", s.region, lo, hi, err)
 	}
 	if commit > 0 {
@@ -346,8 +371,11 @@ func (s *LogStore) DeleteRange(min, max uint64) error {
 	batch := s.db.pdb.NewBatch()
 	defer batch.Close()
 	_ = batch.DeleteRange(start, end, nil)
+	s.gen.Add(1)
 	s.publish(next)
-	if err := s.db.commit(batch, 1); err != nil {
+	err = s.db.commit(batch, 1)
+	s.gen.Add(1)
+	if err != nil {
 		return fmt.Errorf("wal: region %d: delete range [%d, %d]: %w", s.region, min, max, err)
 	}
 	return nil
