@@ -50,6 +50,8 @@ type Client struct {
 		failing bool
 	}
 	kick chan struct{} // asks refreshLoop for a refresh soon
+	// dialWire connects to a server: wire.Dial (tests replace it).
+	dialWire func(ctx context.Context, addr string, opts *wire.Options) (*wire.Conn, error)
 
 	scratch sync.Pool // *opScratch
 
@@ -91,6 +93,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		clientID:   randomID(),
 		refreshSem: make(chan struct{}, 1),
 		kick:       make(chan struct{}, 1),
+		dialWire:   wire.Dial,
 		closing:    make(chan struct{}),
 	}
 	c.mu.servers = make(map[string]*server)

@@ -28,16 +28,75 @@ type server struct {
 	slots []connSlot
 	// probing is set while closeIfSilent pings the server.
 	probing atomic.Bool
+	// suspectAt is when (unix nanoseconds) a connection to the server
+	// broke or a dial failed; 0 if never.
+	suspectAt atomic.Int64
+	// failed is the last failed dial, shared by the slots: calls within
+	// dialFailMemory of it fail at once instead of dialling again.
+	failed struct {
+		sync.Mutex
+		at  time.Time
+		err error
+	}
 }
+
+// A server whose connection broke or whose dial failed is suspect for
+// suspectFor: a dial to it gives up after suspectDialTimeout instead of
+// Config.DialTimeout. A dead host's address often does not refuse a
+// connection: the dial waits for ARP or SYN retries (3 s for an address on
+// the local network), while the region table already names the host that
+// took its regions over; a live server accepts in well under
+// suspectDialTimeout.
+const (
+	suspectFor         = 10 * time.Second
+	suspectDialTimeout = 500 * time.Millisecond
+	// dialFailMemory is how long a failed dial answers for the server's
+	// slots (at least Config.RetryBackoff): callers that queued behind a
+	// dial that failed fail with it rather than each wait for a dial of
+	// their own.
+	dialFailMemory = 100 * time.Millisecond
+)
 
 type connSlot struct {
 	conn    atomic.Pointer[wire.Conn]
 	dialing atomic.Bool // a background redial is under way
 	mu      sync.Mutex  // serialises dials of this slot
-	// failedAt is when the last dial of this slot failed: calls within
-	// RetryBackoff of it fail at once instead of dialling again.
-	failedAt time.Time
-	failErr  error
+}
+
+// markSuspect notes that a connection to the server broke or a dial
+// failed.
+func (s *server) markSuspect() { s.suspectAt.Store(time.Now().UnixNano()) }
+
+// dialTimeout is how long a dial of the server may take.
+func (s *server) dialTimeout() time.Duration {
+	d := s.c.cfg.DialTimeout
+	if at := s.suspectAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < suspectFor {
+		d = min(d, suspectDialTimeout)
+	}
+	return d
+}
+
+// recentDialFailure returns the error of a dial that failed within
+// dialFailMemory (or RetryBackoff, if longer), nil if none did.
+func (s *server) recentDialFailure() error {
+	s.failed.Lock()
+	defer s.failed.Unlock()
+	if !s.failed.at.IsZero() && time.Since(s.failed.at) < max(dialFailMemory, s.c.cfg.RetryBackoff) {
+		return s.failed.err
+	}
+	return nil
+}
+
+// noteDial records the outcome of a dial (err nil: it succeeded).
+func (s *server) noteDial(err error) {
+	s.failed.Lock()
+	defer s.failed.Unlock()
+	if err == nil {
+		s.failed.at, s.failed.err = time.Time{}, nil
+		return
+	}
+	s.failed.at, s.failed.err = time.Now(), err
+	s.markSuspect()
 }
 
 func newServer(c *Client, id locality.ServerID, addr string) *server {
@@ -53,8 +112,12 @@ func newServer(c *Client, id locality.ServerID, addr string) *server {
 // errDial (nothing was sent).
 func (s *server) conn(ctx context.Context) (*wire.Conn, error) {
 	i := int(s.next.Add(1) % uint32(len(s.slots)))
-	if cn := s.slots[i].conn.Load(); cn != nil && alive(cn) {
+	cn := s.slots[i].conn.Load()
+	if cn != nil && alive(cn) {
 		return cn, nil
+	}
+	if cn != nil {
+		s.markSuspect() // it broke
 	}
 	// Another slot may have a live connection: use it rather than wait.
 	for j := range s.slots {
@@ -80,7 +143,7 @@ func alive(cn *wire.Conn) bool {
 // redial refills slot i in the background, ignoring failures.
 func (s *server) redial(i int) {
 	defer s.slots[i].dialing.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), s.c.cfg.DialTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.dialTimeout())
 	defer cancel()
 	_, _ = s.dial(ctx, i)
 }
@@ -95,12 +158,12 @@ func (s *server) dial(ctx context.Context, i int) (*wire.Conn, error) {
 	if s.c.isClosed() {
 		return nil, ErrClosed
 	}
-	if !sl.failedAt.IsZero() && time.Since(sl.failedAt) < s.c.cfg.RetryBackoff {
-		return nil, sl.failErr
+	if err := s.recentDialFailure(); err != nil {
+		return nil, err
 	}
-	dctx, cancel := context.WithTimeout(ctx, s.c.cfg.DialTimeout)
+	dctx, cancel := context.WithTimeout(ctx, s.dialTimeout())
 	defer cancel()
-	cn, err := wire.Dial(dctx, s.addr, s.c.cfg.Wire)
+	cn, err := s.c.dialWire(dctx, s.addr, s.c.cfg.Wire)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The caller's context ended the dial; the server may be
@@ -108,10 +171,10 @@ func (s *server) dial(ctx context.Context, i int) (*wire.Conn, error) {
 			return nil, fmt.Errorf("%w %s: %w", errDial, s.addr, ctx.Err())
 		}
 		err = fmt.Errorf("%w %s: %w", errDial, s.addr, err)
-		sl.failedAt, sl.failErr = time.Now(), err
+		s.noteDial(err)
 		return nil, err
 	}
-	sl.failedAt, sl.failErr = time.Time{}, nil
+	s.noteDial(nil)
 	if old := sl.conn.Swap(cn); old != nil {
 		_ = old.Close()
 	}

@@ -249,6 +249,7 @@ func (c *Client) closeIfSilent(srv *server, why string) {
 		}
 		c.log.Debug("cell client: closing the connections of a server that does not answer", slog.String("server", srv.addr),
 			slog.String("why", why), slog.Any("error", err))
+		srv.markSuspect()
 		srv.close()
 	}()
 }

@@ -156,11 +156,30 @@ func (s *Server) replicaLoop() {
 		select {
 		case <-s.bgCtx.Done():
 			return
+		case <-s.leaderChanges:
+			// A group elected a leader (this server, maybe): take what
+			// it leads over now; the rest waits for the tick.
+			s.takeOverElected()
+			continue
 		case <-t.C:
 		}
 		s.tendReplica(s.replica)
 		for _, rep := range s.followerList() {
 			s.tendReplica(rep)
+		}
+	}
+}
+
+// takeOverElected takes over the regions whose groups elected this server
+// and that it does not serve yet (tendReplica's failover step alone).
+func (s *Server) takeOverElected() {
+	for _, rep := range append([]*replica{s.replica}, s.followerList()...) {
+		r := rep.raftGroup()
+		if r == nil || s.bgCtx.Err() != nil {
+			return
+		}
+		if r.State() == raft.Leader && s.servedReplica(rep.regionID) != rep {
+			s.leadUnserved(rep)
 		}
 	}
 }

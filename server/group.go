@@ -139,6 +139,10 @@ func (rep *replica) startRaft(bootstrap bool) (bool, error) {
 		_ = trans.Close()
 		return false, fmt.Errorf("server: start region %d's raft group: %w", id, err)
 	}
+	r.RegisterObserver(raft.NewObserver(s.leaderChanges, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	}))
 	rep.trans = trans
 	rep.raft = r
 	rep.group.Store(r)

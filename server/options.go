@@ -141,8 +141,11 @@ type Options struct {
 	// make the group snapshot the region (raft's SnapshotThreshold); the
 	// log is then truncated to TrailingLogs. Default 65536.
 	SnapshotThreshold uint64
-	// SnapshotInterval is how often the group checks SnapshotThreshold.
-	// Default 60 s.
+	// SnapshotInterval is how often the group checks SnapshotThreshold
+	// (raft waits between one and two intervals). Default 10 s: the log a
+	// restart replays is at most SnapshotThreshold entries plus what the
+	// group takes in two intervals; a check costs nothing, and snapshots
+	// are as frequent as the threshold makes them whatever the interval.
 	SnapshotInterval time.Duration
 	// OrphanTargetAge is how long a remote split's target may stay frozen
 	// before the region's leader asks whether its source still splits
@@ -232,7 +235,7 @@ const (
 	DefaultBalanceInterval   = 10 * time.Second
 	DefaultProposalTimeout   = 10 * time.Second
 	DefaultSnapshotThreshold = 65536
-	DefaultSnapshotInterval  = 60 * time.Second
+	DefaultSnapshotInterval  = 10 * time.Second
 	DefaultTrailingLogs      = 10240
 )
 

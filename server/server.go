@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/raftmux"
 	"github.com/cellstore/cell/meganode"
@@ -65,6 +67,10 @@ type Server struct {
 		at map[string]time.Time
 	}
 	coord coordinatorState // coordinator.go
+	// leaderChanges receives the groups' raft leader observations
+	// (dropped when full): replicaLoop takes a region its group elected
+	// this server for over at once, not at its next tick.
+	leaderChanges chan raft.Observation
 
 	// Locking notes: Server.splitMu < replica.applyMu (replica.go).
 
@@ -144,6 +150,7 @@ func New(opts Options) (*Server, error) {
 	s.table.Store(newTableView(regiontable.State{}))
 	s.mu.conns = make(map[*conn]struct{})
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	s.leaderChanges = make(chan raft.Observation, 16)
 	return s, nil
 }
 

@@ -35,7 +35,8 @@ compose() { docker-compose -p "$PROJECT" -f "$root/docker-compose.yml" "$@"; }
 echo "# building the images and cellctl" >&2
 make -C "$root" images >/dev/null
 (cd "$root" && go build -o "$OUT/cellctl" ./cmd/cellctl)
-trap 'compose down -v --timeout 20 >/dev/null 2>&1 || true' EXIT
+# The services' logs are kept in $OUT/compose.log.
+trap 'compose logs --no-color --timestamps >"$OUT/compose.log" 2>&1 || true; compose down -v --timeout 20 >/dev/null 2>&1 || true' EXIT
 compose up -d >&2
 
 for kind in $KINDS; do
