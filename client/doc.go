@@ -102,6 +102,17 @@
 // it then fails with ErrUnavailable wrapping the deadline. Each operation
 // waits on its own: others' keys are not slowed. Config.FailFast turns
 // the wait off.
+//
+// A server whose connection broke or whose dial failed is suspect for
+// 10 s: dials to it give up after 500 ms instead of Config.DialTimeout (a
+// dead host's address often does not refuse a connection, and a dial to
+// it waits for ARP or SYN retries, 3 s on a local network, while its
+// regions are served elsewhere), and the callers queued behind a failed
+// dial fail with it instead of each dialling in turn. A server the table
+// shows hosting no region, or whose region moved, is pinged on its open
+// connections; if it does not answer within 500 ms they are closed, so
+// that requests waiting on a paused or cut-off server are retried on the
+// new host instead of waiting for their deadlines.
 // A write is retried only when the error proves it was not executed; when
 // it may have been (the connection failed after sending, the context ended
 // in flight, the server said OutcomeUnknown or Internal), the write fails
