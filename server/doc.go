@@ -17,8 +17,12 @@
 //  2. opens the log and the snapshot store (package wal, group.go);
 //  3. decides which region the directory holds (region.json, or a new ID
 //     from the region table) and makes its file anew, empty (region.go);
-//  4. binds the raft listener (Options.RaftListen, internal/raftmux),
-//     reopens a follower replica for every other region its log holds
+//  4. binds the raft listener (Options.RaftListen, internal/raftmux) and
+//     the RPC, one-sided (tcp responder) and metrics listeners, and
+//     registers the member under a lease: a server replaying its logs is
+//     a member, not a dead server to replace (repair.go); connections
+//     wait in the listen backlog until it accepts them (step 8);
+//  5. reopens a follower replica for every other region its log holds
 //     (follower.go), and starts its own region's raft group (group.go):
 //     raft restores the newest snapshot into the region (fsm.go), a new
 //     directory bootstraps a group of one voter, and Start waits until
@@ -27,17 +31,15 @@
 //     pins its layout. When the region table names another host for the
 //     region (it was taken over while this server was down), the server
 //     holds a replica of it and serves nothing of it;
-//  5. makes sure the cluster has a root meganode: when the region table
+//  6. makes sure the cluster has a root meganode: when the region table
 //     has no root (or its root pointed into a region of ours that holds
 //     no such meganode) root records format one leaf meganode covering
 //     the whole key space around the table's compare-and-set (DESIGN §4);
-//  6. binds the RPC, one-sided (tcp responder) and metrics listeners;
 //  7. registers the region with the tcp responder and the shm provider;
 //  8. publishes the region's entry (next epoch, file path, remote keys),
 //     starts the workers, the split loop (which first resumes or undoes
 //     the splits the log shows in progress, recover.go) and the accept
-//     loop, and last registers the member, under a lease, so that clients
-//     find a server that serves; then it campaigns for coordinator.
+//     loop; then it follows the table and campaigns for coordinator.
 //
 // Close leaves the member list first (clients stop coming), stops accepting
 // connections and reading requests, lets the workers finish every request

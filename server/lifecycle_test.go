@@ -341,11 +341,14 @@ func TestServeUntilCancelled(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ctx) }()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(must(store.Members(ctxT(t)))) == 0 {
+	for !s.running() {
 		if time.Now().After(deadline) {
 			t.Fatal("server did not start")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if len(must(store.Members(ctxT(t)))) != 1 {
+		t.Fatal("a running server is not a member")
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -413,4 +416,39 @@ func TestRegionFileInUseIsKept(t *testing.T) {
 	if removed, err := removeStaleRegionFile(dir, "absent"); removed || err != nil {
 		t.Fatalf("absent file: %v, %v", removed, err)
 	}
+}
+
+// A Serve whose context ends while it starts (a long log replay) stops
+// and returns nil: the shutdown was asked for.
+func TestServeCancelledWhileStarting(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	starting := make(chan struct{})
+	opts.TestingKnobs.BeforeGroups = func() { close(starting); time.Sleep(200 * time.Millisecond) }
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	<-starting
+	if len(must(store.Members(ctxT(t)))) != 1 {
+		t.Fatal("a starting server is not a member")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve = %v", err)
+	}
+	if ms := must(store.Members(ctxT(t))); len(ms) != 0 {
+		t.Fatalf("members after Serve returned: %v", ms)
+	}
+}
+
+// running reports whether Start has returned successfully.
+func (s *Server) running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.state == stateRunning
 }

@@ -192,6 +192,10 @@ type TestingKnobs struct {
 	// WALFS, when set, is the filesystem of the log (tests inject I/O
 	// errors with pebble's errorfs).
 	WALFS vfs.FS
+	// BeforeGroups fires in Start after the server joined the members and
+	// before its raft groups start (where a restart replays its logs).
+	// Tests block in it to stand for a long replay.
+	BeforeGroups func()
 	// NoSnapshotOnClose: Close does not snapshot the region, so the next
 	// start replays the log as after a crash.
 	NoSnapshotOnClose bool

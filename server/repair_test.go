@@ -346,3 +346,57 @@ func askHostUntil(t *testing.T, ctx context.Context, srvs []*Server, store regio
 		}
 	}
 }
+
+// A server that restarts is a member again before it replays its logs:
+// however long the replay takes, it is not taken for dead and its
+// replicas stay (a full-cluster restart would otherwise move the replicas
+// of every server slower to start than --dead-after).
+func TestSlowRestartNotReplaced(t *testing.T) {
+	const deadAfter = 3 * time.Second
+	srvs, store := startReplicated(t, 4, 3, func(i int, o *Options) {
+		o.DeadAfter = deadAfter
+		o.BalanceInterval = -1
+	})
+	ctx := repairCtx(t)
+	c := newClient(t, store, "server")
+	keys := putRange(t, ctx, c, 0, 200)
+
+	var victim *Server
+	for _, s := range srvs {
+		if !s.IsCoordinator() && len(s.followerList()) > 0 {
+			victim = s
+			break
+		}
+	}
+	if victim == nil {
+		t.Fatal("no server follows another's region")
+	}
+	id := victim.opts.ServerID
+	before := waitRegions(t, ctx, store, "fully replicated", fullyReplicatedWithout(3))
+	opts := victim.opts
+	opts.RaftListen = victim.mux.Addr().String()
+	opts.Registry = nil
+	replay := 3 * deadAfter
+	opts.TestingKnobs.BeforeGroups = func() { time.Sleep(replay) }
+	if err := victim.Close(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	restartServer(t, opts)
+	t.Logf("%s restarted in %v (a replay of %v stood for)", id, time.Since(start).Round(time.Millisecond), replay)
+	after, err := store.Regions(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range before {
+		if !holdsReplica(b, id) {
+			continue
+		}
+		i := slices.IndexFunc(after, func(a regiontable.Region) bool { return a.ID == b.ID })
+		if i < 0 || !holdsReplica(after[i], id) {
+			t.Errorf("region %d: %s's replica was moved while it restarted: before %s, after %s", b.ID, id, placement(before), placement(after))
+		}
+	}
+	slices.Sort(keys)
+	mustReadAll(t, "after the restart", map[string]*client.Client{"server": c}, keys)
+}

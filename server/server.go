@@ -200,6 +200,20 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.openRaftListener(); err != nil {
 		return err
 	}
+	// Bind the listeners and join the members before the groups start: a
+	// restart replays the regions' logs for seconds, and a server missing
+	// from the members that long would be taken for dead and its replicas
+	// moved (repair.go). Connections wait in the listen backlog until the
+	// server accepts them, once it serves.
+	if err := s.listen(); err != nil {
+		return err
+	}
+	if err := s.registerMember(ctx); err != nil {
+		return err
+	}
+	if f := s.opts.TestingKnobs.BeforeGroups; f != nil {
+		f()
+	}
 	// Followers first: a restarted cluster's groups need each other's
 	// replicas to elect their leaders.
 	logged, err := s.wal.Regions()
@@ -222,9 +236,6 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.listen(); err != nil {
-		return err
-	}
 	s.openSHM()
 	if lead {
 		if err := s.serve(ctx, s.replica); err != nil {
@@ -243,9 +254,6 @@ func (s *Server) start(ctx context.Context) error {
 	if s.metricsLn != nil {
 		s.httpSrv = s.newMetricsServer()
 		s.goBackground(s.serveMetrics)
-	}
-	if err := s.registerMember(ctx); err != nil {
-		return err
 	}
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
@@ -419,9 +427,14 @@ func (s *Server) keepMembership() {
 
 // Serve runs Start and then serves until ctx ends or an asynchronous
 // failure stops the server, and closes it. It returns nil after a shutdown
-// asked for through ctx or Close.
+// asked for through ctx (also while Start runs) or Close.
 func (s *Server) Serve(ctx context.Context) error {
 	if err := s.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting (a long log replay, say), as asked.
+			s.log.Info("server: stopped while starting", slog.Any("err", err))
+			return nil
+		}
 		return err
 	}
 	select {
