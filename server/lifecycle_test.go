@@ -452,3 +452,36 @@ func (s *Server) running() bool {
 	defer s.mu.Unlock()
 	return s.mu.state == stateRunning
 }
+
+// Servers that start together race to format the root meganode; the
+// winner publishes its region only once it serves. A server that finds
+// the root in a region the table does not have yet waits for it, instead
+// of formatting a second root beside it (two top-level meganodes, each
+// covering every key, split the tree).
+func TestRootInUnpublishedRegionIsWaitedFor(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	ctx := ctxT(t)
+	other := blink.MakePtr(77, 0x1000)
+	if _, err := store.SetRoot(ctx, 0, other); err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan *Server, 1)
+	go func() { started <- startServer(t, testOptions(t, store)) }()
+	select {
+	case s := <-started:
+		t.Fatalf("the server started (root %v) while the root's region was not in the table", blink.Ptr(s.root.Load()))
+	case <-time.After(time.Second):
+	}
+	// The other server publishes its region: this one takes its root.
+	if err := store.PutRegion(ctx, regiontable.Region{ID: 77, Kind: regiontable.KindData, Size: 1 << 20, Host: "other", Epoch: 1, Term: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s := <-started
+	if got := blink.Ptr(s.root.Load()); got != other {
+		t.Fatalf("the server's root is %v, want the other server's %v", got, other)
+	}
+	if got, err := store.Root(ctx); err != nil || got != other {
+		t.Fatalf("the table's root is %v (%v), want %v", got, err, other)
+	}
+}

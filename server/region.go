@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
@@ -265,11 +266,30 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: read the root pointer: %w", err)
 	}
+	waitSince := time.Now()
 	for attempt := 0; ; attempt++ {
 		if attempt > 8 {
 			return fmt.Errorf("server: the root pointer keeps changing: %w", regiontable.ErrConflict)
 		}
 		remake, why, err := s.rootNeedsRemaking(ctx, root)
+		if errors.Is(err, errRootUnpublished) {
+			if time.Since(waitSince) < rootRegionWait {
+				// Another server formatted the root and has not published
+				// its region yet (they start together): wait for it,
+				// rather than make a second root beside its.
+				attempt--
+				select {
+				case <-time.After(100 * time.Millisecond):
+				case <-ctx.Done():
+					return fmt.Errorf("server: wait for the root's region %d to be published: %w", root.Region(), ctx.Err())
+				}
+				if root, err = s.opts.Store.Root(ctx); err != nil {
+					return fmt.Errorf("server: read the root pointer: %w", err)
+				}
+				continue
+			}
+			remake, why, err = true, fmt.Sprintf("the root's region %d has not been in the region table for %v", root.Region(), rootRegionWait), nil
+		}
 		if err != nil {
 			return err
 		}
@@ -315,8 +335,19 @@ func (s *Server) publishRoot(rep *replica, np blink.Ptr) error {
 	return nil
 }
 
+// rootRegionWait is how long a starting server waits for the region of
+// the root pointer to appear in the region table before it formats a root
+// of its own: servers that start together race to format the root, and
+// the winner publishes its region only once it serves.
+const rootRegionWait = 30 * time.Second
+
+// errRootUnpublished: the root pointer names a region the table does not
+// have (yet).
+var errRootUnpublished = errors.New("server: the root's region is not in the region table")
+
 // rootNeedsRemaking decides whether root must be replaced by a new root
-// meganode formatted here, and why.
+// meganode formatted here, and why; errRootUnpublished when the root's
+// region is not in the table.
 func (s *Server) rootNeedsRemaking(ctx context.Context, root blink.Ptr) (bool, string, error) {
 	if root.IsNil() {
 		return true, "the cluster had no root", nil
@@ -330,7 +361,7 @@ func (s *Server) rootNeedsRemaking(ctx context.Context, root blink.Ptr) (bool, s
 	e, err := s.opts.Store.Region(ctx, root.Region())
 	switch {
 	case errors.Is(err, regiontable.ErrNotFound):
-		return true, fmt.Sprintf("the root's region %d is not in the region table", root.Region()), nil
+		return false, "", errRootUnpublished
 	case err != nil:
 		return false, "", fmt.Errorf("server: look up the root's region %d: %w", root.Region(), err)
 	case e.Host == s.opts.ServerID:
