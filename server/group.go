@@ -236,11 +236,14 @@ func (s *Server) regionFormatted() bool {
 // awaitLeadership waits until this server leads the group, then commits a
 // barrier: everything committed is applied when it returns true. It
 // returns false when the region table names another host for the region
-// (looked up every 250 ms while waiting): the region was taken over.
+// (looked up every 250 ms while waiting): the region was taken over; and,
+// for a group with followers, after startLeaderWait without leading it:
+// its leader, maybe a server still starting, takes it over.
 func (s *Server) awaitLeadership(ctx context.Context) (bool, error) {
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	var looked time.Time
+	start := time.Now()
 	for s.raft.State() != raft.Leader {
 		if time.Since(looked) >= 250*time.Millisecond {
 			looked = time.Now()
@@ -249,6 +252,17 @@ func (s *Server) awaitLeadership(ctx context.Context) (bool, error) {
 					slog.Uint64("region", uint64(s.regionID)), slog.String("host", e.Host), slog.Uint64("epoch", e.Epoch))
 				return false, nil
 			}
+		}
+		if s.opts.Replicas > 1 && time.Since(start) >= s.startLeaderWait() {
+			// Another replica was elected (or none yet) and has not taken
+			// the region over: it may be a server still starting, itself
+			// waiting for a region this server was elected for, which
+			// this server takes over only once it runs (replicaLoop).
+			// Start without serving the region; whoever leads its group
+			// takes it over.
+			s.log.Warn("server: its region's group elected no leader here; starting without serving it (its leader takes it over)",
+				slog.Uint64("region", uint64(s.regionID)), slog.String("leader", string(s.raft.Leader())), slog.Duration("waited", time.Since(start)))
+			return false, nil
 		}
 		select {
 		case <-ctx.Done():
@@ -260,6 +274,14 @@ func (s *Server) awaitLeadership(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("server: region %d's barrier: %w", s.regionID, err)
 	}
 	return true, nil
+}
+
+// startLeaderWait is how long Start waits to lead its own region's group
+// (with followers) before it starts without serving it: ten heartbeat
+// timeouts, time for elections, and for a running leader to take the
+// region over.
+func (s *Server) startLeaderWait() time.Duration {
+	return 10 * s.opts.RaftHeartbeatTimeout
 }
 
 // logFailed stops the server when the log latched a failed write or sync

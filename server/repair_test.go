@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/cellstore/cell/client"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
@@ -399,4 +401,60 @@ func TestSlowRestartNotReplaced(t *testing.T) {
 	}
 	slices.Sort(keys)
 	mustReadAll(t, "after the restart", map[string]*client.Client{"server": c}, keys)
+}
+
+// A server whose own region's group elected another replica during its
+// start does not wait for that replica to take the region over: the
+// replica may be a server still starting, itself waiting for a region
+// this one leads (a full-cluster restart deadlocked so: each server's
+// start waited for a takeover only a started server does). After
+// startLeaderWait it starts without serving the region.
+func TestStartDoesNotWaitForAnotherLeadersTakeover(t *testing.T) {
+	srvs, store := startReplicated(t, 3, 3, func(i int, o *Options) {
+		o.BalanceInterval = -1
+		// The others stand for servers still starting: elected, they do
+		// not take the region over.
+		o.TestingKnobs.NoTakeover = i > 0
+	})
+	ctx := repairCtx(t)
+	x := srvs[0]
+	region, id := x.RegionID(), x.opts.ServerID
+	opts := x.opts
+	opts.RaftListen = x.mux.Addr().String()
+	opts.Registry = nil
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Another replica leads the region's group now.
+	deadline := time.Now().Add(30 * time.Second)
+	for serverByID(srvs[1:], leaderOf(srvs[1:], region)) == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("region %d's group elected no leader among the others", region)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	start := time.Now()
+	back := restartServer(t, opts)
+	took := time.Since(start)
+	t.Logf("%s started in %v (startLeaderWait %v) without its region %d's leadership", id, took.Round(time.Millisecond), back.startLeaderWait(), region)
+	if back.servedReplica(region) != nil {
+		t.Fatalf("%s serves region %d, whose group another replica leads", id, region)
+	}
+	e, err := store.Region(ctx, region)
+	if err != nil || e.Host != id {
+		t.Fatalf("region %d's entry: %+v, %v (want it still naming %s: nobody took it over)", region, e, err, id)
+	}
+}
+
+// leaderOf returns the ID of the server among srvs whose replica of region
+// leads its group, "" if none does.
+func leaderOf(srvs []*Server, region uint32) string {
+	for _, s := range srvs {
+		if rep := s.anyReplica(region); rep != nil {
+			if r := rep.raftGroup(); r != nil && r.State() == raft.Leader {
+				return s.opts.ServerID
+			}
+		}
+	}
+	return ""
 }

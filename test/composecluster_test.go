@@ -357,11 +357,12 @@ func (c *composeCluster) Table(t testing.TB) *regiontable.Etcd {
 }
 
 // logs writes to the test log the servers' own lines (not raft's nor
-// etcd's chatter; errors and lines outside the log format included) of the services (all: none named), in time order, the
+// etcd's chatter; other errors and lines outside the log format
+// included) of the services (all: none named), in time order, the
 // last failureLogLines of them: what a reader of a failed run needs to
 // follow regions, moves and takeovers.
 func (c *composeCluster) logs(t testing.TB, services ...string) {
-	out, _ := c.composeErr(time.Minute, append([]string{"logs", "--no-color", "--timestamps"}, services...)...)
+	out, _ := c.composeErr(time.Minute, append([]string{"logs", "--no-color", "--timestamps", "--tail", "3000"}, services...)...)
 	type line struct{ at, text string }
 	var lines []line
 	for _, l := range strings.Split(out, "\n") {
@@ -371,7 +372,9 @@ func (c *composeCluster) logs(t testing.TB, services ...string) {
 		}
 		at, text, _ := strings.Cut(strings.TrimSpace(rest), " ")
 		slogLine, etcdLine := strings.HasPrefix(text, "time="), strings.HasPrefix(text, "{")
-		if !(strings.Contains(text, `msg="server:`) || strings.Contains(text, "level=ERROR") || !slogLine && !etcdLine) {
+		serverLine := strings.Contains(text, `msg="server:`)
+		otherError := strings.Contains(text, "level=ERROR") && !strings.Contains(text, `msg="raft:`)
+		if !(serverLine || otherError || !slogLine && !etcdLine) {
 			continue
 		}
 		lines = append(lines, line{at, strings.TrimSpace(service) + " " + text})
@@ -397,7 +400,7 @@ func (c *composeCluster) down(t testing.TB) {
 	}
 	if dir := os.Getenv("CELL_COMPOSE_LOGS"); dir != "" {
 		// Every line of every service, for a reader of a failed run.
-		out, _ := c.composeErr(time.Minute, "logs", "--no-color", "--timestamps")
+		out, _ := c.composeErr(3*time.Minute, "logs", "--no-color", "--timestamps")
 		name := filepath.Join(dir, c.Project+".log")
 		if err := os.WriteFile(name, []byte(out), 0o644); err != nil {
 			t.Errorf("CELL_COMPOSE_LOGS: %v", err)
