@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # drill-bench.sh: issue 9's failover figures on the docker-compose cluster
-# (docker-compose.yml as shipped: five cellservers with --replicas 3, the
-# default 500 ms raft heartbeat timeout, three etcd members).
+# (docker-compose.yml as shipped: five cellservers with --replicas 3, a
+# 300 ms raft heartbeat timeout, three etcd members; set
+# CELL_RAFT_HEARTBEAT_TIMEOUT=500ms for cellserver's default).
 #
 # For each fault in $KINDS (kill pause partition), one cellctl drill of
 # $FAULTS faults of the leader of the region holding the most drill keys,
