@@ -92,7 +92,9 @@ func (p *proc) wait(t *testing.T, timeout time.Duration) int {
 	return 0
 }
 
-// waitMember waits until a member is registered in etcd and returns it.
+// waitMember waits until the server serves (it logged so) and its member
+// is registered in etcd, and returns the member. (A server joins the
+// members before it replays its log: a member does not serve yet.)
 func waitMember(t *testing.T, p *proc, store regiontable.Store) regiontable.Member {
 	t.Helper()
 	deadline := time.Now().Add(25 * time.Second)
@@ -105,12 +107,12 @@ func waitMember(t *testing.T, p *proc, store regiontable.Store) regiontable.Memb
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		ms, err := store.Members(ctx)
 		cancel()
-		if err == nil && len(ms) == 1 {
+		if err == nil && len(ms) == 1 && strings.Contains(p.stderr.String(), `msg="server: serving"`) {
 			return ms[0]
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("cellserver did not register in etcd")
+	t.Fatal("cellserver did not serve and register in etcd")
 	return regiontable.Member{}
 }
 
