@@ -63,6 +63,28 @@ func fullyReplicatedWithout(want int, gone ...string) func([]regiontable.Region)
 	}
 }
 
+// followingServer returns a server that holds a replica of a region it
+// does not host and is not the coordinator: the one a test stops.
+func followingServer(t *testing.T, srvs []*Server) *Server {
+	t.Helper()
+	for _, s := range srvs {
+		if !s.IsCoordinator() && len(s.followerList()) > 0 {
+			return s
+		}
+	}
+	t.Fatal("no server follows another's region")
+	return nil
+}
+
+// restartOptions are s's options for starting it again after Close: its
+// raft address (its groups' configurations name it), a fresh registry.
+func restartOptions(s *Server) Options {
+	opts := s.opts
+	opts.RaftListen = s.mux.Addr().String()
+	opts.Registry = nil
+	return opts
+}
+
 func serverByID(srvs []*Server, id string) *Server {
 	for _, s := range srvs {
 		if s.opts.ServerID == id {
@@ -88,20 +110,9 @@ func TestDeadServerReplaced(t *testing.T) {
 
 	// The dead server: one that holds a replica of a region it does not
 	// host, and is not the coordinator.
-	var victim *Server
-	for _, s := range srvs {
-		if !s.IsCoordinator() && len(s.followerList()) > 0 {
-			victim = s
-			break
-		}
-	}
-	if victim == nil {
-		t.Fatal("no server follows another's region")
-	}
+	victim := followingServer(t, srvs)
 	id := victim.opts.ServerID
-	opts := victim.opts
-	opts.RaftListen = victim.mux.Addr().String()
-	opts.Registry = nil
+	opts := restartOptions(victim)
 	if err := victim.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -363,21 +374,10 @@ func TestSlowRestartNotReplaced(t *testing.T) {
 	c := newClient(t, store, "server")
 	keys := putRange(t, ctx, c, 0, 200)
 
-	var victim *Server
-	for _, s := range srvs {
-		if !s.IsCoordinator() && len(s.followerList()) > 0 {
-			victim = s
-			break
-		}
-	}
-	if victim == nil {
-		t.Fatal("no server follows another's region")
-	}
+	victim := followingServer(t, srvs)
 	id := victim.opts.ServerID
 	before := waitRegions(t, ctx, store, "fully replicated", fullyReplicatedWithout(3))
-	opts := victim.opts
-	opts.RaftListen = victim.mux.Addr().String()
-	opts.Registry = nil
+	opts := restartOptions(victim)
 	replay := 3 * deadAfter
 	opts.TestingKnobs.BeforeGroups = func() { time.Sleep(replay) }
 	if err := victim.Close(); err != nil {
@@ -419,9 +419,7 @@ func TestStartDoesNotWaitForAnotherLeadersTakeover(t *testing.T) {
 	ctx := repairCtx(t)
 	x := srvs[0]
 	region, id := x.RegionID(), x.opts.ServerID
-	opts := x.opts
-	opts.RaftListen = x.mux.Addr().String()
-	opts.Registry = nil
+	opts := restartOptions(x)
 	if err := x.Close(); err != nil {
 		t.Fatal(err)
 	}
