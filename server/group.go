@@ -358,8 +358,12 @@ func proposalError(err error) error {
 		// The record may be in the log's page cache, unsynced: it may
 		// or may not be there after a restart.
 		return wireErrorf(wire.StatusOutcomeUnknown, "the log failed to sync; the write may or may not survive: %v", err)
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress):
 		// Never entered the log: a definite failure the client retries.
+		// A leader handing its group to another replica (cellctl
+		// transfer-leader, balancing, draining) refuses new entries
+		// before appending them.
 		return wireErrorf(wire.StatusUnavailable, "region not writable here now: %v", err)
 	}
 	// raft.ErrLeadershipLost, ErrRaftShutdown, ErrAbortedByRestore and
