@@ -149,8 +149,9 @@ func (rs *rangeState) all(ctx context.Context, opts RangeOptions) ([]KV, []byte,
 // Each range over the iterator is a new scan from start, seeing the
 // store as it is then; the iterator may be ranged over concurrently. A
 // scan is not a snapshot: each page reads the store as it is when it is
-// fetched, so a scan over keys that change sees each key once, with a
-// value it had during the scan.
+// fetched. Keys come in strictly increasing (decreasing) order, so a key
+// present throughout the scan is yielded exactly once; one written or
+// deleted during it may or may not be.
 func (c *Client) Scan(ctx context.Context, start, end []byte, opts RangeOptions) iter.Seq2[KV, error] {
 	return func(yield func(KV, error) bool) {
 		begin := time.Now()
