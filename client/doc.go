@@ -1,6 +1,103 @@
 // Package client is Cell's Go client: a goroutine-safe connection to a
-// Cell store with Get, Put, Delete, Contains, Range (and Scan, an
-// iter.Seq2 that pages transparently) and Close (DESIGN §5). It follows
+// Cell store with Get, Put, Delete, Contains, Range, Scan and Close
+// (DESIGN §5).
+//
+// # Connecting
+//
+// New connects to the store through the etcd cluster that holds its region
+// table (a single-node cellserver embeds one on 127.0.0.1:2379), and
+// returns once it has reached a server:
+//
+//	c, err := client.New(ctx, client.Config{Endpoints: []string{"127.0.0.1:2379"}})
+//	if err != nil {
+//		return err
+//	}
+//	defer c.Close()
+//
+// The zero value of every other Config field is its default; a store
+// under another table prefix needs Config.EtcdPrefix, and Config.Servers
+// (server RPC addresses) or Config.Store (a region table the process has
+// already) replace Endpoints. New's ctx bounds the connection only; the
+// client follows the store's membership by itself afterwards.
+//
+// # Reading and writing
+//
+// Keys are non-empty byte strings up to the store's limit (128 bytes with
+// the default 1 KiB nodes), sorted bytewise; values are byte strings of up
+// to 1 MiB.
+//
+//	err = c.Put(ctx, []byte("user/ada"), []byte("Lovelace"))
+//	v, err := c.Get(ctx, []byte("user/ada"))      // a new slice, the caller's
+//	ok, err := c.Contains(ctx, []byte("user/ada")) // no value fetched
+//	err = c.Delete(ctx, []byte("user/ada"))
+//
+// Every operation takes a context: its deadline bounds the operation,
+// retries included, and its cancellation stops it. Put and Delete copy
+// their arguments before sending them; Get's value (GetAppend's dst
+// aside) is a new slice.
+//
+// # Ranges and scans
+//
+// Range returns the pairs with start <= key < end (nil bounds are
+// unbounded) as a slice, at most RangeOptions.Limit of them, and a key to
+// resume at when it stopped at the limit. Scan returns an iterator,
+// iter.Seq2[KV, error], that fetches the range a page at a time as the
+// loop consumes it, with any failure as its last element's error:
+//
+//	for kv, err := range c.Scan(ctx, []byte("user/"), nil, client.RangeOptions{Prefix: true}) {
+//		if err != nil {
+//			return err
+//		}
+//		use(kv.Key, kv.Value) // the caller's to keep: valid after the loop
+//	}
+//
+// RangeOptions.Prefix makes start a key prefix (end must be nil): the
+// keys that begin with it, [prefix, PrefixEnd(prefix)); the empty prefix
+// is every key. Reverse gives descending order, KeysOnly leaves values
+// out. A range is not a snapshot: each page reads the store as it is when
+// fetched.
+//
+// # Errors
+//
+// Errors wrap the sentinels of errors.go; test them with errors.Is:
+//
+//   - ErrNotFound: Get or Delete of a key that is not there (Contains
+//     answers false instead).
+//   - ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge: the arguments; not
+//     sent.
+//   - ErrOutcomeUnknown: a Put or Delete was sent but its answer was lost
+//     (the connection failed, the context ended in flight): it may or may
+//     not have been applied; read the key to know. The client never
+//     retries such a write.
+//   - ErrUnavailable: no server holding the data answered within the
+//     retries or the context's deadline (the cause is wrapped); the
+//     operation was not applied. A context that ends first gives its own
+//     error (context.DeadlineExceeded, context.Canceled).
+//   - ErrClosed: the client was closed.
+//   - ErrCorruption, ErrServer: a bug or damaged data, not a transient
+//     state.
+//   - ErrInvalidConfig: from New, for a Config that Validate rejects.
+//
+// Transient failures (a server restarting, a region moving to another
+// server, a split under way, a torn one-sided read) are retried inside the
+// operation, within Config.MaxRetries and the context's deadline (see
+// "Consistency of one-sided reads and retries"), and cost latency, not
+// errors.
+//
+// # Closing and concurrency
+//
+// A Client is safe for concurrent use by any number of goroutines, and
+// is meant to be shared: it holds the connections (pipelined: concurrent
+// operations share them), the caches and the selector's measurements,
+// which are worth keeping. Make one per process and store, and Close it
+// when done: Close fails operations in flight (ErrClosed, or
+// ErrOutcomeUnknown for writes already sent) and later ones. A Scan
+// iterator may be ranged over by several goroutines at once, each range a
+// scan of its own.
+//
+// # How it works
+//
+// The rest of this comment describes the client's internals. It follows
 // "Balancing CPU and Network in the Cell Distributed B-Tree Store" (USENIX
 // ATC '16): searches go meganode by meganode, each hop either server-side
 // or client-side as the locality selector chooses, through two caches.
@@ -166,7 +263,7 @@
 // GetAppend and enough room in dst; cached nodes are immutable copies,
 // handed out without copying.
 //
-// # Errors
+// # Error wrapping
 //
 // errors.go lists the sentinels. An error that came from a server matches
 // both the client's sentinel and the wire package's (ErrNotFound and

@@ -266,4 +266,14 @@ func TestClose(t *testing.T) {
 	if _, _, err := c.Range(ctx, nil, nil, RangeOptions{}); !errors.Is(err, ErrClosed) {
 		t.Errorf("Range after Close: %v", err)
 	}
+	// Scan yields the error once, as its only element.
+	n := 0
+	for kv, err := range c.Scan(ctx, nil, nil, RangeOptions{}) {
+		if n++; !errors.Is(err, ErrClosed) || kv.Key != nil {
+			t.Errorf("Scan after Close yielded %q, %v", kv.Key, err)
+		}
+	}
+	if n != 1 {
+		t.Errorf("Scan after Close yielded %d times, want once", n)
+	}
 }

@@ -16,7 +16,8 @@ type KV struct {
 	Key, Value []byte
 }
 
-// RangeOptions shape a Range or Scan.
+// RangeOptions shape a Range or Scan. The zero value asks for every pair
+// of [start, end) in ascending order.
 type RangeOptions struct {
 	// Limit is the most pairs to return; 0 means no limit (Range then
 	// returns the whole range, which may be large: prefer Scan).
@@ -25,14 +26,60 @@ type RangeOptions struct {
 	Reverse bool
 	// KeysOnly returns keys with empty values.
 	KeysOnly bool
+	// Prefix makes start a key prefix: the range is every key that
+	// begins with start, [start, PrefixEnd(start)), as etcd's
+	// clientv3.WithPrefix. end must then be nil. An empty prefix is the
+	// whole keyspace.
+	Prefix bool
+}
+
+// PrefixEnd returns the least key greater than every key that begins with
+// prefix, so that [prefix, PrefixEnd(prefix)) holds exactly the keys with
+// that prefix (etcd's clientv3.GetPrefixRangeEnd): prefix with its last
+// byte below 0xff incremented and the bytes after it dropped. It returns
+// nil, an unbounded end for Range and Scan, when there is no such key:
+// for an empty prefix or one of 0xff bytes only. The result never aliases
+// prefix.
+func PrefixEnd(prefix []byte) []byte {
+	for i := len(prefix) - 1; i >= 0; i-- {
+		if prefix[i] < 0xff {
+			end := make([]byte, i+1)
+			copy(end, prefix)
+			end[i]++
+			return end
+		}
+	}
+	return nil
+}
+
+// bounds checks opts and returns the range's bounds: with Prefix, start
+// and PrefixEnd(start).
+func (opts *RangeOptions) bounds(start, end []byte) ([]byte, []byte, error) {
+	if opts.Limit < 0 {
+		return nil, nil, fmt.Errorf("cell: negative range limit %d", opts.Limit)
+	}
+	if !opts.Prefix {
+		return start, end, nil
+	}
+	if len(end) != 0 {
+		return nil, nil, fmt.Errorf("cell: range end %q given with RangeOptions.Prefix (the prefix is start; end must be nil)", end)
+	}
+	return start, PrefixEnd(start), nil
 }
 
 // Range returns the pairs with start <= key < end in ascending order
-// (descending with Reverse), at most opts.Limit of them. A nil (or empty)
-// start or end leaves that side unbounded. resume is nil when the range
-// was exhausted; otherwise pass it as start (ascending) or as end
-// (descending) to continue where this call stopped. The returned slices
-// are the caller's.
+// (descending with Reverse), at most opts.Limit of them; with
+// opts.Prefix, the pairs whose keys begin with start (end must be nil). A
+// nil (or empty) start or end leaves that side unbounded. resume is nil
+// when the range was exhausted; otherwise pass it as start (ascending) or
+// as end (descending) to continue where this call stopped (with Prefix,
+// continue without it: Range(ctx, resume, PrefixEnd(prefix), ...)
+// ascending, Range(ctx, prefix, resume, ...) descending). The returned
+// slices are the caller's: nothing else refers to them.
+//
+// An empty range is no error: Range returns no pairs and a nil resume.
+// Errors are those of Get (ErrUnavailable, ErrClosed, the context's, ...)
+// and an error for a negative Limit or an end given with Prefix.
 //
 // Ranges are served by the servers (paper §2.2: "Range queries are
 // implemented by following right links at the leaf level"); a range
@@ -40,6 +87,11 @@ type RangeOptions struct {
 // replies would exceed the frame size.
 func (c *Client) Range(ctx context.Context, start, end []byte, opts RangeOptions) (pairs []KV, resume []byte, err error) {
 	begin := time.Now()
+	start, end, err = opts.bounds(start, end)
+	if err != nil {
+		c.finish(opRange, locality.ServerSide, begin, err)
+		return nil, nil, err
+	}
 	rs := c.newRangeState(start, end, opts)
 	pairs, resume, err = rs.all(ctx, opts)
 	c.finish(opRange, rs.method, begin, err)
@@ -48,9 +100,6 @@ func (c *Client) Range(ctx context.Context, start, end []byte, opts RangeOptions
 
 func (rs *rangeState) all(ctx context.Context, opts RangeOptions) ([]KV, []byte, error) {
 	c := rs.c
-	if opts.Limit < 0 {
-		return nil, nil, fmt.Errorf("cell: negative range limit %d", opts.Limit)
-	}
 	var out []KV
 	for {
 		want := c.cfg.RangePageSize
@@ -71,23 +120,49 @@ func (rs *rangeState) all(ctx context.Context, opts RangeOptions) ([]KV, []byte,
 	}
 }
 
-// Scan returns an iterator over the pairs with start <= key < end, in
+// Scan returns an iterator over the pairs with start <= key < end (with
+// opts.Prefix, the keys that begin with start; end must be nil), in
 // ascending order (descending with Reverse), fetching them a page of
 // Config.RangePageSize at a time as the loop consumes them; opts.Limit
-// bounds the total. Keys and values yielded are the caller's to keep.
-// When the loop ends, the returned function reports the error that
-// stopped the iteration early, if any (nil when the range was exhausted,
-// the limit reached or the loop broke).
-func (c *Client) Scan(ctx context.Context, start, end []byte, opts RangeOptions) (iter.Seq2[[]byte, []byte], func() error) {
-	var err error
-	seq := func(yield func(key, value []byte) bool) {
+// bounds the total. A nil (or empty) start or end leaves that side
+// unbounded.
+//
+// The iterator yields each pair with a nil error. If the scan fails, it
+// yields one zero KV with the error, as its last element, and stops: the
+// loop sees the error where it handles the pairs, and a loop that ranges
+// over the pairs alone (for kv := range ...) ignores errors. Breaking out
+// of the loop stops the scan; nothing needs closing.
+//
+//	for kv, err := range c.Scan(ctx, []byte("user/"), nil, client.RangeOptions{Prefix: true}) {
+//		if err != nil {
+//			return err
+//		}
+//		fmt.Printf("%s=%s\n", kv.Key, kv.Value)
+//	}
+//
+// Each yielded KV's Key and Value are the caller's to keep and to modify:
+// they stay valid after the next iteration and after the loop, and the
+// client never writes them again. (They share one allocation with the
+// pairs fetched with them, so keeping one small key keeps its page's
+// bytes reachable; copy it to let them go.)
+//
+// Each range over the iterator is a new scan from start, seeing the
+// store as it is then; the iterator may be ranged over concurrently. A
+// scan is not a snapshot: each page reads the store as it is when it is
+// fetched. Keys come in strictly increasing (decreasing) order, so a key
+// present throughout the scan is yielded exactly once; one written or
+// deleted during it may or may not be.
+func (c *Client) Scan(ctx context.Context, start, end []byte, opts RangeOptions) iter.Seq2[KV, error] {
+	return func(yield func(KV, error) bool) {
 		begin := time.Now()
-		rs := c.newRangeState(start, end, opts)
-		defer func() { c.finish(opRange, rs.method, begin, err) }()
-		if opts.Limit < 0 {
-			err = fmt.Errorf("cell: negative range limit %d", opts.Limit)
+		start, end, err := opts.bounds(start, end)
+		if err != nil {
+			c.finish(opRange, locality.ServerSide, begin, err)
+			yield(KV{}, err)
 			return
 		}
+		rs := c.newRangeState(start, end, opts)
+		defer func() { c.finish(opRange, rs.method, begin, err) }()
 		var buf []KV
 		n := 0
 		for !rs.done {
@@ -100,17 +175,17 @@ func (c *Client) Scan(ctx context.Context, start, end []byte, opts RangeOptions)
 			}
 			buf, err = rs.page(ctx, want, buf[:0])
 			if err != nil {
+				yield(KV{}, err)
 				return
 			}
 			for _, kv := range buf {
 				n++
-				if !yield(kv.Key, kv.Value) {
+				if !yield(kv, nil) {
 					return
 				}
 			}
 		}
 	}
-	return seq, func() error { return err }
 }
 
 // rangeState is a range being paged through.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,13 +119,12 @@ func rangeChecks(t *testing.T, c *Client) {
 			}
 		}
 		// Scan yields the same, page by page.
-		seq, errf := c.Scan(ctx, start, end, RangeOptions{Reverse: tt.reverse})
 		var got []KV
-		for k, v := range seq {
-			got = append(got, KV{k, v})
-		}
-		if err := errf(); err != nil {
-			t.Fatalf("%s: scan: %v", name, err)
+		for kv, err := range c.Scan(ctx, start, end, RangeOptions{Reverse: tt.reverse}) {
+			if err != nil {
+				t.Fatalf("%s: scan: %v", name, err)
+			}
+			got = append(got, kv)
 		}
 		wantScan := want // from the resume key on, for limited ranges
 		if tt.limit > 0 && tt.limit < len(want) {
@@ -138,23 +138,29 @@ func rangeChecks(t *testing.T, c *Client) {
 	}
 	check("keys only", pairs, keys(20, 30, false), true)
 	// Breaking out of a scan early, and a scan limit.
-	seq, errf := c.Scan(ctx, nil, nil, RangeOptions{Limit: 20})
+	seq := c.Scan(ctx, nil, nil, RangeOptions{Limit: 20})
 	count := 0
-	for range seq {
+	for _, err := range seq {
+		if err != nil {
+			t.Fatalf("early break: %v", err)
+		}
 		count++
 		if count == 15 {
 			break
 		}
 	}
-	if count != 15 || errf() != nil {
-		t.Fatalf("early break: %d pairs, %v", count, errf())
+	if count != 15 {
+		t.Fatalf("early break: %d pairs", count)
 	}
 	count = 0
-	for range seq {
+	for _, err := range seq {
+		if err != nil {
+			t.Fatalf("scan limit 20: %v", err)
+		}
 		count++
 	}
-	if count != 20 || errf() != nil {
-		t.Fatalf("scan limit 20: %d pairs, %v", count, errf())
+	if count != 20 {
+		t.Fatalf("scan limit 20: %d pairs", count)
 	}
 	st := c.Stats()
 	if st.Ops["range"] < 20 {
@@ -175,5 +181,148 @@ func rangeChecks(t *testing.T, c *Client) {
 		if err := c.Delete(ctx, key(i)); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestPrefixEnd checks PrefixEnd on the edges: the empty prefix and
+// prefixes ending in (or made of) 0xff bytes.
+func TestPrefixEnd(t *testing.T) {
+	for _, tt := range []struct{ prefix, want []byte }{
+		{nil, nil},
+		{[]byte{}, nil},
+		{[]byte("a"), []byte("b")},
+		{[]byte("ab"), []byte("ac")},
+		{[]byte("a\xff"), []byte("b")},
+		{[]byte("a\xff\xff"), []byte("b")},
+		{[]byte("a\xfe\xff"), []byte("a\xff")},
+		{[]byte{0}, []byte{1}},
+		{[]byte{0xff}, nil},
+		{[]byte{0xff, 0xff, 0xff}, nil},
+	} {
+		p := bytes.Clone(tt.prefix)
+		got := PrefixEnd(p)
+		if !bytes.Equal(got, tt.want) || (got == nil) != (tt.want == nil) {
+			t.Errorf("PrefixEnd(%q) = %q, want %q", tt.prefix, got, tt.want)
+		}
+		if !bytes.Equal(p, tt.prefix) {
+			t.Errorf("PrefixEnd(%q) modified its argument to %q", tt.prefix, p)
+		}
+		if len(got) > 0 {
+			got[0] = 'X' // must not alias the prefix
+			if !bytes.Equal(p, tt.prefix) {
+				t.Errorf("PrefixEnd(%q) aliases its argument", tt.prefix)
+			}
+		}
+	}
+}
+
+// TestRangePrefix checks Range and Scan with RangeOptions.Prefix on a real
+// server against the stored keys filtered by bytes.HasPrefix: the empty
+// prefix (every key), prefixes with and without 0xff bytes, a prefix no
+// key has, both orders, limits and resuming, paging, and an end given
+// with a prefix.
+func TestRangePrefix(t *testing.T) {
+	rc := startReal(t, 1, nil)
+	keys := []string{
+		"a", "ab", "ab\x00", "abc", "ab\xfe", "ab\xff", "ab\xff\x00", "ab\xff\xff", "ac",
+		"b", "ba", "\xfe\xff", "\xff", "\xff\x00", "\xff\xff", "\xff\xff\x01",
+	}
+	slices.Sort(keys)
+	prefixes := []string{"", "a", "ab", "ab\xff", "ab\xff\xff", "abc", "b", "\xff", "\xff\xff", "\xfe", "zz", "abcd"}
+	for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfg := realConfig(t, rc)
+			cfg.RangePageSize = 2
+			cfg.Mode = mode
+			c := mustClient(t, cfg)
+			ctx := testCtx(t, 20*time.Second)
+			for _, k := range keys {
+				if err := c.Put(ctx, []byte(k), []byte("v"+k)); err != nil {
+					t.Fatalf("Put %q: %v", k, err)
+				}
+			}
+			defer func() { // leave the store empty
+				for _, k := range keys {
+					if err := c.Delete(ctx, []byte(k)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}()
+			asStrings := func(pairs []KV) []string {
+				var out []string
+				for _, kv := range pairs {
+					if string(kv.Value) != "v"+string(kv.Key) {
+						t.Fatalf("%q = %q", kv.Key, kv.Value)
+					}
+					out = append(out, string(kv.Key))
+				}
+				return out
+			}
+			for _, p := range prefixes {
+				for _, rev := range []bool{false, true} {
+					name := fmt.Sprintf("prefix %q reverse %v", p, rev)
+					var want []string
+					for _, k := range keys {
+						if strings.HasPrefix(k, p) {
+							want = append(want, k)
+						}
+					}
+					if rev {
+						slices.Reverse(want)
+					}
+					opts := RangeOptions{Prefix: true, Reverse: rev}
+					pairs, resume, err := c.Range(ctx, []byte(p), nil, opts)
+					if err != nil || resume != nil {
+						t.Fatalf("%s: Range: %v, resume %q", name, err, resume)
+					}
+					if got := asStrings(pairs); !slices.Equal(got, want) {
+						t.Fatalf("%s: Range = %q, want %q", name, got, want)
+					}
+					var got []KV
+					for kv, err := range c.Scan(ctx, []byte(p), nil, opts) {
+						if err != nil {
+							t.Fatalf("%s: Scan: %v", name, err)
+						}
+						got = append(got, kv)
+					}
+					if got := asStrings(got); !slices.Equal(got, want) {
+						t.Fatalf("%s: Scan = %q, want %q", name, got, want)
+					}
+					// A limited prefix range, continued as Range's doc says.
+					if len(want) < 2 {
+						continue
+					}
+					opts.Limit = 1
+					pairs, resume, err = c.Range(ctx, []byte(p), nil, opts)
+					if err != nil || resume == nil {
+						t.Fatalf("%s: limit 1: %v, resume %q", name, err, resume)
+					}
+					start, end := resume, PrefixEnd([]byte(p))
+					if rev {
+						start, end = []byte(p), resume
+					}
+					rest, resume, err := c.Range(ctx, start, end, RangeOptions{Reverse: rev})
+					if err != nil || resume != nil {
+						t.Fatalf("%s: resumed: %v, resume %q", name, err, resume)
+					}
+					if got := asStrings(append(pairs, rest...)); !slices.Equal(got, want) {
+						t.Fatalf("%s: limit 1 and resumed = %q, want %q", name, got, want)
+					}
+				}
+			}
+			// With Prefix, end must be nil.
+			if _, _, err := c.Range(ctx, []byte("a"), []byte("b"), RangeOptions{Prefix: true}); err == nil {
+				t.Error("Range with a prefix and an end: no error")
+			}
+			n := 0
+			for kv, err := range c.Scan(ctx, []byte("a"), []byte("b"), RangeOptions{Prefix: true}) {
+				if n++; err == nil || kv.Key != nil {
+					t.Errorf("Scan with a prefix and an end yielded %q, %v; want only an error", kv.Key, err)
+				}
+			}
+			if n != 1 {
+				t.Errorf("Scan with a prefix and an end yielded %d times, want once (the error)", n)
+			}
+		})
 	}
 }

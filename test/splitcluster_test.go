@@ -255,11 +255,13 @@ func checkScan(ctx context.Context, c *client.Client, set *ackedSet, rng *rand.R
 // scanKeys returns the keys of [start, end) through the client's Scan.
 func scanKeys(ctx context.Context, c *client.Client, start, end []byte, reverse bool) ([]string, error) {
 	var out []string
-	seq, errf := c.Scan(ctx, start, end, client.RangeOptions{Reverse: reverse, KeysOnly: true})
-	for k := range seq {
-		out = append(out, string(k))
+	for kv, err := range c.Scan(ctx, start, end, client.RangeOptions{Reverse: reverse, KeysOnly: true}) {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, string(kv.Key))
 	}
-	return out, errf()
+	return out, nil
 }
 
 // metadata asks a server to describe itself and its meganodes. The reply's
