@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -41,6 +42,9 @@ func (f *rangeFlags) bounds(args []string) (start, end []byte, err error) {
 	}
 	if f.limit < 0 {
 		return nil, nil, fmt.Errorf("--limit %d: want 0 (no limit) or more", f.limit)
+	}
+	if start != nil && end != nil && bytes.Compare(start, end) > 0 {
+		return nil, nil, fmt.Errorf("START %s is after END %s: the range [START, END) would be empty (with --reverse too: END stays the upper bound)", f.b.quoted(start), f.b.quoted(end))
 	}
 	return start, end, nil
 }
@@ -83,7 +87,7 @@ func newRangeCommand(g *globals) *cobra.Command {
 		Short: "List the keys in [START, END), with their values",
 		Long: `List the pairs with START <= key < END in key order (descending with
 --reverse). An empty START ("") starts at the first key; without END the
-range goes to the last key. With --prefix, the range is every key that
+range goes to the last key; a START after END is an error. With --prefix, the range is every key that
 starts with START. --limit bounds the pairs printed; when it stops the
 range, the key to resume at is printed after them.`,
 		Args: cobra.RangeArgs(1, 2),
