@@ -22,7 +22,7 @@
 //	meganodes                 the tree of meganodes: range, level, height, fill, host, right link
 //	check                     every server's invariants (OpCheck) and the links between
 //	                          meganodes across servers; exit 1 on any violation
-//	dump node PTR             one node, decoded (--hex: annotated hex dump)
+//	dump node PTR|root        one node, decoded (--hex: annotated hex dump)
 //	dump meganode PTR|root    a meganode's header and every node, level by level
 //	bench                     closed-loop throughput and latency (see cellctl bench --help)
 //	sim table2|spike          the locality selector's simulations
