@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -23,5 +25,38 @@ func TestDumpNodeRoot(t *testing.T) {
 	code, out2, _ := runAt(t, "", "dump", "node", md.Root)
 	if code != 0 || out2 != out {
 		t.Errorf("dump node %s: exit %d\n%s\nwant\n%s", md.Root, code, out2, out)
+	}
+}
+
+// bench fails (exit 1, after its figures) when operations failed, and
+// says how many; failed preload writes fail it before the run.
+func TestBenchFailures(t *testing.T) {
+	long := strings.Repeat("k", 300) + "/" // keys too large for 512-byte nodes
+	base := []string{"bench", "--clients", "1", "--duration", "200ms", "--warmup", "50ms", "--no-progress", "--key-prefix", long}
+	code, out, errs := runAt(t, "", append(base, "--workload", "put", "--keys", "0", "-w", "json")...)
+	var r benchResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 1 || r.Errors == 0 || r.Errors != r.Ops {
+		t.Fatalf("put of too-large keys: exit %d, JSON %v (%d errors of %d ops), stderr %q", code, err, r.Errors, r.Ops, errs)
+	}
+	if want := fmt.Sprintf("cellctl: bench: %d of %d operations failed; first error: ", r.Errors, r.Ops); !strings.HasPrefix(errs, want) || strings.Count(errs, "\n") != 1 {
+		t.Errorf("stderr %q, want one line starting %q", errs, want)
+	}
+	code, out, errs = runAt(t, "", append(base, "--workload", "get", "--keys", "7")...)
+	if code != 1 || out != "" || !strings.HasPrefix(errs, "cellctl: preload: 7 of 7 writes failed; first error: key ") {
+		t.Errorf("preload of too-large keys: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, _, errs = runAt(t, "", "bench", "--clients", "1", "--duration", "100ms", "--warmup", "10ms", "--no-progress", "--keys", "20", "--key-prefix", "benchok/")
+	if code != 0 {
+		t.Errorf("a bench without failures: exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestPreloadError(t *testing.T) {
+	if err := preloadError(5, 5, 0, nil); err != nil {
+		t.Errorf("all stored: %v", err)
+	}
+	err := preloadError(1000, 10, preloadGiveUp, errors.New("boom"))
+	if want := "preload: 100 of 1000 writes failed (gave up after 100 failures; 10 stored, 890 not tried); first error: boom"; err == nil || err.Error() != want {
+		t.Errorf("gave up: %v\nwant %s", err, want)
 	}
 }
