@@ -257,7 +257,8 @@ func TestArgumentErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"put", "k"}, "accepts 2 arg(s)"},
+		{[]string{"put"}, "accepts between 1 and 2 arg(s)"},
+		{[]string{"put", "k", "v", "w"}, "accepts between 1 and 2 arg(s)"},
 		{[]string{"put", "--hex", "zz", "00"}, `key "zz" is not hexadecimal`},
 		{[]string{"put", "--hex", "00", "q"}, `value "q" is not hexadecimal`},
 		{[]string{"get"}, "accepts 1 arg(s)"},

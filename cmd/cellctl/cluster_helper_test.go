@@ -121,5 +121,5 @@ func startShared(t *testing.T) error {
 func runAt(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ep := testCluster(t)
-	return runCellctl(append(args, "--endpoints", ep)...)
+	return runCellctlIn(stdin, append(args, "--endpoints", ep)...)
 }

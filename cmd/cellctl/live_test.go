@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/cellstore/cell/wire"
 )
 
 // Tests against the shared in-process cluster (cluster_helper_test.go).
@@ -58,5 +60,57 @@ func TestPreloadError(t *testing.T) {
 	err := preloadError(1000, 10, preloadGiveUp, errors.New("boom"))
 	if want := "preload: 100 of 1000 writes failed (gave up after 100 failures; 10 stored, 890 not tried); first error: boom"; err == nil || err.Error() != want {
 		t.Errorf("gave up: %v\nwant %s", err, want)
+	}
+}
+
+// put KEY and put KEY - read the value from standard input, byte for
+// byte: values too long for a command line go in; values over the
+// store's limit are refused before anything is sent.
+func TestPutStdin(t *testing.T) {
+	big := strings.Repeat("0123456789abcdef", 200<<10/16) + "\n" // 200 KiB and a newline
+	code, out, errs := runAt(t, big, "put", "stdin/big")
+	if code != 0 || out != "OK\n" || errs != "" {
+		t.Fatalf("put from stdin: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, _ = runAt(t, "", "get", "stdin/big")
+	if code != 0 || out != big+"\n" {
+		t.Fatalf("get of the stdin value: exit %d, %d bytes, want %d", code, len(out), len(big)+1)
+	}
+	code, out, errs = runAt(t, "x y", "put", "stdin/dash", "-")
+	if code != 0 || out != "OK\n" {
+		t.Fatalf("put KEY -: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	if code, out, _ = runAt(t, "", "get", "stdin/dash"); out != "x y\n" {
+		t.Errorf("put KEY - stored %q (exit %d), want the standard input", out, code)
+	}
+	code, _, errs = runAt(t, "6b 65\n79\n", "put", "--hex", "00", "-")
+	if code != 0 {
+		t.Fatalf("put --hex from stdin: exit %d, stderr %q", code, errs)
+	}
+	if code, out, _ = runAt(t, "", "get", "--hex", "00"); out != "6b6579\n" {
+		t.Errorf("put --hex from stdin stored %q (exit %d)", out, code)
+	}
+	code, out, _ = runAt(t, "", "put", "stdin/empty")
+	if code != 0 || out != "OK\n" {
+		t.Errorf("put of an empty stdin: exit %d", code)
+	}
+}
+
+func TestPutValueLimit(t *testing.T) {
+	dead := deadAddr(t)
+	for _, tc := range []struct {
+		stdin string
+		args  []string
+		want  string
+	}{
+		{strings.Repeat("v", wire.MaxValueSize+1), []string{"put", "k"}, fmt.Sprintf("value of %d bytes is larger than the store's limit of %d bytes", wire.MaxValueSize+1, wire.MaxValueSize)},
+		{strings.Repeat("v", 3*wire.MaxValueSize), []string{"put", "k", "-"}, fmt.Sprintf("value of %d bytes is larger", wire.MaxValueSize+1)},
+		{strings.Repeat("ab", wire.MaxValueSize+1), []string{"put", "--hex", "00"}, fmt.Sprintf("value of %d bytes is larger", wire.MaxValueSize+1)},
+		{"zz", []string{"put", "--hex", "00"}, "the value on standard input is not hexadecimal"},
+	} {
+		code, out, errs := runCellctlIn(tc.stdin, append(tc.args, "--endpoints", dead)...)
+		if code != 1 || out != "" || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errs, tc.want)
+		}
 	}
 }

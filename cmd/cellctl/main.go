@@ -13,12 +13,20 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runIO(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-// run executes cellctl with args and returns the process exit status.
+// run executes cellctl with args and an empty standard input, and returns
+// the process exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	return runIO(args, strings.NewReader(""), stdout, stderr)
+}
+
+// runIO executes cellctl with args and standard input stdin (put KEY
+// reads its value there) and returns the process exit status.
+func runIO(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCommand(stdout, stderr)
+	root.SetIn(stdin)
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintf(stderr, "cellctl: %s\n", oneLine(err.Error()))

@@ -13,6 +13,13 @@ func runCellctl(args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
+// runCellctlIn runs cellctl with stdin as its standard input.
+func runCellctlIn(stdin string, args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = runIO(args, strings.NewReader(stdin), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
 func TestErrorsAreOneLine(t *testing.T) {
 	for _, args := range [][]string{
 		{"nosuch"},
