@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/cellstore/cell/regiontable"
 )
@@ -53,15 +54,25 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "cellctl",
 		Short: "Operate, inspect and measure a Cell cluster",
+		Long: `Operate, inspect and measure a Cell cluster.
+
+Every flag, global or of a command, can be set in the environment as
+CELLCTL_ and its name in upper case with underscores: --endpoints is
+CELLCTL_ENDPOINTS, -w/--write-out CELLCTL_WRITE_OUT, bench's --in-flight
+CELLCTL_IN_FLIGHT. The command line wins; an empty variable counts as
+unset. --endpoints also falls back on CELL_ENDPOINTS (the compose
+cluster's client container sets it), below CELLCTL_ENDPOINTS.`,
 		// Errors are printed once, by run, on one line; usage is printed
 		// only on request (--help).
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		// Flags not on the command line come from the environment.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return applyEnv(cmd) },
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
-	pf.StringSliceVar(&g.endpoints, "endpoints", defaultEndpoints(), "etcd endpoints of the cluster, comma-separated (default from $CELL_ENDPOINTS when set)")
+	pf.StringSliceVar(&g.endpoints, "endpoints", defaultEndpoints(), "etcd endpoints of the cluster, comma-separated (env CELLCTL_ENDPOINTS, else CELL_ENDPOINTS)")
 	pf.StringVar(&g.etcdPrefix, "etcd-prefix", regiontable.DefaultPrefix, "key prefix of the region table in etcd (cellserver's --etcd-prefix)")
 	pf.VarP(&g.output, "write-out", "w", "output format: table or json")
 	pf.DurationVar(&g.timeout, "command-timeout", 15*time.Second, "time limit of a command (bench: of its connection and preload)")
@@ -75,6 +86,34 @@ func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
 		newMoveReplicaCommand(g), newTransferLeaderCommand(g), newDrainCommand(g),
 	)
 	return root
+}
+
+// envName is the environment variable standing for a flag: --dial-timeout
+// is CELLCTL_DIAL_TIMEOUT.
+func envName(flag string) string {
+	return "CELLCTL_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets every flag of cmd (its own and those it inherits) that the
+// command line left alone from its environment variable, when that is set
+// and not empty. A bad value is an error naming the variable.
+func applyEnv(cmd *cobra.Command) error {
+	fs := cmd.Flags()
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
+		}
+		name := envName(f.Name)
+		v := os.Getenv(name)
+		if v == "" {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("$%s=%q (--%s): %w", name, v, f.Name, serr)
+		}
+	})
+	return err
 }
 
 // defaultEndpoints is the default of --endpoints: $CELL_ENDPOINTS when set
