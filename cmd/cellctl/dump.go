@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -112,17 +113,26 @@ meganode headers and free nodes).`,
 				return err
 			}
 			d := describeNode(p, b, withHex)
-			if g.output == formatJSON {
-				return g.printJSON(d)
-			}
 			var sb strings.Builder
 			writeNode(&sb, d, withHex)
-			_, err = fmt.Fprint(g.stdout, sb.String())
-			return err
+			return g.printText(d, sb.String())
 		},
 	}
 	cmd.Flags().BoolVar(&withHex, "hex", false, "print the annotated hex dump")
 	return cmd
+}
+
+// printText prints a dump: v as JSON or fields, else (simple, and table:
+// a dump is text, not a table) text.
+func (g *globals) printText(v any, text string) error {
+	switch g.output {
+	case formatJSON:
+		return g.printJSON(v)
+	case formatFields:
+		return g.printFields(v)
+	}
+	_, err := io.WriteString(g.stdout, text)
+	return err
 }
 
 // meganodeDump is the JSON output of dump meganode.
@@ -180,11 +190,7 @@ printed (0: all); --hex prints annotated hex dumps.`,
 			if err != nil {
 				return err
 			}
-			if g.output == formatJSON {
-				return g.printJSON(d)
-			}
-			_, err = fmt.Fprint(g.stdout, meganodeText(d, withHex))
-			return err
+			return g.printText(d, meganodeText(d, withHex))
 		},
 	}
 	cmd.Flags().BoolVar(&withHex, "hex", false, "print annotated hex dumps")

