@@ -148,7 +148,9 @@ func TestOutputFormats(t *testing.T) {
 				if err := json.Unmarshal([]byte(out), &v); err != nil {
 					t.Errorf("%q -w json: %v:\n%s", args, err, out)
 				}
-				_ = upperKey // TODO
+				if k := upperKey(v); k != "" {
+					t.Errorf("%q -w json: key %q is not snake_case", args, k)
+				}
 			case formatFields:
 				for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
 					if !fieldLine.MatchString(l) {
