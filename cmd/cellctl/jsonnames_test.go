@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cellstore/cell/drill"
+	"github.com/cellstore/cell/internal/buildinfo"
 	"github.com/cellstore/cell/locality/sim"
 )
 
@@ -18,7 +19,7 @@ func TestJSONFieldNames(t *testing.T) {
 	for _, v := range []any{
 		kvResult{}, errorResult{}, rangeResult{}, statusResult{}, []memberJSON{}, []regionJSON{},
 		meganodesResult{}, checkResult{}, nodeDump{}, meganodeDump{}, benchResult{}, adminResult{},
-		&drill.Report{}, table2Result{}, sim.SpikeResult{},
+		&drill.Report{}, table2Result{}, sim.SpikeResult{}, buildinfo.Info{},
 	} {
 		for _, bad := range untaggedFields(reflect.TypeOf(v), map[reflect.Type]bool{}) {
 			t.Errorf("%T: %s", v, bad)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cellstore/cell/internal/buildinfo"
 )
 
 func runCellctl(args ...string) (code int, stdout, stderr string) {
@@ -203,4 +205,23 @@ func withoutFlag(args []string, flag string) []string {
 		out = append(out, args[i])
 	}
 	return out
+}
+
+// cellctl version prints the build (package buildinfo), in every format.
+func TestVersion(t *testing.T) {
+	in := buildinfo.Read(version)
+	code, out, errs := runCellctl("version")
+	if code != 0 || errs != "" || out != in.String("cellctl") || !strings.HasPrefix(out, "cellctl "+in.Version+"\n") {
+		t.Errorf("version: exit %d, stderr %q, stdout %q", code, errs, out)
+	}
+	code, out, _ = runCellctl("version", "-w", "json")
+	var got buildinfo.Info
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || got != in {
+		t.Errorf("version -w json: exit %d, %v, %+v", code, err, got)
+	}
+	for _, f := range []string{"table", "fields"} {
+		if code, out, _ = runCellctl("version", "-w", f); code != 0 || !strings.Contains(out, "go_version") {
+			t.Errorf("version -w %s: exit %d, %q", f, code, out)
+		}
+	}
 }

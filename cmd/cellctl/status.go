@@ -36,17 +36,17 @@ type serverStatus struct {
 	// Error is why the server could not be asked; the rest is then empty.
 	Error string `json:"error,omitempty"`
 
-	Ping         time.Duration     `json:"ping_ns"`
-	NodeSize     uint32            `json:"node_size"`
-	MeganodeSize uint64            `json:"meganode_size"`
-	Regions      []regionStatus    `json:"regions"`
-	Meganodes    []meganodeStatus  `json:"meganodes"`
+	Ping         time.Duration    `json:"ping_ns"`
+	NodeSize     uint32           `json:"node_size"`
+	MeganodeSize uint64           `json:"meganode_size"`
+	Regions      []regionStatus   `json:"regions"`
+	Meganodes    []meganodeStatus `json:"meganodes"`
 	// UsedNodes and Capacity sum the meganodes' nodes; Fill is their ratio.
 	UsedNodes uint64  `json:"used_nodes"`
 	Capacity  uint64  `json:"capacity"`
 	Fill      float64 `json:"fill"`
 	// Height is the tallest meganode's local height.
-	Height int                `json:"height"`
+	Height int         `json:"height"`
 	Hints  hintsStatus `json:"hints"`
 	// Metrics is set with --metrics, for the server whose region matches.
 	Metrics *serverMetrics `json:"metrics,omitempty"`
