@@ -21,8 +21,8 @@ func newPutCommand(g *globals) *cobra.Command {
 Without VALUE, or with VALUE "-", the value is read from standard input,
 byte for byte (a trailing newline is part of it): "cellctl put k < file",
 "printf v | cellctl put k". This is the way to store a value too long for
-a command-line argument. To store the one-character value "-", write it
-in hexadecimal: put --hex KEY 2d (with --hex, KEY is hexadecimal too).
+a command-line argument. (etcdctl stores a VALUE of "-" as it is; to
+store "-" itself here, pipe it: printf - | cellctl put KEY.)
 
 With --hex, KEY and VALUE are hexadecimal ("6b6579", "0x6b6579"); a value
 read from standard input is then hexadecimal text (spaces and newlines
