@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/buildinfo"
 	"github.com/cellstore/cell/internal/raftmux"
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
@@ -79,7 +80,8 @@ type Options struct {
 	// rdma.HostID().
 	HostID string
 	// Version is the build version published with the member. Default
-	// "dev".
+	// the binary's build (buildinfo.Version: the module version or VCS
+	// revision when the build recorded one, else "dev").
 	Version string
 	// RegisterWait bounds how long Start waits for a member entry with
 	// the same ID to go (a crashed predecessor's, until its lease
@@ -280,7 +282,7 @@ func (o *Options) EnsureDefaults() {
 		o.HostID, _ = rdma.HostID()
 	}
 	if o.Version == "" {
-		o.Version = "dev"
+		o.Version = buildinfo.Version("")
 	}
 	if o.RegisterWait == 0 {
 		o.RegisterWait = DefaultRegisterWait

@@ -79,7 +79,7 @@ until ctl status --command-timeout 1s >/dev/null 2>&1; do
 	sleep 0.2
 done
 
-region_file=$(ctl status -w json | jq -r '.servers[0].regions[0].Path')
+region_file=$(ctl status -w json | jq -r '.servers[0].regions[0].path')
 echo "# region file $region_file; storing $KEYS keys" >&2
 ctl bench --workload put --keys "$KEYS" --keyspace "$KEYS" --value-size "$VALUE_SIZE" --duration 100ms --warmup 0s --no-progress >/dev/null
 ctl status | tee "$OUT/status.txt" | sed -n '/^Meganodes/,$p' >&2

@@ -302,6 +302,6 @@ for op in put get; do
 		"| \($op) | \($k) | \($c | length) | \($c | map(.ops) | add / length | floor) | \($c | map(.p99) | med / 1000 | floor) (\($c | map(.p99) | max / 1000 | floor)) | \($c | map(.errors) | add) |"' "$OUT/$op.json"
 done
 echo
-echo "Stored $KEYS keys in ${load_s}s; regions before: $(jq -r '[.servers[] | "\(.id): \([.regions[]?.ID] | join(","))"] | join("; ")' "$OUT/status-before.json" 2>/dev/null || echo ?)"
+echo "Stored $KEYS keys in ${load_s}s; regions before: $(jq -r '[.servers[] | "\(.id): \([.regions[]?.id] | join(","))"] | join("; ")' "$OUT/status-before.json" 2>/dev/null || echo ?)"
 echo "Machine load (1-minute average) at the end: $(cat "$OUT/loadavg") on $(nproc) CPUs. Servers on CPU $SERVER_CPUS, cellctl on CPU $CLIENT_CPUS."
 echo "JSON of the load, the polls, the repair events and the server logs: $OUT"

@@ -222,17 +222,22 @@ func waitDrained(ctx context.Context, store regiontable.Store, id string) error 
 	}
 }
 
+// adminResult is the JSON output of move-replica, transfer-leader and
+// drain.
+type adminResult struct {
+	Result  string  `json:"result"`
+	Seconds float64 `json:"seconds"`
+	Waited  bool    `json:"waited"`
+}
+
 func (g *globals) reportAdmin(waited bool, what string, start time.Time) error {
-	if g.output == formatJSON {
-		return g.printJSON(map[string]any{"result": what, "seconds": time.Since(start).Seconds(), "waited": waited})
-	}
+	res := adminResult{Result: what, Seconds: time.Since(start).Seconds(), Waited: waited}
 	if waited {
-		what += fmt.Sprintf(" (%.1fs)", time.Since(start).Seconds())
+		what += fmt.Sprintf(" (%.1fs)", res.Seconds)
 	} else {
 		what += " (asked)"
 	}
-	_, err := fmt.Fprintln(g.stdout, what)
-	return err
+	return g.printLine(res, what)
 }
 
 func parseRegionArg(s string) (uint32, error) {

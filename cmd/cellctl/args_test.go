@@ -135,6 +135,10 @@ func TestRangeBounds(t *testing.T) {
 		{rangeFlags{b: byteArg{hex: true}}, []string{"00", "ff"}, []byte{0}, []byte{0xff}, false},
 		{rangeFlags{b: byteArg{hex: true}}, []string{"0g"}, nil, nil, true},
 		{rangeFlags{limit: -1}, []string{"a"}, nil, nil, true},
+		{rangeFlags{}, []string{"z", "a"}, nil, nil, true},
+		{rangeFlags{reverse: true}, []string{"b", "a"}, nil, nil, true},
+		{rangeFlags{}, []string{"a", "a"}, []byte("a"), []byte("a"), false},
+		{rangeFlags{b: byteArg{hex: true}}, []string{"ff", "00"}, nil, nil, true},
 	} {
 		start, end, err := tc.f.bounds(tc.args)
 		if (err != nil) != tc.bad {
@@ -253,7 +257,8 @@ func TestArgumentErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"put", "k"}, "accepts 2 arg(s)"},
+		{[]string{"put"}, "accepts between 1 and 2 arg(s)"},
+		{[]string{"put", "k", "v", "w"}, "accepts between 1 and 2 arg(s)"},
 		{[]string{"put", "--hex", "zz", "00"}, `key "zz" is not hexadecimal`},
 		{[]string{"put", "--hex", "00", "q"}, `value "q" is not hexadecimal`},
 		{[]string{"get"}, "accepts 1 arg(s)"},
@@ -262,6 +267,7 @@ func TestArgumentErrors(t *testing.T) {
 		{[]string{"range"}, "accepts between 1 and 2 arg(s)"},
 		{[]string{"range", "a", "b", "--prefix"}, "--prefix takes no END"},
 		{[]string{"range", "a", "--limit", "-2"}, "--limit -2"},
+		{[]string{"range", "z", "a"}, `START "z" is after END "a"`},
 		{[]string{"dump", "node", "1:zz"}, `pointer "1:zz"`},
 		{[]string{"dump", "meganode", "bogus"}, `pointer "bogus"`},
 		{[]string{"dump", "meganode", "root", "--levels", "-1"}, "--levels -1"},

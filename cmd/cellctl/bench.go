@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -231,6 +232,12 @@ named periods (--phases base=5s,load=5s: --duration is their sum). A
 progress bar goes to stderr when it is a terminal (not with
 --no-progress).
 
+Failed operations (errors; not found is no failure) are counted and
+reported, and make cellctl exit with status 1 after the figures are
+printed. Failed preload writes do too, before the run: the preload goes
+on past a failure (it gives up after 100 of them) and then reports how
+many of its writes failed.
+
 --target etcd runs the same workloads, keys, values, clients and
 operations in flight against the KV API of the etcd cluster at
 --etcd-bench-endpoints (not --endpoints, which finds Cell), for
@@ -249,7 +256,10 @@ client is its own etcd client (its own gRPC connection). --mode,
 			if err != nil {
 				return err
 			}
-			return g.print(res, func() []*table { return benchTables(res) })
+			if err := g.print(res, func() []*table { return benchTables(res) }); err != nil {
+				return err
+			}
+			return benchFailure(res)
 		},
 	}
 	fs := cmd.Flags()
@@ -279,6 +289,19 @@ client is its own etcd client (its own gRPC connection). --mode,
 	fs.BoolVar(&p.NoProgress, "no-progress", false, "no progress bar")
 	fs.StringVar(&p.CPUProfile, "cpu-profile", "", "write a CPU profile of the measured window (this process) to this file")
 	return cmd
+}
+
+// benchFailure is the error of a run whose operations failed (not found
+// is no failure): the figures are printed, then cellctl exits 1.
+func benchFailure(r benchResult) error {
+	if r.Errors == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("bench: %d of %d operations failed", r.Errors, r.Ops)
+	if r.FirstError != "" {
+		msg += "; first error: " + r.FirstError
+	}
+	return errors.New(msg)
 }
 
 // benchResult is the outcome of a bench run (the JSON output).

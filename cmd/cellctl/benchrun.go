@@ -249,14 +249,21 @@ func (w *benchWorker) run(ctx context.Context, p *benchParams, from, to time.Tim
 	}
 }
 
-// preload stores keys 0..Keys-1 with concurrent puts.
+// preloadGiveUp is how many failed preload writes make the preload stop
+// (a cluster that is down would otherwise cost every key a timeout).
+const preloadGiveUp = 100
+
+// preload stores keys 0..Keys-1 with concurrent puts. A failed write does
+// not stop it: it goes on and reports how many writes failed, unless
+// preloadGiveUp of them did. Each write has --command-timeout (at least
+// 1 s).
 func preload(g *globals, p *benchParams, clients []benchClient) error {
 	if p.Keys == 0 {
 		return nil
 	}
 	bar := newProgress(g, "preloading", p.NoProgress)
 	defer bar.finish()
-	var next, done atomic.Int64
+	var next, done, failed atomic.Int64
 	var mu sync.Mutex
 	var firstErr error
 	var wg sync.WaitGroup
@@ -275,17 +282,20 @@ func preload(g *globals, p *benchParams, clients []benchClient) error {
 					return
 				}
 				key = appendKey(key[:0], p.KeyPrefix, int(k))
-				ctx, cancel := context.WithTimeout(context.Background(), max(g.timeout, time.Second))
-				err := clients[i%len(clients)].Put(ctx, key, val)
+				pctx, cancel := context.WithTimeout(context.Background(), max(g.timeout, time.Second))
+				err := clients[i%len(clients)].Put(pctx, key, val)
 				cancel()
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
-						firstErr = fmt.Errorf("preload of key %q: %w", key, err)
+						firstErr = fmt.Errorf("key %q: %w", key, err)
 					}
 					mu.Unlock()
-					next.Store(int64(p.Keys)) // stop everyone
-					return
+					if failed.Add(1) >= preloadGiveUp {
+						next.Store(int64(p.Keys)) // stop everyone
+						return
+					}
+					continue
 				}
 				done.Add(1)
 			}
@@ -299,11 +309,26 @@ func preload(g *globals, p *benchParams, clients []benchClient) error {
 		select {
 		case <-finished:
 			bar.set(int(done.Load()), p.Keys)
-			return firstErr
+			return preloadError(p.Keys, done.Load(), failed.Load(), firstErr)
 		case <-tick.C:
 			bar.set(int(done.Load()), p.Keys)
 		}
 	}
+}
+
+// preloadError reports a preload that did not store all its keys.
+func preloadError(keys int, done, failed int64, firstErr error) error {
+	if done == int64(keys) {
+		return nil
+	}
+	msg := fmt.Sprintf("preload: %d of %d writes failed", failed, keys)
+	if failed >= preloadGiveUp {
+		msg += fmt.Sprintf(" (gave up after %d failures; %d stored, %d not tried)", failed, done, int64(keys)-done-failed)
+	}
+	if firstErr != nil {
+		msg += "; first error: " + firstErr.Error()
+	}
+	return errors.New(msg)
 }
 
 // clientStats reads every client's counters.

@@ -88,7 +88,11 @@ time: raise --command-timeout if needed.`,
 			if !res.OK {
 				line = strings.Join(res.Violations, "\n")
 			}
-			if err := g.printLine(res, line); err != nil {
+			lines := &table{left: true}
+			for _, l := range strings.Split(line, "\n") {
+				lines.add(l)
+			}
+			if err := g.print(res, func() []*table { return []*table{lines} }); err != nil {
 				return err
 			}
 			if !res.OK {

@@ -11,7 +11,8 @@ func newDelCommand(g *globals) *cobra.Command {
 		Aliases: []string{"delete"},
 		Short:   "Delete KEY",
 		Long: `Delete KEY. Prints OK; a missing key is an error: "key not found", exit
-status 1. With --hex, KEY is hexadecimal.`,
+status 1 (with -w json, also a JSON error object on stdout, as get's).
+With --hex, KEY is hexadecimal.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := b.parse("key", args[0])
@@ -26,7 +27,7 @@ status 1. With --hex, KEY is hexadecimal.`,
 			}
 			defer c.Close()
 			if err := c.Delete(ctx, key); err != nil {
-				return b.keyError(err, key)
+				return g.keyError(b, err, key)
 			}
 			res := newKVResult(b, key, nil)
 			res.Deleted = true

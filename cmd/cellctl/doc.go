@@ -2,19 +2,35 @@
 // etcdctl: one root command with global flags for the cluster's etcd
 // endpoints (--endpoints, default 127.0.0.1:2379) and the region table's
 // prefix there (--etcd-prefix, default /cell), the output format
-// (-w/--write-out table|json) and time limits (--command-timeout,
-// --dial-timeout), and one subcommand per task.
+// (-w/--write-out) and time limits (--command-timeout, --dial-timeout),
+// and one subcommand per task.
+//
+// Output formats, as etcdctl's: simple (the default: a value, OK, or
+// tables with aligned columns), table (the same tables with borders;
+// dumps stay text), json (indented, snake_case field names only) and
+// fields (one "name" : value line per JSON leaf, nested names joined with
+// dots: "servers[0].id" : "s1"). Every command accepts all four.
+//
+// Every flag, global or a command's, can come from the environment:
+// CELLCTL_ and the flag's name in upper case with underscores
+// (CELLCTL_ENDPOINTS, CELLCTL_WRITE_OUT, CELLCTL_IN_FLIGHT). The command
+// line wins; an empty variable counts as unset; a bad value is an error
+// naming the variable. --endpoints falls back on CELL_ENDPOINTS (the
+// compose cluster's client container sets it) after CELLCTL_ENDPOINTS.
 //
 // Errors print as a single line on stderr, prefixed "cellctl: ", and make
-// cellctl exit with status 1 ("key not found" included); usage is printed
-// only with --help.
+// cellctl exit with status 1 ("key not found" included; with -w json a
+// missing key also prints {"error": "key not found", "code": "not_found",
+// "key": ...} on stdout); usage is printed only with --help.
 //
 // # Commands
 //
-//	put KEY VALUE             store a value (--hex: hexadecimal arguments)
-//	get KEY                   print a value, byte for byte (--hex)
+//	put KEY [VALUE|-]         store a value; without VALUE or with -, read from stdin
+//	                          (--hex: hexadecimal arguments)
+//	get KEY                   print a value, byte for byte (--hex, --print-value-only)
 //	del KEY                   delete a key
-//	range START [END]         list pairs (--limit, --prefix, --reverse, --keys-only, --hex)
+//	range START [END]         list pairs (--limit, --prefix, --reverse, --keys-only,
+//	                          --print-value-only, --hex); START after END is an error
 //	status                    the root and levels; every server's region, meganodes, fill,
 //	                          height, selector hints (--metrics host:port,...: operation counters too)
 //	members                   the live servers of the region table
@@ -22,10 +38,16 @@
 //	meganodes                 the tree of meganodes: range, level, height, fill, host, right link
 //	check                     every server's invariants (OpCheck) and the links between
 //	                          meganodes across servers; exit 1 on any violation
-//	dump node PTR             one node, decoded (--hex: annotated hex dump)
+//	dump node PTR|root        one node, decoded (--hex: annotated hex dump)
 //	dump meganode PTR|root    a meganode's header and every node, level by level
-//	bench                     closed-loop throughput and latency (see cellctl bench --help)
+//	bench                     closed-loop throughput and latency (see cellctl bench --help);
+//	                          exit 1 when operations or preload writes failed
 //	sim table2|spike          the locality selector's simulations
+//	drill                     a recorded load, faults, and the durability and
+//	                          linearizability checks (see cellctl drill --help)
+//	move-replica, transfer-leader, drain
+//	                          move a region's replica, its leadership, a server's replicas
+//	version                   cellctl's version and VCS revision (internal/buildinfo)
 //
 // Data commands go through package client (the region table in etcd at
 // --endpoints finds the servers); members and regions read the region
@@ -34,13 +56,15 @@
 //
 // # Layout
 //
-//   - main.go: the root command and its global flags. A new subcommand is
+//   - main.go: the root command, its global flags and the CELLCTL_
+//     environment. version.go: cellctl version. A new subcommand is
 //     one constructor, newXCommand(g *globals) *cobra.Command, in its own
 //     file, added in newRootCommand.
 //   - conn.go: connecting (client, region table, servers) and the parsing
 //     and printing of keys, values and pointers shared by subcommands.
-//   - output.go: table and JSON output (globals.print) and value
-//     formatting; progress.go: the progress bar.
+//   - output.go: the -w formats (globals.print, printLine; bordered
+//     tables, fields) and value formatting; progress.go: the progress
+//     bar.
 //   - put.go, get.go, del.go, range.go, status.go (+ scrape.go, the
 //     metrics it reads), dump.go: one command each; members.go (members
 //     and regions), meganodes.go, check.go (+ clustercheck.go, the

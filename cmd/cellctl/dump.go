@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,7 +18,7 @@ func newDumpCommand(g *globals) *cobra.Command {
 		Use:   "dump",
 		Short: "Dump a node or a meganode as the server holds it",
 		Long: `Read nodes out of a server's region with NodeDump (copied the way a
-one-sided read copies them) and decode them: "dump node PTR" for one node,
+one-sided read copies them) and decode them: "dump node PTR|root" for one node (root: the tree's root node),
 "dump meganode PTR|root" for a meganode's header and every node of its
 local tree, level by level. Pointers are written region:offset, as cellctl
 prints them (status lists the meganodes), or as a number.`,
@@ -80,16 +81,20 @@ func writeNode(sb *strings.Builder, d nodeDump, withHex bool) {
 func newDumpNodeCommand(g *globals) *cobra.Command {
 	var withHex bool
 	cmd := &cobra.Command{
-		Use:   "node PTR",
+		Use:   "node PTR|root",
 		Short: "Dump one node: versions, flags, bounds, right link and entries",
-		Long: `Dump the node at PTR: blink.DescribeNode's summary, or with --hex the
-annotated hex dump (every field named; raw hex for meganode headers and
-free nodes).`,
+		Long: `Dump the node at PTR ("root": the root node of the tree, the local root
+of the region table's root meganode): blink.DescribeNode's summary, or
+with --hex the annotated hex dump (every field named; raw hex for
+meganode headers and free nodes).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := parsePtr(args[0])
-			if err != nil {
-				return err
+			var p blink.Ptr
+			if !strings.EqualFold(args[0], "root") {
+				var err error
+				if p, err = parsePtr(args[0]); err != nil {
+					return err
+				}
 			}
 			ctx, cancel := g.commandContext()
 			defer cancel()
@@ -98,22 +103,36 @@ free nodes).`,
 				return err
 			}
 			defer src.close()
+			if p == 0 {
+				if p, err = src.rootNode(ctx); err != nil {
+					return err
+				}
+			}
 			b, err := src.node(ctx, p)
 			if err != nil {
 				return err
 			}
 			d := describeNode(p, b, withHex)
-			if g.output == formatJSON {
-				return g.printJSON(d)
-			}
 			var sb strings.Builder
 			writeNode(&sb, d, withHex)
-			_, err = fmt.Fprint(g.stdout, sb.String())
-			return err
+			return g.printText(d, sb.String())
 		},
 	}
 	cmd.Flags().BoolVar(&withHex, "hex", false, "print the annotated hex dump")
 	return cmd
+}
+
+// printText prints a dump: v as JSON or fields, else (simple, and table:
+// a dump is text, not a table) text.
+func (g *globals) printText(v any, text string) error {
+	switch g.output {
+	case formatJSON:
+		return g.printJSON(v)
+	case formatFields:
+		return g.printFields(v)
+	}
+	_, err := io.WriteString(g.stdout, text)
+	return err
 }
 
 // meganodeDump is the JSON output of dump meganode.
@@ -171,11 +190,7 @@ printed (0: all); --hex prints annotated hex dumps.`,
 			if err != nil {
 				return err
 			}
-			if g.output == formatJSON {
-				return g.printJSON(d)
-			}
-			_, err = fmt.Fprint(g.stdout, meganodeText(d, withHex))
-			return err
+			return g.printText(d, meganodeText(d, withHex))
 		},
 	}
 	cmd.Flags().BoolVar(&withHex, "hex", false, "print annotated hex dumps")
@@ -282,6 +297,24 @@ func (s *dumpSource) node(ctx context.Context, p blink.Ptr) ([]byte, error) {
 			return b, nil
 		}
 	}
+}
+
+// rootNode returns the root node of the tree: the local root of the root
+// meganode, read from its header. The root meganode is on this source's
+// server (openDumpSource with a nil pointer).
+func (s *dumpSource) rootNode(ctx context.Context) (blink.Ptr, error) {
+	hb, err := s.node(ctx, s.root)
+	if err != nil {
+		return 0, err
+	}
+	h, r := blink.DecodeHeader(hb)
+	if r != blink.OK {
+		return 0, fmt.Errorf("root meganode %v: the header does not decode (%v)", s.root, r)
+	}
+	if h.Root.IsNil() {
+		return 0, fmt.Errorf("root meganode %v has no root node", s.root)
+	}
+	return h.Root, nil
 }
 
 // inside reports whether p is a node of the meganode whose header is at mp.

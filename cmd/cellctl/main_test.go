@@ -5,11 +5,21 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cellstore/cell/internal/buildinfo"
 )
 
 func runCellctl(args ...string) (code int, stdout, stderr string) {
 	var out, errb bytes.Buffer
 	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// runCellctlIn runs cellctl with stdin as its standard input.
+func runCellctlIn(stdin string, args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = runIO(args, strings.NewReader(stdin), &out, &errb)
 	return code, out.String(), errb.String()
 }
 
@@ -46,8 +56,8 @@ func TestGlobalFlags(t *testing.T) {
 	if f := newRootCommand(&bytes.Buffer{}, &bytes.Buffer{}).PersistentFlags().Lookup("endpoints"); f == nil || f.DefValue != "[etcd1:2379,etcd2:2379]" {
 		t.Errorf("--endpoints flag %+v with CELL_ENDPOINTS set, want default etcd1:2379,etcd2:2379", f)
 	}
-	if f := root.PersistentFlags().ShorthandLookup("w"); f == nil || f.Name != "write-out" || f.DefValue != "table" {
-		t.Errorf("-w flag %+v, want --write-out defaulting to table", f)
+	if f := root.PersistentFlags().ShorthandLookup("w"); f == nil || f.Name != "write-out" || f.DefValue != "simple" {
+		t.Errorf("-w flag %+v, want --write-out defaulting to simple", f)
 	}
 	if f := root.PersistentFlags().Lookup("etcd-prefix"); f == nil || f.DefValue != "/cell" {
 		t.Errorf("--etcd-prefix flag %+v, want default /cell", f)
@@ -123,5 +133,95 @@ func TestSimSpike(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || res.Adaptive.During.Searches == 0 || len(res.Adaptive.Timeline) != 6 {
 		t.Errorf("exit %d, JSON %v, %+v", code, err, res)
+	}
+}
+
+// Every flag has a CELLCTL_ variable; the command line wins; bad values
+// name the variable; CELL_ENDPOINTS stays a fallback of --endpoints.
+func TestFlagsFromEnv(t *testing.T) {
+	t.Setenv("CELL_ENDPOINTS", "")
+	t.Setenv("CELLCTL_WRITE_OUT", "json")
+	code, out, errs := runCellctl(tinyTable2...)
+	if code != 0 || !strings.HasPrefix(out, "{") {
+		t.Errorf("CELLCTL_WRITE_OUT=json: exit %d, stderr %q, stdout %q", code, errs, out)
+	}
+	t.Setenv("CELLCTL_MAX_CORES", "1") // a command's own flag
+	code, out, _ = runCellctl(withoutFlag(tinyTable2, "--max-cores")...)
+	var res struct{ Rows []json.RawMessage }
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || len(res.Rows) != 1 {
+		t.Errorf("CELLCTL_MAX_CORES=1: exit %d, %v, %d rows", code, err, len(res.Rows))
+	}
+	t.Setenv("CELLCTL_WRITE_OUT", "yaml")
+	code, _, errs = runCellctl(tinyTable2...)
+	if code != 1 || !strings.Contains(errs, `$CELLCTL_WRITE_OUT="yaml"`) {
+		t.Errorf("CELLCTL_WRITE_OUT=yaml: exit %d, stderr %q", code, errs)
+	}
+	code, out, errs = runCellctl(append(tinyTable2, "-w", "json")...)
+	if code != 0 || !strings.HasPrefix(out, "{") {
+		t.Errorf("-w json over CELLCTL_WRITE_OUT=yaml: exit %d, stderr %q", code, errs)
+	}
+	t.Setenv("CELLCTL_WRITE_OUT", "")
+	t.Setenv("CELLCTL_MAX_CORES", "many")
+	code, _, errs = runCellctl(withoutFlag(tinyTable2, "--max-cores")...)
+	if code != 1 || !strings.Contains(errs, `$CELLCTL_MAX_CORES="many" (--max-cores)`) {
+		t.Errorf("CELLCTL_MAX_CORES=many: exit %d, stderr %q", code, errs)
+	}
+
+	// --endpoints: CELLCTL_ENDPOINTS, else CELL_ENDPOINTS; the flag wins.
+	dead1, dead2, dead3 := deadAddr(t), deadAddr(t), deadAddr(t)
+	t.Setenv("CELLCTL_COMMAND_TIMEOUT", "300ms")
+	t.Setenv("CELLCTL_DIAL_TIMEOUT", "300ms")
+	endpointIn := func(want string, args ...string) {
+		t.Helper()
+		start := time.Now()
+		code, _, errs := runCellctl(append([]string{"get", "k"}, args...)...)
+		if code != 1 || !strings.Contains(errs, want) {
+			t.Errorf("get %q: exit %d, stderr %q; want the endpoint %s", args, code, errs, want)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("get took %v: CELLCTL_COMMAND_TIMEOUT ignored?", d)
+		}
+	}
+	t.Setenv("CELL_ENDPOINTS", dead1)
+	endpointIn(dead1)
+	t.Setenv("CELLCTL_ENDPOINTS", dead2)
+	endpointIn(dead2)
+	endpointIn(dead3, "--endpoints", dead3)
+	t.Setenv("CELLCTL_COMMAND_TIMEOUT", "soon")
+	code, _, errs = runCellctl("get", "k")
+	if code != 1 || !strings.Contains(errs, "CELLCTL_COMMAND_TIMEOUT") {
+		t.Errorf("CELLCTL_COMMAND_TIMEOUT=soon: exit %d, stderr %q", code, errs)
+	}
+}
+
+// withoutFlag returns args without flag and its value.
+func withoutFlag(args []string, flag string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == flag {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
+// cellctl version prints the build (package buildinfo), in every format.
+func TestVersion(t *testing.T) {
+	in := buildinfo.Read(version)
+	code, out, errs := runCellctl("version")
+	if code != 0 || errs != "" || out != in.String("cellctl") || !strings.HasPrefix(out, "cellctl "+in.Version+"\n") {
+		t.Errorf("version: exit %d, stderr %q, stdout %q", code, errs, out)
+	}
+	code, out, _ = runCellctl("version", "-w", "json")
+	var got buildinfo.Info
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || got != in {
+		t.Errorf("version -w json: exit %d, %v, %+v", code, err, got)
+	}
+	for _, f := range []string{"table", "fields"} {
+		if code, out, _ = runCellctl("version", "-w", f); code != 0 || !strings.Contains(out, "go_version") {
+			t.Errorf("version -w %s: exit %d, %q", f, code, out)
+		}
 	}
 }

@@ -1,32 +1,47 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // outputFormat is the value of -w/--write-out. It implements pflag.Value.
+//
+// simple (the default) is cellctl's plain output: a value, OK, or tables
+// with aligned columns; table draws those tables with borders; json is
+// indented JSON with snake_case field names; fields is etcdctl's
+// "name" : value lines, one per JSON leaf (nested names joined with dots,
+// list elements numbered: "servers[0].id" : "s1").
 type outputFormat string
 
 const (
-	formatTable outputFormat = "table"
-	formatJSON  outputFormat = "json"
+	formatSimple outputFormat = "simple"
+	formatTable  outputFormat = "table"
+	formatJSON   outputFormat = "json"
+	formatFields outputFormat = "fields"
 )
+
+// outputFormats lists the formats -w accepts.
+var outputFormats = []outputFormat{formatSimple, formatTable, formatJSON, formatFields}
 
 func (f *outputFormat) String() string { return string(*f) }
 
-// Set accepts "table" or "json".
+// Set accepts simple, table, json or fields.
 func (f *outputFormat) Set(s string) error {
-	switch v := outputFormat(strings.ToLower(s)); v {
-	case formatTable, formatJSON:
+	v := outputFormat(strings.ToLower(strings.TrimSpace(s)))
+	if slices.Contains(outputFormats, v) {
 		*f = v
 		return nil
 	}
-	return fmt.Errorf("unknown output format %q (want table or json)", s)
+	return fmt.Errorf("unknown output format %q (want simple, table, json or fields)", s)
 }
 
 // Type names the value in help.
@@ -81,11 +96,15 @@ func (t *table) write(w io.Writer) error {
 	return nil
 }
 
-// print writes v as indented JSON with -w json, or else the tables that
-// tables builds, separated by blank lines.
+// print writes v as JSON (-w json) or as fields (-w fields), or else the
+// tables that tables builds, separated by blank lines: with aligned
+// columns (simple) or with borders (table).
 func (g *globals) print(v any, tables func() []*table) error {
-	if g.output == formatJSON {
+	switch g.output {
+	case formatJSON:
 		return g.printJSON(v)
+	case formatFields:
+		return g.printFields(v)
 	}
 	for i, t := range tables() {
 		if i > 0 {
@@ -93,7 +112,11 @@ func (g *globals) print(v any, tables func() []*table) error {
 				return err
 			}
 		}
-		if err := t.write(g.stdout); err != nil {
+		write := t.write
+		if g.output == formatTable {
+			write = t.writeBordered
+		}
+		if err := write(g.stdout); err != nil {
 			return err
 		}
 	}
@@ -108,12 +131,171 @@ func (g *globals) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// printLine writes v as JSON with -w json, or else line.
+// printFields writes v as etcdctl's fields output: one "name" : value line
+// per leaf of its JSON.
+func (g *globals) printFields(v any) error {
+	fields, err := jsonFields(v)
+	if err != nil {
+		return err
+	}
+	var sb strings.Builder
+	for _, f := range fields {
+		fmt.Fprintf(&sb, "%s : %s\n", strconv.Quote(f.name), f.value)
+	}
+	_, err = io.WriteString(g.stdout, sb.String())
+	return err
+}
+
+// printLine writes line (simple), or v: as JSON, as fields, or as a
+// bordered table of its fields, one column each (table).
 func (g *globals) printLine(v any, line string) error {
-	if g.output == formatJSON {
+	switch g.output {
+	case formatJSON:
 		return g.printJSON(v)
+	case formatFields:
+		return g.printFields(v)
+	case formatTable:
+		fields, err := jsonFields(v)
+		if err != nil {
+			return err
+		}
+		t := &table{left: true}
+		var row []string
+		for _, f := range fields {
+			t.header = append(t.header, strings.ToUpper(f.name))
+			row = append(row, f.text)
+		}
+		t.add(row...)
+		return t.writeBordered(g.stdout)
 	}
 	_, err := fmt.Fprintln(g.stdout, line)
+	return err
+}
+
+// jsonField is one leaf of a JSON document: its path, its value as JSON
+// prints it (strings quoted) and as text (strings bare).
+type jsonField struct{ name, value, text string }
+
+// jsonFields flattens v's JSON into its leaves, in the document's order:
+// object members joined with dots, array elements numbered ("a.b[2].c");
+// empty objects and arrays are leaves ({} and []).
+func jsonFields(v any) ([]jsonField, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var out []jsonField
+	var walk func(path string) error
+	walk = func(path string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			empty, close := "{}", "}"
+			if t == '[' {
+				empty, close = "[]", "]"
+			}
+			n := 0
+			for ; dec.More(); n++ {
+				p := fmt.Sprintf("%s[%d]", path, n)
+				if t == '{' {
+					kt, err := dec.Token()
+					if err != nil {
+						return err
+					}
+					if p = kt.(string); path != "" {
+						p = path + "." + p
+					}
+				}
+				if err := walk(p); err != nil {
+					return err
+				}
+			}
+			if end, err := dec.Token(); err != nil || end != json.Delim(close[0]) {
+				return fmt.Errorf("fields: bad JSON end %v: %v", end, err)
+			}
+			if n == 0 {
+				out = append(out, jsonField{path, empty, empty})
+			}
+		case string:
+			out = append(out, jsonField{path, strconv.Quote(t), t})
+		case nil:
+			out = append(out, jsonField{path, "null", "null"})
+		default:
+			s := fmt.Sprint(t)
+			out = append(out, jsonField{path, s, s})
+		}
+		return nil
+	}
+	if err := walk(""); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// writeBordered prints the table with borders: title, then the header and
+// rows boxed in, then the notes.
+func (t *table) writeBordered(w io.Writer) error {
+	var sb strings.Builder
+	if t.title != "" {
+		sb.WriteString(t.title + "\n")
+	}
+	cols := len(t.header)
+	for _, r := range t.rows {
+		cols = max(cols, len(r))
+	}
+	widths := make([]int, cols)
+	measure := func(cells []string) {
+		for i, c := range cells {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	measure(t.header)
+	for _, r := range t.rows {
+		measure(r)
+	}
+	rule := func() {
+		for _, w := range widths {
+			sb.WriteString("+" + strings.Repeat("-", w+2))
+		}
+		sb.WriteString("+\n")
+	}
+	line := func(cells []string, left bool) {
+		for i, w := range widths {
+			c := ""
+			if i < len(cells) {
+				c = cells[i]
+			}
+			pad := strings.Repeat(" ", w-utf8.RuneCountInString(c))
+			if left {
+				sb.WriteString("| " + c + pad + " ")
+			} else {
+				sb.WriteString("| " + pad + c + " ")
+			}
+		}
+		sb.WriteString("|\n")
+	}
+	if cols > 0 {
+		rule()
+		if len(t.header) > 0 {
+			line(t.header, true)
+			rule()
+		}
+		for _, r := range t.rows {
+			line(r, t.left)
+		}
+		if len(t.rows) > 0 {
+			rule()
+		}
+	}
+	for _, n := range t.notes {
+		sb.WriteString(n + "\n")
+	}
+	_, err := io.WriteString(w, sb.String())
 	return err
 }
 

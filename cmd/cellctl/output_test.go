@@ -29,7 +29,7 @@ func deadAddr(t *testing.T) string {
 func render(t *testing.T, tables []*table) string {
 	t.Helper()
 	var b bytes.Buffer
-	g := &globals{output: formatTable, stdout: &b}
+	g := &globals{output: formatSimple, stdout: &b}
 	if err := g.print(nil, func() []*table { return tables }); err != nil {
 		t.Fatal(err)
 	}
@@ -269,5 +269,57 @@ func TestDumpText(t *testing.T) {
 	nd := describeNode(blink.MakePtr(1, 8), make([]byte, 1024), true)
 	if nd.Check == "ok" || nd.Annotated == "" || len(nd.Hex) != 2048 {
 		t.Errorf("zero node: %+v", nd.Check)
+	}
+}
+
+func TestBorderedTable(t *testing.T) {
+	var b bytes.Buffer
+	g := &globals{output: formatTable, stdout: &b}
+	tables := []*table{
+		{title: "T", header: []string{"A", "BB"}, rows: [][]string{{"1", "2"}, {"333", "µ"}}, notes: []string{"n"}},
+		{left: true, header: []string{"KEY"}},
+	}
+	if err := g.print(nil, func() []*table { return tables }); err != nil {
+		t.Fatal(err)
+	}
+	want := "T\n+-----+----+\n| A   | BB |\n+-----+----+\n|   1 |  2 |\n| 333 |  µ |\n+-----+----+\nn\n\n+-----+\n| KEY |\n+-----+\n"
+	if b.String() != want {
+		t.Errorf("bordered:\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestFieldsOutput(t *testing.T) {
+	v := struct {
+		Key    string            `json:"key"`
+		N      int               `json:"n"`
+		OK     bool              `json:"ok"`
+		List   []map[string]any  `json:"list"`
+		Empty  []int             `json:"empty"`
+		Nested struct{ A *int }  `json:"nested"`
+		M      map[string]string `json:"m"`
+	}{Key: "a \"b\"\n", N: 3, OK: true, List: []map[string]any{{"x": 1.5}, {"y": "z"}}, M: map[string]string{}}
+	var b bytes.Buffer
+	g := &globals{output: formatFields, stdout: &b}
+	if err := g.printFields(v); err != nil {
+		t.Fatal(err)
+	}
+	want := `"key" : "a \"b\"\n"` + "\n" + `"n" : 3` + "\n" + `"ok" : true` + "\n" + `"list[0].x" : 1.5` + "\n" +
+		`"list[1].y" : "z"` + "\n" + `"empty" : null` + "\n" + `"nested.A" : null` + "\n" + `"m" : {}` + "\n"
+	if b.String() != want {
+		t.Errorf("fields:\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	g.output = formatTable
+	if err := g.printLine(kvResult{Key: "k", OK: true}, "OK"); err != nil {
+		t.Fatal(err)
+	}
+	if want := "+-----+------+\n| KEY | OK   |\n+-----+------+\n| k   | true |\n+-----+------+\n"; b.String() != want {
+		t.Errorf("printLine table:\n%s\nwant\n%s", b.String(), want)
+	}
+	for _, f := range []string{"simple", "TABLE", "json", "fields"} {
+		var of outputFormat
+		if err := of.Set(f); err != nil {
+			t.Errorf("-w %s: %v", f, err)
+		}
 	}
 }

@@ -1,25 +1,50 @@
 package main
 
 import (
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strings"
+
 	"github.com/spf13/cobra"
+
+	"github.com/cellstore/cell/wire"
 )
 
 func newPutCommand(g *globals) *cobra.Command {
 	var b byteArg
 	cmd := &cobra.Command{
-		Use:   "put KEY VALUE",
-		Short: "Store VALUE under KEY",
+		Use:   "put KEY [VALUE|-]",
+		Short: "Store VALUE (or standard input) under KEY",
 		Long: `Store VALUE under KEY, replacing any previous value. Prints OK.
-With --hex, KEY and VALUE are hexadecimal ("6b6579", "0x6b6579").`,
-		Args: cobra.ExactArgs(2),
+
+Without VALUE, or with VALUE "-", the value is read from standard input,
+byte for byte (a trailing newline is part of it): "cellctl put k < file",
+"printf v | cellctl put k". This is the way to store a value too long for
+a command-line argument. (etcdctl stores a VALUE of "-" as it is; to
+store "-" itself here, pipe it: printf - | cellctl put KEY.)
+
+With --hex, KEY and VALUE are hexadecimal ("6b6579", "0x6b6579"); a value
+read from standard input is then hexadecimal text (spaces and newlines
+ignored). Values longer than the store's limit (%d bytes) are refused
+before anything is sent.`,
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := b.parse("key", args[0])
 			if err != nil {
 				return err
 			}
-			value, err := b.parse("value", args[1])
+			var value []byte
+			if len(args) == 2 && args[1] != "-" {
+				value, err = b.parse("value", args[1])
+			} else {
+				value, err = readValue(cmd.InOrStdin(), b)
+			}
 			if err != nil {
 				return err
+			}
+			if len(value) > wire.MaxValueSize {
+				return fmt.Errorf("value of %d bytes is larger than the store's limit of %d bytes", len(value), wire.MaxValueSize)
 			}
 			ctx, cancel := g.commandContext()
 			defer cancel()
@@ -36,8 +61,35 @@ With --hex, KEY and VALUE are hexadecimal ("6b6579", "0x6b6579").`,
 			return g.printLine(res, "OK")
 		},
 	}
+	cmd.Long = fmt.Sprintf(cmd.Long, wire.MaxValueSize)
 	cmd.Flags().BoolVar(&b.hex, "hex", false, "KEY and VALUE are hexadecimal")
 	return cmd
+}
+
+// readValue reads put's value from standard input: at most one byte more
+// than the store's limit (put then refuses it), hexadecimal text with
+// --hex.
+func readValue(r io.Reader, b byteArg) ([]byte, error) {
+	limit := wire.MaxValueSize + 1
+	if b.hex {
+		limit = 3*wire.MaxValueSize + 64 // hex digits and some spacing
+	}
+	v, err := io.ReadAll(io.LimitReader(r, int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("read the value from standard input: %w", err)
+	}
+	if !b.hex {
+		return v, nil
+	}
+	if len(v) == limit {
+		return nil, fmt.Errorf("hexadecimal value on standard input: larger than the store's limit of %d bytes", wire.MaxValueSize)
+	}
+	text := strings.TrimPrefix(strings.Join(strings.Fields(string(v)), ""), "0x")
+	value, err := hex.DecodeString(text)
+	if err != nil {
+		return nil, fmt.Errorf("the value on standard input is not hexadecimal: %w", err)
+	}
+	return value, nil
 }
 
 // kvResult is the JSON output of put, get and del. Keys and values are

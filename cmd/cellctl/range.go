@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -15,6 +16,9 @@ type rangeFlags struct {
 	prefix   bool
 	reverse  bool
 	keysOnly bool
+	// valuesOnly is --print-value-only: the simple and table outputs
+	// leave the keys out.
+	valuesOnly bool
 }
 
 // bounds computes the range [start, end) the arguments ask for. A nil
@@ -41,6 +45,12 @@ func (f *rangeFlags) bounds(args []string) (start, end []byte, err error) {
 	}
 	if f.limit < 0 {
 		return nil, nil, fmt.Errorf("--limit %d: want 0 (no limit) or more", f.limit)
+	}
+	if f.keysOnly && f.valuesOnly {
+		return nil, nil, fmt.Errorf("--keys-only and --print-value-only: choose one")
+	}
+	if start != nil && end != nil && bytes.Compare(start, end) > 0 {
+		return nil, nil, fmt.Errorf("START %s is after END %s: the range [START, END) would be empty (with --reverse too: END stays the upper bound)", f.b.quoted(start), f.b.quoted(end))
 	}
 	return start, end, nil
 }
@@ -83,9 +93,13 @@ func newRangeCommand(g *globals) *cobra.Command {
 		Short: "List the keys in [START, END), with their values",
 		Long: `List the pairs with START <= key < END in key order (descending with
 --reverse). An empty START ("") starts at the first key; without END the
-range goes to the last key. With --prefix, the range is every key that
+range goes to the last key; a START after END is an error. With --prefix, the range is every key that
 starts with START. --limit bounds the pairs printed; when it stops the
-range, the key to resume at is printed after them.`,
+range, the key to resume at is printed after them.
+
+The simple output is a KEY and VALUE table with aligned columns (keys and
+values quoted when they hold spaces or control characters), -w table the
+same with borders; --keys-only and --print-value-only keep one column.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			start, end, err := f.bounds(args)
@@ -111,7 +125,8 @@ range, the key to resume at is printed after them.`,
 	fs.IntVar(&f.limit, "limit", 0, "most pairs to print (0: no limit)")
 	fs.BoolVar(&f.prefix, "prefix", false, "list the keys starting with START")
 	fs.BoolVar(&f.reverse, "reverse", false, "descending key order")
-	fs.BoolVar(&f.keysOnly, "keys-only", false, "print keys only")
+	fs.BoolVar(&f.keysOnly, "keys-only", false, "print keys only (the values are not fetched)")
+	fs.BoolVar(&f.valuesOnly, "print-value-only", false, "print values only (simple and table output; json and fields keep the keys)")
 	return cmd
 }
 
@@ -136,13 +151,19 @@ func rangeOutput(f rangeFlags, pairs []client.KV, resume []byte) rangeResult {
 
 func rangeTables(f rangeFlags, pairs []client.KV, resume []byte) []*table {
 	t := &table{left: true, header: []string{"KEY", "VALUE"}}
-	if f.keysOnly {
+	switch {
+	case f.keysOnly:
 		t.header = []string{"KEY"}
+	case f.valuesOnly:
+		t.header = []string{"VALUE"}
 	}
 	for _, kv := range pairs {
-		if f.keysOnly {
+		switch {
+		case f.keysOnly:
 			t.add(f.b.cell(kv.Key))
-		} else {
+		case f.valuesOnly:
+			t.add(f.b.cell(kv.Value))
+		default:
 			t.add(f.b.cell(kv.Key), f.b.cell(kv.Value))
 		}
 	}

@@ -73,10 +73,7 @@ steps. Client-only does not depend on the cores; it is simulated once.`,
 			if err != nil {
 				return err
 			}
-			return g.print(struct {
-				Params sim.Table2      `json:"params"`
-				Rows   []sim.Table2Row `json:"rows"`
-			}{p, rows}, func() []*table { return table2Tables(p, rows) })
+			return g.print(table2Result{p, rows}, func() []*table { return table2Tables(p, rows) })
 		},
 	}
 	fs := cmd.Flags()
@@ -106,6 +103,12 @@ func table2Tables(p sim.Table2, rows []sim.Table2Row) []*table {
 	}
 	t.notes = []string{"CELL is the adaptive selector (the paper's rule); BEST FIXED is the best of server-only, client-only and every ratio=P in between."}
 	return []*table{t}
+}
+
+// table2Result is the JSON output of sim table2.
+type table2Result struct {
+	Params sim.Table2      `json:"params"`
+	Rows   []sim.Table2Row `json:"rows"`
 }
 
 func newSimSpikeCommand(g *globals) *cobra.Command {

@@ -36,20 +36,50 @@ type serverStatus struct {
 	// Error is why the server could not be asked; the rest is then empty.
 	Error string `json:"error,omitempty"`
 
-	Ping         time.Duration     `json:"ping_ns"`
-	NodeSize     uint32            `json:"node_size"`
-	MeganodeSize uint64            `json:"meganode_size"`
-	Regions      []wire.RegionInfo `json:"regions"`
-	Meganodes    []meganodeStatus  `json:"meganodes"`
+	Ping         time.Duration    `json:"ping_ns"`
+	NodeSize     uint32           `json:"node_size"`
+	MeganodeSize uint64           `json:"meganode_size"`
+	Regions      []regionStatus   `json:"regions"`
+	Meganodes    []meganodeStatus `json:"meganodes"`
 	// UsedNodes and Capacity sum the meganodes' nodes; Fill is their ratio.
 	UsedNodes uint64  `json:"used_nodes"`
 	Capacity  uint64  `json:"capacity"`
 	Fill      float64 `json:"fill"`
 	// Height is the tallest meganode's local height.
-	Height int                `json:"height"`
-	Hints  wire.SelectorHints `json:"hints"`
+	Height int         `json:"height"`
+	Hints  hintsStatus `json:"hints"`
 	// Metrics is set with --metrics, for the server whose region matches.
 	Metrics *serverMetrics `json:"metrics,omitempty"`
+}
+
+// regionStatus is wire.RegionInfo with snake_case JSON names.
+type regionStatus struct {
+	ID        uint32     `json:"id"`
+	Epoch     uint64     `json:"epoch"`
+	Size      uint64     `json:"size"` // bytes
+	RemoteKey uint64     `json:"remote_key"`
+	Host      string     `json:"host"`
+	RPCAddr   string     `json:"rpc_addr"`
+	ReadAddr  string     `json:"read_addr"`
+	Path      string     `json:"path"`
+	Raft      raftStatus `json:"raft"`
+}
+
+// raftStatus is wire.RaftInfo with snake_case JSON names.
+type raftStatus struct {
+	Role      wire.RaftRole `json:"role"` // its name: leader, follower...
+	Term      uint64        `json:"term"`
+	LastIndex uint64        `json:"last_index"`
+	Commit    uint64        `json:"commit"`
+	Applied   uint64        `json:"applied"`
+}
+
+// hintsStatus is wire.SelectorHints with snake_case JSON names.
+type hintsStatus struct {
+	Workers      uint16 `json:"workers"`
+	Queued       uint32 `json:"queued"`
+	QueueNanos   uint32 `json:"queue_ns"`
+	ServiceNanos uint32 `json:"service_ns"`
 }
 
 type meganodeStatus struct {
@@ -183,8 +213,12 @@ func serverStatusOf(ctx context.Context, m regiontable.Member) serverStatus {
 
 // fillStatus copies a metadata reply into s.
 func fillStatus(s *serverStatus, md *wire.MetadataReply) {
-	s.NodeSize, s.MeganodeSize, s.Hints = md.NodeSize, md.MeganodeSize, md.Hints
-	s.Regions = md.Regions
+	s.NodeSize, s.MeganodeSize = md.NodeSize, md.MeganodeSize
+	s.Hints = hintsStatus(md.Hints)
+	for _, r := range md.Regions {
+		s.Regions = append(s.Regions, regionStatus{ID: r.ID, Epoch: r.Epoch, Size: r.Size, RemoteKey: r.RemoteKey,
+			Host: r.Host, RPCAddr: r.RPCAddr, ReadAddr: r.ReadAddr, Path: r.Path, Raft: raftStatus(r.Raft)})
+	}
 	for _, mn := range md.Meganodes {
 		s.Meganodes = append(s.Meganodes, meganodeStatusOf(mn))
 		s.UsedNodes += uint64(mn.UsedNodes)

@@ -54,6 +54,9 @@ type config struct {
 // errHelp is returned for -h: usage was printed, exit 0.
 var errHelp = errors.New("help requested")
 
+// errVersion is returned for --version: print the build, exit 0.
+var errVersion = errors.New("version requested")
+
 // envName is the environment variable standing for a flag:
 // --data-dir is CELL_DATA_DIR.
 func envName(flagName string) string {
@@ -111,6 +114,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&deadAfter, "dead-after", server.DefaultDeadAfter.String(), "how long a server may be missing from the members before its replicas are replaced on live servers")
 	str(&balanceEvery, "balance-interval", server.DefaultBalanceInterval.String(), "how often the coordinator moves a leadership from a server leading far more regions than the mean; 0 never")
 	str(&snapEvery, "snapshot-interval", server.DefaultSnapshotInterval.String(), "how often a region checks --snapshot-threshold")
+	showVersion := fs.Bool("version", false, "print the version and VCS revision, then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -120,6 +124,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 			return nil, errHelp
 		}
 		return nil, err
+	}
+	if *showVersion {
+		return nil, errVersion
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))

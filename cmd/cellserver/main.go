@@ -10,7 +10,9 @@
 // closes its region, writes the clean-shutdown marker and stops etcd.
 //
 // Every flag has an environment variable: --data-dir is CELL_DATA_DIR, and
-// so on (the command line wins). Startup errors print one line and exit
+// so on (the command line wins). --version prints the build's version and
+// VCS revision (package buildinfo), which the server also publishes with
+// its member entry. Startup errors print one line and exit
 // with status 1 (2 for bad flags).
 package main
 
@@ -26,21 +28,27 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellstore/cell/internal/buildinfo"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/regiontable/embedded"
 	"github.com/cellstore/cell/server"
 )
 
-// version is set at link time (-ldflags "-X main.version=...").
+// version is set at link time (-ldflags "-X main.version=..."); unset,
+// the version is the build's (package buildinfo).
 var version = "dev"
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if errors.Is(err, errVersion) {
+		fmt.Fprint(stdout, buildinfo.Read(version).String("cellserver"))
 		return 0
 	}
 	if err != nil {
@@ -111,7 +119,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		SplitFill:        cfg.splitFill,
 		Store:            store,
 		ServerID:         cfg.serverID,
-		Version:          version,
+		Version:          buildinfo.Version(version),
 		Logger:           log,
 
 		Replicas:             cfg.replicas,

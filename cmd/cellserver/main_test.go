@@ -15,13 +15,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellstore/cell/internal/buildinfo"
 	"github.com/cellstore/cell/internal/testutil"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
 
-// binary is cellserver built once for the tests that run it.
+// binary is cellserver built once for the tests that run it, linked with
+// main.version testVersion.
 var binary string
+
+const testVersion = "v0.0.0-celltest"
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "cellserver-test-")
@@ -30,7 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binary = filepath.Join(dir, "cellserver")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)
@@ -139,7 +143,7 @@ func TestCellserverBinary(t *testing.T) {
 
 	p := start(t, args...)
 	m := waitMember(t, p, store)
-	if m.ID != "cell-test" || m.RPCAddr != listen || m.ReadAddr != rdmaListen || m.HostID == "" {
+	if m.ID != "cell-test" || m.RPCAddr != listen || m.ReadAddr != rdmaListen || m.HostID == "" || m.Version != testVersion {
 		t.Fatalf("member %+v", m)
 	}
 	regions, err := store.Regions(ctx)
@@ -248,5 +252,18 @@ func TestCellserverStartupErrors(t *testing.T) {
 	last := lines[len(lines)-1]
 	if !strings.HasPrefix(last, "cellserver: ") || !strings.Contains(last, busy.Addr().String()) {
 		t.Fatalf("busy port: last line %q", last)
+	}
+}
+
+// --version prints the build (package buildinfo): the linked version, then
+// the revision when the build has one, and the Go version; exit 0.
+func TestCellserverVersion(t *testing.T) {
+	out, err := exec.Command(binary, "--version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "cellserver "+testVersion+"\n") || !strings.Contains(string(out), "\ngo: go") {
+		t.Errorf("cellserver --version: %v, %q", err, out)
+	}
+	var stdout, stderr strings.Builder
+	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || stdout.String() != buildinfo.Read(version).String("cellserver") || stderr.Len() != 0 {
+		t.Errorf("run --version: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 }
