@@ -64,6 +64,8 @@ func TestReadme(t *testing.T) {
 
 	work := t.TempDir()
 	copyRepo(t, root, work)
+	shmBefore := shmFiles(t)
+	defer checkShmLeftovers(t, shmBefore)
 	ns := newNetns(t)
 	sh := startSession(t, ns, work)
 
@@ -463,4 +465,40 @@ func indent(s string) string {
 		s = s[:4000] + "\n..."
 	}
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+}
+
+// shmFiles lists the names in /dev/shm.
+func shmFiles(t *testing.T) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	return names
+}
+
+// checkShmLeftovers fails the test if the README's commands left region
+// files or one-sided registration tables in /dev/shm (each region file is
+// up to 1 GiB of memory until removed), and removes them. Only Cell's
+// files new since before are counted, and a registration table only when
+// its process is gone (tests run one package at a time).
+func checkShmLeftovers(t *testing.T, before map[string]bool) {
+	t.Helper()
+	for name := range shmFiles(t) {
+		if before[name] || !strings.HasPrefix(name, "cell-") {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(name, "cell-rdma-"); ok {
+			pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
+			if err == nil && syscall.Kill(pid, 0) == nil {
+				continue // a live process's
+			}
+		}
+		t.Errorf("the README's commands left /dev/shm/%s behind", name)
+		_ = os.Remove(filepath.Join("/dev/shm", name))
+	}
 }
