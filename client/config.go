@@ -80,7 +80,7 @@ type Config struct {
 	// whether its region files can be mapped (shm). Default rdma.HostID().
 	HostID string
 	// TCP configures the tcp one-sided read client. Its ConnsPerEndpoint
-	// defaults to ConnsPerServer.
+	// defaults to ConnsPerServer, its Logger to Logger.
 	TCP rdma.TCPClientOptions
 	// SHM configures the shm one-sided read client. Its Host defaults to
 	// HostID.
@@ -144,8 +144,12 @@ type Config struct {
 	// need distinct registerers, e.g. each wrapped with
 	// prometheus.WrapRegistererWith and its own label.
 	Registerer prometheus.Registerer
-	// Logger receives connection and topology events. Default
-	// slog.Default().
+	// Logger receives connection and topology events, and is passed on
+	// to what the client creates (the tcp one-sided read client unless
+	// TCP.Logger is set, the etcd region table). Default: a logger that
+	// discards everything (slog.DiscardHandler), not slog.Default(): a
+	// library logs nothing unless asked to. Errors reach the caller
+	// anyway; the log only tells of background events.
 	Logger *slog.Logger
 
 	// TestingKnobs are test hooks; zero in production.
@@ -161,6 +165,9 @@ type TestingKnobs struct {
 	// record, before its CRC is checked.
 	AfterExtentRead func(p uint64, buf []byte)
 }
+
+// discardLogger is Config.Logger's default.
+var discardLogger = slog.New(slog.DiscardHandler)
 
 // EnsureDefaults fills zero fields with their defaults.
 func (c *Config) EnsureDefaults() {
@@ -204,7 +211,7 @@ func (c *Config) EnsureDefaults() {
 		c.RangePageSize = DefaultRangePageSize
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = discardLogger
 	}
 	if c.TCP.ConnsPerEndpoint == 0 {
 		c.TCP.ConnsPerEndpoint = c.ConnsPerServer
