@@ -72,7 +72,10 @@ type Client struct {
 // New connects to the store cfg describes: it finds the servers (from etcd
 // or Config.Servers), asks each for its regions, and returns once at least
 // one answered, or fails when ctx ends first or none could be reached
-// (ErrUnavailable). Config errors wrap ErrInvalidConfig.
+// (ErrUnavailable). Its wait is bounded by the dial timeouts even when
+// ctx has no deadline: EtcdDialTimeout for connecting to etcd and reading
+// the region table, DialTimeout (at most 1 s) for each server's answer.
+// Config errors wrap ErrInvalidConfig.
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -53,7 +53,12 @@ type Config struct {
 	// EtcdPrefix is the region table's key prefix in etcd. Default
 	// regiontable.DefaultPrefix ("/cell").
 	EtcdPrefix string
-	// EtcdDialTimeout bounds connecting to etcd. Default DialTimeout.
+	// EtcdDialTimeout bounds connecting to etcd, and each read of the
+	// region table, on its own: New with a context without deadline
+	// fails after it when etcd does not answer, with an error naming
+	// each endpoint and what it met ("etcd unreachable: no endpoint
+	// answered within 5s: 127.0.0.1:2379: connection refused"), as does a
+	// refresh. Default DialTimeout.
 	EtcdDialTimeout time.Duration
 	// Store is a region table to use instead of opening one on Endpoints
 	// (a process that has one already, tests with regiontable.Memory).
@@ -101,7 +106,9 @@ type Config struct {
 	// ConnsPerServer is the number of RPC connections kept to each server;
 	// calls are pipelined over them. Default 2.
 	ConnsPerServer int
-	// DialTimeout bounds connecting to a server. Default 5s.
+	// DialTimeout bounds connecting to a server (and to etcd, unless
+	// EtcdDialTimeout is set), whatever the operation's context allows.
+	// Default 5s.
 	DialTimeout time.Duration
 	// Wire configures the RPC connections (nil: wire's defaults).
 	Wire *wire.Options

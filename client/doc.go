@@ -20,6 +20,13 @@
 // WrongServer reply's leader is asked too from then on, and the request
 // goes there at once.
 //
+// Connecting is bounded by the dial timeouts on their own, whatever the
+// context allows: New with a context without deadline fails after
+// Config.EtcdDialTimeout when etcd does not answer, with an error naming
+// each endpoint and what it met (regiontable.ErrUnreachable: "no
+// endpoint answered within 5s: 127.0.0.1:2379: connection refused"),
+// and each read of the region table is bounded by it too.
+//
 // Each server has ConnsPerServer pipelined wire connections (any number of
 // operations in flight share them) and one estimator in the selector: a
 // "server connection" in the paper's sense.

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/cellstore/cell/blink"
 )
@@ -152,6 +156,101 @@ func OpenEtcd(endpoints []string, opts EtcdOptions) (*Etcd, error) {
 	}
 	s.owned = true
 	return s, nil
+}
+
+// Connect waits until the store's etcd client is connected to one of its
+// endpoints, for at most the store's DialTimeout (or until ctx ends),
+// and returns at once when it is already. Calls to etcd wait for a
+// connection as long as their contexts let them; Connect lets a caller
+// bound that wait by the dial timeout alone, and say why etcd could not
+// be reached: its error wraps ErrUnreachable and names each endpoint and
+// what a plain TCP dial of it met ("regiontable: etcd unreachable: no
+// endpoint answered within 1s: 127.0.0.1:2379: connection refused"), and
+// wraps ctx's error if ctx ended first. It also starts connecting a store
+// opened lazily (OpenEtcd does not connect).
+func (s *Etcd) Connect(ctx context.Context) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	conn := s.cli.ActiveConnection()
+	if conn.GetState() == connectivity.Ready {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.opts.DialTimeout)
+	defer cancel()
+	stop := context.AfterFunc(s.closed, cancel)
+	defer stop()
+	conn.Connect()
+	for {
+		st := conn.GetState()
+		if st == connectivity.Ready {
+			return nil
+		}
+		if !conn.WaitForStateChange(wctx, st) {
+			break
+		}
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	why := probeEndpoints(s.cli.Endpoints(), min(s.opts.DialTimeout, probeTimeout))
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: no endpoint answered before the caller's deadline: %s: %w", ErrUnreachable, why, err)
+	}
+	return fmt.Errorf("%w: no endpoint answered within %v: %s", ErrUnreachable, s.opts.DialTimeout, why)
+}
+
+// probeTimeout bounds Connect's diagnostic dials.
+const probeTimeout = time.Second
+
+// probeEndpoints dials each endpoint over TCP, in parallel and for at
+// most timeout, and says what each met: "host:port: connection refused",
+// "host:port: accepts connections but etcd did not answer" ...
+func probeEndpoints(endpoints []string, timeout time.Duration) string {
+	out := make([]string, len(endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range endpoints {
+		wg.Go(func() {
+			addr := endpointAddr(ep)
+			d := net.Dialer{Timeout: timeout}
+			nc, err := d.Dial("tcp", addr)
+			if err != nil {
+				out[i] = addr + ": " + dialCause(err)
+				return
+			}
+			_ = nc.Close()
+			out[i] = addr + ": accepts connections but etcd did not answer"
+		})
+	}
+	wg.Wait()
+	return strings.Join(out, "; ")
+}
+
+// endpointAddr is the "host:port" of an endpoint given as one or as a
+// URL.
+func endpointAddr(ep string) string {
+	if !strings.Contains(ep, "://") {
+		return ep
+	}
+	if u, err := url.Parse(ep); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return ep
+}
+
+// dialCause is the innermost reason of a failed dial: "connection
+// refused" rather than "dial tcp 127.0.0.1:2379: connect: connection
+// refused", "i/o timeout" for a dial that got no answer.
+func dialCause(err error) string {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err.Error()
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return err.Error()
 }
 
 // Client returns the etcd client the store uses.
