@@ -39,6 +39,7 @@ const (
 	DefaultMaxRetryBackoff   = 100 * time.Millisecond
 	DefaultRefreshInterval   = 30 * time.Second
 	DefaultRangePageSize     = 1024
+	DefaultRestartGrace      = 10 * time.Second
 )
 
 // Config configures a Client. The zero value of every field means its
@@ -125,8 +126,26 @@ type Config struct {
 	MaxRetries int
 	// FailFast stops every operation at MaxRetries with ErrUnavailable,
 	// even when its context's deadline leaves time to wait for the
-	// region's leader. Default false.
+	// region's leader, and fails an operation on a region with no live
+	// server at once whatever RestartGrace says. Default false.
 	FailFast bool
+	// RestartGrace: an operation on a region the region table shows with
+	// no live server (neither its host nor any replica is a live member)
+	// fails at once with a *RegionUnavailableError, even when its
+	// deadline leaves time to wait: that is an outage, not a failover,
+	// and waiting would only turn it into a deadline error later. The
+	// exception is a region this client saw served and then saw lose its
+	// last live server less than RestartGrace ago: a server restarting
+	// (an upgrade, a crash restarted by its supervisor) leaves the table
+	// for a few seconds, and its operations wait for it within their
+	// deadlines, as for a leader in transition, until the grace ends;
+	// they then fail with the RegionUnavailableError. A client that never
+	// saw the region served (a new process, a cellctl command) does not
+	// wait. A region whose host is gone but one of whose replicas lives is
+	// a leader in transition: always waited for (see MaxRetries). Only a
+	// region table tells: with Config.Servers, operations wait as for a
+	// leader in transition. Default 10s; negative: no grace.
+	RestartGrace time.Duration
 	// MaxRestarts bounds the retries of one operation after torn reads,
 	// CRC mismatches and restarts of a client-side traversal, which are
 	// cheap and expected under concurrent writes. Default 65536.
@@ -216,6 +235,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.RangePageSize == 0 {
 		c.RangePageSize = DefaultRangePageSize
+	}
+	if c.RestartGrace == 0 {
+		c.RestartGrace = DefaultRestartGrace
 	}
 	if c.Logger == nil {
 		c.Logger = discardLogger

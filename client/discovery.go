@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,6 +38,15 @@ type discovery struct {
 	hosts map[uint32]string
 	root  blink.Ptr
 	keys  map[uint32][]rdma.RemoteKey
+	// table says the discoverer read a region table: down and up below
+	// are known.
+	table bool
+	// down are the regions the table shows with no live server: neither
+	// their host nor any replica is a live member. Each maps to those
+	// servers' IDs.
+	down map[uint32][]string
+	// up are the other regions of the table.
+	up []uint32
 }
 
 // staticServers is the discoverer of Config.Servers: the addresses, and
@@ -113,17 +123,29 @@ func (d *tableDiscovery) discover(ctx context.Context) (discovery, error) {
 	if err != nil {
 		return discovery{}, err // "regiontable: ..."
 	}
-	out := discovery{root: st.Root, hosts: make(map[uint32]string, len(st.Regions))}
+	out := discovery{root: st.Root, hosts: make(map[uint32]string, len(st.Regions)), table: true}
 	hosts := make(map[string]bool, len(st.Regions))
 	rpc := make(map[string]string, len(st.Members))
+	live := make(map[string]bool, len(st.Members))
 	for _, m := range st.Members {
 		rpc[m.ID] = m.RPCAddr
+		live[m.ID] = true
 	}
 	for _, r := range st.Regions {
 		hosts[r.Host] = true
 		if a := rpc[r.Host]; a != "" {
 			out.hosts[r.ID] = a
 		}
+		if live[r.Host] || slices.ContainsFunc(r.Replicas, func(id string) bool { return live[id] }) {
+			out.up = append(out.up, r.ID)
+			continue
+		}
+		if out.down == nil {
+			out.down = make(map[uint32][]string)
+		}
+		servers := append([]string{r.Host}, r.Replicas...)
+		slices.Sort(servers)
+		out.down[r.ID] = slices.Compact(servers)
 	}
 	for _, m := range st.Members {
 		if m.RPCAddr == "" {

@@ -208,6 +208,11 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 			}
 			return out, ferr
 		}
+		if cause != causeRestart {
+			if derr := c.regionDown(t.regionOf(rs.req.Ptr)); derr != nil {
+				return out, derr
+			}
+		}
 		c.countRetry(cause)
 		retries++
 		if gerr := c.giveUp(ctx, retries, cause, err); gerr != nil {
