@@ -110,6 +110,21 @@
 // waits on its own: others' keys are not slowed. Config.FailFast turns
 // the wait off.
 //
+// A region the region table shows with no live server at all (neither its
+// host nor any replica is a live member: their leases are gone) is not in
+// transition but down: an operation on it (or a range crossing it) fails
+// at once, after its first failed attempt and without waiting for its
+// deadline, with a *RegionUnavailableError naming the region and its
+// servers (errors.Is ErrUnavailable), so that an outage is reported as
+// such, at once, and does not hold callers until their deadlines. The
+// exception is a restart: a region this client saw served, and then saw
+// lose its last live server less than Config.RestartGrace (10 s) ago, is
+// waited for as above until the grace ends. A client that never saw the
+// region served (a new process, a cellctl command) does not wait, and
+// neither does a FailFast one. A region whose host is gone but one of
+// whose replicas lives is a leader in transition, waited for as above.
+// Only a region table tells: with Config.Servers the client waits.
+//
 // A server whose connection broke or whose dial failed is suspect for
 // 10 s: dials to it give up after 500 ms instead of Config.DialTimeout (a
 // dead host's address often does not refuse a connection, and a dial to

@@ -307,6 +307,8 @@ func TestDeadRegionFailsAtOnce(t *testing.T) {
 		err, el := op(cf, func(ctx context.Context) error { _, err := cf.Get(ctx, deadKey(1)); return err })
 		wantDead(t, "Get of a fresh client", err, el)
 		t.Logf("Get of a fresh client: %v", err)
+		err, el = op(cf, func(ctx context.Context) error { _, _, err := cf.Range(ctx, key(30), key(40), RangeOptions{}); return err })
+		wantDead(t, "Range within region 2 of a fresh client", err, el)
 		if v, err := cf.Get(testCtx(t, 5*time.Second), liveKey(1)); err != nil || !bytes.Equal(v, value(1, 0)) {
 			t.Errorf("Get %s = %q, %v", liveKey(1), v, err)
 		}

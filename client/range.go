@@ -209,7 +209,7 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 			return out, ferr
 		}
 		if cause != causeRestart {
-			if derr := c.regionDown(t.regionOf(rs.req.Ptr)); derr != nil {
+			if derr := c.regionDown(t.failedRegion(err, rs.req.Ptr)); derr != nil {
 				return out, derr
 			}
 		}

@@ -282,6 +282,18 @@ func (t *topology) regionOf(p blink.Ptr) uint32 {
 	return p.Region()
 }
 
+// failedRegion is the region an error of a request about meganode p is
+// about: the one a server's status names (a server that does not host
+// the region answers Unavailable or WrongServer naming it), else p's
+// (regionOf).
+func (t *topology) failedRegion(err error, p blink.Ptr) uint32 {
+	var se *wire.StatusError
+	if errors.As(err, &se) && se.Region != 0 {
+		return se.Region
+	}
+	return t.regionOf(p)
+}
+
 // dropMoved closes the connections to every server that, in prev, served
 // a region the table now gives to another host: requests waiting on the
 // old host (dead, paused, cut off, or handing the region over) fail at

@@ -205,7 +205,7 @@ func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again 
 		return false, ferr
 	}
 	if cause != causeRestart {
-		if derr := c.regionDown(op.t.regionOf(h.ptr)); derr != nil {
+		if derr := c.regionDown(op.t.failedRegion(err, h.ptr)); derr != nil {
 			return false, derr
 		}
 	}

@@ -82,7 +82,7 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 			return ferr
 		}
 		if cause != causeRestart {
-			if derr := c.regionDown(t.regionOf(ptr)); derr != nil {
+			if derr := c.regionDown(t.failedRegion(err, ptr)); derr != nil {
 				return derr
 			}
 		}
