@@ -39,6 +39,13 @@ func TestEtcdConnect(t *testing.T) {
 	if err := s.Connect(ctx); !errors.Is(err, regiontable.ErrUnreachable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Connect with a shorter deadline: %v, want regiontable.ErrUnreachable and DeadlineExceeded", err)
 	}
+	// A call that times out unconnected says so.
+	lctx, lcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer lcancel()
+	if _, err := s.Load(lctx); err == nil || !strings.Contains(err.Error(), "not connected to etcd at http://"+down) ||
+		!errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Load with etcd down: %v, want not connected to etcd at %s, and DeadlineExceeded", err, down)
+	}
 
 	if testing.Short() {
 		return

@@ -20,7 +20,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/cellstore/cell/blink"
 )
@@ -121,7 +123,8 @@ func NewEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 // OpenEtcd connects to the etcd cluster at endpoints ("host:port" or URLs)
 // and returns a Store that owns the connection. Connecting is lazy: an
 // unreachable cluster shows as errors of the first calls, bounded by their
-// contexts.
+// contexts (an error of a call made while not connected says so); Connect
+// waits for the connection within DialTimeout and says why it failed.
 func OpenEtcd(endpoints []string, opts EtcdOptions) (*Etcd, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
@@ -268,9 +271,19 @@ func (s *Etcd) isClosed() bool {
 }
 
 // wrap gives an etcd error context, keeping ErrClosed for a closed store.
+// A call that ended waiting for a connection (its context ended, or etcd
+// was unavailable) while the client is not connected says so: "context
+// deadline exceeded" alone does not tell that etcd could not be reached.
 func (s *Etcd) wrap(what string, err error) error {
 	if s.isClosed() {
 		return fmt.Errorf("regiontable: %s: %w", what, ErrClosed)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Unavailable ||
+		status.Code(err) == codes.DeadlineExceeded {
+		if st := s.cli.ActiveConnection().GetState(); st != connectivity.Ready {
+			return fmt.Errorf("regiontable: %s: not connected to etcd at %s (%v): %w", what, strings.Join(s.cli.Endpoints(), ","),
+				strings.ToLower(st.String()), err)
+		}
 	}
 	return fmt.Errorf("regiontable: %s: %w", what, err)
 }
