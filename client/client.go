@@ -49,13 +49,13 @@ type Client struct {
 		err     error
 		failing bool
 	}
+	kick chan struct{} // asks refreshLoop for a refresh soon
 	// down are the regions the region table showed with no live server
 	// at the last discovery (nil: none, or no table); see regionDown.
 	down atomic.Pointer[map[uint32]downRegion]
 	// servedRegions are the regions a discovery showed with a live
 	// server. REQUIRES: refreshSem held.
 	servedRegions map[uint32]bool
-	kick          chan struct{} // asks refreshLoop for a refresh soon
 	// dialWire connects to a server: wire.Dial (tests replace it).
 	dialWire func(ctx context.Context, addr string, opts *wire.Options) (*wire.Conn, error)
 

@@ -221,30 +221,36 @@ func TestDeadRegionFailsAtOnce(t *testing.T) {
 			t.Errorf("%s: %q, want region 2 named, no discovery or deadline", what, msg)
 		}
 	}
-	op := func(c *Client, f func(ctx context.Context) error) (error, time.Duration) {
+	op := func(c *Client, f func(ctx context.Context) error) (time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		start := time.Now()
 		err := f(ctx)
-		return err, time.Since(start)
+		return time.Since(start), err
 	}
 
 	t.Run("ops", func(t *testing.T) {
 		for i := range 3 {
-			err, el := op(c, func(ctx context.Context) error { _, err := c.Get(ctx, deadKey(i)); return err })
+			el, err := op(c, func(ctx context.Context) error { _, err := c.Get(ctx, deadKey(i)); return err })
 			wantDead(t, "Get", err, el)
-			err, el = op(c, func(ctx context.Context) error { _, err := c.Contains(ctx, deadKey(i)); return err })
+			el, err = op(c, func(ctx context.Context) error { _, err := c.Contains(ctx, deadKey(i)); return err })
 			wantDead(t, "Contains", err, el)
-			err, el = op(c, func(ctx context.Context) error { return c.Put(ctx, deadKey(i), []byte("x")) })
+			el, err = op(c, func(ctx context.Context) error { return c.Put(ctx, deadKey(i), []byte("x")) })
 			wantDead(t, "Put", err, el)
-			err, el = op(c, func(ctx context.Context) error { return c.Delete(ctx, deadKey(i)) })
+			el, err = op(c, func(ctx context.Context) error { return c.Delete(ctx, deadKey(i)) })
 			wantDead(t, "Delete", err, el)
 		}
-		err, el := op(c, func(ctx context.Context) error { _, _, err := c.Range(ctx, nil, nil, RangeOptions{}); return err })
+		el, err := op(c, func(ctx context.Context) error { _, _, err := c.Range(ctx, nil, nil, RangeOptions{}); return err })
 		wantDead(t, "Range over everything", err, el)
-		err, el = op(c, func(ctx context.Context) error { _, _, err := c.Range(ctx, key(10), key(60), RangeOptions{}); return err })
+		el, err = op(c, func(ctx context.Context) error {
+			_, _, err := c.Range(ctx, key(10), key(60), RangeOptions{})
+			return err
+		})
 		wantDead(t, "Range from region 1 across region 2", err, el)
-		err, el = op(c, func(ctx context.Context) error { _, _, err := c.Range(ctx, key(10), key(20), RangeOptions{}); return err })
+		el, err = op(c, func(ctx context.Context) error {
+			_, _, err := c.Range(ctx, key(10), key(20), RangeOptions{})
+			return err
+		})
 		if err != nil {
 			t.Errorf("Range within region 1: %v (after %v)", err, el)
 		}
@@ -281,7 +287,7 @@ func TestDeadRegionFailsAtOnce(t *testing.T) {
 			if el := time.Since(start); el > time.Second {
 				t.Errorf("Get %s of a live region took %v", liveKey(i), el)
 			}
-				}
+		}
 		close(stop)
 		wg.Wait()
 		// Alone, live keys take no retry at all.
@@ -304,10 +310,13 @@ func TestDeadRegionFailsAtOnce(t *testing.T) {
 		// cellctl command) does not wait for it, whatever the grace.
 		fresh := d.config(t)
 		cf := mustClient(t, fresh)
-		err, el := op(cf, func(ctx context.Context) error { _, err := cf.Get(ctx, deadKey(1)); return err })
+		el, err := op(cf, func(ctx context.Context) error { _, err := cf.Get(ctx, deadKey(1)); return err })
 		wantDead(t, "Get of a fresh client", err, el)
 		t.Logf("Get of a fresh client: %v", err)
-		err, el = op(cf, func(ctx context.Context) error { _, _, err := cf.Range(ctx, key(30), key(40), RangeOptions{}); return err })
+		el, err = op(cf, func(ctx context.Context) error {
+			_, _, err := cf.Range(ctx, key(30), key(40), RangeOptions{})
+			return err
+		})
 		wantDead(t, "Range within region 2 of a fresh client", err, el)
 		if v, err := cf.Get(testCtx(t, 5*time.Second), liveKey(1)); err != nil || !bytes.Equal(v, value(1, 0)) {
 			t.Errorf("Get %s = %q, %v", liveKey(1), v, err)
@@ -320,7 +329,7 @@ func TestDeadRegionFailsAtOnce(t *testing.T) {
 		// reports it.
 		var ru *RegionUnavailableError
 		waitFor(t, 5*time.Second, "the grace to end", func() bool {
-			err, el := op(cg, func(ctx context.Context) error { _, err := cg.Get(ctx, deadKey(2)); return err })
+			el, err := op(cg, func(ctx context.Context) error { _, err := cg.Get(ctx, deadKey(2)); return err })
 			if el > 2*time.Second {
 				t.Errorf("Get waited %v with a 300ms grace", el)
 			}

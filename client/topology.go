@@ -267,7 +267,7 @@ func (c *Client) regionDown(region uint32) error {
 	if !c.cfg.FailFast && !dr.since.IsZero() && time.Since(dr.since) < c.cfg.RestartGrace {
 		return nil
 	}
-	return &RegionUnavailableError{Region: region, Servers: dr.servers, Since: dr.since}
+	return &RegionUnavailableError{Region: region, Servers: slices.Clone(dr.servers), Since: dr.since}
 }
 
 // regionOf is the region of meganode p, or of the root when p is nil (the
