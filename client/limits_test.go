@@ -206,6 +206,10 @@ func TestDeadRegionFailsAtOnce(t *testing.T) {
 	getAll(t, cg, 100)
 
 	d.kill(t, 1)
+	// The client follows the table: wait until it saw region 2 go, so
+	// that no write is sent to the dead server on a connection it has not
+	// seen break yet (an unknown outcome, not what this test is about).
+	waitFor(t, 5*time.Second, "the client to drop region 2", func() bool { return c.topo.Load().regions[2] == nil })
 
 	wantDead := func(t *testing.T, what string, err error, el time.Duration) {
 		t.Helper()
@@ -284,7 +288,7 @@ func TestDeadRegionFailsAtOnce(t *testing.T) {
 			if v, err := c.Get(ctx, liveKey(i)); err != nil || !bytes.Equal(v, value(i%25, 0)) {
 				t.Fatalf("Get %s = %q, %v", liveKey(i), v, err)
 			}
-			if el := time.Since(start); el > time.Second {
+			if el := time.Since(start); el > 2*time.Second {
 				t.Errorf("Get %s of a live region took %v", liveKey(i), el)
 			}
 		}
