@@ -50,6 +50,12 @@ type Client struct {
 		failing bool
 	}
 	kick chan struct{} // asks refreshLoop for a refresh soon
+	// down are the regions the region table showed with no live server
+	// at the last discovery (nil: none, or no table); see regionDown.
+	down atomic.Pointer[map[uint32]downRegion]
+	// servedRegions are the regions a discovery showed with a live
+	// server. REQUIRES: refreshSem held.
+	servedRegions map[uint32]bool
 	// dialWire connects to a server: wire.Dial (tests replace it).
 	dialWire func(ctx context.Context, addr string, opts *wire.Options) (*wire.Conn, error)
 
@@ -72,7 +78,10 @@ type Client struct {
 // New connects to the store cfg describes: it finds the servers (from etcd
 // or Config.Servers), asks each for its regions, and returns once at least
 // one answered, or fails when ctx ends first or none could be reached
-// (ErrUnavailable). Config errors wrap ErrInvalidConfig.
+// (ErrUnavailable). Its wait is bounded by the dial timeouts even when
+// ctx has no deadline: EtcdDialTimeout for connecting to etcd and reading
+// the region table, DialTimeout (at most 1 s) for each server's answer.
+// Config errors wrap ErrInvalidConfig.
 func New(ctx context.Context, cfg Config) (*Client, error) {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -83,18 +92,19 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	c := &Client{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		sel:        sel,
-		sysClock:   sel.Options().Clock == locality.SystemClock,
-		selClock:   sel.Options().Clock,
-		base:       time.Now(),
-		hostID:     cfg.HostID,
-		clientID:   randomID(),
-		refreshSem: make(chan struct{}, 1),
-		kick:       make(chan struct{}, 1),
-		dialWire:   wire.Dial,
-		closing:    make(chan struct{}),
+		cfg:           cfg,
+		log:           cfg.Logger,
+		sel:           sel,
+		sysClock:      sel.Options().Clock == locality.SystemClock,
+		selClock:      sel.Options().Clock,
+		base:          time.Now(),
+		hostID:        cfg.HostID,
+		clientID:      randomID(),
+		refreshSem:    make(chan struct{}, 1),
+		servedRegions: make(map[uint32]bool),
+		kick:          make(chan struct{}, 1),
+		dialWire:      wire.Dial,
+		closing:       make(chan struct{}),
 	}
 	c.mu.servers = make(map[string]*server)
 	c.mu.leaders = make(map[string]bool)

@@ -39,6 +39,7 @@ const (
 	DefaultMaxRetryBackoff   = 100 * time.Millisecond
 	DefaultRefreshInterval   = 30 * time.Second
 	DefaultRangePageSize     = 1024
+	DefaultRestartGrace      = 10 * time.Second
 )
 
 // Config configures a Client. The zero value of every field means its
@@ -53,7 +54,12 @@ type Config struct {
 	// EtcdPrefix is the region table's key prefix in etcd. Default
 	// regiontable.DefaultPrefix ("/cell").
 	EtcdPrefix string
-	// EtcdDialTimeout bounds connecting to etcd. Default DialTimeout.
+	// EtcdDialTimeout bounds connecting to etcd, and each read of the
+	// region table, on its own: New with a context without deadline
+	// fails after it when etcd does not answer, with an error naming
+	// each endpoint and what it met ("etcd unreachable: no endpoint
+	// answered within 5s: 127.0.0.1:2379: connection refused"), as does a
+	// refresh. Default DialTimeout.
 	EtcdDialTimeout time.Duration
 	// Store is a region table to use instead of opening one on Endpoints
 	// (a process that has one already, tests with regiontable.Memory).
@@ -80,7 +86,7 @@ type Config struct {
 	// whether its region files can be mapped (shm). Default rdma.HostID().
 	HostID string
 	// TCP configures the tcp one-sided read client. Its ConnsPerEndpoint
-	// defaults to ConnsPerServer.
+	// defaults to ConnsPerServer, its Logger to Logger.
 	TCP rdma.TCPClientOptions
 	// SHM configures the shm one-sided read client. Its Host defaults to
 	// HostID.
@@ -101,7 +107,9 @@ type Config struct {
 	// ConnsPerServer is the number of RPC connections kept to each server;
 	// calls are pipelined over them. Default 2.
 	ConnsPerServer int
-	// DialTimeout bounds connecting to a server. Default 5s.
+	// DialTimeout bounds connecting to a server (and to etcd, unless
+	// EtcdDialTimeout is set), whatever the operation's context allows.
+	// Default 5s.
 	DialTimeout time.Duration
 	// Wire configures the RPC connections (nil: wire's defaults).
 	Wire *wire.Options
@@ -118,8 +126,26 @@ type Config struct {
 	MaxRetries int
 	// FailFast stops every operation at MaxRetries with ErrUnavailable,
 	// even when its context's deadline leaves time to wait for the
-	// region's leader. Default false.
+	// region's leader, and fails an operation on a region with no live
+	// server at once whatever RestartGrace says. Default false.
 	FailFast bool
+	// RestartGrace: an operation on a region the region table shows with
+	// no live server (neither its host nor any replica is a live member)
+	// fails at once with a *RegionUnavailableError, even when its
+	// deadline leaves time to wait: that is an outage, not a failover,
+	// and waiting would only turn it into a deadline error later. The
+	// exception is a region this client saw served and then saw lose its
+	// last live server less than RestartGrace ago: a server restarting
+	// (an upgrade, a crash restarted by its supervisor) leaves the table
+	// for a few seconds, and its operations wait for it within their
+	// deadlines, as for a leader in transition, until the grace ends;
+	// they then fail with the RegionUnavailableError. A client that never
+	// saw the region served (a new process, a cellctl command) does not
+	// wait. A region whose host is gone but one of whose replicas lives is
+	// a leader in transition: always waited for (see MaxRetries). Only a
+	// region table tells: with Config.Servers, operations wait as for a
+	// leader in transition. Default 10s; negative: no grace.
+	RestartGrace time.Duration
 	// MaxRestarts bounds the retries of one operation after torn reads,
 	// CRC mismatches and restarts of a client-side traversal, which are
 	// cheap and expected under concurrent writes. Default 65536.
@@ -144,8 +170,12 @@ type Config struct {
 	// need distinct registerers, e.g. each wrapped with
 	// prometheus.WrapRegistererWith and its own label.
 	Registerer prometheus.Registerer
-	// Logger receives connection and topology events. Default
-	// slog.Default().
+	// Logger receives connection and topology events, and is passed on
+	// to what the client creates (the tcp one-sided read client unless
+	// TCP.Logger is set, the etcd region table). Default: a logger that
+	// discards everything (slog.DiscardHandler), not slog.Default(): a
+	// library logs nothing unless asked to. Errors reach the caller
+	// anyway; the log only tells of background events.
 	Logger *slog.Logger
 
 	// TestingKnobs are test hooks; zero in production.
@@ -161,6 +191,9 @@ type TestingKnobs struct {
 	// record, before its CRC is checked.
 	AfterExtentRead func(p uint64, buf []byte)
 }
+
+// discardLogger is Config.Logger's default.
+var discardLogger = slog.New(slog.DiscardHandler)
 
 // EnsureDefaults fills zero fields with their defaults.
 func (c *Config) EnsureDefaults() {
@@ -203,8 +236,11 @@ func (c *Config) EnsureDefaults() {
 	if c.RangePageSize == 0 {
 		c.RangePageSize = DefaultRangePageSize
 	}
+	if c.RestartGrace == 0 {
+		c.RestartGrace = DefaultRestartGrace
+	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = discardLogger
 	}
 	if c.TCP.ConnsPerEndpoint == 0 {
 		c.TCP.ConnsPerEndpoint = c.ConnsPerServer

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cellstore/cell/blink"
@@ -36,6 +38,15 @@ type discovery struct {
 	hosts map[uint32]string
 	root  blink.Ptr
 	keys  map[uint32][]rdma.RemoteKey
+	// table says the discoverer read a region table: down and up below
+	// are known.
+	table bool
+	// down are the regions the table shows with no live server: neither
+	// their host nor any replica is a live member. Each maps to those
+	// servers' IDs.
+	down map[uint32][]string
+	// up are the other regions of the table.
+	up []uint32
 }
 
 // staticServers is the discoverer of Config.Servers: the addresses, and
@@ -56,13 +67,24 @@ type tableDiscovery struct {
 	store regiontable.Store
 	owned bool // close the store with the client
 	retry time.Duration
+	// timeout bounds connecting to etcd and each read of the table
+	// (Config.EtcdDialTimeout), whatever the caller's context allows.
+	timeout time.Duration
+	// where names the table in errors: the etcd endpoints, or "".
+	where string
+}
+
+// connector is a store that can wait for its connection within its dial
+// timeout and say why it cannot connect (regiontable.Etcd).
+type connector interface {
+	Connect(ctx context.Context) error
 }
 
 // newTableDiscovery opens the etcd region table of cfg.Endpoints, or uses
 // cfg.Store.
 func newTableDiscovery(cfg *Config) (*tableDiscovery, error) {
 	if cfg.Store != nil {
-		return &tableDiscovery{store: cfg.Store, retry: cfg.MaxRetryBackoff}, nil
+		return &tableDiscovery{store: cfg.Store, retry: cfg.MaxRetryBackoff, timeout: cfg.EtcdDialTimeout}, nil
 	}
 	st, err := regiontable.OpenEtcd(cfg.Endpoints, regiontable.EtcdOptions{
 		Prefix: cfg.EtcdPrefix, DialTimeout: cfg.EtcdDialTimeout, Logger: cfg.Logger,
@@ -70,25 +92,60 @@ func newTableDiscovery(cfg *Config) (*tableDiscovery, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tableDiscovery{store: st, owned: true, retry: cfg.MaxRetryBackoff}, nil
+	return &tableDiscovery{store: st, owned: true, retry: cfg.MaxRetryBackoff, timeout: cfg.EtcdDialTimeout,
+		where: "etcd at " + strings.Join(cfg.Endpoints, ",")}, nil
+}
+
+// load reads the table, within d.timeout whatever ctx allows: first the
+// connection (a store that can say why it cannot connect does), then the
+// read.
+func (d *tableDiscovery) load(ctx context.Context) (regiontable.State, error) {
+	if cn, ok := d.store.(connector); ok {
+		if err := cn.Connect(ctx); err != nil {
+			return regiontable.State{}, err
+		}
+	}
+	lctx, cancel := context.WithTimeout(ctx, d.timeout)
+	defer cancel()
+	st, err := d.store.Load(lctx)
+	if err != nil && ctx.Err() == nil && lctx.Err() != nil {
+		where := d.where
+		if where == "" {
+			where = "the region table"
+		}
+		return st, fmt.Errorf("%s did not answer a read within %v: %w", where, d.timeout, err)
+	}
+	return st, err
 }
 
 func (d *tableDiscovery) discover(ctx context.Context) (discovery, error) {
-	st, err := d.store.Load(ctx)
+	st, err := d.load(ctx)
 	if err != nil {
-		return discovery{}, fmt.Errorf("region table: %w", err)
+		return discovery{}, err // "regiontable: ..."
 	}
-	out := discovery{root: st.Root, hosts: make(map[uint32]string, len(st.Regions))}
+	out := discovery{root: st.Root, hosts: make(map[uint32]string, len(st.Regions)), table: true}
 	hosts := make(map[string]bool, len(st.Regions))
 	rpc := make(map[string]string, len(st.Members))
+	live := make(map[string]bool, len(st.Members))
 	for _, m := range st.Members {
 		rpc[m.ID] = m.RPCAddr
+		live[m.ID] = true
 	}
 	for _, r := range st.Regions {
 		hosts[r.Host] = true
 		if a := rpc[r.Host]; a != "" {
 			out.hosts[r.ID] = a
 		}
+		if live[r.Host] || slices.ContainsFunc(r.Replicas, func(id string) bool { return live[id] }) {
+			out.up = append(out.up, r.ID)
+			continue
+		}
+		if out.down == nil {
+			out.down = make(map[uint32][]string)
+		}
+		servers := append([]string{r.Host}, r.Replicas...)
+		slices.Sort(servers)
+		out.down[r.ID] = slices.Compact(servers)
 	}
 	for _, m := range st.Members {
 		if m.RPCAddr == "" {
@@ -118,7 +175,7 @@ func (d *tableDiscovery) discover(ctx context.Context) (discovery, error) {
 // new one when a watch fails (a compacted revision, etcd unreachable).
 func (d *tableDiscovery) watch(ctx context.Context, changed func()) {
 	for first := true; ctx.Err() == nil; first = false {
-		st, err := d.store.Load(ctx)
+		st, err := d.load(ctx)
 		if err == nil {
 			if !first {
 				changed() // whatever happened while not watching

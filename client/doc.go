@@ -117,6 +117,13 @@
 // WrongServer reply's leader is asked too from then on, and the request
 // goes there at once.
 //
+// Connecting is bounded by the dial timeouts on their own, whatever the
+// context allows: New with a context without deadline fails after
+// Config.EtcdDialTimeout when etcd does not answer, with an error naming
+// each endpoint and what it met (regiontable.ErrUnreachable: "no
+// endpoint answered within 5s: 127.0.0.1:2379: connection refused"),
+// and each read of the region table is bounded by it too.
+//
 // Each server has ConnsPerServer pipelined wire connections (any number of
 // operations in flight share them) and one estimator in the selector: a
 // "server connection" in the paper's sense.
@@ -199,6 +206,21 @@
 // it then fails with ErrUnavailable wrapping the deadline. Each operation
 // waits on its own: others' keys are not slowed. Config.FailFast turns
 // the wait off.
+//
+// A region the region table shows with no live server at all (neither its
+// host nor any replica is a live member: their leases are gone) is not in
+// transition but down: an operation on it (or a range crossing it) fails
+// at once, after its first failed attempt and without waiting for its
+// deadline, with a *RegionUnavailableError naming the region and its
+// servers (errors.Is ErrUnavailable), so that an outage is reported as
+// such, at once, and does not hold callers until their deadlines. The
+// exception is a restart: a region this client saw served, and then saw
+// lose its last live server less than Config.RestartGrace (10 s) ago, is
+// waited for as above until the grace ends. A client that never saw the
+// region served (a new process, a cellctl command) does not wait, and
+// neither does a FailFast one. A region whose host is gone but one of
+// whose replicas lives is a leader in transition, waited for as above.
+// Only a region table tells: with Config.Servers the client waits.
 //
 // A server whose connection broke or whose dial failed is suspect for
 // 10 s: dials to it give up after 500 ms instead of Config.DialTimeout (a

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/wire"
@@ -46,6 +48,39 @@ var (
 	// ErrInvalidConfig: Config.Validate rejected the configuration.
 	ErrInvalidConfig = errors.New("cell: invalid config")
 )
+
+// RegionUnavailableError: the region table shows no live server for the
+// region: neither its host nor any of its replicas is a live member (their
+// member leases are gone: dead, stopped, or cut off from etcd), as opposed
+// to a region whose leader is in transition (a replica lives and takes
+// over). An operation on such a region fails at once with it, even with a
+// deadline to wait within, unless this client saw the region served less
+// than Config.RestartGrace ago (see Config.RestartGrace). A range crossing
+// the region fails with it too. errors.Is(err, ErrUnavailable) holds. The
+// operation was not applied.
+type RegionUnavailableError struct {
+	// Region is the region's ID.
+	Region uint32
+	// Servers are the members the table names for the region, its host
+	// and replicas, none of them live.
+	Servers []string
+	// Since is when this client saw the region lose its last live
+	// server; zero when it never saw it served.
+	Since time.Time
+}
+
+// Error names the region and its servers.
+func (e *RegionUnavailableError) Error() string {
+	if len(e.Servers) == 1 {
+		return fmt.Sprintf("%v: region %d has no live server (its server %s is not a member of the region table)",
+			ErrUnavailable, e.Region, e.Servers[0])
+	}
+	return fmt.Sprintf("%v: region %d has no live server (none of its servers %s is a member of the region table)",
+		ErrUnavailable, e.Region, strings.Join(e.Servers, ", "))
+}
+
+// Unwrap returns ErrUnavailable.
+func (e *RegionUnavailableError) Unwrap() error { return ErrUnavailable }
 
 // Error pairs one of the client's sentinels (Kind) with the error that
 // caused it (Cause: a wire status, a connection or one-sided read error, a

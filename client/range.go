@@ -283,6 +283,11 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 			}
 			return out, ferr
 		}
+		if cause != causeRestart {
+			if derr := c.regionDown(t.failedRegion(err, rs.req.Ptr)); derr != nil {
+				return out, derr
+			}
+		}
 		c.countRetry(cause)
 		retries++
 		if gerr := c.giveUp(ctx, retries, cause, err); gerr != nil {

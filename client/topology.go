@@ -114,6 +114,7 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return wrapErr(ErrUnavailable, fmt.Errorf("discovery: %w", err))
 	}
+	c.noteDown(&d)
 	if prev := c.topo.Load(); prev != nil {
 		c.dropMoved(prev, d.hosts)
 	}
@@ -203,6 +204,94 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 			slog.String("root", t.root.String()), slog.Int("node_size", t.nodeSize))
 	}
 	return nil
+}
+
+// downRegion is a region the region table shows with no live server.
+type downRegion struct {
+	servers []string  // its host and replicas, none a live member
+	since   time.Time // when this client saw it lose its last live server; zero: never saw it served
+}
+
+// noteDown records the regions the discovery d shows with no live
+// server, and when each lost its last one. REQUIRES: c.refreshSem held.
+func (c *Client) noteDown(d *discovery) {
+	if !d.table {
+		return
+	}
+	var prev map[uint32]downRegion
+	if p := c.down.Load(); p != nil {
+		prev = *p
+	}
+	var next map[uint32]downRegion
+	now := time.Now()
+	for id, servers := range d.down {
+		dr := downRegion{servers: servers}
+		if old, ok := prev[id]; ok {
+			dr.since = old.since
+		} else {
+			if c.servedRegions[id] {
+				dr.since = now
+			}
+			c.log.Warn("cell client: region has no live server", slog.Uint64("region", uint64(id)),
+				slog.String("servers", strings.Join(servers, ",")))
+		}
+		if next == nil {
+			next = make(map[uint32]downRegion, len(d.down))
+		}
+		next[id] = dr
+	}
+	for _, id := range d.up {
+		c.servedRegions[id] = true
+	}
+	if next == nil {
+		c.down.Store(nil)
+	} else {
+		c.down.Store(&next)
+	}
+}
+
+// regionDown returns a *RegionUnavailableError when the region table
+// showed region with no live server at the last discovery and an
+// operation on it is not to wait for one: unless the client saw it lose
+// its last live server less than Config.RestartGrace ago, and FailFast is
+// off (Config.RestartGrace). Nil otherwise, and for region 0 (unknown).
+func (c *Client) regionDown(region uint32) error {
+	m := c.down.Load()
+	if m == nil || region == 0 {
+		return nil
+	}
+	dr, ok := (*m)[region]
+	if !ok {
+		return nil
+	}
+	if !c.cfg.FailFast && !dr.since.IsZero() && time.Since(dr.since) < c.cfg.RestartGrace {
+		return nil
+	}
+	return &RegionUnavailableError{Region: region, Servers: slices.Clone(dr.servers), Since: dr.since}
+}
+
+// regionOf is the region of meganode p, or of the root when p is nil (the
+// root as the server knows it); 0 when unknown.
+func (t *topology) regionOf(p blink.Ptr) uint32 {
+	if p.IsNil() {
+		if t.root.IsNil() {
+			return 0
+		}
+		return t.root.Region()
+	}
+	return p.Region()
+}
+
+// failedRegion is the region an error of a request about meganode p is
+// about: the one a server's status names (a server that does not host
+// the region answers Unavailable or WrongServer naming it), else p's
+// (regionOf).
+func (t *topology) failedRegion(err error, p blink.Ptr) uint32 {
+	var se *wire.StatusError
+	if errors.As(err, &se) && se.Region != 0 {
+		return se.Region
+	}
+	return t.regionOf(p)
 }
 
 // dropMoved closes the connections to every server that, in prev, served

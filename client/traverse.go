@@ -204,6 +204,11 @@ func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again 
 	if d == final {
 		return false, ferr
 	}
+	if cause != causeRestart {
+		if derr := c.regionDown(op.t.failedRegion(err, h.ptr)); derr != nil {
+			return false, derr
+		}
+	}
 	c.countRetry(cause)
 	op.retries++
 	if gerr := c.giveUp(ctx, op.retries, cause, err); gerr != nil {

@@ -81,6 +81,11 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 			}
 			return ferr
 		}
+		if cause != causeRestart {
+			if derr := c.regionDown(t.failedRegion(err, ptr)); derr != nil {
+				return derr
+			}
+		}
 		c.countRetry(cause)
 		retries++
 		if gerr := c.giveUp(ctx, retries, cause, err); gerr != nil {

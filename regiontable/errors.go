@@ -29,6 +29,9 @@ var (
 	// ErrCorruption: a stored value does not parse. It is wrapped with the
 	// key, never a new error per case.
 	ErrCorruption = errors.New("regiontable: corrupt value")
+	// ErrUnreachable: Etcd.Connect found no etcd endpoint answering
+	// within the dial timeout. The error says what each endpoint met.
+	ErrUnreachable = errors.New("regiontable: etcd unreachable")
 	// ErrClosed: the Store was closed.
 	ErrClosed = errors.New("regiontable: closed")
 )

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +20,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 
 	"github.com/cellstore/cell/blink"
 )
@@ -117,7 +123,8 @@ func NewEtcd(cli *clientv3.Client, opts EtcdOptions) (*Etcd, error) {
 // OpenEtcd connects to the etcd cluster at endpoints ("host:port" or URLs)
 // and returns a Store that owns the connection. Connecting is lazy: an
 // unreachable cluster shows as errors of the first calls, bounded by their
-// contexts.
+// contexts (an error of a call made while not connected says so); Connect
+// waits for the connection within DialTimeout and says why it failed.
 func OpenEtcd(endpoints []string, opts EtcdOptions) (*Etcd, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
@@ -154,6 +161,101 @@ func OpenEtcd(endpoints []string, opts EtcdOptions) (*Etcd, error) {
 	return s, nil
 }
 
+// Connect waits until the store's etcd client is connected to one of its
+// endpoints, for at most the store's DialTimeout (or until ctx ends),
+// and returns at once when it is already. Calls to etcd wait for a
+// connection as long as their contexts let them; Connect lets a caller
+// bound that wait by the dial timeout alone, and say why etcd could not
+// be reached: its error wraps ErrUnreachable and names each endpoint and
+// what a plain TCP dial of it met ("regiontable: etcd unreachable: no
+// endpoint answered within 1s: 127.0.0.1:2379: connection refused"), and
+// wraps ctx's error if ctx ended first. It also starts connecting a store
+// opened lazily (OpenEtcd does not connect).
+func (s *Etcd) Connect(ctx context.Context) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	conn := s.cli.ActiveConnection()
+	if conn.GetState() == connectivity.Ready {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.opts.DialTimeout)
+	defer cancel()
+	stop := context.AfterFunc(s.closed, cancel)
+	defer stop()
+	conn.Connect()
+	for {
+		st := conn.GetState()
+		if st == connectivity.Ready {
+			return nil
+		}
+		if !conn.WaitForStateChange(wctx, st) {
+			break
+		}
+	}
+	if s.isClosed() {
+		return ErrClosed
+	}
+	why := probeEndpoints(s.cli.Endpoints(), min(s.opts.DialTimeout, probeTimeout))
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: no endpoint answered before the caller's deadline: %s: %w", ErrUnreachable, why, err)
+	}
+	return fmt.Errorf("%w: no endpoint answered within %v: %s", ErrUnreachable, s.opts.DialTimeout, why)
+}
+
+// probeTimeout bounds Connect's diagnostic dials.
+const probeTimeout = time.Second
+
+// probeEndpoints dials each endpoint over TCP, in parallel and for at
+// most timeout, and says what each met: "host:port: connection refused",
+// "host:port: accepts connections but etcd did not answer" ...
+func probeEndpoints(endpoints []string, timeout time.Duration) string {
+	out := make([]string, len(endpoints))
+	var wg sync.WaitGroup
+	for i, ep := range endpoints {
+		wg.Go(func() {
+			addr := endpointAddr(ep)
+			d := net.Dialer{Timeout: timeout}
+			nc, err := d.Dial("tcp", addr)
+			if err != nil {
+				out[i] = addr + ": " + dialCause(err)
+				return
+			}
+			_ = nc.Close()
+			out[i] = addr + ": accepts connections but etcd did not answer"
+		})
+	}
+	wg.Wait()
+	return strings.Join(out, "; ")
+}
+
+// endpointAddr is the "host:port" of an endpoint given as one or as a
+// URL.
+func endpointAddr(ep string) string {
+	if !strings.Contains(ep, "://") {
+		return ep
+	}
+	if u, err := url.Parse(ep); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return ep
+}
+
+// dialCause is the innermost reason of a failed dial: "connection
+// refused" rather than "dial tcp 127.0.0.1:2379: connect: connection
+// refused", "i/o timeout" for a dial that got no answer.
+func dialCause(err error) string {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return se.Err.Error()
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return oe.Err.Error()
+	}
+	return err.Error()
+}
+
 // Client returns the etcd client the store uses.
 func (s *Etcd) Client() *clientv3.Client { return s.cli }
 
@@ -169,9 +271,19 @@ func (s *Etcd) isClosed() bool {
 }
 
 // wrap gives an etcd error context, keeping ErrClosed for a closed store.
+// A call that ended waiting for a connection (its context ended, or etcd
+// was unavailable) while the client is not connected says so: "context
+// deadline exceeded" alone does not tell that etcd could not be reached.
 func (s *Etcd) wrap(what string, err error) error {
 	if s.isClosed() {
 		return fmt.Errorf("regiontable: %s: %w", what, ErrClosed)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Unavailable ||
+		status.Code(err) == codes.DeadlineExceeded {
+		if st := s.cli.ActiveConnection().GetState(); st != connectivity.Ready {
+			return fmt.Errorf("regiontable: %s: not connected to etcd at %s (%v): %w", what, strings.Join(s.cli.Endpoints(), ","),
+				strings.ToLower(st.String()), err)
+		}
 	}
 	return fmt.Errorf("regiontable: %s: %w", what, err)
 }

@@ -60,13 +60,24 @@ func (g *globals) openClient(ctx context.Context, edit func(*client.Config)) (*c
 }
 
 // openTable opens the region table in etcd at --endpoints, under
-// --etcd-prefix.
+// --etcd-prefix, and waits for the connection: within --dial-timeout (and
+// --command-timeout), with an error naming each endpoint and what it met.
 func (g *globals) openTable() (*regiontable.Etcd, error) {
 	eps, err := g.etcdEndpoints()
 	if err != nil {
 		return nil, err
 	}
-	return regiontable.OpenEtcd(eps, regiontable.EtcdOptions{Prefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout})
+	store, err := regiontable.OpenEtcd(eps, regiontable.EtcdOptions{Prefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := g.commandContext()
+	defer cancel()
+	if err := store.Connect(ctx); err != nil {
+		_ = store.Close()
+		return nil, fmt.Errorf("etcd at %s: %w", strings.Join(eps, ","), err)
+	}
+	return store, nil
 }
 
 // loadTable reads the region table, with a clear error when etcd does not
