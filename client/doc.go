@@ -72,7 +72,13 @@
 //   - ErrUnavailable: no server holding the data answered within the
 //     retries or the context's deadline (the cause is wrapped); the
 //     operation was not applied. A context that ends first gives its own
-//     error (context.DeadlineExceeded, context.Canceled).
+//     error (context.DeadlineExceeded, context.Canceled). When the region
+//     table lists no live server for the key's region, the operation
+//     fails at once with a *RegionUnavailableError (errors.As) naming the
+//     region and its servers; it too matches ErrUnavailable.
+//   - regiontable.ErrUnreachable (from New): no etcd endpoint answered
+//     within Config.EtcdDialTimeout; the message names each endpoint and
+//     what it met ("127.0.0.1:2999: connection refused").
 //   - ErrClosed: the client was closed.
 //   - ErrCorruption, ErrServer: a bug or damaged data, not a transient
 //     state.
