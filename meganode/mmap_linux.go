@@ -357,3 +357,17 @@ func (m *mapping) adviseScan() func() {
 		}
 	}
 }
+
+// HugetlbfsMounts lists the directories hugetlbfs is mounted on
+// (/proc/mounts), where HugepagesAuto and HugepagesOn put region files.
+func HugetlbfsMounts() []string {
+	b, err := os.ReadFile(procMounts)
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, m := range parseMounts(b) {
+		dirs = append(dirs, m.dir)
+	}
+	return dirs
+}

@@ -100,8 +100,9 @@ type Server struct {
 	workers  sync.WaitGroup
 	conns    sync.WaitGroup
 
-	fatal chan error // the first asynchronous failure; Serve returns it
-	done  chan struct{}
+	fatal   chan error            // the first asynchronous failure; Serve returns it
+	failure atomic.Pointer[error] // the same, for /healthz
+	done    chan struct{}
 
 	// lifecycle is held by Start while it starts and by Close while it
 	// shuts down, so that a Close during Start waits for it.
@@ -208,6 +209,12 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.listen(); err != nil {
 		return err
 	}
+	if s.metricsLn != nil {
+		// Served from now on: /healthz answers during a long replay and
+		// /readyz says "starting".
+		s.httpSrv = s.newMetricsServer()
+		s.goBackground(s.serveMetrics)
+	}
 	if err := s.registerMember(ctx); err != nil {
 		return err
 	}
@@ -251,10 +258,6 @@ func (s *Server) start(ctx context.Context) error {
 	s.goBackground(s.splitLoop)
 	s.goBackground(s.acceptLoop)
 	s.goBackground(s.utilizationLoop)
-	if s.metricsLn != nil {
-		s.httpSrv = s.newMetricsServer()
-		s.goBackground(s.serveMetrics)
-	}
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
 	s.goBackground(s.coordinate)
@@ -450,6 +453,7 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // failed records an asynchronous failure that must stop the server.
 func (s *Server) failed(err error) {
+	s.failure.CompareAndSwap(nil, &err)
 	select {
 	case s.fatal <- err:
 	default:
