@@ -156,7 +156,8 @@ func New(opts Options) (*Server, error) {
 }
 
 // Start brings the server up and returns once it serves: it locks the data
-// directory, reopens its region after a clean shutdown (or starts empty),
+// directory, removes the region files an earlier run of it left, makes its
+// region anew and rebuilds it from the snapshot and the log (doc.go),
 // makes sure the cluster has a root meganode, binds the RPC, one-sided and
 // metrics listeners, registers the region with the tcp and shm providers,
 // publishes the region and then the member in the region table, and starts
@@ -499,9 +500,11 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 // members (clients stop finding it), stops accepting connections and
 // reading requests, lets the workers finish every request already queued
 // and flushes their replies, closes the connections, revokes one-sided
-// access to the region, syncs and closes the region, and writes the
-// clean-shutdown marker. It is safe to call more than once and from any
-// goroutine; every call returns the first call's result once it is done.
+// access to the region, snapshots the region, and closes it and removes
+// its file (and its followers' files and the shm registration table: the
+// log and the snapshots hold everything). It is safe to call more than
+// once and from any goroutine; every call returns the first call's result
+// once it is done.
 func (s *Server) Close() error {
 	s.lifecycle.Lock()
 	defer s.lifecycle.Unlock()

@@ -121,13 +121,13 @@ func waitMember(t *testing.T, p *proc, store regiontable.Store) regiontable.Memb
 // cleanly on SIGTERM (exit 0, a snapshot written), and a second run
 // finds the data of the first.
 func TestCellserverBinary(t *testing.T) {
-	dataDir := t.TempDir()
+	dataDir, shmDir := t.TempDir(), t.TempDir()
 	a := testutil.FreeAddrs(t, 6)
 	listen, rdmaListen, metrics, etcdListen, etcdPeer, raftListen := a[0], a[1], a[2], a[3], a[4], a[5]
 	args := []string{
 		"--data-dir", dataDir, "--listen", listen, "--rdma-listen", rdmaListen, "--metrics-listen", metrics, "--raft-listen", raftListen,
 		"--etcd-listen", etcdListen, "--etcd-peer-listen", etcdPeer, "--hugepages", "off",
-		"--region-size", "64MiB", "--meganode-size", "4MiB", "--server-id", "cell-test", "--cores", "2",
+		"--region-size", "64MiB", "--meganode-size", "4MiB", "--server-id", "cell-test", "--cores", "2", "--shm-dir", shmDir,
 	}
 	store, err := regiontable.OpenEtcd([]string{etcdListen}, regiontable.EtcdOptions{})
 	if err != nil {
@@ -175,6 +175,20 @@ func TestCellserverBinary(t *testing.T) {
 	if !strings.Contains(string(body), `cell_server_ops_total{op="put",status="OK"} 1`) {
 		t.Fatalf("metrics: %.500s", body)
 	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + metrics + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+			t.Fatalf("%s: %d %q", path, resp.StatusCode, body)
+		}
+	}
+	if ents, _ := os.ReadDir(shmDir); len(ents) != 1 || !strings.HasPrefix(ents[0].Name(), "cell-rdma-") {
+		t.Fatalf("shm directory of a running server: %v, want its registration table", ents)
+	}
 	c.Close()
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -188,6 +202,9 @@ func TestCellserverBinary(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), "stopped cleanly") {
 		t.Fatal("no clean stop in the log")
+	}
+	if ents, _ := os.ReadDir(shmDir); len(ents) != 0 {
+		t.Fatalf("a clean stop left %v in the shm directory", ents)
 	}
 
 	// A restart keeps the data.
