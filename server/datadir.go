@@ -117,10 +117,9 @@ func regionDirs(dataDir, shmDir string) []string {
 // prefix (the region files of one data directory, regionFilePrefix) and
 // that no process holds open as a region (flock): those an earlier run of
 // the directory left, after a crash, or after the directory was deleted
-// and made again. A file some process holds is left alone. It returns
-// the paths removed.
-func removeStaleRegionFiles(dirs []string, prefix string) ([]string, error) {
-	var removed []string
+// and made again. A file some process holds is left alone (held). It
+// returns the paths removed and those held.
+func removeStaleRegionFiles(dirs []string, prefix string) (removed, held []string, _ error) {
 	var errs []error
 	for _, dir := range dirs {
 		ents, err := os.ReadDir(dir)
@@ -138,6 +137,7 @@ func removeStaleRegionFiles(dirs []string, prefix string) ([]string, error) {
 			ok, err := removeStaleRegionFile(dir, e.Name())
 			switch {
 			case errors.Is(err, ErrDataDirLocked):
+				held = append(held, filepath.Join(dir, e.Name()))
 			case err != nil:
 				errs = append(errs, err)
 			case ok:
@@ -145,7 +145,7 @@ func removeStaleRegionFiles(dirs []string, prefix string) ([]string, error) {
 			}
 		}
 	}
-	return removed, errors.Join(errs...)
+	return removed, held, errors.Join(errs...)
 }
 
 // Wipe deletes the data directory dir and every region file it names: its
@@ -156,7 +156,8 @@ func removeStaleRegionFiles(dirs []string, prefix string) ([]string, error) {
 // deleted (rm -rf leaves a killed server's region files in /dev/shm). It
 // refuses, with an error wrapping ErrDataDirLocked, while a server holds
 // the directory's LOCK, and leaves alone a region file some process holds
-// open. It returns the paths it removed.
+// open (it then says so in an error wrapping ErrDataDirLocked, after
+// removing the rest). It returns the paths it removed.
 func Wipe(dir, shmDir string) ([]string, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -192,7 +193,7 @@ func Wipe(dir, shmDir string) ([]string, error) {
 			dirs = append(dirs, d)
 		}
 	}
-	files, err := removeStaleRegionFiles(dirs, regionFilePrefix(abs))
+	files, held, err := removeStaleRegionFiles(dirs, regionFilePrefix(abs))
 	removed = append(removed, files...)
 	if err != nil {
 		return removed, err
@@ -202,6 +203,9 @@ func Wipe(dir, shmDir string) ([]string, error) {
 			return removed, fmt.Errorf("server: remove %s: %w", abs, err)
 		}
 		removed = append(removed, abs)
+	}
+	if len(held) > 0 {
+		return removed, fmt.Errorf("server: region files named after %s are held by another process, not removed: %s: %w", abs, strings.Join(held, ", "), ErrDataDirLocked)
 	}
 	return removed, nil
 }

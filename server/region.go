@@ -119,12 +119,15 @@ func (s *Server) openRegion(ctx context.Context) error {
 	// Every region file of this directory an earlier run left (its own
 	// region's and its followers', after a crash) is garbage: a restart
 	// rebuilds each from the log.
-	stale, err := removeStaleRegionFiles(s.regionDirs(), regionFilePrefix(d.dir))
+	stale, held, err := removeStaleRegionFiles(s.regionDirs(), regionFilePrefix(d.dir))
 	if err != nil {
 		return err
 	}
 	if len(stale) > 0 {
 		s.log.Info("server: removed the region files an earlier run left", slog.Any("paths", stale))
+	}
+	if len(held) > 0 {
+		s.log.Warn("server: region files named after this data directory are held by another process", slog.Any("paths", held))
 	}
 	name := d.regionFileName(id)
 	for _, dir := range s.regionDirs() {

@@ -233,6 +233,25 @@ func TestWipe(t *testing.T) {
 	if len(listDir(t, shm)) != 0 {
 		t.Errorf("shm directory after Wipe: %v", listDir(t, shm))
 	}
+	// A region file some process holds is left, and said so.
+	files = leftover()
+	held, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := unix.Flock(int(held.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Wipe(opts.DataDir, shm); !errors.Is(err, ErrDataDirLocked) || !strings.Contains(err.Error(), filepath.Base(files[0])) {
+		t.Errorf("Wipe with a held region file = %v", err)
+	}
+	if _, err := os.Stat(files[0]); err != nil {
+		t.Errorf("held region file: %v", err)
+	}
+	if _, err := os.Stat(files[1]); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is still there after Wipe (%v)", files[1], err)
+	}
 	// Not a data directory: refused, nothing removed.
 	other := t.TempDir()
 	if err := os.WriteFile(filepath.Join(other, "precious"), []byte("x"), 0o600); err != nil {
