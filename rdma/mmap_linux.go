@@ -76,12 +76,12 @@ func createTable(dir string, size int) (string, []byte, *os.File, error) {
 	return path, data, f, nil
 }
 
-// removeStaleTables removes the registration tables in dir of processes
+// RemoveStaleTables removes the registration tables in dir of processes
 // that died without closing them (kill -9): named cell-rdma-<pid>-*, their
 // pid gone (kill(pid, 0) fails with ESRCH) and no process holding them
 // locked (a live table's owner does; from another pid namespace its pid
 // may look dead). It returns the paths removed.
-func removeStaleTables(dir string) ([]string, error) {
+func RemoveStaleTables(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: list %s: %w", dir, err)

@@ -17,7 +17,9 @@ func createTable(string, int) (string, []byte, *os.File, error) {
 	return "", nil, nil, fmt.Errorf("rdma: shm provider: %w", ErrUnsupported)
 }
 
-func removeStaleTables(string) ([]string, error) { return nil, nil }
+// RemoveStaleTables removes the registration tables of dead processes:
+// there are none on this platform.
+func RemoveStaleTables(string) ([]string, error) { return nil, nil }
 
 func mapReadOnly(string) ([]byte, uint64, uint64, error) {
 	return nil, 0, 0, fmt.Errorf("rdma: shm provider: %w", ErrUnsupported)

@@ -129,7 +129,7 @@ func NewSHMServer(opts SHMOptions) (*SHMServer, error) {
 			return nil, err
 		}
 	}
-	if stale, err := removeStaleTables(opts.Dir); err != nil {
+	if stale, err := RemoveStaleTables(opts.Dir); err != nil {
 		opts.Logger.Warn("rdma: removing the registration tables of dead processes", slog.Any("err", err))
 	} else if len(stale) > 0 {
 		opts.Logger.Info("rdma: removed the registration tables of dead processes", slog.Any("paths", stale))

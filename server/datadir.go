@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/rdma"
 )
 
 // The data directory's files:
@@ -154,6 +155,8 @@ func removeStaleRegionFiles(dirs []string, prefix string) (removed, held []strin
 // mounts. Region files are named after the directory's absolute path
 // (regionFilePrefix), so Wipe finds them also when dir itself was already
 // deleted (rm -rf leaves a killed server's region files in /dev/shm). It
+// also removes the shm registration tables of dead processes in shmDir
+// (rdma.RemoveStaleTables), which a killed server leaves there too. It
 // refuses, with an error wrapping ErrDataDirLocked, while a server holds
 // the directory's LOCK, and leaves alone a region file some process holds
 // open (it then says so in an error wrapping ErrDataDirLocked, after
@@ -203,6 +206,15 @@ func Wipe(dir, shmDir string) ([]string, error) {
 			return removed, fmt.Errorf("server: remove %s: %w", abs, err)
 		}
 		removed = append(removed, abs)
+	}
+	// The shm registration tables of dead processes (the killed server's
+	// among them): any start would remove them too.
+	if usableDir(shmDir) {
+		tables, err := rdma.RemoveStaleTables(shmDir)
+		removed = append(removed, tables...)
+		if err != nil {
+			return removed, err
+		}
 	}
 	if len(held) > 0 {
 		return removed, fmt.Errorf("server: region files named after %s are held by another process, not removed: %s: %w", abs, strings.Join(held, ", "), ErrDataDirLocked)

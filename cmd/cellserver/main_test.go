@@ -267,3 +267,53 @@ func TestCellserverStartupErrors(t *testing.T) {
 		t.Fatalf("busy port: last line %q", last)
 	}
 }
+
+// What a kill -9 leaves outside the data directory, and how it goes: the
+// region file (in --shm-dir, named after the data directory) and the shm
+// registration table outlive the process and an rm -rf of the data
+// directory; 'cellserver wipe' on the deleted directory removes both.
+func TestKillThenWipe(t *testing.T) {
+	dataDir, shmDir := filepath.Join(t.TempDir(), "d1"), t.TempDir()
+	a := testutil.FreeAddrs(t, 5)
+	store, err := regiontable.OpenEtcd([]string{a[3]}, regiontable.EtcdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	p := start(t, "--data-dir", dataDir, "--shm-dir", shmDir, "--listen", a[0], "--rdma-listen", a[1], "--metrics-listen", "",
+		"--raft-listen", a[2], "--etcd-listen", a[3], "--etcd-peer-listen", a[4], "--region-size", "64MiB", "--meganode-size", "4MiB")
+	waitMember(t, p, store)
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 10*time.Second)
+	var names []string
+	for _, e := range must(os.ReadDir(shmDir)) {
+		names = append(names, e.Name())
+	}
+	var region, table bool
+	for _, n := range names {
+		region = region || strings.HasPrefix(n, "cell-") && !strings.HasPrefix(n, "cell-rdma-")
+		table = table || strings.HasPrefix(n, fmt.Sprintf("cell-rdma-%d-", p.cmd.Process.Pid))
+	}
+	if !region || !table {
+		t.Skipf("the killed server left %v in --shm-dir (a hugetlbfs region?)", names)
+	}
+	if err := os.RemoveAll(dataDir); err != nil {
+		t.Fatal(err)
+	}
+	w := start(t, "wipe", "--data-dir", dataDir, "--shm-dir", shmDir)
+	if code := w.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("wipe: exit %d: %s", code, w.stderr.String())
+	}
+	if left := must(os.ReadDir(shmDir)); len(left) != 0 {
+		t.Fatalf("after wipe, --shm-dir holds %v (it held %v)", left, names)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
