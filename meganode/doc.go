@@ -23,8 +23,9 @@
 // HugepagesOff uses only the last (tests, or hosts short of memory);
 // HugepagesAuto, the default, falls back in that order, and only when a
 // backing is absent or unusable. Region.Backing reports what was used and
-// Create logs it. Files are created exclusively (never overwritten), their
-// blocks committed with fallocate where the file system supports it, and
+// Create logs it. Files are created exclusively (never overwritten), sparse
+// (memory is taken as pages are first written; Options.Prefault commits
+// their blocks with fallocate where the file system supports it), and
 // locked with flock while a Region has them open. Region.Path names the
 // file, so that a same-host reader can map it read-only.
 //

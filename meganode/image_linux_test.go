@@ -101,9 +101,9 @@ func TestWriteImageSkipsHoles(t *testing.T) {
 	const slack = 32 << 20 // far below the 1 GiB a full scan would touch
 	for _, backing := range []string{"file", "shm"} {
 		t.Run(backing, func(t *testing.T) {
-			// What a fault on a hole costs: a mapped page on tmpfs (the
-			// fallocated file already has its blocks), a cached page (and
-			// read-ahead around it) for a plain file.
+			// What a fault on a hole costs: a mapped (and allocated)
+			// page on tmpfs, a cached page (and read-ahead around it)
+			// for a plain file.
 			resident := mappingRss
 			if backing == "file" {
 				resident = cachedBytes

@@ -35,7 +35,7 @@ const (
 func createMapping(o *Options, size uint64) (*mapping, error) {
 	switch o.Hugepages {
 	case HugepagesOff:
-		return createFileMapping(filepath.Join(o.Dir, o.Name), size, BackingFile, o.Logger)
+		return createFileMapping(filepath.Join(o.Dir, o.Name), size, BackingFile, o.Prefault, o.Logger)
 	case HugepagesOn:
 		mnt, err := probeHugetlbfs(o.HugetlbfsDir, size)
 		if err != nil {
@@ -53,10 +53,10 @@ func createMapping(o *Options, size uint64) (*mapping, error) {
 	}
 	o.Logger.Info("meganode: no hugetlbfs backing, trying shm", slog.Any("reason", err))
 	if usableDir(o.ShmDir) {
-		return createFileMapping(filepath.Join(o.ShmDir, o.Name), size, BackingShm, o.Logger)
+		return createFileMapping(filepath.Join(o.ShmDir, o.Name), size, BackingShm, o.Prefault, o.Logger)
 	}
 	o.Logger.Warn("meganode: no usable shm directory; region backed by a plain file", slog.String("shm_dir", o.ShmDir), slog.String("dir", o.Dir))
-	return createFileMapping(filepath.Join(o.Dir, o.Name), size, BackingFile, o.Logger)
+	return createFileMapping(filepath.Join(o.Dir, o.Name), size, BackingFile, o.Prefault, o.Logger)
 }
 
 // probeHugetlbfs finds a hugetlbfs mount (dir, if not empty) with enough
@@ -144,8 +144,11 @@ func lockFile(f *os.File) error {
 }
 
 // createFileMapping creates a region file in a tmpfs or ordinary file
-// system, commits its blocks (fallocate, where supported) and maps it.
-func createFileMapping(path string, size uint64, backing Backing, log *slog.Logger) (_ *mapping, err error) {
+// system and maps it. With prefault it commits the file's blocks
+// (fallocate, where supported); without, the file is sparse and takes
+// memory (or disk) as its pages are first written, and a file system with
+// less room than the region is only warned about.
+func createFileMapping(path string, size uint64, backing Backing, prefault bool, log *slog.Logger) (_ *mapping, err error) {
 	f, err := createFile(path)
 	if err != nil {
 		return nil, err
@@ -160,8 +163,16 @@ func createFileMapping(path string, size uint64, backing Backing, log *slog.Logg
 	if err := f.Truncate(int64(length)); err != nil {
 		return nil, fmt.Errorf("meganode: size region file: %w", err)
 	}
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(length)); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
-		return nil, fmt.Errorf("meganode: reserve %d bytes for region file %s: %w", length, path, err)
+	if prefault {
+		if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(length)); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+			return nil, fmt.Errorf("meganode: reserve %d bytes for region file %s: %w", length, path, err)
+		}
+	} else {
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &st); err == nil && st.Bavail*uint64(st.Bsize) < length {
+			log.Warn("meganode: the region's file system has less room than the region; a write past it faults (SIGBUS) and stops the server (prefault commits the region up front)",
+				slog.String("path", path), slog.Uint64("size", length), slog.Uint64("available", st.Bavail*uint64(st.Bsize)))
+		}
 	}
 	data, err := mmap(f, length)
 	if err != nil {
@@ -345,4 +356,18 @@ func (m *mapping) adviseScan() func() {
 			_ = unix.Madvise(m.data, unix.MADV_NORMAL)
 		}
 	}
+}
+
+// HugetlbfsMounts lists the directories hugetlbfs is mounted on
+// (/proc/mounts), where HugepagesAuto and HugepagesOn put region files.
+func HugetlbfsMounts() []string {
+	b, err := os.ReadFile(procMounts)
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, m := range parseMounts(b) {
+		dirs = append(dirs, m.dir)
+	}
+	return dirs
 }

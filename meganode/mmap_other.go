@@ -30,3 +30,6 @@ func (m *mapping) sync() error { return nil }
 func (m *mapping) nextData(off, size uint64) (uint64, uint64, bool) { return scanAll(off, size) }
 
 func (m *mapping) adviseScan() func() { return func() {} }
+
+// HugetlbfsMounts lists the hugetlbfs mounts: none on this platform.
+func HugetlbfsMounts() []string { return nil }

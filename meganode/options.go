@@ -122,6 +122,15 @@ type Options struct {
 	// replicas in a test cluster) must use distinct names. Create never
 	// overwrites an existing file.
 	Name string
+	// Prefault commits the region file's memory when it is created
+	// (fallocate on tmpfs and plain files), so that a host short of memory
+	// or disk fails Create instead of a later write faulting with SIGBUS.
+	// Default false: the region takes memory as its pages are first
+	// written, not Size up front, and Create only warns when the file
+	// system has less room than Size. A hugetlbfs region's huge pages are
+	// reserved at mmap either way (they were set aside for huge pages
+	// already).
+	Prefault bool
 	// Logger receives one Info record per region created or opened (with
 	// the backing used) and fallback explanations. Default slog.Default().
 	Logger *slog.Logger

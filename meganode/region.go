@@ -56,9 +56,10 @@ type Region struct {
 // Create creates the file of a new region as opts describe (backing chosen
 // by opts.Hugepages), maps it and formats it: an empty region with all
 // meganode slots free and one free extent area. It never overwrites an
-// existing file (the error then wraps fs.ErrExist). The file's memory is
-// committed up front where the file system allows (fallocate), so that a
-// short host fails Create rather than a later write with SIGBUS.
+// existing file (the error then wraps fs.ErrExist). The file is sparse: it
+// takes memory as its pages are first written. With opts.Prefault its
+// memory is committed up front where the file system allows (fallocate),
+// so that a short host fails Create rather than a later write with SIGBUS.
 func Create(opts Options) (*Region, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {

@@ -159,7 +159,10 @@
 // client's user.
 //
 // Revocation uses a registration table: a small file the server creates
-// (in /dev/shm by default) and maps read-write, and clients map read-only.
+// (in /dev/shm by default, named cell-rdma-<pid>-<nonce>, flock'ed while
+// the server runs, removed by Close) and maps read-write, and clients map
+// read-only. A server starting removes the tables of dead processes (a
+// pid that is gone, a file no one holds locked) that kill -9 left.
 // Each registration owns one 8-byte slot word holding its key; the
 // RemoteKey carries the table's path and the slot. Deregister stores the
 // key's tombstone (key | 1<<63) into the slot with one atomic store. A

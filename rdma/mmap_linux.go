@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -53,33 +54,101 @@ func defaultTableDir() string {
 	return os.TempDir()
 }
 
+// tablePrefix begins the name of every registration table file:
+// cell-rdma-<pid>-<nonce>.
+const tablePrefix = "cell-rdma-"
+
 // createTable creates a registration table file of size bytes under a
-// fresh name in dir and maps it read-write, shared. The descriptor is
-// closed; the mapping keeps the file's pages.
-func createTable(dir string, size int) (string, []byte, error) {
+// fresh name in dir, locks it (flock, shared: the lock says a live process
+// owns the table, whatever pid namespace looks at it) and maps it
+// read-write, shared. The returned file holds the lock until it is closed.
+func createTable(dir string, size int) (string, []byte, *os.File, error) {
+	path, data, f, err := createTableFile(dir, size)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		_ = unix.Munmap(data)
+		_ = f.Close()
+		_ = os.Remove(path)
+		return "", nil, nil, fmt.Errorf("rdma: lock registration table: %w", err)
+	}
+	return path, data, f, nil
+}
+
+// RemoveStaleTables removes the registration tables in dir of processes
+// that died without closing them (kill -9): named cell-rdma-<pid>-*, their
+// pid gone (kill(pid, 0) fails with ESRCH) and no process holding them
+// locked (a live table's owner does; from another pid namespace its pid
+// may look dead). It returns the paths removed.
+func RemoveStaleTables(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("rdma: list %s: %w", dir, err)
+	}
+	var removed []string
+	var errs []error
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), tablePrefix)
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+			continue // alive (or not ours to signal: alive too)
+		}
+		path := filepath.Join(dir, e.Name())
+		f, err := os.Open(path)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("rdma: stale registration table: %w", err))
+			}
+			continue
+		}
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			if err = os.Remove(path); err == nil {
+				removed = append(removed, path)
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("rdma: remove stale registration table: %w", err))
+			}
+		}
+		_ = f.Close()
+	}
+	return removed, errors.Join(errs...)
+}
+
+// createTableFile creates a registration table file of size bytes under a
+// fresh name in dir and maps it read-write, shared.
+func createTableFile(dir string, size int) (string, []byte, *os.File, error) {
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
-	path := filepath.Join(dir, fmt.Sprintf("cell-rdma-%d-%s", os.Getpid(), hex.EncodeToString(nonce[:])))
+	path := filepath.Join(dir, fmt.Sprintf(tablePrefix+"%d-%s", os.Getpid(), hex.EncodeToString(nonce[:])))
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return "", nil, fmt.Errorf("rdma: registration table path: %w", err)
+		return "", nil, nil, fmt.Errorf("rdma: registration table path: %w", err)
 	}
 	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", nil, fmt.Errorf("rdma: create registration table: %w", err)
+		return "", nil, nil, fmt.Errorf("rdma: create registration table: %w", err)
 	}
-	defer f.Close()
 	length := (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
 	if err := f.Truncate(int64(length)); err != nil {
+		_ = f.Close()
 		_ = os.Remove(abs)
-		return "", nil, fmt.Errorf("rdma: size registration table: %w", err)
+		return "", nil, nil, fmt.Errorf("rdma: size registration table: %w", err)
 	}
 	data, err := unix.Mmap(int(f.Fd()), 0, length, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
+		_ = f.Close()
 		_ = os.Remove(abs)
-		return "", nil, fmt.Errorf("rdma: map registration table: %w", err)
+		return "", nil, nil, fmt.Errorf("rdma: map registration table: %w", err)
 	}
-	return abs, data, nil
+	return abs, data, f, nil
 }
 
 // mapReadOnly maps the whole file at path read-only and shared, and returns

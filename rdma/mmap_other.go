@@ -13,9 +13,13 @@ func HostID() (string, error) { return "", fmt.Errorf("rdma: host identity: %w",
 
 func defaultTableDir() string { return os.TempDir() }
 
-func createTable(string, int) (string, []byte, error) {
-	return "", nil, fmt.Errorf("rdma: shm provider: %w", ErrUnsupported)
+func createTable(string, int) (string, []byte, *os.File, error) {
+	return "", nil, nil, fmt.Errorf("rdma: shm provider: %w", ErrUnsupported)
 }
+
+// RemoveStaleTables removes the registration tables of dead processes:
+// there are none on this platform.
+func RemoveStaleTables(string) ([]string, error) { return nil, nil }
 
 func mapReadOnly(string) ([]byte, uint64, uint64, error) {
 	return nil, 0, 0, fmt.Errorf("rdma: shm provider: %w", ErrUnsupported)

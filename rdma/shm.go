@@ -3,6 +3,7 @@ package rdma
 import (
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -97,8 +98,9 @@ func (o *SHMOptions) Validate() error {
 type SHMServer struct {
 	opts  SHMOptions
 	host  string
-	path  string // the registration table file
-	table []byte // its read-write mapping
+	path  string   // the registration table file
+	table []byte   // its read-write mapping
+	lock  *os.File // the table file, flock'ed while the server runs
 
 	mu struct {
 		sync.Mutex
@@ -112,7 +114,9 @@ type SHMServer struct {
 var _ Server = (*SHMServer)(nil)
 
 // NewSHMServer creates the server's registration table file (in opts.Dir,
-// a fresh name) and maps it.
+// a fresh name: cell-rdma-<pid>-<nonce>), locks it (flock, until Close)
+// and maps it. It first removes the tables in opts.Dir that processes
+// killed without closing theirs left: a dead pid's, unlocked.
 func NewSHMServer(opts SHMOptions) (*SHMServer, error) {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
@@ -125,15 +129,20 @@ func NewSHMServer(opts SHMOptions) (*SHMServer, error) {
 			return nil, err
 		}
 	}
+	if stale, err := RemoveStaleTables(opts.Dir); err != nil {
+		opts.Logger.Warn("rdma: removing the registration tables of dead processes", slog.Any("err", err))
+	} else if len(stale) > 0 {
+		opts.Logger.Info("rdma: removed the registration tables of dead processes", slog.Any("paths", stale))
+	}
 	size := tableHeader + 16*opts.Slots
-	path, table, err := createTable(opts.Dir, size)
+	path, table, lock, err := createTable(opts.Dir, size)
 	if err != nil {
 		return nil, err
 	}
 	le.PutUint32(table[offTableVersion:], tableVersion)
 	le.PutUint32(table[offTableSlots:], uint32(opts.Slots))
 	atomicmem.StoreUint64(table, offTableMagic, tableMagic) // last: a table is valid once its magic is there
-	s := &SHMServer{opts: opts, host: host, path: path, table: table}
+	s := &SHMServer{opts: opts, host: host, path: path, table: table, lock: lock}
 	s.mu.live = make(map[Key]uint32)
 	opts.Logger.Info("rdma: shm registration table created", slog.String("path", path), slog.Int("slots", opts.Slots), slog.String("host", host))
 	return s, nil
@@ -259,6 +268,9 @@ func (s *SHMServer) Close() error {
 	s.table = nil
 	if rerr := removeFile(s.path); err == nil {
 		err = rerr
+	}
+	if cerr := s.lock.Close(); err == nil {
+		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("rdma: close shm server: %w", err)

@@ -9,8 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/rdma"
 )
 
 // The data directory's files:
@@ -80,8 +85,141 @@ func (d *dataDir) path(name string) string { return filepath.Join(d.dir, name) }
 // The name is unique per data directory, so servers with different data
 // directories on one host never collide in a shared tmpfs or hugetlbfs.
 func (d *dataDir) regionFileName(id uint32) string {
-	h := sha256.Sum256([]byte(d.dir))
-	return fmt.Sprintf("cell-%s-%06x", hex.EncodeToString(h[:8]), id)
+	return fmt.Sprintf("%s%06x", regionFilePrefix(d.dir), id)
+}
+
+// regionFilePrefix is how the names of every region file of the data
+// directory abs (an absolute path) begin: "cell-" and 16 hex digits of a
+// hash of the path. The region files live in the data directory, the shm
+// directory or a hugetlbfs mount (Options.Hugepages); the prefix is how
+// Wipe and a starting server find them there.
+func regionFilePrefix(abs string) string {
+	h := sha256.Sum256([]byte(abs))
+	return "cell-" + hex.EncodeToString(h[:8]) + "-"
+}
+
+// regionDirs are the directories a region file of this server may be in:
+// the data directory, the shm directory and the hugetlbfs mounts.
+func (s *Server) regionDirs() []string {
+	return regionDirs(s.dir.dir, s.opts.ShmDir)
+}
+
+func regionDirs(dataDir, shmDir string) []string {
+	dirs := []string{dataDir}
+	for _, d := range append([]string{shmDir}, meganode.HugetlbfsMounts()...) {
+		if d != "" && !slices.Contains(dirs, filepath.Clean(d)) {
+			dirs = append(dirs, filepath.Clean(d))
+		}
+	}
+	return dirs
+}
+
+// removeStaleRegionFiles removes the files of dirs whose names begin with
+// prefix (the region files of one data directory, regionFilePrefix) and
+// that no process holds open as a region (flock): those an earlier run of
+// the directory left, after a crash, or after the directory was deleted
+// and made again. A file some process holds is left alone (held). It
+// returns the paths removed and those held.
+func removeStaleRegionFiles(dirs []string, prefix string) (removed, held []string, _ error) {
+	var errs []error
+	for _, dir := range dirs {
+		ents, err := os.ReadDir(dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("server: list %s: %w", dir, err))
+			continue
+		}
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), prefix) || !e.Type().IsRegular() {
+				continue
+			}
+			ok, err := removeStaleRegionFile(dir, e.Name())
+			switch {
+			case errors.Is(err, ErrDataDirLocked):
+				held = append(held, filepath.Join(dir, e.Name()))
+			case err != nil:
+				errs = append(errs, err)
+			case ok:
+				removed = append(removed, filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	return removed, held, errors.Join(errs...)
+}
+
+// Wipe deletes the data directory dir and every region file it names: its
+// own region's and its followers' (whatever a crash left), in the data
+// directory, in shmDir (default DefaultShmDir) and in the hugetlbfs
+// mounts. Region files are named after the directory's absolute path
+// (regionFilePrefix), so Wipe finds them also when dir itself was already
+// deleted (rm -rf leaves a killed server's region files in /dev/shm). It
+// also removes the shm registration tables of dead processes in shmDir
+// (rdma.RemoveStaleTables), which a killed server leaves there too. It
+// refuses, with an error wrapping ErrDataDirLocked, while a server holds
+// the directory's LOCK, and leaves alone a region file some process holds
+// open (it then says so in an error wrapping ErrDataDirLocked, after
+// removing the rest). It returns the paths it removed.
+func Wipe(dir, shmDir string) ([]string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("server: data directory %s: %w", dir, err)
+	}
+	if shmDir == "" {
+		shmDir = DefaultShmDir
+	}
+	if err := looksLikeDataDir(abs); err != nil {
+		return nil, err
+	}
+	var removed []string
+	lock, err := os.OpenFile(filepath.Join(abs, lockFile), os.O_RDWR, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("server: open %s: %w", filepath.Join(abs, lockFile), err)
+	default:
+		defer lock.Close()
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("server: %s is in use by a running server: %w", abs, ErrDataDirLocked)
+			}
+			return nil, fmt.Errorf("server: lock %s: %w", abs, err)
+		}
+	}
+	dirs := regionDirs(abs, shmDir)
+	var st dataState
+	if b, err := os.ReadFile(filepath.Join(abs, stateFile)); err == nil && json.Unmarshal(b, &st) == nil && st.Path != "" {
+		// The region file the last run made, wherever that run's shm
+		// directory was.
+		if d := filepath.Dir(st.Path); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	files, held, err := removeStaleRegionFiles(dirs, regionFilePrefix(abs))
+	removed = append(removed, files...)
+	if err != nil {
+		return removed, err
+	}
+	if _, err := os.Stat(abs); err == nil {
+		if err := os.RemoveAll(abs); err != nil {
+			return removed, fmt.Errorf("server: remove %s: %w", abs, err)
+		}
+		removed = append(removed, abs)
+	}
+	// The shm registration tables of dead processes (the killed server's
+	// among them): any start would remove them too.
+	if usableDir(shmDir) {
+		tables, err := rdma.RemoveStaleTables(shmDir)
+		removed = append(removed, tables...)
+		if err != nil {
+			return removed, err
+		}
+	}
+	if len(held) > 0 {
+		return removed, fmt.Errorf("server: region files named after %s are held by another process, not removed: %s: %w", abs, strings.Join(held, ", "), ErrDataDirLocked)
+	}
+	return removed, nil
 }
 
 // readJSON reads name into v; it reports false when the file does not
@@ -180,4 +318,23 @@ func removeStaleRegionFile(dir, name string) (bool, error) {
 		return false, fmt.Errorf("server: remove stale region file %s: %w", path, err)
 	}
 	return true, nil
+}
+
+// looksLikeDataDir refuses to wipe a directory that holds files and none
+// a server or its embedded etcd makes: a mistyped --data-dir.
+func looksLikeDataDir(abs string) error {
+	ents, err := os.ReadDir(abs)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && len(ents) == 0 {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("server: read %s: %w", abs, err)
+	}
+	for _, e := range ents {
+		switch e.Name() {
+		case lockFile, stateFile, walDir, snapshotsDir, "etcd":
+			return nil
+		}
+	}
+	return fmt.Errorf("server: %s holds no LOCK, %s, %s/ or etcd/: not a data directory; not wiped", abs, stateFile, walDir)
 }

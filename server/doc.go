@@ -16,9 +16,13 @@
 //  1. locks DataDir (a second server on it fails with ErrDataDirLocked);
 //  2. opens the log and the snapshot store (package wal, group.go);
 //  3. decides which region the directory holds (region.json, or a new ID
-//     from the region table) and makes its file anew, empty (region.go);
+//     from the region table), removes every region file named after the
+//     directory (regionFilePrefix) that no process holds, which a crash
+//     left, and makes its file anew, empty and sparse: it takes memory as
+//     it fills, unless Options.Prefault (region.go);
 //  4. binds the raft listener (Options.RaftListen, internal/raftmux) and
-//     the RPC, one-sided (tcp responder) and metrics listeners, and
+//     the RPC, one-sided (tcp responder) and metrics listeners, serves
+//     the metrics listener at once (/readyz says "starting"), and
 //     registers the member under a lease: a server replaying its logs is
 //     a member, not a dead server to replace (repair.go); connections
 //     wait in the listen backlog until it accepts them (step 8);
@@ -35,7 +39,8 @@
 //     has no root (or its root pointed into a region of ours that holds
 //     no such meganode) root records format one leaf meganode covering
 //     the whole key space around the table's compare-and-set (DESIGN §4);
-//  7. registers the region with the tcp responder and the shm provider;
+//  7. registers the region with the tcp responder and the shm provider
+//     (whose start removes the registration tables of dead processes);
 //  8. publishes the region's entry (next epoch, file path, remote keys),
 //     starts the workers, the split loop (which first resumes or undoes
 //     the splits the log shows in progress, recover.go) and the accept
@@ -258,6 +263,17 @@
 // # Metrics
 //
 // NewMetrics registers the server's Prometheus metrics with a Registerer
-// (no globals); metrics.go lists them. MetricsListen serves /metrics and
-// /debug/pprof/.
+// (no globals); metrics.go lists them. MetricsListen serves /metrics,
+// /debug/pprof/, /healthz (200 "ok", or 503 once the log latched a failed
+// write or sync or the server reported a failure that stops it) and
+// /readyz (200 "ok" once Start finished and the server serves every
+// region whose raft group it leads; 503 with the reason otherwise).
+//
+// # Files outside the data directory
+//
+// Region files live in DataDir only with Hugepages off; otherwise in a
+// hugetlbfs mount or ShmDir (/dev/shm), named after DataDir's absolute
+// path. Close removes them and the shm registration table; a start
+// removes those a crash left; Wipe deletes a stopped server's data
+// directory with its region files, also once the directory is gone.
 package server

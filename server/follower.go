@@ -97,7 +97,7 @@ func (s *Server) openFollower(id uint32) error {
 	}
 	rep := newReplica(s)
 	name := s.dir.regionFileName(id)
-	for _, dir := range []string{s.dir.dir, s.opts.ShmDir} {
+	for _, dir := range s.regionDirs() {
 		if _, err := removeStaleRegionFile(dir, name); err != nil {
 			return err
 		}

@@ -291,7 +291,7 @@ func (rep *replica) restoreRegionLocked(img io.Reader) (*meganode.Region, error)
 	final := rep.srv.dir.regionFileName(rep.regionID)
 	opts := rep.regionOptions(rep.regionID, regionBody{}) // sizes from the image
 	opts.Name = final + ".restoring"
-	for _, dir := range []string{rep.srv.dir.dir, rep.srv.opts.ShmDir} {
+	for _, dir := range rep.srv.regionDirs() {
 		if _, err := removeStaleRegionFile(dir, opts.Name); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,8 @@ package server
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -387,9 +390,12 @@ func formatUint(v uint64) string {
 	}
 }
 
-// newMetricsServer returns the HTTP server of /metrics and /debug/pprof/.
+// newMetricsServer returns the HTTP server of /metrics, /healthz, /readyz
+// and /debug/pprof/.
 func (s *Server) newMetricsServer() *http.Server {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { answerProbe(w, s.unhealthy()) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { answerProbe(w, s.notReady()) })
 	mux.Handle("/metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{Registry: s.opts.Registry}))
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -404,4 +410,57 @@ func (s *Server) serveMetrics() {
 	if err := s.httpSrv.Serve(s.metricsLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		s.log.Error("server: metrics listener", slog.Any("err", err))
 	}
+}
+
+// answerProbe answers a health or readiness probe: 200 "ok", or 503 and
+// why not.
+func answerProbe(w http.ResponseWriter, why string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if why == "" {
+		_, _ = io.WriteString(w, "ok\n")
+		return
+	}
+	w.WriteHeader(http.StatusServiceUnavailable)
+	_, _ = io.WriteString(w, why+"\n")
+}
+
+// unhealthy says why the server is not healthy (/healthz), "" when it is:
+// a failure that stops it was reported (failed), or its log latched a
+// failed write or sync (it acknowledges no write until it restarts).
+func (s *Server) unhealthy() string {
+	if p := s.failure.Load(); p != nil {
+		return "failed: " + (*p).Error()
+	}
+	if s.wal != nil {
+		if err := s.wal.Err(); err != nil {
+			return "log failed: " + err.Error()
+		}
+	}
+	return ""
+}
+
+// notReady says why the server is not ready (/readyz), "" when it is:
+// healthy, started, and serving every region whose raft group it leads
+// (a region it was elected for is taken over: until then its requests
+// are refused).
+func (s *Server) notReady() string {
+	if why := s.unhealthy(); why != "" {
+		return why
+	}
+	s.mu.Lock()
+	st := s.mu.state
+	s.mu.Unlock()
+	switch st {
+	case stateNew, stateStarting:
+		return "starting"
+	case stateClosed:
+		return "stopping"
+	}
+	for _, rep := range append([]*replica{s.replica}, s.followerList()...) {
+		if r := rep.raftGroup(); r != nil && r.State() == raft.Leader && s.servedReplica(rep.regionID) != rep {
+			return fmt.Sprintf("region %d: this server leads its raft group and does not serve it yet", rep.regionID)
+		}
+	}
+	return ""
 }

@@ -25,9 +25,12 @@ import (
 // default, written on the field; DataDir and Store have none.
 type Options struct {
 	// DataDir holds the server's state: the LOCK file, region.json (which
-	// region this directory holds and where its file is), the CLEAN marker
-	// of a clean shutdown, and the region file itself unless it lives in
-	// a tmpfs or hugetlbfs (Hugepages). Created if missing. Required.
+	// region this directory holds and where its file is), the log and the
+	// snapshots, and the region files themselves unless they live in
+	// ShmDir or a hugetlbfs mount (Hugepages). Region files are named
+	// after DataDir's absolute path ("cell-<hash>-<region>"), wherever
+	// they are; Wipe removes them with the directory. Created if missing.
+	// Required.
 	DataDir string
 	// Listen is the RPC address (wire protocol). Default 127.0.0.1:7070;
 	// port 0 picks a free port (Server.Addr reports it).
@@ -69,6 +72,11 @@ type Options struct {
 	// ShmDir is the tmpfs for shm-backed regions and for the shm
 	// provider's registration table. Default "/dev/shm".
 	ShmDir string
+	// Prefault commits each region file's memory when it is made
+	// (meganode.Options.Prefault): a host short of memory fails the start
+	// rather than a later write with SIGBUS. Default false: a region takes
+	// memory as it is used.
+	Prefault bool
 	// Store is the region table. Required; the caller closes it after
 	// the server.
 	Store regiontable.Store

@@ -116,8 +116,21 @@ func (s *Server) openRegion(ctx context.Context) error {
 			return fmt.Errorf("server: remove the last run's region file: %w", err)
 		}
 	}
+	// Every region file of this directory an earlier run left (its own
+	// region's and its followers', after a crash) is garbage: a restart
+	// rebuilds each from the log.
+	stale, held, err := removeStaleRegionFiles(s.regionDirs(), regionFilePrefix(d.dir))
+	if err != nil {
+		return err
+	}
+	if len(stale) > 0 {
+		s.log.Info("server: removed the region files an earlier run left", slog.Any("paths", stale))
+	}
+	if len(held) > 0 {
+		s.log.Warn("server: region files named after this data directory are held by another process", slog.Any("paths", held))
+	}
 	name := d.regionFileName(id)
-	for _, dir := range []string{d.dir, s.opts.ShmDir} {
+	for _, dir := range s.regionDirs() {
 		if _, err := removeStaleRegionFile(dir, name); err != nil {
 			return err
 		}
@@ -148,6 +161,7 @@ func (rep *replica) regionOptions(id uint32, b regionBody) meganode.Options {
 		Dir:          rep.srv.dir.dir,
 		ShmDir:       rep.srv.opts.ShmDir,
 		Name:         rep.srv.dir.regionFileName(id),
+		Prefault:     rep.srv.opts.Prefault,
 		Logger:       rep.srv.log,
 	}
 }

@@ -442,6 +442,13 @@ func TestStartDoesNotWaitForAnotherLeadersTakeover(t *testing.T) {
 	if err != nil || e.Host != id {
 		t.Fatalf("region %d's entry: %+v, %v (want it still naming %s: nobody took it over)", region, e, err, id)
 	}
+	// The leader that does not take the region over is not ready
+	// (/readyz): it leads a region it does not serve.
+	if leader := serverByID(srvs[1:], leaderOf(srvs[1:], region)); leader != nil {
+		if why := leader.notReady(); !strings.Contains(why, fmt.Sprintf("region %d:", region)) {
+			t.Errorf("readiness of %s, leading region %d without serving it: %q", leader.opts.ServerID, region, why)
+		}
+	}
 }
 
 // leaderOf returns the ID of the server among srvs whose replica of region

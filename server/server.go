@@ -100,8 +100,9 @@ type Server struct {
 	workers  sync.WaitGroup
 	conns    sync.WaitGroup
 
-	fatal chan error // the first asynchronous failure; Serve returns it
-	done  chan struct{}
+	fatal   chan error            // the first asynchronous failure; Serve returns it
+	failure atomic.Pointer[error] // the same, for /healthz
+	done    chan struct{}
 
 	// lifecycle is held by Start while it starts and by Close while it
 	// shuts down, so that a Close during Start waits for it.
@@ -155,7 +156,8 @@ func New(opts Options) (*Server, error) {
 }
 
 // Start brings the server up and returns once it serves: it locks the data
-// directory, reopens its region after a clean shutdown (or starts empty),
+// directory, removes the region files an earlier run of it left, makes its
+// region anew and rebuilds it from the snapshot and the log (doc.go),
 // makes sure the cluster has a root meganode, binds the RPC, one-sided and
 // metrics listeners, registers the region with the tcp and shm providers,
 // publishes the region and then the member in the region table, and starts
@@ -208,6 +210,12 @@ func (s *Server) start(ctx context.Context) error {
 	if err := s.listen(); err != nil {
 		return err
 	}
+	if s.metricsLn != nil {
+		// Served from now on: /healthz answers during a long replay and
+		// /readyz says "starting".
+		s.httpSrv = s.newMetricsServer()
+		s.goBackground(s.serveMetrics)
+	}
 	if err := s.registerMember(ctx); err != nil {
 		return err
 	}
@@ -251,10 +259,6 @@ func (s *Server) start(ctx context.Context) error {
 	s.goBackground(s.splitLoop)
 	s.goBackground(s.acceptLoop)
 	s.goBackground(s.utilizationLoop)
-	if s.metricsLn != nil {
-		s.httpSrv = s.newMetricsServer()
-		s.goBackground(s.serveMetrics)
-	}
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
 	s.goBackground(s.coordinate)
@@ -450,6 +454,7 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // failed records an asynchronous failure that must stop the server.
 func (s *Server) failed(err error) {
+	s.failure.CompareAndSwap(nil, &err)
 	select {
 	case s.fatal <- err:
 	default:
@@ -495,9 +500,11 @@ func (s *Server) Done() <-chan struct{} { return s.done }
 // members (clients stop finding it), stops accepting connections and
 // reading requests, lets the workers finish every request already queued
 // and flushes their replies, closes the connections, revokes one-sided
-// access to the region, syncs and closes the region, and writes the
-// clean-shutdown marker. It is safe to call more than once and from any
-// goroutine; every call returns the first call's result once it is done.
+// access to the region, snapshots the region, and closes it and removes
+// its file (and its followers' files and the shm registration table: the
+// log and the snapshots hold everything). It is safe to call more than
+// once and from any goroutine; every call returns the first call's result
+// once it is done.
 func (s *Server) Close() error {
 	s.lifecycle.Lock()
 	defer s.lifecycle.Unlock()

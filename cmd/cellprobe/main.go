@@ -4,6 +4,7 @@
 //
 //	cellprobe etcd [URL]      etcd's /health says "true" (a leader, a quorum); default http://127.0.0.1:2379
 //	cellprobe server [ADDR]   a cellserver answers a ping on its RPC address; default 127.0.0.1:7070
+//	cellprobe ready [URL]     a cellserver's /readyz (metrics listener) answers 200: it started and serves every region it leads; default http://127.0.0.1:7072
 //	cellprobe idle            waits for SIGTERM or SIGINT: the main process of a container kept for docker exec
 //
 // A probe gives up after --timeout (3s) and exits 1 with one line on
@@ -35,7 +36,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", 3*time.Second, "time limit of the probe")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: cellprobe [--timeout 3s] etcd [URL] | server [ADDR] | idle\n")
+		fmt.Fprintf(stderr, "Usage: cellprobe [--timeout 3s] etcd [URL] | server [ADDR] | ready [URL] | idle\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -58,6 +59,8 @@ func run(args []string, stderr io.Writer) int {
 		err = probeEtcd(ctx, arg("http://127.0.0.1:2379"))
 	case "server":
 		err = probeServer(ctx, arg("127.0.0.1:7070"))
+	case "ready":
+		err = probeReady(ctx, arg("http://127.0.0.1:7072"))
 	case "idle":
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -115,5 +118,29 @@ func probeServer(ctx context.Context, addr string) error {
 		return fmt.Errorf("ping %s: %w", addr, err)
 	}
 	f.Release()
+	return nil
+}
+
+// probeReady asks a cellserver's /readyz on its metrics listener: 200
+// once it started and serves every region whose raft group it leads, 503
+// and why not otherwise (starting, a region not taken over yet, a failed
+// log).
+func probeReady(ctx context.Context, base string) error {
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("cellserver %s: %s: %s", base, resp.Status, strings.TrimSpace(string(body)))
+	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 )
 
@@ -30,6 +31,32 @@ func TestProbeEtcd(t *testing.T) {
 	}
 }
 
+func TestProbeReady(t *testing.T) {
+	var ready atomic.Bool
+	ready.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path != "/readyz":
+			http.NotFound(w, r)
+		case ready.Load():
+			_, _ = io.WriteString(w, "ok\n")
+		default:
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "starting\n")
+		}
+	}))
+	defer srv.Close()
+	for _, u := range []string{srv.URL, srv.Listener.Addr().String()} {
+		if code := run([]string{"ready", u}, io.Discard); code != 0 {
+			t.Fatalf("ready server %s: exit %d", u, code)
+		}
+	}
+	ready.Store(false)
+	if code := run([]string{"ready", srv.URL}, io.Discard); code != 1 {
+		t.Fatalf("starting server: exit %d, want 1", code)
+	}
+}
+
 func TestProbeFailures(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -37,7 +64,7 @@ func TestProbeFailures(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	for _, args := range [][]string{{"server", addr}, {"etcd", "http://" + addr}, {"--timeout", "100ms", "server", addr}} {
+	for _, args := range [][]string{{"server", addr}, {"etcd", "http://" + addr}, {"ready", addr}, {"--timeout", "100ms", "server", addr}} {
 		if code := run(args, io.Discard); code != 1 {
 			t.Errorf("%q: exit %d, want 1", args, code)
 		}

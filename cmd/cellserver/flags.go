@@ -35,6 +35,8 @@ type config struct {
 	meganodeSize   uint64
 	nodeSize       int
 	hugepages      meganode.HugepageMode
+	shmDir         string
+	prefault       bool
 	serverID       string
 	logLevel       slog.Level
 	splitPlacement server.Placement
@@ -78,6 +80,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		raftHeartbeat, snapEvery  string
 		snapThreshold, replicas   string
 		deadAfter, balanceEvery   string
+		prefault                  string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -101,7 +104,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&regionSize, "region-size", "1GiB", "size of a new region (KiB, MiB, GiB suffixes)")
 	str(&meganodeSize, "meganode-size", "64MiB", "size of a meganode")
 	str(&nodeSize, "node-size", "1KiB", "B-link node size, a power of two from 512 to 8192")
-	str(&hugepages, "hugepages", "auto", "region backing: auto (hugetlbfs, else /dev/shm, else a file in --data-dir), on, off")
+	str(&hugepages, "hugepages", "auto", "region backing: auto (hugetlbfs, else --shm-dir, else a file in --data-dir), on (hugetlbfs), off (a file in --data-dir)")
+	str(&cfg.shmDir, "shm-dir", server.DefaultShmDir, "tmpfs directory of the region files (with --hugepages auto and no hugetlbfs) and of the shm one-sided read table; region files are named cell-<hash of --data-dir>-<region>, and 'cellserver wipe' removes them")
+	str(&prefault, "prefault", "false", "commit each region's memory when it is made (a host short of memory fails the start, not a later write with SIGBUS); default: a region takes memory as it is used")
 	str(&cfg.serverID, "server-id", "", "server ID in the region table (default: derived from the host name and --listen)")
 	str(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	str(&leaseTTL, "lease-ttl", "5s", "lease of the server's membership in the region table (whole seconds): a dead server disappears after it")
@@ -116,7 +121,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&snapEvery, "snapshot-interval", server.DefaultSnapshotInterval.String(), "how often a region checks --snapshot-threshold")
 	showVersion := fs.Bool("version", false, "print the version and VCS revision, then exit")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: cellserver [flags]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n\nFlags:\n")
+		fmt.Fprintf(out, "Usage: cellserver [flags]\n       cellserver wipe [--data-dir DIR] [--shm-dir DIR]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n'cellserver wipe' deletes a stopped server's data directory and its\nregion files (in --shm-dir and hugetlbfs too).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -153,6 +158,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	cfg.nodeSize = int(ns)
 	if cfg.hugepages, err = meganode.ParseHugepageMode(hugepages); err != nil {
 		return nil, fmt.Errorf("--hugepages %q: want auto, on or off", hugepages)
+	}
+	if cfg.prefault, err = strconv.ParseBool(prefault); err != nil {
+		return nil, fmt.Errorf("--prefault %q: want true or false", prefault)
 	}
 	if cfg.leaseTTL, err = time.ParseDuration(leaseTTL); err != nil || cfg.leaseTTL < time.Second || cfg.leaseTTL%time.Second != 0 {
 		return nil, fmt.Errorf("--lease-ttl %q: want a whole number of seconds, at least 1s", leaseTTL)
@@ -243,4 +251,38 @@ func parseSize(s string) (uint64, error) {
 		return 0, fmt.Errorf("size %q too large", s)
 	}
 	return v << shift, nil
+}
+
+// wipeConfig is the command line of 'cellserver wipe'.
+type wipeConfig struct {
+	dataDir, shmDir string
+}
+
+// parseWipeFlags parses the flags of 'cellserver wipe' (after the word).
+func parseWipeFlags(args []string, out io.Writer) (*wipeConfig, error) {
+	fs := flag.NewFlagSet("cellserver wipe", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var cfg wipeConfig
+	str := func(p *string, name, def, usage string) {
+		if v, ok := os.LookupEnv(envName(name)); ok {
+			def = v
+		}
+		fs.StringVar(p, name, def, usage+" (env "+envName(name)+")")
+	}
+	str(&cfg.dataDir, "data-dir", "./cell-data", "the data directory to delete, with its region files")
+	str(&cfg.shmDir, "shm-dir", server.DefaultShmDir, "the tmpfs directory the server's region files may be in")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: cellserver wipe [--data-dir DIR] [--shm-dir DIR]\n\nDeletes the data directory of a stopped server (log, snapshots, embedded\netcd data) and every region file named after it in --shm-dir, the hugetlbfs\nmounts and the directory itself, also when the directory was deleted\nalready. Refused while a server runs on the directory.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, errHelp
+		}
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return &cfg, nil
 }

@@ -1,10 +1,18 @@
 package main
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cellstore/cell/meganode"
 )
@@ -78,6 +86,62 @@ func TestParseFlagsEtcdCluster(t *testing.T) {
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%v) succeeded", args)
+		}
+	}
+}
+
+func TestParseFlagsRegionFiles(t *testing.T) {
+	cfg, err := parseFlags(nil, io.Discard)
+	if err != nil || cfg.shmDir != "/dev/shm" || cfg.prefault {
+		t.Fatalf("defaults: %+v, %v", cfg, err)
+	}
+	cfg, err = parseFlags([]string{"--shm-dir", "/mnt/shm", "--prefault", "true"}, io.Discard)
+	if err != nil || cfg.shmDir != "/mnt/shm" || !cfg.prefault {
+		t.Fatalf("flags: %+v, %v", cfg, err)
+	}
+	if _, err := parseFlags([]string{"--prefault", "maybe"}, io.Discard); err == nil {
+		t.Fatal("--prefault maybe accepted")
+	}
+	w, err := parseWipeFlags([]string{"--data-dir", "d1"}, io.Discard)
+	if err != nil || w.dataDir != "d1" || w.shmDir != "/dev/shm" {
+		t.Fatalf("wipe flags: %+v, %v", w, err)
+	}
+}
+
+// 'cellserver wipe' deletes a data directory and the region files named
+// after it in --shm-dir, and refuses while the directory's LOCK is held.
+func TestWipeCommand(t *testing.T) {
+	shm := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "d1")
+	if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.Create(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	abs, _ := filepath.Abs(dir)
+	sum := sha256.Sum256([]byte(abs))
+	region := filepath.Join(shm, "cell-"+hex.EncodeToString(sum[:8])+"-000001")
+	if err := os.WriteFile(region, []byte("left over"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if code := run([]string{"wipe", "--data-dir", dir, "--shm-dir", shm}, io.Discard, &out); code != 1 || !strings.Contains(out.String(), "in use") {
+		t.Fatalf("wipe of a locked directory: exit %d: %s", code, out.String())
+	}
+	_ = unix.Flock(int(lock.Fd()), unix.LOCK_UN)
+	out.Reset()
+	if code := run([]string{"wipe", "--data-dir", dir, "--shm-dir", shm}, io.Discard, &out); code != 0 {
+		t.Fatalf("wipe: exit %d: %s", code, out.String())
+	}
+	for _, p := range []string{dir, region} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s still there after wipe (%v):\n%s", p, err, out.String())
 		}
 	}
 }

@@ -6,14 +6,20 @@
 // development cluster, say), so that losing any one of them loses no
 // region table. With --etcd-endpoints it joins an external etcd cluster
 // instead. SIGTERM or SIGINT shut it down cleanly: it stops accepting
-// requests, finishes those in flight, revokes one-sided access, syncs and
-// closes its region, writes the clean-shutdown marker and stops etcd.
+// requests, finishes those in flight, revokes one-sided access, snapshots
+// its region, removes its region files and shm table (the log and the
+// snapshots hold everything) and stops etcd.
 //
 // Every flag has an environment variable: --data-dir is CELL_DATA_DIR, and
 // so on (the command line wins). --version prints the build's version and
 // VCS revision (package buildinfo), which the server also publishes with
 // its member entry. Startup errors print one line and exit
 // with status 1 (2 for bad flags).
+//
+// 'cellserver wipe --data-dir DIR' deletes a stopped server's data
+// directory and the region files named after it (in --shm-dir, the
+// hugetlbfs mounts and DIR), also once DIR itself was deleted; it refuses
+// while a server holds DIR's LOCK.
 package main
 
 import (
@@ -43,6 +49,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "wipe" {
+		return runWipe(args[1:], stderr)
+	}
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, errHelp) {
 		return 0
@@ -61,6 +70,31 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := serve(ctx, cfg, log); err != nil {
 		fmt.Fprintf(stderr, "cellserver: %v\n", err)
 		return 1
+	}
+	return 0
+}
+
+// runWipe is 'cellserver wipe': it deletes a stopped server's data
+// directory and its region files (server.Wipe), listing what it removed.
+func runWipe(args []string, stderr io.Writer) int {
+	cfg, err := parseWipeFlags(args, stderr)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cellserver wipe: %v\n", err)
+		return 2
+	}
+	removed, err := server.Wipe(cfg.dataDir, cfg.shmDir)
+	for _, p := range removed {
+		fmt.Fprintf(stderr, "cellserver wipe: removed %s\n", p)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cellserver wipe: %v\n", err)
+		return 1
+	}
+	if len(removed) == 0 {
+		fmt.Fprintf(stderr, "cellserver wipe: nothing to remove for %s\n", cfg.dataDir)
 	}
 	return 0
 }
@@ -114,6 +148,8 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		MeganodeSize:     cfg.meganodeSize,
 		NodeSize:         cfg.nodeSize,
 		Hugepages:        cfg.hugepages,
+		ShmDir:           cfg.shmDir,
+		Prefault:         cfg.prefault,
 		SplitPlacement:   cfg.splitPlacement,
 		SplitRemoteBelow: cfg.splitBelow,
 		SplitFill:        cfg.splitFill,

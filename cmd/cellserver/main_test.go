@@ -125,13 +125,13 @@ func waitMember(t *testing.T, p *proc, store regiontable.Store) regiontable.Memb
 // cleanly on SIGTERM (exit 0, a snapshot written), and a second run
 // finds the data of the first.
 func TestCellserverBinary(t *testing.T) {
-	dataDir := t.TempDir()
+	dataDir, shmDir := t.TempDir(), t.TempDir()
 	a := testutil.FreeAddrs(t, 6)
 	listen, rdmaListen, metrics, etcdListen, etcdPeer, raftListen := a[0], a[1], a[2], a[3], a[4], a[5]
 	args := []string{
 		"--data-dir", dataDir, "--listen", listen, "--rdma-listen", rdmaListen, "--metrics-listen", metrics, "--raft-listen", raftListen,
 		"--etcd-listen", etcdListen, "--etcd-peer-listen", etcdPeer, "--hugepages", "off",
-		"--region-size", "64MiB", "--meganode-size", "4MiB", "--server-id", "cell-test", "--cores", "2",
+		"--region-size", "64MiB", "--meganode-size", "4MiB", "--server-id", "cell-test", "--cores", "2", "--shm-dir", shmDir,
 	}
 	store, err := regiontable.OpenEtcd([]string{etcdListen}, regiontable.EtcdOptions{})
 	if err != nil {
@@ -179,6 +179,20 @@ func TestCellserverBinary(t *testing.T) {
 	if !strings.Contains(string(body), `cell_server_ops_total{op="put",status="OK"} 1`) {
 		t.Fatalf("metrics: %.500s", body)
 	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + metrics + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "ok" {
+			t.Fatalf("%s: %d %q", path, resp.StatusCode, body)
+		}
+	}
+	if ents, _ := os.ReadDir(shmDir); len(ents) != 1 || !strings.HasPrefix(ents[0].Name(), "cell-rdma-") {
+		t.Fatalf("shm directory of a running server: %v, want its registration table", ents)
+	}
 	c.Close()
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -192,6 +206,9 @@ func TestCellserverBinary(t *testing.T) {
 	}
 	if !strings.Contains(p.stderr.String(), "stopped cleanly") {
 		t.Fatal("no clean stop in the log")
+	}
+	if ents, _ := os.ReadDir(shmDir); len(ents) != 0 {
+		t.Fatalf("a clean stop left %v in the shm directory", ents)
 	}
 
 	// A restart keeps the data.
@@ -266,4 +283,54 @@ func TestCellserverVersion(t *testing.T) {
 	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || stdout.String() != buildinfo.Read(version).String("cellserver") || stderr.Len() != 0 {
 		t.Errorf("run --version: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
+}
+
+// What a kill -9 leaves outside the data directory, and how it goes: the
+// region file (in --shm-dir, named after the data directory) and the shm
+// registration table outlive the process and an rm -rf of the data
+// directory; 'cellserver wipe' on the deleted directory removes both.
+func TestKillThenWipe(t *testing.T) {
+	dataDir, shmDir := filepath.Join(t.TempDir(), "d1"), t.TempDir()
+	a := testutil.FreeAddrs(t, 5)
+	store, err := regiontable.OpenEtcd([]string{a[3]}, regiontable.EtcdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	p := start(t, "--data-dir", dataDir, "--shm-dir", shmDir, "--listen", a[0], "--rdma-listen", a[1], "--metrics-listen", "",
+		"--raft-listen", a[2], "--etcd-listen", a[3], "--etcd-peer-listen", a[4], "--region-size", "64MiB", "--meganode-size", "4MiB")
+	waitMember(t, p, store)
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 10*time.Second)
+	var names []string
+	for _, e := range must(os.ReadDir(shmDir)) {
+		names = append(names, e.Name())
+	}
+	var region, table bool
+	for _, n := range names {
+		region = region || strings.HasPrefix(n, "cell-") && !strings.HasPrefix(n, "cell-rdma-")
+		table = table || strings.HasPrefix(n, fmt.Sprintf("cell-rdma-%d-", p.cmd.Process.Pid))
+	}
+	if !region || !table {
+		t.Skipf("the killed server left %v in --shm-dir (a hugetlbfs region?)", names)
+	}
+	if err := os.RemoveAll(dataDir); err != nil {
+		t.Fatal(err)
+	}
+	w := start(t, "wipe", "--data-dir", dataDir, "--shm-dir", shmDir)
+	if code := w.wait(t, 10*time.Second); code != 0 {
+		t.Fatalf("wipe: exit %d: %s", code, w.stderr.String())
+	}
+	if left := must(os.ReadDir(shmDir)); len(left) != 0 {
+		t.Fatalf("after wipe, --shm-dir holds %v (it held %v)", left, names)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

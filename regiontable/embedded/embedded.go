@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
 )
 
 // Options configure the embedded etcd. The zero value of every field means
@@ -146,8 +147,56 @@ type Etcd struct {
 	endpoint string
 	log      *slog.Logger
 	quiet    *atomic.Bool
+	grpc     *grpcServers
 	once     sync.Once
 }
+
+// grpcServers are etcd's client gRPC servers (embed.Config's
+// ServiceRegister hands them over as etcd makes them).
+type grpcServers struct {
+	mu      sync.Mutex
+	servers []*grpc.Server
+}
+
+func (g *grpcServers) add(s *grpc.Server) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.servers = append(g.servers, s)
+}
+
+// stop stops the client gRPC servers: the RPCs in flight get grace to
+// finish, then the streams still open (clients' watches and lease
+// keep-alives, which end only when their client goes) are cut. etcd's
+// own Close waits for those streams for its request timeout (7 s), and
+// holds its ports meanwhile.
+func (g *grpcServers) stop(grace time.Duration) {
+	g.mu.Lock()
+	servers := g.servers
+	g.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() {
+				s.GracefulStop()
+				close(done)
+			}()
+			select {
+			case <-done:
+			case <-time.After(grace):
+				s.Stop()
+				<-done
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// stopGrace is how long Close lets client RPCs in flight finish before it
+// cuts the streams still open.
+const stopGrace = 500 * time.Millisecond
 
 // Start starts etcd and waits until it serves clients.
 func Start(opts Options) (*Etcd, error) {
@@ -183,6 +232,8 @@ func Start(opts Options) (*Etcd, error) {
 	// NewConfig leaves this at 0, which makes every request "expensive"
 	// and logged as a warning.
 	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
+	gs := new(grpcServers)
+	cfg.ServiceRegister = gs.add
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: start etcd (client %s, peer %s, data %s): %w", opts.ClientAddr, opts.PeerAddr, opts.Dir, err)
@@ -207,7 +258,7 @@ func Start(opts Options) (*Etcd, error) {
 	}
 	opts.Logger.Info("embedded etcd serving", slog.String("client", ep), slog.String("peer", apu.String()), slog.String("dir", opts.Dir),
 		slog.String("name", opts.Name), slog.Int("members", len(e.Server.Cluster().Members())))
-	return &Etcd{e: e, endpoint: ep, log: opts.Logger, quiet: quiet}, nil
+	return &Etcd{e: e, endpoint: ep, log: opts.Logger, quiet: quiet, grpc: gs}, nil
 }
 
 // Endpoints returns the client URLs to give an etcd client.
@@ -216,11 +267,16 @@ func (e *Etcd) Endpoints() []string { return []string{e.endpoint} }
 // Err delivers a fatal error of the running server.
 func (e *Etcd) Err() <-chan error { return e.e.Err() }
 
-// Close stops etcd gracefully and waits until it has stopped. Closing
-// twice is a no-op.
+// Close stops etcd and waits until it has stopped and its listeners are
+// closed, so that an etcd started at once on the same ports and data
+// directory binds them. Client RPCs in flight get half a second to finish;
+// streams still open then (other processes' watches and lease
+// keep-alives) are cut, which their clients survive by reconnecting (etcd
+// itself would wait 7 s for them). Closing twice is a no-op.
 func (e *Etcd) Close() error {
 	e.once.Do(func() {
 		e.quiet.Store(true)
+		e.grpc.stop(stopGrace)
 		e.e.Close()
 		e.log.Info("embedded etcd stopped", slog.String("client", e.endpoint))
 	})

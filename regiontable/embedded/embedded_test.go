@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -9,7 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -137,6 +140,56 @@ func TestInitialCluster(t *testing.T) {
 		}
 		if id, first := e.e.Server.Cluster().ID(), es[0].e.Server.Cluster().ID(); id != first {
 			t.Errorf("member %s is in cluster %v, m1 in %v", names[i], id, first)
+		}
+	}
+}
+
+// An etcd stopped cleanly can start again at once on the same ports and
+// data directory, three times, while a client keeps a watch and a lease
+// keep-alive open on it (as the servers of a cluster do): Close returns
+// only once its listeners are closed, and quickly (it used to drain the
+// client's streams for ~7 s, and a restart right after the server's
+// "stopped cleanly" failed with "address already in use").
+func TestRestartSamePorts(t *testing.T) {
+	opts := Options{Dir: t.TempDir(), ClientAddr: freeAddr(t), PeerAddr: freeAddr(t), Logger: slog.New(slog.DiscardHandler), StartTimeout: 20 * time.Second}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + opts.ClientAddr}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for i := range 3 {
+		e, err := Start(opts)
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		wc := cli.Watch(clientv3.WithRequireLeader(ctx), "/k")
+		if _, err := cli.Put(ctx, "/k", "v"); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		<-wc
+		l, err := cli.Grant(ctx, 5)
+		if err != nil {
+			t.Fatalf("grant %d: %v", i, err)
+		}
+		if _, err := cli.KeepAlive(ctx, l.ID); err != nil {
+			t.Fatalf("keepalive %d: %v", i, err)
+		}
+		began := time.Now()
+		if err := e.Close(); err != nil {
+			t.Fatalf("close %d: %v", i, err)
+		}
+		took := time.Since(began)
+		cancel()
+		for _, a := range []string{opts.ClientAddr, opts.PeerAddr} {
+			ln, err := net.Listen("tcp", a)
+			if err != nil {
+				t.Fatalf("after close %d: %s still bound: %v", i, a, err)
+			}
+			_ = ln.Close()
+		}
+		if took > 3*time.Second {
+			t.Fatalf("close %d took %v with a client's streams open", i, took)
 		}
 	}
 }
