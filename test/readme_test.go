@@ -30,8 +30,8 @@ import (
 // ends with a comment "# → TEXT", that its output contains TEXT.
 //
 // What a person does outside the shell, the test does too:
-//   - A server started in the foreground (a line starting `go run
-//     ./cmd/cellserver` without `&`) runs in "another terminal": a process
+//   - A server started in the foreground (`go run ./cmd/cellserver` and
+//     flags, without `&`) runs in "another terminal": a process
 //     group of its own. <!-- readme-test: ctrl-c --> sends that terminal
 //     SIGINT, as Ctrl-C does, and waits for it to exit.
 //   - The first command after servers were started, and a command whose
@@ -169,7 +169,7 @@ func readmeSteps(t *testing.T, readme string) []readmeStep {
 			switch {
 			case cmd == "make test":
 				st.skip = true
-			case strings.HasPrefix(cmd, "go run ./cmd/cellserver") && !strings.HasSuffix(cmd, "&"):
+			case runsServer(cmd) && !strings.HasSuffix(cmd, "&"):
 				st.terminal = true
 				st.cmd = cmd
 			}
@@ -177,6 +177,14 @@ func readmeSteps(t *testing.T, readme string) []readmeStep {
 		}
 	}
 	return steps
+}
+
+// runsServer reports whether cmd runs a server with go run (flags only,
+// no subcommand such as wipe).
+func runsServer(cmd string) bool {
+	f := strings.Fields(cmd)
+	return len(f) >= 3 && f[0] == "go" && f[1] == "run" && f[2] == "./cmd/cellserver" &&
+		(len(f) == 3 || strings.HasPrefix(f[3], "-"))
 }
 
 // stripComment drops a trailing "# ..." comment (the README's lines have
