@@ -118,10 +118,7 @@ func (rep *replica) startRaft(bootstrap bool) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("server: region %d's raft traffic: %w", id, err)
 	}
-	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: layer, MaxPool: 3, Timeout: 10 * time.Second, Logger: conf.Logger,
-		ServerAddressProvider: memberRaftAddrs{s},
-	})
+	trans := newRaftTransport(layer, conf.Logger, memberRaftAddrs{s})
 	had, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		_ = trans.Close()
@@ -147,6 +144,27 @@ func (rep *replica) startRaft(bootstrap bool) (bool, error) {
 	rep.raft = r
 	rep.group.Store(r)
 	return had, nil
+}
+
+// newRaftTransport is a region group's raft transport over its stream of
+// the server's raft listener.
+//
+// Replication is never pipelined (MaxRPCsInFlight 1: every AppendEntries
+// waits for its answer before the next is sent). hashicorp/raft v1.8.0's
+// pipeline can deadlock: when its decoder stops on a follower's refusal
+// or a newer term, the sender may still pick a trigger and park for good
+// handing one more request to the decoder, which parks handing back its
+// previous answer; the pipeline is closed only once the sender returns.
+// The follower then gets heartbeats and no entries (it never calls an
+// election), and the group's Shutdown waits forever: a drill's SIGTERM
+// ended in SIGQUIT with exactly that in the goroutine dump. The library
+// documents pipelining as of little benefit with batching, which raft
+// does (MaxAppendEntries per request).
+func newRaftTransport(layer raft.StreamLayer, logger hclog.Logger, addrs raft.ServerAddressProvider) *raft.NetworkTransport {
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: layer, MaxPool: 3, Timeout: 10 * time.Second, Logger: logger,
+		ServerAddressProvider: addrs, MaxRPCsInFlight: 1,
+	})
 }
 
 // memberRaftAddrs finds a group member's raft address by its server ID in
