@@ -257,6 +257,16 @@ func boundText(k []byte, inf bool, infName string) string {
 	return byteArg{}.cell(k)
 }
 
+// regionCells are the REGION to LAG cells of one served region.
+func regionCells(r regionStatus) []string {
+	role, term, applied, lag := "-", "-", "-", "-"
+	if r.Raft.Role != wire.RoleNone {
+		role, term, applied = r.Raft.Role.String(), fmt.Sprint(r.Raft.Term), fmt.Sprint(r.Raft.Applied)
+		lag = fmt.Sprint(r.Raft.Commit - min(r.Raft.Applied, r.Raft.Commit))
+	}
+	return []string{fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), fmtBytes(r.Size), role, term, applied, lag}
+}
+
 func statusTables(res statusResult) []*table {
 	root := res.Root
 	if res.RootServer != "" {
@@ -273,25 +283,23 @@ func statusTables(res statusResult) []*table {
 			errs = append(errs, s.ID+": "+oneLine(s.Error))
 			continue
 		}
-		region, epoch, size := "-", "-", "-"
-		role, term, applied, lag := "-", "-", "-", "-"
+		first := []string{"-", "-", "-", "-", "-", "-", "-"}
 		if len(s.Regions) > 0 {
-			r := s.Regions[0]
-			region, epoch, size = fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), fmtBytes(r.Size)
-			if r.Raft.Role != wire.RoleNone {
-				role, term, applied = r.Raft.Role.String(), fmt.Sprint(r.Raft.Term), fmt.Sprint(r.Raft.Applied)
-				lag = fmt.Sprint(r.Raft.Commit - min(r.Raft.Applied, r.Raft.Commit))
-			}
+			first = regionCells(s.Regions[0])
 		}
-		t.add(s.ID, s.RPCAddr, region, epoch, size, role, term, applied, lag, fmt.Sprint(len(s.Meganodes)),
+		t.add(append(append([]string{s.ID, s.RPCAddr}, first...), fmt.Sprint(len(s.Meganodes)),
 			fmt.Sprintf("%.1f%%", 100*s.Fill), fmt.Sprint(s.Height), fmt.Sprint(s.Hints.Workers), fmt.Sprint(s.Hints.Queued),
-			fmtLatency(time.Duration(s.Hints.QueueNanos)), fmtLatency(time.Duration(s.Hints.ServiceNanos)), fmtLatency(s.Ping))
+			fmtLatency(time.Duration(s.Hints.QueueNanos)), fmtLatency(time.Duration(s.Hints.ServiceNanos)), fmtLatency(s.Ping))...)
+		// Further regions the server serves: a row each, under its own.
+		for _, r := range s.Regions[min(1, len(s.Regions)):] {
+			t.add(append(append([]string{"", ""}, regionCells(r)...), "", "", "", "", "", "", "", "")...)
+		}
 	}
 	for _, e := range errs {
 		t.notes = append(t.notes, "error: "+e)
 	}
 	if len(errs) == 0 {
-		t.notes = append(t.notes, "RAFT, TERM, APPLIED: the server's role in its region's raft group, its term, its last applied log index; LAG: committed entries not yet applied.",
+		t.notes = append(t.notes, "REGION: each region the server serves, a row each; RAFT, TERM, APPLIED: the server's role in the region's raft group, its term, its last applied log index; LAG: committed entries not yet applied.",
 			"QUEUE and SERVICE: the server's recent mean queueing time and search-hop service time (selector hints).",
 			`"cellctl meganodes" lists the meganodes.`)
 	}
