@@ -193,6 +193,8 @@ type rangeState struct {
 	c      *Client
 	req    wire.RangeRequest
 	method locality.Method // of the last page
+	// srv is the server whose estimator chose the last client-side page.
+	srv *server
 	done   bool
 	// last is the resume point the last reply gave.
 	last []byte
@@ -238,9 +240,11 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 	}
 	t := c.topo.Load()
 	if rs.pageMethod(t) == locality.ClientSide {
+		start := c.mono()
 		got, err := rs.clientPage(ctx, t, want, out)
 		switch {
 		case err == nil:
+			c.observePage(rs.srv, locality.ClientSide, start, c.mono(), len(got)-len(out))
 			rs.method = locality.ClientSide
 			return got, nil
 		case errors.Is(err, errRestart):
@@ -269,10 +273,15 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 			}
 			body = rs.req.AppendTo(body[:0])
 			var f wire.Frame
+			start := c.mono()
 			f, err = srv.call(ctx, wire.OpRange, body)
 			if err == nil {
+				n := len(out)
 				out, err = rs.take(&f, out)
 				f.Release()
+				if err == nil {
+					c.observePage(srv, locality.ServerSide, start, c.mono(), len(out)-n)
+				}
 				return out, err
 			}
 		}
