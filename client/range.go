@@ -194,8 +194,8 @@ type rangeState struct {
 	req    wire.RangeRequest
 	method locality.Method // of the last page
 	// srv is the server whose estimator chose the last client-side page.
-	srv *server
-	done   bool
+	srv  *server
+	done bool
 	// last is the resume point the last reply gave.
 	last []byte
 }
