@@ -81,10 +81,12 @@ func (opts *RangeOptions) bounds(start, end []byte) ([]byte, []byte, error) {
 // Errors are those of Get (ErrUnavailable, ErrClosed, the context's, ...)
 // and an error for a negative Limit or an end given with Prefix.
 //
-// Ranges are served by the servers (paper §2.2: "Range queries are
-// implemented by following right links at the leaf level"); a range
-// spanning several meganodes takes one call per meganode, or more when
-// replies would exceed the frame size.
+// Ranges go page by page (paper §2.2: "Range queries are implemented by
+// following right links at the leaf level"), each page served by the
+// server (one Range call; a range spanning several meganodes takes one
+// per meganode, or more when replies would exceed the frame size) or,
+// forward pages only, read client-side, as the selector's page rule
+// chooses from the pages' measured costs (see the package doc).
 func (c *Client) Range(ctx context.Context, start, end []byte, opts RangeOptions) (pairs []KV, resume []byte, err error) {
 	begin := time.Now()
 	start, end, err = opts.bounds(start, end)
