@@ -42,7 +42,10 @@ type Estimator struct {
 		ps, pc     estimate
 		pageCredit float64
 		pageTokens pageBucket
-		pageDec    Decisions
+		// pageExploredAt: the last exploring page (or the first
+		// decision with both estimates known).
+		pageExploredAt time.Time
+		pageDec        Decisions
 	}
 }
 
@@ -272,6 +275,7 @@ func (e *Estimator) touchLocked(now time.Time) {
 		e.mu.service.reset()
 		e.mu.ps.reset()
 		e.mu.pc.reset()
+		e.mu.pageExploredAt = time.Time{}
 		e.mu.rtt = math.Inf(1)
 		e.mu.idle++
 	}

@@ -14,9 +14,10 @@ import (
 // estimates of a page's cost, one per method, fed by the pages the client
 // measured: the latency of the page divided by the pairs it returned (at
 // least 1), a cost per pair. The cheaper method is chosen, with the same
-// cold start, outlier rejection, moving period, exploration (probability
-// Explore, capped by MaxExploreRate with a bucket of its own) and idle
-// reset as hops.
+// cold start, outlier rejection, moving period and idle reset as hops,
+// and exploration by cost: probability Explore scaled by the ratio of the
+// cheaper cost to the dearer one (capped by MaxExploreRate with a bucket
+// of its own), and at least once a second.
 
 // pageBucket is an exploration token bucket.
 type pageBucket struct {
@@ -80,15 +81,39 @@ func (e *Estimator) choosePageLocked(now time.Time) Choice {
 	if e.mu.pc.win.n == 0 {
 		return Choice{Method: ClientSide}
 	}
-	best := ClientSide
+	best, lo, hi := ClientSide, e.mu.pc.win.mean(), e.mu.ps.win.mean()
 	if e.pageServerBetterLocked() {
-		best = ServerSide
+		best, lo, hi = ServerSide, hi, lo
 	}
-	if s.exploreThreshold > 0 && draw(e.mu.rng.Uint64()) < s.exploreThreshold && e.pageTokenLocked(now) {
+	if e.mu.pageExploredAt.IsZero() {
+		e.mu.pageExploredAt = now
+	}
+	if s.exploreThreshold == 0 {
+		return Choice{Method: best}
+	}
+	// Exploration by cost: with probability p·lo/hi, so that exploring
+	// spends about p of the time the pages take (each exploring page
+	// costs hi instead of lo); the paper's p with PaperRule. And at
+	// least once per pageExploreInterval, so that a worse method's
+	// estimate never goes stale for long.
+	thr := s.exploreThreshold
+	if !s.opts.PaperRule && hi > 0 {
+		thr = uint64(float64(thr) * min(1, lo/hi))
+	}
+	explore := draw(e.mu.rng.Uint64()) < thr && e.pageTokenLocked(now)
+	if !explore && !s.opts.PaperRule && now.Sub(e.mu.pageExploredAt) >= pageExploreInterval {
+		explore = true
+	}
+	if explore {
+		e.mu.pageExploredAt = now
 		return Choice{Method: best.other(), Explore: true}
 	}
 	return Choice{Method: best}
 }
+
+// pageExploreInterval is the longest a connection goes without exploring
+// a page (with exploration on and both estimates known).
+const pageExploreInterval = time.Second
 
 // pageTokenLocked is exploreTokenLocked for pages, with a bucket of their
 // own (hops are far more numerous and would take every token).

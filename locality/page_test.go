@@ -91,8 +91,10 @@ func TestPageCheaperPerPair(t *testing.T) {
 	}
 }
 
-// Exploration picks the worse method with probability Explore, within
-// the pages' own token bucket: hops exploring do not starve pages.
+// Exploration picks the worse method with probability Explore scaled by
+// the ratio of the costs (cheaper/dearer), within the pages' own token
+// bucket (hops exploring do not starve pages), and at least once a
+// second.
 func TestPageExploration(t *testing.T) {
 	s, clk := mustSelector(t, Options{Explore: 0.5, MaxExploreRate: 10})
 	e := s.Estimator(1)
@@ -109,15 +111,48 @@ func TestPageExploration(t *testing.T) {
 		t.Errorf("1000 pages at once: %d server (%d exploring), %d client; want 10 exploring (one second's tokens)", srv, explore, cli)
 	}
 	clk.Advance(time.Second)
-	if _, _, explore = choosePages(e, 1000); explore != 10 {
-		t.Errorf("a second later: %d exploring, want 10", explore)
+	// One second's tokens, and maybe one for the second without
+	// exploration if the first draw fails.
+	if _, _, explore = choosePages(e, 1000); explore != 10 && explore != 11 {
+		t.Errorf("a second later: %d exploring, want 10 or 11", explore)
 	}
-	// Without exploration, never the worse one.
-	s2, _ := mustSelector(t, Options{Explore: -1})
+	// Uncapped: p·lo/hi = 0.5·10/100 = 5% of the pages.
+	s1, _ := mustSelector(t, Options{Explore: 0.5, MaxExploreRate: -1})
+	e1 := s1.Estimator(1)
+	fillPage(e1, ServerSide, 100*us, 1, 20)
+	fillPage(e1, ClientSide, 10*us, 1, 20)
+	if _, _, explore = choosePages(e1, 20000); explore < 800 || explore > 1200 {
+		t.Errorf("costs 10 to 1: %d of 20000 pages exploring, want ≈ 1000 (5%%)", explore)
+	}
+	// With PaperRule, the paper's p: 50%.
+	s2, _ := mustSelector(t, Options{Explore: 0.5, PaperRule: true})
 	e2 := s2.Estimator(1)
 	fillPage(e2, ServerSide, 100*us, 1, 20)
 	fillPage(e2, ClientSide, 10*us, 1, 20)
-	if srv, _, _ := choosePages(e2, 10000); srv != 0 {
+	if _, _, explore = choosePages(e2, 2000); explore < 900 || explore > 1100 {
+		t.Errorf("paper rule: %d of 2000 pages exploring, want ≈ 1000", explore)
+	}
+	// A method 10^4 times dearer is explored about once a second, no
+	// less: 10 seconds of 100 pages each.
+	s3, clk3 := mustSelector(t, Options{})
+	e3 := s3.Estimator(1)
+	fillPage(e3, ServerSide, 10000*us, 1, 20)
+	fillPage(e3, ClientSide, 1*us, 1, 20)
+	explore = 0
+	for range 10 {
+		_, _, x := choosePages(e3, 100)
+		explore += x
+		clk3.Advance(time.Second)
+	}
+	if explore < 9 || explore > 11 {
+		t.Errorf("costs 10^4 to 1: %d exploring pages in 10 s, want ≈ 10", explore)
+	}
+	// Without exploration, never the worse one.
+	s4, _ := mustSelector(t, Options{Explore: -1})
+	e4 := s4.Estimator(1)
+	fillPage(e4, ServerSide, 100*us, 1, 20)
+	fillPage(e4, ClientSide, 10*us, 1, 20)
+	if srv, _, _ := choosePages(e4, 10000); srv != 0 {
 		t.Errorf("no exploration: %d server-side pages", srv)
 	}
 }
