@@ -147,9 +147,20 @@
 // lower average (ties client-side), with the hops' machinery: the same
 // window, outlier rejection and moving-period reset, the same cold start
 // (server-side until a server-side page was measured, then client-side
-// until a client-side one was), exploration with probability Explore
+// until a client-side one was), and the idle reset with the rest.
+//
+// Exploration is by cost: with probability p·lo/hi, lo and hi the
+// cheaper and the dearer cost per pair, so that exploring spends about p
+// of the time the pages take (an exploring page costs hi instead of lo),
 // capped by MaxExploreRate in a token bucket of the pages' own (hops
-// would otherwise take every token), and the idle reset with the rest.
+// would otherwise take every token), and at least once a second per
+// connection, so that the dearer estimate is never stale for long. The
+// paper's flat p cost too much here: the dearer way is often 20 to 1000
+// times dearer per pair (a Range call queued behind log writes at a
+// one-core server against a leaf walk over shm; two tcp round trips per
+// leaf against one Range call), and 1% of the pages explored flat
+// doubled the mean scan latency over shm and cost 11% of the
+// throughput over tcp (BENCHMARKS.md §13). PaperRule restores flat p.
 // The modes force the method as for hops; ratio=P keeps a credit of its
 // own for pages, so that P% of the pages go server-side however they
 // interleave with hops. Decisions are counted apart (PageDecisions).
