@@ -33,8 +33,9 @@ func rangePages(t *testing.T, c *Client, n, keys int) locality.Decisions {
 	}
 }
 
-// pageClient is an adaptive shm client of rc that explores range pages
-// often (10%), so that a short test sees both methods measured.
+// pageClient is an adaptive shm client of rc with p = 10% (range pages
+// explore with p scaled by the ratio of the costs, and at least once a
+// second).
 func pageClient(t *testing.T, rc *realCluster, edit func(*Config)) *Client {
 	cfg := realConfig(t, rc)
 	cfg.Mode, cfg.Provider = locality.Mode{Kind: locality.Adaptive}, ProviderSHM
@@ -48,8 +49,8 @@ func pageClient(t *testing.T, rc *realCluster, edit func(*Config)) *Client {
 // TestRangePagesFollowCost: an adaptive client measures the cost per pair
 // of range pages both ways and serves them the cheaper way. The server's
 // Range calls are made slow (2 ms each, against microseconds for a
-// client-side page over shm): pages go client-side, the server side
-// still explored.
+// client-side page over shm): both methods are measured (the cold start
+// measures each), and pages go client-side but for exploration.
 func TestRangePagesFollowCost(t *testing.T) {
 	rc := startReal(t, 1, func(o *cellserver.Options) {
 		o.TestingKnobs.BeforeHandle = func(op wire.Op) {
@@ -79,8 +80,8 @@ func TestRangePagesFollowCost(t *testing.T) {
 }
 
 // TestRangePagesServerWhenCheaper: the other way round, client-side pages
-// made slow (each record read waits 5 ms): pages go server-side, the
-// client side still explored. (A history reset can cost a cold-start
+// made slow (each record read waits 5 ms): pages go server-side but for
+// exploration. (A history reset can cost a cold-start
 // choice or two, not counted as exploration: hence the slack of 2.)
 func TestRangePagesServerWhenCheaper(t *testing.T) {
 	rc := startReal(t, 1, nil)
