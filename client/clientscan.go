@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/locality"
@@ -49,7 +50,10 @@ type scanEntry struct {
 
 // pageMethod chooses how to serve the next page: client-side only for
 // forward pages whose first meganode's region can be read one-sided, as
-// the selector of that region's server says.
+// the page rule of that region's server's estimator says (ChoosePage:
+// the method with the lower measured cost per pair, or the one the mode
+// forces). Reverse pages and pages of regions not readable one-sided go
+// server-side without a decision.
 func (rs *rangeState) pageMethod(t *topology) locality.Method {
 	if rs.req.Reverse {
 		return locality.ServerSide
@@ -66,7 +70,25 @@ func (rs *rangeState) pageMethod(t *topology) locality.Method {
 	if !ok || reg == nil || reg.reader == nil {
 		return locality.ServerSide
 	}
-	return srv.est.Choose().Method
+	rs.srv = srv
+	if !rs.c.sysClock {
+		return srv.est.ChoosePage().Method
+	}
+	return srv.est.ChoosePageAt(rs.c.now()).Method
+}
+
+// observePage feeds a page that srv served by method m, taking from mono
+// reading start to end and returning pairs pairs, to srv's page
+// estimates.
+func (c *Client) observePage(srv *server, m locality.Method, start, end time.Duration, pairs int) {
+	if srv == nil || srv.est == nil {
+		return
+	}
+	if c.sysClock {
+		srv.est.ObservePageAt(m, end-start, pairs, c.at(end))
+		return
+	}
+	srv.est.ObservePage(m, end-start, pairs)
 }
 
 // fromKey is the first key the next page may return.

@@ -163,10 +163,21 @@
 // key's leaf meganode, found in the path cache, or by a search (whose hops
 // the selector routes as usual), or, with a single server, left to it.
 //
-// Ranges go page by page (Config.RangePageSize pairs). The selector of the
-// server holding a page's first key chooses how: server-side, a Range call
-// (the server stops at the limit, the frame size or where the range
-// continues on another server, and says where to resume); client-side
+// Ranges go page by page (Config.RangePageSize pairs). The estimator of
+// the server holding a page's first key chooses how, by the page rule
+// (locality's "Range pages": not the hop rule, whose terms do not price a
+// page): each estimator keeps the moving average cost per pair returned of
+// the server-side and of the client-side pages this client measured (a
+// page's latency, end to end, over its pairs, at least 1), and the
+// cheaper one is chosen, the other explored now and then; the modes force
+// the method as they do for hops (ratio=P on the pages' own credit).
+// Reverse pages, and pages of regions not readable one-sided with the
+// configured provider, are server-side without a decision. Decisions
+// show in Stats.Selector.PageDecisions and in the
+// selector_decisions_total metric with op="range" (op="search" for
+// hops). Server-side, a page is a Range call (the server stops at the
+// limit, the frame size or where the range continues on another server,
+// and says where to resume); client-side
 // (forward pages only: B-link trees have no left links), a client-side
 // search for the leaf of the first key, then leaves copied along their
 // right links, the records of each leaf fetched together in vector reads

@@ -29,11 +29,13 @@ import (
 //	selector_m                        running average meganode height
 //	selector_{ls,lr,rtt,queue,service}_seconds{server}
 //	selector_server_better{server}    the rule's verdict now (0/1)
-//	selector_decisions_total{server,method}, selector_explorations_total{server}
+//	selector_decisions_total{server,method,op}, selector_explorations_total{server,op}
+//	selector_page_{server,client}_seconds{server}  range page cost per pair
 //
 // op is get, contains, put, delete or range; path is server or client (for
 // reads, the method of the hop that reached the data; writes and ranges
-// are server).
+// are server). The selector's decisions carry op: search for meganode
+// hops, range for forward range pages (the page rule).
 type Metrics struct {
 	latency [numOpKinds][2]prometheus.Observer
 	hist    *prometheus.HistogramVec
@@ -119,14 +121,17 @@ var (
 	descSelQueue    = desc("selector_queue_seconds", "Moving average server-reported queueing time.", "server")
 	descSelService  = desc("selector_service_seconds", "Moving average server-reported service time.", "server")
 	descSelBetter   = desc("selector_server_better", "1 when the rule currently prefers server-side search.", "server")
-	descSelDec      = desc("selector_decisions_total", "Selector decisions by method.", "server", "method")
-	descSelExplore  = desc("selector_explorations_total", "Decisions that were exploration.", "server")
+	descSelDec      = desc("selector_decisions_total", "Selector decisions by method, for meganode hops (op search) and range pages (op range).", "server", "method", "op")
+	descSelExplore  = desc("selector_explorations_total", "Decisions that were exploration.", "server", "op")
+	descSelPageS    = desc("selector_page_server_seconds", "Moving average cost per pair of server-side range pages.", "server")
+	descSelPageC    = desc("selector_page_client_seconds", "Moving average cost per pair of client-side range pages.", "server")
 )
 
 var allDescs = []*prometheus.Desc{
 	descOps, descOpErrors, descHops, descReads, descReadBytes, descRetries,
 	descCacheHits, descCacheMisses, descCacheIns, descCacheEvict, descCacheInval, descCacheSize, descNodeBytes,
 	descSelM, descSelLS, descSelLR, descSelRTT, descSelQueue, descSelService, descSelBetter, descSelDec, descSelExplore,
+	descSelPageS, descSelPageC,
 }
 
 // Describe implements prometheus.Collector.
@@ -191,8 +196,13 @@ func (col *collector) Collect(ch chan<- prometheus.Metric) {
 			better = 1
 		}
 		gauge(descSelBetter, better, id)
-		counter(descSelDec, s.Decisions.Server, id, locality.ServerSide.String())
-		counter(descSelDec, s.Decisions.Client, id, locality.ClientSide.String())
-		counter(descSelExplore, s.Decisions.Explore, id)
+		counter(descSelDec, s.Decisions.Server, id, locality.ServerSide.String(), "search")
+		counter(descSelDec, s.Decisions.Client, id, locality.ClientSide.String(), "search")
+		counter(descSelExplore, s.Decisions.Explore, id, "search")
+		counter(descSelDec, s.PageDecisions.Server, id, locality.ServerSide.String(), "range")
+		counter(descSelDec, s.PageDecisions.Client, id, locality.ClientSide.String(), "range")
+		counter(descSelExplore, s.PageDecisions.Explore, id, "range")
+		gauge(descSelPageS, s.PageServer.Mean.Seconds(), id)
+		gauge(descSelPageC, s.PageClient.Mean.Seconds(), id)
 	}
 }

@@ -77,7 +77,7 @@ func TestMetrics(t *testing.T) {
 		{"cell_client_cache_hits_total", map[string]string{"cache": "path"}, 1},
 		{"cell_client_cache_entries", map[string]string{"cache": "path"}, 1},
 		{"cell_client_selector_m", nil, 1},
-		{"cell_client_selector_decisions_total", map[string]string{"method": "client"}, 50},
+		{"cell_client_selector_decisions_total", map[string]string{"method": "client", "op": "search"}, 50},
 		{"cell_client_selector_lr_seconds", nil, 1e-9},
 		{"cell_client_retries_total", map[string]string{"cause": "torn"}, 0},
 	} {

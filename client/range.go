@@ -81,10 +81,12 @@ func (opts *RangeOptions) bounds(start, end []byte) ([]byte, []byte, error) {
 // Errors are those of Get (ErrUnavailable, ErrClosed, the context's, ...)
 // and an error for a negative Limit or an end given with Prefix.
 //
-// Ranges are served by the servers (paper §2.2: "Range queries are
-// implemented by following right links at the leaf level"); a range
-// spanning several meganodes takes one call per meganode, or more when
-// replies would exceed the frame size.
+// Ranges go page by page (paper §2.2: "Range queries are implemented by
+// following right links at the leaf level"), each page served by the
+// server (one Range call; a range spanning several meganodes takes one
+// per meganode, or more when replies would exceed the frame size) or,
+// forward pages only, read client-side, as the selector's page rule
+// chooses from the pages' measured costs (see the package doc).
 func (c *Client) Range(ctx context.Context, start, end []byte, opts RangeOptions) (pairs []KV, resume []byte, err error) {
 	begin := time.Now()
 	start, end, err = opts.bounds(start, end)
@@ -193,7 +195,9 @@ type rangeState struct {
 	c      *Client
 	req    wire.RangeRequest
 	method locality.Method // of the last page
-	done   bool
+	// srv is the server whose estimator chose the last client-side page.
+	srv  *server
+	done bool
 	// last is the resume point the last reply gave.
 	last []byte
 }
@@ -238,9 +242,11 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 	}
 	t := c.topo.Load()
 	if rs.pageMethod(t) == locality.ClientSide {
+		start := c.mono()
 		got, err := rs.clientPage(ctx, t, want, out)
 		switch {
 		case err == nil:
+			c.observePage(rs.srv, locality.ClientSide, start, c.mono(), len(got)-len(out))
 			rs.method = locality.ClientSide
 			return got, nil
 		case errors.Is(err, errRestart):
@@ -269,10 +275,15 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 			}
 			body = rs.req.AppendTo(body[:0])
 			var f wire.Frame
+			start := c.mono()
 			f, err = srv.call(ctx, wire.OpRange, body)
 			if err == nil {
+				n := len(out)
 				out, err = rs.take(&f, out)
 				f.Release()
+				if err == nil {
+					c.observePage(srv, locality.ServerSide, start, c.mono(), len(out)-n)
+				}
 				return out, err
 			}
 		}

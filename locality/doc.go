@@ -130,6 +130,46 @@
 // hops per second (20,000) nothing changes. PaperRule removes the cap;
 // BENCHMARKS.md §2 and §5b measure both.
 //
+// # Range pages (Cell's addition, measured)
+//
+// A range page is priced by neither l_s nor l_r: server-side it is one
+// Range call returning up to a page of pairs (the server walks the
+// leaves and copies the pairs), client-side a search for the first leaf
+// and then, leaf by leaf along the right links, one node read and one
+// vector read of the leaf's records. So ChoosePage decides pages apart
+// from hops, from measured pages: each Estimator keeps two more
+// estimates, the cost per pair of server-side and of client-side pages,
+// fed by ObservePage with a page's latency as the client measured it
+// divided by the pairs it returned (at least 1). Per pair, so that pages
+// of different sizes (YCSB-E asks for 1 to 100 pairs) average into one
+// figure per method; both methods see the same mix of sizes, since
+// exploration picks pages at random. ChoosePage takes the method with the
+// lower average (ties client-side), with the hops' machinery: the same
+// window, outlier rejection and moving-period reset, the same cold start
+// (server-side until a server-side page was measured, then client-side
+// until a client-side one was), and the idle reset with the rest.
+//
+// Exploration is by cost: with probability p·lo/hi, lo and hi the
+// cheaper and the dearer cost per pair, so that exploring spends about p
+// of the time the pages take (an exploring page costs hi instead of lo),
+// capped by MaxExploreRate in a token bucket of the pages' own (hops
+// would otherwise take every token), and at least once a second per
+// connection, so that the dearer estimate is never stale for long. The
+// paper's flat p cost too much here: the dearer way is often 20 to 1000
+// times dearer per pair (a Range call queued behind log writes at a
+// one-core server against a leaf walk over shm; two tcp round trips per
+// leaf against one Range call), and 1% of the pages explored flat
+// doubled the mean scan latency over shm and cost 11% of the
+// throughput over tcp (BENCHMARKS.md §13). PaperRule restores flat p.
+// The modes force the method as for hops; ratio=P keeps a credit of its
+// own for pages, so that P% of the pages go server-side however they
+// interleave with hops. Decisions are counted apart (PageDecisions).
+//
+// The hop rule's refinement for servers whose one-sided reads cost their
+// CPU (tcp) does not apply: a page's measured latency includes the
+// server's CPU queue for those reads, and a client-side page over tcp
+// costs the server CPU of a few reads, not of m per hop.
+//
 // Time comes from Options.Clock and randomness from a PCG stream per
 // Estimator seeded from Options.Seed and the server ID, so a run with a
 // fixed seed and a virtual clock is deterministic (locality/sim relies on

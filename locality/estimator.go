@@ -36,6 +36,16 @@ type Estimator struct {
 		// sharedCPU: this server's one-sided reads are served by its CPU
 		// (a software provider), not by a NIC.
 		sharedCPU bool
+		// Range pages (page.go): the cost per pair of server-side and
+		// client-side pages, the pages' ratio credit, exploration bucket
+		// and decisions.
+		ps, pc     estimate
+		pageCredit float64
+		pageTokens pageBucket
+		// pageExploredAt: the last exploring page (or the first
+		// decision with both estimates known).
+		pageExploredAt time.Time
+		pageDec        Decisions
 	}
 }
 
@@ -57,6 +67,8 @@ func newEstimator(s *Selector, id ServerID) *Estimator {
 	e.mu.lr = newEstimate(n)
 	e.mu.queue = newWindow(n)
 	e.mu.service = newWindow(n)
+	e.mu.ps = newEstimate(n)
+	e.mu.pc = newEstimate(n)
 	e.mu.rtt = math.Inf(1)
 	// The PCG stream is a function of the selector's seed and the ID only,
 	// so runs with the same seed draw the same numbers per connection.
@@ -64,6 +76,7 @@ func newEstimator(s *Selector, id ServerID) *Estimator {
 	// A random phase, so that connections with the same ratio do not all
 	// send their server-side searches at the same moments.
 	e.mu.credit = float64(draw(e.mu.rng.Uint64())) / (1 << 53) * 100
+	e.mu.pageCredit = e.mu.credit
 	return e
 }
 
@@ -260,6 +273,9 @@ func (e *Estimator) touchLocked(now time.Time) {
 		e.mu.lr.reset()
 		e.mu.queue.reset()
 		e.mu.service.reset()
+		e.mu.ps.reset()
+		e.mu.pc.reset()
+		e.mu.pageExploredAt = time.Time{}
 		e.mu.rtt = math.Inf(1)
 		e.mu.idle++
 	}

@@ -33,6 +33,8 @@ type Selector struct {
 		sync.RWMutex
 		ests    map[ServerID]*Estimator
 		retired Decisions // decisions of removed estimators
+		// retiredPages: range page decisions of removed estimators
+		retiredPages Decisions
 	}
 }
 
@@ -88,6 +90,7 @@ func (s *Selector) Remove(id ServerID) {
 	delete(s.mu.ests, id)
 	e.mu.Lock()
 	s.mu.retired.add(e.mu.dec)
+	s.mu.retiredPages.add(e.mu.pageDec)
 	e.mu.Unlock()
 }
 

@@ -88,6 +88,14 @@ type EstimatorSnapshot struct {
 	// empty).
 	ServerBetter bool      `json:"server_better"`
 	Decisions    Decisions `json:"decisions"`
+	// PageServer and PageClient are the range page cost estimates, per
+	// pair returned, of server-side and client-side pages (page.go).
+	PageServer EstimateSnapshot `json:"page_server"`
+	PageClient EstimateSnapshot `json:"page_client"`
+	// PageServerBetter is the page rule's verdict now (false while
+	// either is empty); PageDecisions counts the range page decisions.
+	PageServerBetter bool      `json:"page_server_better"`
+	PageDecisions    Decisions `json:"page_decisions"`
 	// IdleResets counts histories discarded after an idle period.
 	IdleResets uint64 `json:"idle_resets"`
 }
@@ -105,6 +113,13 @@ func (e *Estimator) Snapshot() EstimatorSnapshot {
 		ServiceTime: time.Duration(e.mu.service.mean()),
 		Decisions:   e.mu.dec,
 		IdleResets:  e.mu.idle,
+
+		PageServer:    e.mu.ps.snapshot(),
+		PageClient:    e.mu.pc.snapshot(),
+		PageDecisions: e.mu.pageDec,
+	}
+	if e.mu.ps.win.n > 0 && e.mu.pc.win.n > 0 {
+		snap.PageServerBetter = e.pageServerBetterLocked()
 	}
 	if !math.IsInf(e.mu.rtt, 1) {
 		snap.RTT = time.Duration(e.mu.rtt)
@@ -122,6 +137,8 @@ type Snapshot struct {
 	M float64 `json:"m"`
 	// Decisions sums the decisions of all estimators, removed ones included.
 	Decisions Decisions `json:"decisions"`
+	// PageDecisions sums their range page decisions likewise.
+	PageDecisions Decisions `json:"page_decisions"`
 	// Servers holds one entry per live estimator, sorted by Server.
 	Servers []EstimatorSnapshot `json:"servers"`
 }
@@ -134,13 +151,14 @@ func (s *Selector) Snapshot() Snapshot {
 	for _, e := range s.mu.ests {
 		ests = append(ests, e)
 	}
-	snap := Snapshot{Mode: s.opts.Mode, M: s.M(), Decisions: s.mu.retired}
+	snap := Snapshot{Mode: s.opts.Mode, M: s.M(), Decisions: s.mu.retired, PageDecisions: s.mu.retiredPages}
 	s.mu.RUnlock()
 	slices.SortFunc(ests, func(a, b *Estimator) int { return cmp.Compare(a.id, b.id) })
 	snap.Servers = make([]EstimatorSnapshot, len(ests))
 	for i, e := range ests {
 		snap.Servers[i] = e.Snapshot()
 		snap.Decisions.add(snap.Servers[i].Decisions)
+		snap.PageDecisions.add(snap.Servers[i].PageDecisions)
 	}
 	return snap
 }

@@ -56,6 +56,10 @@ type benchParams struct {
 	phases []phase
 	// durationSet and writePercentSet: the flags were given.
 	durationSet, writePercentSet bool
+	// inserts numbers the inserts of ycsb-d and ycsb-e; zetaBase is
+	// zeta of the keyspace for ycsb-d's latest distribution.
+	inserts  *insertCounter
+	zetaBase zetaBase
 }
 
 // Workloads.
@@ -94,10 +98,24 @@ func (p *benchParams) validate() error {
 		if p.Distribution == "" {
 			p.Distribution = distZipfian
 		}
+	case workloadYCSBD, workloadYCSBE, workloadYCSBF:
+		if p.writePercentSet {
+			return fmt.Errorf("--write-percent: workload %s has a fixed mix (%s)", p.Workload, ycsbDescription[p.Workload])
+		}
+		p.WritePercent = 0
+		if p.Distribution == "" {
+			p.Distribution = distZipfian
+			if p.Workload == workloadYCSBD {
+				p.Distribution = distLatest
+			}
+		}
 	default:
-		return fmt.Errorf("--workload %q: want search, get, put, mixed, ycsb-a, ycsb-b or ycsb-c", p.Workload)
+		return fmt.Errorf("--workload %q: want search, get, put, mixed, ycsb-a, ycsb-b, ycsb-c, ycsb-d, ycsb-e or ycsb-f", p.Workload)
 	}
 	p.Distribution = strings.ToLower(p.Distribution)
+	if p.Distribution == distLatest && p.Workload != workloadYCSBD {
+		return fmt.Errorf("--distribution latest: only for ycsb-d (it reads the keys the run inserts)")
+	}
 	if err := p.parsePhases(); err != nil {
 		return err
 	}
@@ -134,11 +152,17 @@ func (p *benchParams) validate() error {
 	if p.Keyspace == 0 {
 		p.Keyspace = 100000
 	}
-	kc, err := newKeyChooser(p.Distribution, p.Keyspace)
+	dist := p.Distribution
+	if dist == distLatest {
+		dist = distZipfian // for nothing: latest keys are drawn by latestKeys
+		p.zetaBase = newZetaBase(p.Keyspace)
+	}
+	kc, err := newKeyChooser(dist, p.Keyspace)
 	if err != nil {
 		return err
 	}
 	p.keys = kc
+	p.inserts = &insertCounter{base: max(p.Keys, p.Keyspace)}
 	return nil
 }
 
@@ -216,8 +240,13 @@ operations, popular keys are scattered over the keyspace).
 
 Workloads: search (Contains: a search without the value), get, put,
 mixed (--write-percent puts, the rest gets), and YCSB's core workloads
-ycsb-a (50% puts, 50% gets), ycsb-b (5% puts) and ycsb-c (gets only),
-zipfian unless --distribution uniform. --mode sets the locality selector
+ycsb-a (50% puts, 50% gets), ycsb-b (5% puts), ycsb-c (gets only),
+ycsb-d (5% inserts of new keys, 95% gets of keys chosen with YCSB's
+"latest" distribution: the newest the most often), ycsb-e (5% inserts,
+95% scans: a zipfian start key and 1..100 pairs, uniformly) and ycsb-f
+(50% gets, 50% read-modify-writes: a get and a put of the key, timed as
+one operation), zipfian unless --distribution uniform. Inserts store
+keys after the preloaded ones (max(--keys, --keyspace) onwards). --mode sets the locality selector
 (adaptive, server, client, ratio=P: P% of hops server-side), --provider
 the one-sided read provider, --cache off disables the node and meganode
 path caches.
@@ -277,9 +306,9 @@ client is its own etcd client (its own gRPC connection). --mode,
 	fs.IntVar(&p.Keys, "keys", 10000, "keys stored before the run (0: none; put only)")
 	fs.IntVar(&p.Keyspace, "keyspace", 0, "keys operations choose from (default: --keys, or 100000 without)")
 	fs.StringVar(&p.Cache, "cache", "on", "node and meganode path caches: on or off")
-	fs.StringVar(&p.Workload, "workload", "get", "search, get, put, mixed, ycsb-a, ycsb-b or ycsb-c")
+	fs.StringVar(&p.Workload, "workload", "get", "search, get, put, mixed, ycsb-a, ycsb-b, ycsb-c, ycsb-d, ycsb-e or ycsb-f")
 	fs.Float64Var(&p.WritePercent, "write-percent", 10, "mixed: percentage of puts")
-	fs.StringVar(&p.Distribution, "distribution", "", "key choice: uniform or zipfian (YCSB's scrambled zipfian); default zipfian for ycsb-*, else uniform")
+	fs.StringVar(&p.Distribution, "distribution", "", "key choice: uniform, zipfian (YCSB's scrambled zipfian) or latest (ycsb-d); default latest for ycsb-d, zipfian for the other ycsb-*, else uniform")
 	fs.DurationVar(&p.Interval, "interval", 0, "also report every interval of the measured window (0: off)")
 	fs.StringVar(&p.Phases, "phases", "", "also report consecutive periods of the measured window: [NAME=]DURATION,... (sets --duration to their sum)")
 	fs.IntVar(&p.ValueSize, "value-size", 64, "bytes per value")
@@ -369,7 +398,10 @@ type opResult struct {
 func benchTables(r benchResult) []*table {
 	p := r.Params
 	workload := p.Workload
-	if p.Workload == workloadMixed || ycsbWritePercent[p.Workload] > 0 {
+	switch {
+	case ycsbDescription[p.Workload] != "":
+		workload += " (" + ycsbDescription[p.Workload] + ")"
+	case p.Workload == workloadMixed:
 		workload += fmt.Sprintf(" (%v%% puts)", p.WritePercent)
 	}
 	t := &table{
@@ -407,6 +439,10 @@ func benchTables(r benchResult) []*table {
 			sel.Decisions.Server, sel.Decisions.Client, sel.Decisions.Explore, fmtLatency(sel.MeanLS), fmtLatency(sel.MeanLR), fmtLatency(sel.RTT),
 			sel.LR.Observed, sel.LR.Dropped, sel.LR.Resets, sel.IdleResets))
 	}
+	if sel := r.Selector; p.Target != targetEtcd && sel.PageDecisions.Total() > 0 {
+		t.notes = append(t.notes, fmt.Sprintf("range pages: %d server-side, %d client-side (%d exploring); cost per pair: server %v, client %v",
+			sel.PageDecisions.Server, sel.PageDecisions.Client, sel.PageDecisions.Explore, fmtLatency(sel.PageServer), fmtLatency(sel.PageClient)))
+	}
 	if r.NotFound > 0 {
 		t.notes = append(t.notes, fmt.Sprintf("not found: %d", r.NotFound))
 	}
@@ -426,6 +462,12 @@ func benchTables(r benchResult) []*table {
 // selectorSummary sums the selectors' state over the measured window.
 type selectorSummary struct {
 	Decisions locality.Decisions `json:"decisions"`
+	// PageDecisions are the range page decisions; PageServer and
+	// PageClient average the estimators' final costs per pair of
+	// server-side and client-side pages.
+	PageDecisions locality.Decisions `json:"page_decisions"`
+	PageServer    time.Duration      `json:"page_server_ns"`
+	PageClient    time.Duration      `json:"page_client_ns"`
 	// LS and LR count, over every estimator, the samples offered to the
 	// l_s and l_r averages, those dropped as outliers and the history
 	// resets (more dropped than kept).

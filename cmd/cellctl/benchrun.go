@@ -29,10 +29,13 @@ const (
 	opGet benchOp = iota
 	opPut
 	opSearch
+	opInsert // a put of a new key (ycsb-d, ycsb-e)
+	opScan   // a Range with a limit (ycsb-e)
+	opRMW    // a get, then a put of the same key (ycsb-f)
 	numBenchOps
 )
 
-var benchOpNames = [numBenchOps]string{"get", "put", "search"}
+var benchOpNames = [numBenchOps]string{"get", "put", "search", "insert", "scan", "rmw"}
 
 // opCounts are one worker's figures of one kind of operation.
 type opCounts struct {
@@ -50,6 +53,7 @@ type benchWorker struct {
 
 	firstErr      error
 	key, val, buf []byte
+	latest        latestKeys // ycsb-d's key choice
 }
 
 // benchSnapshot is what is read at each end of the measured window.
@@ -195,28 +199,40 @@ func (w *benchWorker) run(ctx context.Context, p *benchParams, from, to time.Tim
 		if !t0.Before(to) {
 			return
 		}
-		idx := p.keys.next(w.rng)
-		w.key = appendKey(w.key[:0], p.KeyPrefix, idx)
-		op := opGet
-		switch {
-		case p.Workload == workloadPut, p.mixed && w.rng.Float64()*100 < p.WritePercent:
-			op = opPut
-		case p.Workload == workloadSearch:
-			op = opSearch
-		}
+		st := p.nextStep(w.rng, &w.latest)
+		w.key = appendKey(w.key[:0], p.KeyPrefix, st.idx)
+		op := st.op
 		var err error
 		switch op {
-		case opPut:
+		case opPut, opInsert:
 			seq++
 			if len(w.val) >= 8 {
 				putUint64(w.val, seq)
 			}
 			err = w.c.Put(ctx, w.key, w.val)
+			if op == opInsert && err == nil {
+				p.inserts.ack()
+			}
 		case opSearch:
 			var found bool
 			found, err = w.c.Contains(ctx, w.key)
 			if err == nil && !found {
 				err = client.ErrNotFound
+			}
+		case opScan:
+			var pairs []client.KV
+			pairs, _, err = w.c.Range(ctx, w.key, nil, client.RangeOptions{Limit: st.scan})
+			if err == nil && len(pairs) == 0 {
+				err = client.ErrNotFound
+			}
+		case opRMW:
+			w.buf, err = w.c.GetAppend(ctx, w.buf[:0], w.key)
+			if err == nil {
+				seq++
+				if len(w.buf) >= 8 {
+					putUint64(w.buf, seq)
+				}
+				err = w.c.Put(ctx, w.key, w.buf)
 			}
 		default:
 			w.buf, err = w.c.GetAppend(ctx, w.buf[:0], w.key)
@@ -400,6 +416,8 @@ func benchSummary(p *benchParams, workers []*benchWorker, snaps [2]benchSnapshot
 		r.Selector.MeanLS /= n
 		r.Selector.MeanLR /= n
 		r.Selector.RTT /= n
+		r.Selector.PageServer /= n
+		r.Selector.PageClient /= n
 	}
 	if hops := r.ServerHops + r.ClientHops; hops > 0 {
 		r.ServerSide = float64(r.ServerHops) / float64(hops)
@@ -437,6 +455,9 @@ func addSelector(sum *selectorSummary, a, b locality.Snapshot) {
 	sum.Decisions.Server += b.Decisions.Server - a.Decisions.Server
 	sum.Decisions.Client += b.Decisions.Client - a.Decisions.Client
 	sum.Decisions.Explore += b.Decisions.Explore - a.Decisions.Explore
+	sum.PageDecisions.Server += b.PageDecisions.Server - a.PageDecisions.Server
+	sum.PageDecisions.Client += b.PageDecisions.Client - a.PageDecisions.Client
+	sum.PageDecisions.Explore += b.PageDecisions.Explore - a.PageDecisions.Explore
 	before := map[locality.ServerID]locality.EstimatorSnapshot{}
 	for _, e := range a.Servers {
 		before[e.Server] = e
@@ -454,6 +475,8 @@ func addSelector(sum *selectorSummary, a, b locality.Snapshot) {
 		sum.MeanLS += e.LS.Mean / n
 		sum.MeanLR += e.LR.Mean / n
 		sum.RTT += e.RTT / n
+		sum.PageServer += e.PageServer.Mean / n
+		sum.PageClient += e.PageClient.Mean / n
 	}
 }
 

@@ -36,6 +36,9 @@ type benchClient interface {
 	GetAppend(ctx context.Context, dst, key []byte) ([]byte, error)
 	// Contains reports whether key is stored, without reading its value.
 	Contains(ctx context.Context, key []byte) (bool, error)
+	// Range returns the pairs of [start, end) (nil end: unbounded), at
+	// most opts.Limit of them (only Limit is used against etcd).
+	Range(ctx context.Context, start, end []byte, opts client.RangeOptions) ([]client.KV, []byte, error)
 	// Stats are the client's counters; zero for etcd (no meganode hops,
 	// no selector, no retries).
 	Stats() client.Stats
@@ -137,6 +140,23 @@ func (e *etcdBenchClient) Contains(ctx context.Context, key []byte) (bool, error
 		return false, err
 	}
 	return resp.Count > 0, nil
+}
+
+// Range is a Get of the keys from start on under the prefix, with a limit.
+func (e *etcdBenchClient) Range(ctx context.Context, start, end []byte, opts client.RangeOptions) ([]client.KV, []byte, error) {
+	rangeEnd := clientv3.GetPrefixRangeEnd(e.prefix)
+	if len(end) > 0 {
+		rangeEnd = e.key(end)
+	}
+	resp, err := e.cli.Get(ctx, e.key(start), clientv3.WithRange(rangeEnd), clientv3.WithLimit(int64(opts.Limit)))
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]client.KV, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out = append(out, client.KV{Key: kv.Key[len(e.prefix):], Value: kv.Value})
+	}
+	return out, nil, nil
 }
 
 func (e *etcdBenchClient) Stats() client.Stats { return client.Stats{} }

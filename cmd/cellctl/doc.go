@@ -75,7 +75,8 @@
 //     benchtarget.go (what is measured: Cell, or with --target etcd an
 //     etcd cluster's KV API, for side-by-side runs), benchwindow.go (--interval and --phases: figures of parts of the
 //     measured time), keygen.go (key choice: uniform, YCSB's scrambled
-//     zipfian), histogram.go (latency percentiles), cpu_linux.go (CPU
+//     zipfian), ycsb.go (YCSB D, E and F: inserts, latest keys, scans,
+//     read-modify-writes), histogram.go (latency percentiles), cpu_linux.go (CPU
 //     time of this process and of --server-pid).
 //   - sim.go: "cellctl sim table2" and "cellctl sim spike", the locality
 //     selector's simulations (locality/sim).
