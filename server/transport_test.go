@@ -19,7 +19,9 @@ func (l tcpLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn
 
 type fixedAddr raft.ServerAddress
 
-func (a fixedAddr) ServerAddr(raft.ServerID) (raft.ServerAddress, error) { return raft.ServerAddress(a), nil }
+func (a fixedAddr) ServerAddr(raft.ServerID) (raft.ServerAddress, error) {
+	return raft.ServerAddress(a), nil
+}
 
 // TestRaftTransportDoesNotPipeline checks that the groups' transports
 // refuse pipelined replication, so that raft replicates with one

@@ -80,14 +80,7 @@ func run(args []string, stderr io.Writer) int {
 // probeEtcd asks etcd's /health endpoint, which answers "true" only when
 // the member has a leader and a read through raft succeeds.
 func probeEtcd(ctx context.Context, base string) error {
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/health", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	base, resp, err := httpGet(ctx, base, "/health")
 	if err != nil {
 		return err
 	}
@@ -126,14 +119,7 @@ func probeServer(ctx context.Context, addr string) error {
 // and why not otherwise (starting, a region not taken over yet, a failed
 // log).
 func probeReady(ctx context.Context, base string) error {
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/readyz", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
+	base, resp, err := httpGet(ctx, base, "/readyz")
 	if err != nil {
 		return err
 	}
@@ -143,4 +129,18 @@ func probeReady(ctx context.Context, base string) error {
 		return fmt.Errorf("cellserver %s: %s: %s", base, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// httpGet GETs path at base ("host:port" or a URL) and returns base as a
+// URL with the response; the caller closes its body.
+func httpGet(ctx context.Context, base, path string) (string, *http.Response, error) {
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+path, nil)
+	if err != nil {
+		return base, nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	return base, resp, err
 }
