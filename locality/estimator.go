@@ -101,23 +101,31 @@ func (e *Estimator) ChooseAt(now time.Time) Choice {
 	return c
 }
 
+// fixedChoice is the method the selector's mode forces, if it is not
+// adaptive. Ratio mode spreads evenly: every decision earns ServerPercent
+// of *credit, and a full 100 buys a server-side one.
+func (s *Selector) fixedChoice(credit *float64) (Choice, bool) {
+	switch s.opts.Mode.Kind {
+	case ServerOnly:
+		return Choice{Method: ServerSide}, true
+	case ClientOnly:
+		return Choice{Method: ClientSide}, true
+	case Ratio:
+		if *credit += s.opts.Mode.ServerPercent; *credit >= 100 {
+			*credit -= 100
+			return Choice{Method: ServerSide}, true
+		}
+		return Choice{Method: ClientSide}, true
+	}
+	return Choice{}, false
+}
+
 // chooseLocked applies the selector's mode.
 // REQUIRES: e.mu held.
 func (e *Estimator) chooseLocked(now time.Time) Choice {
 	s := e.sel
-	switch s.opts.Mode.Kind {
-	case ServerOnly:
-		return Choice{Method: ServerSide}
-	case ClientOnly:
-		return Choice{Method: ClientSide}
-	case Ratio:
-		// Spread evenly: every search earns ServerPercent credit, and a
-		// full 100 buys a server-side search.
-		if e.mu.credit += s.opts.Mode.ServerPercent; e.mu.credit >= 100 {
-			e.mu.credit -= 100
-			return Choice{Method: ServerSide}
-		}
-		return Choice{Method: ClientSide}
+	if c, fixed := s.fixedChoice(&e.mu.credit); fixed {
+		return c
 	}
 	// Adaptive. The paper's rule models the server's CPU queue and its
 	// NIC's read queue as independent (§2.5: "We assume that Q_s and Q_r

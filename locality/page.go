@@ -60,19 +60,10 @@ func (e *Estimator) ChoosePageAt(now time.Time) Choice {
 // REQUIRES: e.mu held.
 func (e *Estimator) choosePageLocked(now time.Time) Choice {
 	s := e.sel
-	switch s.opts.Mode.Kind {
-	case ServerOnly:
-		return Choice{Method: ServerSide}
-	case ClientOnly:
-		return Choice{Method: ClientSide}
-	case Ratio:
-		// The pages' own credit, so that P% of the pages (and P% of the
-		// hops) go server-side however they interleave.
-		if e.mu.pageCredit += s.opts.Mode.ServerPercent; e.mu.pageCredit >= 100 {
-			e.mu.pageCredit -= 100
-			return Choice{Method: ServerSide}
-		}
-		return Choice{Method: ClientSide}
+	// The pages' own ratio credit, so that P% of the pages (and P% of
+	// the hops) go server-side however they interleave.
+	if c, fixed := s.fixedChoice(&e.mu.pageCredit); fixed {
+		return c
 	}
 	// Adaptive. Cold start: each estimate gets its first sample.
 	if e.mu.ps.win.n == 0 {
