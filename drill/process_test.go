@@ -12,11 +12,14 @@ import (
 )
 
 // fakeServer is a stand-in for cellserver: it says it serves, records
-// its arguments, and exits cleanly on SIGTERM.
+// its arguments, and exits cleanly on SIGTERM. Like cellserver, it takes
+// SIGTERM before it says it serves: a trap set after the marker left a
+// window in which a SIGTERM (the restart fault's, right after a pause's
+// SIGCONT) killed the shell by default action.
 const fakeServer = `#!/bin/sh
+trap 'exit 0' TERM
 echo "$@" > "$(dirname "$0")/args-$$"
 echo 'time=now level=INFO msg="server: serving"'
-trap 'exit 0' TERM
 while :; do sleep 0.05; done
 `
 
