@@ -245,6 +245,8 @@ const (
 	DefaultRaftHeartbeatTimeout = 500 * time.Millisecond
 	// DefaultDeadAfter is Options.DeadAfter's default.
 	DefaultDeadAfter = 30 * time.Second
+	// DefaultOrphanTargetAge is Options.OrphanTargetAge's default.
+	DefaultOrphanTargetAge = time.Minute
 	// DefaultBalanceInterval is Options.BalanceInterval's default.
 	DefaultBalanceInterval   = 10 * time.Second
 	DefaultProposalTimeout   = 10 * time.Second
@@ -338,7 +340,7 @@ func (o *Options) EnsureDefaults() {
 		o.SnapshotInterval = DefaultSnapshotInterval
 	}
 	if o.OrphanTargetAge == 0 {
-		o.OrphanTargetAge = time.Minute
+		o.OrphanTargetAge = DefaultOrphanTargetAge
 	}
 	if o.DeadAfter == 0 {
 		o.DeadAfter = DefaultDeadAfter

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
@@ -414,6 +415,9 @@ func (w *worker) splitBegin(body []byte) (wire.Message, error) {
 	yp := res.New
 	s.log.Info("server: formatted a remote split's target", slog.String("meganode", yp.String()), slog.String("source", req.Source.String()),
 		slog.Int("level", int(req.Level)), slog.String("range", req.Range.String()))
+	if err := failpoint.Eval(FailpointTargetBegan); err != nil {
+		return nil, wireErrorf(wire.StatusUnavailable, "%v", err)
+	}
 	return &wire.SplitBeginReply{Meganode: yp}, nil
 }
 
@@ -442,6 +446,9 @@ func (w *worker) splitAppend(body []byte) (wire.Message, error) {
 	if err != nil {
 		return nil, badRequest(err)
 	}
+	if err := failpoint.Eval(FailpointTargetAppended); err != nil {
+		return nil, wireErrorf(wire.StatusUnavailable, "%v", err)
+	}
 	return &wire.SplitAppendReply{Root: res.Root}, nil
 }
 
@@ -466,6 +473,11 @@ func (w *worker) splitEnd(body []byte) error {
 		s.splitEvent() // writes parked at the frozen target go on
 		if y := s.meganodeAt(req.Meganode); y != nil {
 			s.maybeRequestSplit(y)
+		}
+	}
+	if err == nil {
+		if ferr := failpoint.Eval(FailpointTargetEnded); ferr != nil {
+			return wireErrorf(wire.StatusUnavailable, "%v", ferr)
 		}
 	}
 	return err

@@ -37,6 +37,12 @@ const (
 	// separator: an error fails the try (the parent is unreachable), and
 	// the split loop tries again later.
 	FailpointSeparator = "server/split/separator"
+
+	// Evaluated by a remote split's target after it applied a request
+	// and before it answers: an error is the answer.
+	FailpointTargetBegan    = "server/split/target/began"    // Y formatted, frozen, empty
+	FailpointTargetAppended = "server/split/target/appended" // a batch of X's entries copied into Y
+	FailpointTargetEnded    = "server/split/target/ended"    // Y thawed (or dropped)
 )
 
 // splitSignal wakes the writes waiting for a split: a write reads the

@@ -320,9 +320,15 @@ func (s *cellServer) stop(t testing.TB) {
 
 // kill sends SIGKILL and waits for the process to end.
 func (s *cellServer) kill() {
-	s.stopped.Store(true)
 	_ = s.cmd.Process.Kill()
 	<-s.exited
+	s.reap()
+}
+
+// reap takes note that the server died on purpose (killed by the test, or
+// by itself at a failpoint the test set) and removes what it could not.
+func (s *cellServer) reap() {
+	s.stopped.Store(true)
 	// A killed server cannot remove its shm registration table.
 	files, _ := filepath.Glob(fmt.Sprintf("/dev/shm/cell-rdma-%d-*", s.cmd.Process.Pid))
 	for _, f := range files {

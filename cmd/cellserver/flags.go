@@ -48,6 +48,7 @@ type config struct {
 	snapThreshold  uint64
 	snapInterval   time.Duration
 	deadAfter      time.Duration
+	orphanAge      time.Duration
 	// balanceInterval is --balance-interval; 0 (never) becomes the
 	// server's negative.
 	balanceInterval time.Duration
@@ -80,7 +81,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		raftHeartbeat, snapEvery  string
 		snapThreshold, replicas   string
 		deadAfter, balanceEvery   string
-		prefault                  string
+		prefault, orphanAge       string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -118,6 +119,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&snapThreshold, "snapshot-threshold", strconv.Itoa(server.DefaultSnapshotThreshold), "log entries past the last snapshot that make a region snapshot")
 	str(&deadAfter, "dead-after", server.DefaultDeadAfter.String(), "how long a server may be missing from the members before its replicas are replaced on live servers")
 	str(&balanceEvery, "balance-interval", server.DefaultBalanceInterval.String(), "how often the coordinator moves a leadership from a server leading far more regions than the mean; 0 never")
+	str(&orphanAge, "orphan-target-age", server.DefaultOrphanTargetAge.String(), "how long a remote split's new meganode may stay frozen before this server asks its source whether the split goes on, and drops it if not")
 	str(&snapEvery, "snapshot-interval", server.DefaultSnapshotInterval.String(), "how often a region checks --snapshot-threshold")
 	showVersion := fs.Bool("version", false, "print the version and VCS revision, then exit")
 	fs.Usage = func() {
@@ -191,6 +193,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	}
 	if cfg.deadAfter, err = time.ParseDuration(deadAfter); err != nil || cfg.deadAfter < time.Second {
 		return nil, fmt.Errorf("--dead-after %q: want a duration of at least 1s", deadAfter)
+	}
+	if cfg.orphanAge, err = time.ParseDuration(orphanAge); err != nil || cfg.orphanAge < time.Second {
+		return nil, fmt.Errorf("--orphan-target-age %q: want a duration of at least 1s", orphanAge)
 	}
 	if cfg.balanceInterval, err = time.ParseDuration(balanceEvery); err != nil || cfg.balanceInterval < 0 {
 		return nil, fmt.Errorf("--balance-interval %q: want a duration, 0 for never", balanceEvery)

@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/internal/buildinfo"
+	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/regiontable/embedded"
 	"github.com/cellstore/cell/server"
@@ -104,6 +105,10 @@ func runWipe(args []string, stderr io.Writer) int {
 func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	knobs, err := testingKnobs(log)
+	if err != nil {
+		return err
+	}
 	endpoints := cfg.etcdEndpoints
 	if len(endpoints) == 0 {
 		e, err := embedded.Start(embedded.Options{
@@ -163,8 +168,9 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		SnapshotThreshold:    cfg.snapThreshold,
 		SnapshotInterval:     cfg.snapInterval,
 		DeadAfter:            cfg.deadAfter,
+		OrphanTargetAge:      cfg.orphanAge,
 		BalanceInterval:      balanceInterval(cfg.balanceInterval),
-		TestingKnobs:         testingKnobs(log),
+		TestingKnobs:         knobs,
 	})
 	if err != nil {
 		return err
@@ -181,7 +187,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 // testingKnobs are the server's test hooks that the durability tests turn
 // on in a cellserver process through the environment. Each logs loudly:
 // they break the guarantees on purpose.
-func testingKnobs(log *slog.Logger) server.TestingKnobs {
+func testingKnobs(log *slog.Logger) (server.TestingKnobs, error) {
 	var k server.TestingKnobs
 	if os.Getenv("CELL_TESTING_ACK_BEFORE_COMMIT") == "1" {
 		k.AckBeforeCommit = true
@@ -191,7 +197,15 @@ func testingKnobs(log *slog.Logger) server.TestingKnobs {
 		k.IgnoreLease = true
 		log.Warn("cellserver: TESTING KNOB: regions are served without read leases; a deposed or paused host WILL answer stale reads")
 	}
-	return k
+	if spec := os.Getenv("CELL_TESTING_FAILPOINTS"); spec != "" {
+		// Enabled for the process's life: a test restarts the process
+		// without the variable to turn them off.
+		if _, err := failpoint.EnableSpec(spec); err != nil {
+			return k, fmt.Errorf("CELL_TESTING_FAILPOINTS: %w", err)
+		}
+		log.Warn("cellserver: TESTING KNOB: failpoints enabled; this process may kill itself or stall on purpose", slog.String("failpoints", spec))
+	}
+	return k, nil
 }
 
 // balanceInterval turns --balance-interval into server.Options'
