@@ -60,11 +60,7 @@ func (s *Server) raftConfig() *raft.Config {
 	c.LocalID = raft.ServerID(s.opts.ServerID)
 	c.HeartbeatTimeout = s.opts.RaftHeartbeatTimeout
 	c.ElectionTimeout = s.opts.RaftHeartbeatTimeout
-	// raft requires the leader lease timeout to be at most the heartbeat
-	// timeout, also the short one of a sole voter (electSoleVoterSoon).
-	// With followers (a later step) this bounds how long a leader that
-	// hears from no quorum keeps leading; revisit it with read leases.
-	c.LeaderLeaseTimeout = min(s.opts.RaftHeartbeatTimeout/2, soleVoterTimeout)
+	c.LeaderLeaseTimeout = s.leaderLeaseTimeout()
 	c.CommitTimeout = 5 * time.Millisecond
 	c.BatchApplyCh = true
 	c.MaxAppendEntries = 256
@@ -180,10 +176,27 @@ func (a memberRaftAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error
 	return "", fmt.Errorf("server: no member %s in the region table", id)
 }
 
+// leaderLeaseTimeout is how long a leader goes on leading without hearing
+// from a quorum before it steps down (raft's LeaderLeaseTimeout): half the
+// heartbeat timeout, as raft's defaults have it. Reads do not depend on it
+// (they are fenced by the read lease, lease.go); it only ends a cut-off
+// leader's writes sooner. It was 100 ms, and on a loaded host (three
+// servers and etcd on one core in BENCHMARKS.md §11) followers' answers
+// came later than that now and then: leaders stepped down under load, and
+// the writes they were committing failed with an unknown outcome.
+func (s *Server) leaderLeaseTimeout() time.Duration { return s.opts.RaftHeartbeatTimeout / 2 }
+
+// minSoleVoterTimeout bounds from below the heartbeat and election timeout
+// of a group whose only voter is this server, until it leads.
+const minSoleVoterTimeout = 100 * time.Millisecond
+
 // soleVoterTimeout is the heartbeat and election timeout of a group whose
 // only voter is this server, until it leads: nobody else can lead it, so
-// waiting a full timeout after a restart would only delay serving.
-const soleVoterTimeout = 100 * time.Millisecond
+// waiting a full timeout after a restart would only delay serving. raft
+// requires it to be at least the leader lease timeout.
+func (s *Server) soleVoterTimeout() time.Duration {
+	return max(minSoleVoterTimeout, s.leaderLeaseTimeout())
+}
 
 // electSoleVoterSoon shortens the group's timeouts when this server is its
 // only voter, so that it elects itself within soleVoterTimeout instead of
@@ -193,7 +206,7 @@ func (s *Server) electSoleVoterSoon() {
 		return
 	}
 	rc := s.raft.ReloadableConfig()
-	rc.HeartbeatTimeout, rc.ElectionTimeout = soleVoterTimeout, soleVoterTimeout
+	rc.HeartbeatTimeout, rc.ElectionTimeout = s.soleVoterTimeout(), s.soleVoterTimeout()
 	if err := s.raft.ReloadConfig(rc); err != nil {
 		s.log.Warn("server: keeping the raft timeouts", slog.Any("err", err))
 	}

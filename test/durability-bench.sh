@@ -6,12 +6,17 @@
 # Three parts, chosen with $PARTS:
 #
 # puts    For each N in $SERVERS (N, or NxR for N servers with --replicas R:
-#         each region a raft group of R servers): a cluster of N cellservers (N regions;
+#         each region a raft group of R servers; a trailing l, as in 3x3l,
+#         keeps every meganode in the first server's region with
+#         --split-placement local: one region, one raft group, so that all
+#         clients' writes share its batches): a cluster of N cellservers (N regions;
 #         test/cluster.bash: the first embeds the region table's etcd,
 #         --cores 1 each, small meganodes so that loading spreads the tree
 #         over the servers) and, beside it, a separate etcd process (the
 #         comparison: its own data directory on the same disk as Cell's
-#         logs, fsync on as etcd always does). $KEYS keys of $VALUE_SIZE
+#         logs, fsync on as etcd always does; one such etcd cluster of M
+#         members for each M in $ETCD_MEMBERS, all members on the same
+#         CPUs and disk, the way Cell's replicas share them here). $KEYS keys of $VALUE_SIZE
 #         bytes are stored in both. Then, $REPEAT times, each of $RUNS
 #         against Cell immediately followed by the same workload, clients
 #         and value size against etcd (cellctl bench --target etcd): puts
@@ -47,7 +52,8 @@
 #
 # Usage: test/durability-bench.sh     (installs etcd-server with apt-get
 # if no etcd is on PATH and $ETCD is not set)
-# Environment: DURATION (5s), WARMUP (1s), REPEAT (3), PARTS ("puts
+# Environment: ETCD_MEMBERS ("1"; "1 3" compares with a three-member etcd
+# too), DURATION (5s), WARMUP (1s), REPEAT (3), PARTS ("puts
 # restart snapshot"), SERVERS ("1 4"), KEYS (200000), VALUE_SIZE (64),
 # RUNS (see below), CONNS (1), RESTART_SIZES ("64MiB 1GiB"),
 # RESTART_VALUE_SIZE (998), SNAP_DURATION (3 × DURATION), SNAP_INTERVAL
@@ -73,6 +79,7 @@ RESTART_VALUE_SIZE=${RESTART_VALUE_SIZE:-998}
 SNAP_INTERVAL=${SNAP_INTERVAL:-250ms}
 SNAP_THRESHOLD=${SNAP_THRESHOLD:-20000}
 BASE_PORT=${BASE_PORT:-28500}
+ETCD_MEMBERS=${ETCD_MEMBERS:-1}
 NO_SNAPSHOTS=1000000000000000 # --snapshot-threshold that never triggers
 
 secs() { local v=${1%s}; echo "$v"; }
@@ -97,41 +104,75 @@ if [[ $(stat -f -c %T "$work/data") == tmpfs ]]; then
 	exit 2
 fi
 
-etcd_pid= subject_pid= subject_dir=
-etcd_cmp=127.0.0.1:$((BASE_PORT + 50))
+subject_pid= subject_dir=
+# The comparison etcd clusters: for each size M in ETCD_MEMBERS,
+# etcd_eps[M] (client endpoints, comma-separated) and etcd_pids[M] (the
+# members' PIDs, space-separated). The first is also the region table of
+# the restart part (etcd_cmp).
+declare -A etcd_eps etcd_pids
+etcd_all_pids=()
 durability_cleanup() {
 	subject_stop KILL
 	subject_remove
-	if [[ -n $etcd_pid ]]; then
-		kill -TERM "$etcd_pid" 2>/dev/null || true
-		wait "$etcd_pid" 2>/dev/null || true
-	fi
-	rm -rf "$work/data/etcd"
+	local p
+	for p in "${etcd_all_pids[@]}"; do
+		kill -TERM "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	rm -rf "$work/data"/etcd*
 	cluster_cleanup
 }
 trap durability_cleanup EXIT
 
 # ---- the comparison etcd ------------------------------------------------
 
+# etcd_start M INDEX: start an etcd cluster of M members (ports from
+# BASE_PORT + 100 + 20 × INDEX) and wait until it is healthy.
 etcd_start() {
-	taskset -c "$SERVER_CPUS" "$ETCD" --name bench --data-dir "$work/data/etcd" \
-		--listen-client-urls "http://$etcd_cmp" --advertise-client-urls "http://$etcd_cmp" \
-		--listen-peer-urls "http://127.0.0.1:$((BASE_PORT + 51))" --initial-advertise-peer-urls "http://127.0.0.1:$((BASE_PORT + 51))" \
-		--initial-cluster "bench=http://127.0.0.1:$((BASE_PORT + 51))" --logger zap --log-level warn 2>"$OUT/etcd.log" &
-	etcd_pid=$!
-	local deadline=$((SECONDS + 30))
-	until curl -s --max-time 1 "http://$etcd_cmp/health" | grep -q '"health":"true"'; do
-		if ! kill -0 "$etcd_pid" 2>/dev/null || ((SECONDS > deadline)); then
-			echo "etcd did not start:" >&2
-			tail -n 20 "$OUT/etcd.log" >&2
-			exit 1
-		fi
-		sleep 0.2
+	local m=$1 base=$((BASE_PORT + 100 + 20 * $2)) j name initial= eps= pids= deadline ep
+	for j in $(seq "$m"); do
+		initial+="${initial:+,}e$m-$j=http://127.0.0.1:$((base + 2 * j + 1))"
+	done
+	for j in $(seq "$m"); do
+		name=e$m-$j ep=127.0.0.1:$((base + 2 * j))
+		taskset -c "$SERVER_CPUS" "$ETCD" --name "$name" --data-dir "$work/data/etcd$m-$j" \
+			--listen-client-urls "http://$ep" --advertise-client-urls "http://$ep" \
+			--listen-peer-urls "http://127.0.0.1:$((base + 2 * j + 1))" --initial-advertise-peer-urls "http://127.0.0.1:$((base + 2 * j + 1))" \
+			--initial-cluster "$initial" --initial-cluster-token "bench-$m" --logger zap --log-level warn 2>"$OUT/etcd$m-$j.log" &
+		pids+="${pids:+ }$!" eps+="${eps:+,}$ep"
+		etcd_all_pids+=("$!")
+	done
+	etcd_eps[$m]=$eps etcd_pids[$m]=$pids
+	deadline=$((SECONDS + 30))
+	for ep in ${eps//,/ }; do
+		until curl -s --max-time 1 "http://$ep/health" | grep -q '"health":"true"'; do
+			if ((SECONDS > deadline)); then
+				echo "etcd ($m members) did not start:" >&2
+				tail -n 20 "$OUT"/etcd"$m"-*.log >&2
+				exit 1
+			fi
+			sleep 0.2
+		done
 	done
 }
 
-# ectl: cellctl bench against the comparison etcd.
-ectl() { taskset -c "$CLIENT_CPUS" "$work/bin/cellctl" bench --target etcd --etcd-bench-endpoints "$etcd_cmp" "$@"; }
+# ectl M ARGS: cellctl bench against the comparison etcd of M members.
+ectl() { taskset -c "$CLIENT_CPUS" "$work/bin/cellctl" bench --target etcd --etcd-bench-endpoints "${etcd_eps[$1]}" "${@:2}"; }
+
+# etcd_leader_pid M: the PID of the leader of the etcd cluster of M
+# members (whose CPU time bench reports).
+etcd_leader_pid() {
+	local m=$1 j=0 p ep
+	local -a ps=(${etcd_pids[$m]})
+	for ep in ${etcd_eps[$m]//,/ }; do
+		p=${ps[$j]} j=$((j + 1))
+		if curl -s --max-time 2 "http://$ep/v3/maintenance/status" -X POST -d '{}' | jq -e '.leader == .header.member_id' >/dev/null 2>&1; then
+			echo "$p"
+			return
+		fi
+	done
+	echo "${ps[0]}"
+}
 
 # ---- one cellserver that is killed and restarted (restart, snapshot) -----
 
@@ -313,18 +354,28 @@ wait_replicated() {
 
 median_jq='def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;'
 
-etcd_start
-echo "# etcd $("$ETCD" --version | head -n 1 | awk '{print $3}') serving at $etcd_cmp (pid $etcd_pid, data $work/data/etcd)" >&2
+i=0
+for m in $ETCD_MEMBERS; do
+	etcd_start "$m" "$i"
+	i=$((i + 1))
+	echo "# etcd $("$ETCD" --version | head -n 1 | awk '{print $3}'), $m member(s), serving at ${etcd_eps[$m]} (pids ${etcd_pids[$m]})" >&2
+done
+first_etcd=${ETCD_MEMBERS%% *}
+etcd_cmp=${etcd_eps[$first_etcd]}
 
 if has_part puts; then
 	t0=$SECONDS
-	ectl --workload put --keys "$KEYS" --keyspace "$KEYS" --value-size "$VALUE_SIZE" --clients 16 --duration 100ms --warmup 0s \
-		--no-progress -w json >"$OUT/etcd-load.json"
-	echo "# etcd: $KEYS keys stored in $((SECONDS - t0)) s" >&2
+	for m in $ETCD_MEMBERS; do
+		ectl "$m" --workload put --keys "$KEYS" --keyspace "$KEYS" --value-size "$VALUE_SIZE" --clients 16 --duration 100ms --warmup 0s \
+			--no-progress -w json >"$OUT/etcd$m-load.json"
+		echo "# etcd, $m member(s): $KEYS keys stored in $((SECONDS - t0)) s" >&2
+	done
 	for spec in $SERVERS; do
-		n=${spec%x*} rf=1
-		[[ $spec == *x* ]] && rf=${spec#*x}
-		SERVER_FLAGS="$SERVER_FLAGS0 --replicas $rf"
+		n=${spec%x*} rf=1 place=
+		n=${n%l}
+		[[ $spec == *x* ]] && rf=${spec#*x} && rf=${rf%l}
+		[[ $spec == *l ]] && place="--split-placement local"
+		SERVER_FLAGS="$SERVER_FLAGS0 --replicas $rf $place"
 		echo "# $spec server(s): starting" >&2
 		cluster_start "$n" "$OUT/N$spec-logs"
 		wait_replicated "$rf"
@@ -344,13 +395,16 @@ if has_part puts; then
 				wal0=$(wal_counters)
 				ctl bench --workload "$w" --mode "$mode" --provider "$provider" --keys 0 --keyspace "$KEYS" --value-size "$VALUE_SIZE" \
 					--clients "$c" --in-flight 1 --conns "$CONNS" --duration "$DURATION" --warmup "$WARMUP" --no-progress -w json \
-					"${cpid[@]}" >"$OUT/N$spec-$rep-cell-$w-$mode-$provider-c$c.json"
+					"${cpid[@]}" >"$OUT/N$spec-$rep-cell-$w-$mode-$provider-c$c.json" || echo "# (operations failed: counted in the report)" >&2
 				jq -n --argjson a "$wal0" --argjson b "$(wal_counters)" \
 					'{seconds: ($b.at - $a.at), syncs: ($b.syncs - $a.syncs), sync_s: ($b.sync_s - $a.sync_s), commits: ($b.commits - $a.commits),
 					  commit_s: ($b.commit_s - $a.commit_s)}' >"$OUT/N$spec-$rep-cell-$w-$mode-$provider-c$c.wal.json"
 				if [[ $done_etcd != *" $w:$c "* ]]; then
-					ectl --workload "$w" --keys 0 --keyspace "$KEYS" --value-size "$VALUE_SIZE" --clients "$c" --in-flight 1 \
-						--duration "$DURATION" --warmup "$WARMUP" --server-pid "$etcd_pid" --no-progress -w json >"$OUT/N$spec-$rep-etcd-$w-c$c.json"
+					for m in $ETCD_MEMBERS; do
+						ectl "$m" --workload "$w" --keys 0 --keyspace "$KEYS" --value-size "$VALUE_SIZE" --clients "$c" --in-flight 1 \
+							--duration "$DURATION" --warmup "$WARMUP" --server-pid "$(etcd_leader_pid "$m")" --no-progress -w json \
+							>"$OUT/N$spec-$rep-etcd$m-$w-c$c.json" || echo "# (operations failed: counted in the report)" >&2
+					done
 					done_etcd+="$w:$c "
 				fi
 			done
@@ -429,24 +483,25 @@ fi
 
 echo
 echo "Durability on $(nproc) CPUs, servers and etcd on CPU $SERVER_CPUS, cellctl on CPU $CLIENT_CPUS; data on $(df --output=source,fstype "$work/data" | tail -n 1 | awk '{print $1 " (" $2 ")"}');"
-echo "etcd $("$ETCD" --version | head -n 1 | awk '{print $3}'); $DURATION measured after $WARMUP, $REPEAT repeats; medians (min-max)."
+echo "etcd $("$ETCD" --version | head -n 1 | awk '{print $3}') ($ETCD_MEMBERS member(s)); $DURATION measured after $WARMUP, $REPEAT repeats; medians (min-max)."
 if has_part puts; then
 	echo
 	echo "Puts, YCSB-A and gets: $KEYS keys, $VALUE_SIZE-byte values, 1 op in flight per client, $CONNS conn per client and server."
 	echo
-	echo "| servers | workload | Cell mode | clients | Cell ops/s | p50 µs | p99 µs | server CPU µs/op | Cell log: fsyncs/s, µs each, puts per fsync | etcd ops/s | p50 µs | p99 µs | server CPU µs/op | Cell ÷ etcd |"
-	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+	echo "| servers | workload | Cell mode | clients | Cell ops/s | p50 µs | p99 µs | server CPU µs/op | Cell log: fsyncs/s, µs each, puts per fsync | etcd members | etcd ops/s | p50 µs | p99 µs | etcd leader CPU µs/op | Cell ÷ etcd |"
+	echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 	for spec in $SERVERS; do
 		for r in $RUNS; do
+		for m in $ETCD_MEMBERS; do
 			IFS=: read -r w mp c <<<"$r"
 			mode=${mp%/*} provider=${mp#*/}
 			cells=() etcds=() wals=()
 			for rep in $(seq "$REPEAT"); do
 				cells+=("$OUT/N$spec-$rep-cell-$w-$mode-$provider-c$c.json")
 				wals+=("$OUT/N$spec-$rep-cell-$w-$mode-$provider-c$c.wal.json")
-				etcds+=("$OUT/N$spec-$rep-etcd-$w-c$c.json")
+				etcds+=("$OUT/N$spec-$rep-etcd$m-$w-c$c.json")
 			done
-			jq -rn --arg n "$spec" --arg w "$w" --arg mp "$mp" --arg c "$c" \
+			jq -rn --arg n "$spec" --arg w "$w" --arg mp "$mp" --arg c "$c" --arg m "$m" \
 				--slurpfile cell <(cat "${cells[@]}") --slurpfile etcd <(cat "${etcds[@]}") --slurpfile wal <(cat "${wals[@]}") "$median_jq"'
 				def us: . / 1000 | . * 10 | floor / 10;
 				def mr(f): [.[] | f] as $v | if ($v | map(select(. != null)) | length) == 0 then "-" else
@@ -459,14 +514,15 @@ if has_part puts; then
 					 per: ($r.throughput * (($r.by_op.put.ops // 0) / $r.ops) / ($l.syncs / $l.seconds))}] as $log |
 				(if ($log | length) == 0 or $w == "get" then "-" else
 					"\($log | map(.rate) | median | floor), \($log | map(.us) | median | floor), \($log | map(.per) | median | . * 10 | floor / 10)" end) as $logs |
-				"| \($n) | \($w) | \($mp) | \($c) | \($ct) | \($cell | row(.p50_ns) | us) | \($cell | row(.p99_ns) | us) | \($cell | mr(.server_cpu_us_per_op)) | \($logs) | \($et) | \($etcd | row(.p50_ns) | us) | \($etcd | row(.p99_ns) | us) | \($etcd | mr(.server_cpu_us_per_op)) | \($ratio | median | . * 100 | floor / 100)× (\($ratio | min | . * 100 | floor / 100)-\($ratio | max | . * 100 | floor / 100)) |"'
+				"| \($n) | \($w) | \($mp) | \($c) | \($ct) | \($cell | row(.p50_ns) | us) | \($cell | row(.p99_ns) | us) | \($cell | mr(.server_cpu_us_per_op)) | \($logs) | \($m) | \($et) | \($etcd | row(.p50_ns) | us) | \($etcd | row(.p99_ns) | us) | \($etcd | mr(.server_cpu_us_per_op)) | \($ratio | median | . * 100 | floor / 100)× (\($ratio | min | . * 100 | floor / 100)-\($ratio | max | . * 100 | floor / 100)) |"'
+		done
 		done
 	done
 	echo
 	for spec in $SERVERS; do
 		echo "$spec server(s): meganodes per server after loading $(jq -r .meganodes "$OUT/N$spec-tree.json"), load average $(jq -r .loadavg "$OUT/N$spec-tree.json"), region snapshots taken during the runs $(jq -r .snapshots "$OUT/N$spec-tree.json"), errors $(cat "$OUT"/N"$spec"-*-cell-*.json | jq -s 'map(.errors) | add')"
 	done
-	echo "etcd errors: $(cat "$OUT"/N*-etcd-*.json | jq -s 'map(.errors) | add'); server CPU per op only with one server (one PID)."
+	echo "etcd errors: $(cat "$OUT"/N*-etcd*-*.json | jq -s 'map(.errors) | add'); Cell server CPU per op only with one server (one PID); etcd's is its leader's."
 fi
 if has_part restart && [[ -s $OUT/restarts.jsonl ]]; then
 	echo
