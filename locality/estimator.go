@@ -23,7 +23,12 @@ type Estimator struct {
 		lr      estimate // one-sided read latency
 		queue   window   // server-reported queueing time, parallel to ls's window
 		service window   // server-reported service time, parallel to ls's window
-		rtt     float64  // lowest read latency seen, ns; +Inf when none
+		// qFresh is a short moving average (freshQueueSamples) of the
+		// server-reported queueing time over every reply, outliers
+		// included; qFreshN counts the replies in it.
+		qFresh  float64
+		qFreshN int
+		rtt     float64 // lowest read latency seen, ns; +Inf when none
 		last    time.Time
 		rng     rand.PCG
 		credit  float64 // Ratio mode: server-side credit in percent, in [0, 100)
@@ -178,11 +183,52 @@ func (e *Estimator) exploreTokenLocked(now time.Time) bool {
 	return true
 }
 
-// serverBetterLocked is the paper's inequality (l_s − RTT) < m·(l_r − RTT).
+// serverBetterLocked is the paper's inequality (l_s − RTT) < m·(l_r − RTT),
+// with l_s the queue-aware estimate unless the options say otherwise.
 // REQUIRES: e.mu held, both windows non-empty (so RTT is known).
 func (e *Estimator) serverBetterLocked(m float64) bool {
 	rtt := e.mu.rtt
-	return e.mu.ls.win.mean()-rtt < m*(e.mu.lr.win.mean()-rtt)
+	return e.serverLatencyLocked()-rtt < m*(e.mu.lr.win.mean()-rtt)
+}
+
+// freshQueueSamples is the span of the short moving average of the
+// server-reported queueing time (an exponential one, α = 2/(n+1)).
+const freshQueueSamples = 8
+
+// serverLatencyLocked estimates l_s. The paper's estimate is the moving
+// average of the last n kept latencies. Unless Options.IgnoreServerTimes
+// (see "Queue-aware estimate" in doc.go), when the latest replies report
+// less queueing than the window's replies did on average, the difference
+// is taken off: the window's mean latency less its mean reported queueing
+// time (round trip, service and network: what does not change when the
+// server gets busy) plus the short average of the latest reports. Only
+// ever lower: a server getting busy is already seen within a few replies
+// (its latencies are outliers of the window, which is soon reset), one
+// idle again is not, while the window holds the busy period's latencies.
+// REQUIRES: e.mu held, l_s's window non-empty.
+func (e *Estimator) serverLatencyLocked() float64 {
+	ls := e.mu.ls.win.mean()
+	o := &e.sel.opts
+	if o.IgnoreServerTimes || o.PaperRule || e.mu.qFreshN == 0 || e.mu.queue.n == 0 {
+		return ls
+	}
+	if q := e.mu.queue.mean(); e.mu.qFresh < q {
+		return ls - q + e.mu.qFresh
+	}
+	return ls
+}
+
+// observeQueueLocked feeds a reply's queueing time to the short average.
+// REQUIRES: e.mu held.
+func (e *Estimator) observeQueueLocked(q time.Duration) {
+	x := max(float64(q), 0)
+	if e.mu.qFreshN == 0 {
+		e.mu.qFresh = x
+	} else {
+		const alpha = 2.0 / (freshQueueSamples + 1)
+		e.mu.qFresh += alpha * (x - e.mu.qFresh)
+	}
+	e.mu.qFreshN++
 }
 
 // ObserveServer records one server-side meganode search on this connection:
@@ -203,6 +249,7 @@ func (e *Estimator) ObserveServerAt(latency, queueTime, serviceTime time.Duratio
 	}
 	e.mu.Lock()
 	e.touchLocked(now)
+	e.observeQueueLocked(queueTime)
 	switch e.mu.ls.observe(float64(latency), e.sel.opts.OutlierK, e.sel.opts.MinSamples) {
 	case kept:
 		e.mu.queue.push(float64(queueTime))
@@ -281,6 +328,7 @@ func (e *Estimator) touchLocked(now time.Time) {
 		e.mu.lr.reset()
 		e.mu.queue.reset()
 		e.mu.service.reset()
+		e.mu.qFresh, e.mu.qFreshN = 0, 0
 		e.mu.ps.reset()
 		e.mu.pc.reset()
 		e.mu.pageExploredAt = time.Time{}

@@ -76,6 +76,13 @@ type Options struct {
 	// by time" in doc.go. Set it to measure the paper's rule side by side
 	// with Cell's refinements.
 	PaperRule bool
+	// IgnoreServerTimes estimates l_s from latencies alone, as the paper
+	// does. By default the queueing part of l_s's moving average is
+	// replaced by a short average of the latest replies' reports of the
+	// server's queueing time, so that a server idle again after a burst
+	// is seen within a few replies instead of a window's worth: see
+	// "Queue-aware estimate" in doc.go. PaperRule implies it.
+	IgnoreServerTimes bool
 	// MaxExploreRate caps the exploring choices per second on one server
 	// connection (a token bucket holding at most one second's worth): p
 	// of a fast connection's hops is far more samples than the window

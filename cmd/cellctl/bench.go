@@ -17,28 +17,29 @@ import (
 
 // benchParams are the flags of cellctl bench.
 type benchParams struct {
-	Mode         string        `json:"mode"`
-	PaperRule    bool          `json:"paper_rule,omitempty"`
-	Provider     string        `json:"provider"`
-	Clients      int           `json:"clients"`
-	InFlight     int           `json:"in_flight"`
-	Conns        int           `json:"conns_per_server"`
-	Duration     time.Duration `json:"duration_ns"`
-	Warmup       time.Duration `json:"warmup_ns"`
-	Keys         int           `json:"keys"`
-	Keyspace     int           `json:"keyspace"`
-	Cache        string        `json:"cache"`
-	Workload     string        `json:"workload"`
-	WritePercent float64       `json:"write_percent"`
-	Distribution string        `json:"distribution"`
-	Interval     time.Duration `json:"interval_ns,omitempty"`
-	Phases       string        `json:"phases,omitempty"`
-	ValueSize    int           `json:"value_size"`
-	KeyPrefix    string        `json:"key_prefix"`
-	Seed         uint64        `json:"seed"`
-	ServerPID    int           `json:"server_pid,omitempty"`
-	NoProgress   bool          `json:"-"`
-	CPUProfile   string        `json:"-"`
+	Mode              string        `json:"mode"`
+	PaperRule         bool          `json:"paper_rule,omitempty"`
+	IgnoreServerTimes bool          `json:"ignore_server_times,omitempty"`
+	Provider          string        `json:"provider"`
+	Clients           int           `json:"clients"`
+	InFlight          int           `json:"in_flight"`
+	Conns             int           `json:"conns_per_server"`
+	Duration          time.Duration `json:"duration_ns"`
+	Warmup            time.Duration `json:"warmup_ns"`
+	Keys              int           `json:"keys"`
+	Keyspace          int           `json:"keyspace"`
+	Cache             string        `json:"cache"`
+	Workload          string        `json:"workload"`
+	WritePercent      float64       `json:"write_percent"`
+	Distribution      string        `json:"distribution"`
+	Interval          time.Duration `json:"interval_ns,omitempty"`
+	Phases            string        `json:"phases,omitempty"`
+	ValueSize         int           `json:"value_size"`
+	KeyPrefix         string        `json:"key_prefix"`
+	Seed              uint64        `json:"seed"`
+	ServerPID         int           `json:"server_pid,omitempty"`
+	NoProgress        bool          `json:"-"`
+	CPUProfile        string        `json:"-"`
 
 	// Target is what is measured: cell, or etcd (the cluster at
 	// EtcdEndpoints, keys under EtcdPrefix).
@@ -188,7 +189,7 @@ func (p *benchParams) validateTarget() error {
 			return fmt.Errorf("--etcd-prefix-bench: want at least one byte")
 		}
 		p.EtcdEndpoints = eps
-		p.Mode, p.PaperRule, p.Provider, p.Cache, p.Conns = "", false, "", "", 1
+		p.Mode, p.PaperRule, p.IgnoreServerTimes, p.Provider, p.Cache, p.Conns = "", false, false, "", "", 1
 		return nil
 	default:
 		return fmt.Errorf("--target %q: want cell or etcd", p.Target)
@@ -215,6 +216,7 @@ func (p *benchParams) validateTarget() error {
 func (p *benchParams) config(base client.Config) client.Config {
 	base.Mode = p.mode
 	base.Selector.PaperRule = p.PaperRule
+	base.Selector.IgnoreServerTimes = p.IgnoreServerTimes
 	base.Provider = p.Provider
 	base.ConnsPerServer = p.Conns
 	if p.Cache == "off" {
@@ -296,6 +298,7 @@ client is its own etcd client (its own gRPC connection). --mode,
 	fs.StringSliceVar(&p.EtcdEndpoints, "etcd-bench-endpoints", nil, "--target etcd: endpoints of the etcd cluster to measure, comma-separated (not --endpoints, Cell's region table)")
 	fs.StringVar(&p.EtcdPrefix, "etcd-prefix-bench", "/cellbench/", "--target etcd: prefix of the bench keys in etcd")
 	fs.StringVar(&p.Mode, "mode", "adaptive", "search mode: adaptive, server, client or ratio=P")
+	fs.BoolVar(&p.IgnoreServerTimes, "ignore-server-times", false, "adaptive: estimate a server-side search from latencies alone, as the paper does, not with the server's reported queueing times")
 	fs.BoolVar(&p.PaperRule, "paper-rule", false, "adaptive: apply the paper's rule even where one-sided reads cost the server CPU (tcp), for side-by-side comparison")
 	fs.StringVar(&p.Provider, "provider", "tcp", "one-sided read provider: tcp, shm or auto")
 	fs.IntVar(&p.Clients, "clients", 4, "client instances, each with its own selector and connections")

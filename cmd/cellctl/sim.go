@@ -39,6 +39,7 @@ func addModelFlags(fs *pflag.FlagSet, m *sim.Model) {
 	fs.IntVar(&m.Selector.Window, "window", 0, "selector: samples per moving average, n (0: default 100)")
 	fs.Float64Var(&m.Selector.OutlierK, "outlier-k", 0, "selector: outlier threshold K (0: default 3, negative: off)")
 	fs.Float64Var(&m.Selector.Explore, "explore", 0, "selector: exploration probability p (0: default 0.01, negative: off)")
+	fs.BoolVar(&m.Selector.IgnoreServerTimes, "ignore-server-times", false, "selector: estimate l_s from latencies alone, as the paper does, not with the servers' reported queueing times (locality.Options.IgnoreServerTimes)")
 }
 
 func modelTitle(m sim.Model) string {
@@ -101,7 +102,11 @@ func table2Tables(p sim.Table2, rows []sim.Table2Row) []*table {
 			fmtRate(r.BestFixed.Rate), r.BestFixed.Mode.String(),
 			fmtRatio(r.VsBest), fmtRatio(r.VsSum))
 	}
-	t.notes = []string{"CELL is the adaptive selector (the paper's rule); BEST FIXED is the best of server-only, client-only and every ratio=P in between."}
+	rule := "the paper's rule with the queue-aware estimate of l_s"
+	if p.Model.Selector.IgnoreServerTimes {
+		rule = "the paper's rule"
+	}
+	t.notes = []string{"CELL is the adaptive selector (" + rule + "); BEST FIXED is the best of server-only, client-only and every ratio=P in between."}
 	return []*table{t}
 }
 
