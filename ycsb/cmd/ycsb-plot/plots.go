@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Plot sizes.
+const (
+	plotWidth  = 24 * vg.Centimeter
+	plotHeight = 13 * vg.Centimeter
+)
+
+// writePlots writes throughput.png and one latency-WORKLOAD.png per
+// workload into dir.
+func writePlots(dir string, r *results) error {
+	if err := throughputPlot(filepath.Join(dir, "throughput.png"), r); err != nil {
+		return err
+	}
+	for _, wl := range r.workloads {
+		if err := latencyPlot(filepath.Join(dir, "latency-"+wl+".png"), r, wl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// throughputPlot draws the median throughput of each store per workload
+// as grouped bars (each repeat is in the table).
+func throughputPlot(path string, r *results) error {
+	p := plot.New()
+	p.Title.Text = "YCSB throughput per workload (median of the repeats)"
+	p.Y.Label.Text = "operations/s"
+	p.Y.Min = 0
+	n := len(r.stores)
+	width := vg.Points(min(40, 360/float64(n*len(r.workloads))))
+	for i, s := range r.stores {
+		medians := make(plotter.Values, len(r.workloads))
+		for j, wl := range r.workloads {
+			medians[j] = median(r.values(s.name, wl, "TOTAL", func(o opStats) float64 { return o.ops }))
+		}
+		bars, err := plotter.NewBarChart(medians, width)
+		if err != nil {
+			return err
+		}
+		bars.Color = plotutil.Color(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = width * vg.Length(float64(i)-float64(n-1)/2)
+		p.Add(bars)
+		p.Legend.Add(s.name, bars)
+	}
+	p.NominalX(r.workloads...)
+	p.Legend.Top = true
+	return p.Save(plotWidth, plotHeight, path)
+}
+
+// latencyPlot draws the latency CDF of each operation kind of workload,
+// per store, from the first repeat: x latency (µs, log scale), y the
+// fraction of operations at or below it.
+func latencyPlot(path string, r *results, workload string) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("YCSB %s: latency CDF per operation (first repeat)", workload)
+	p.X.Label.Text = "latency, µs (log scale)"
+	p.Y.Label.Text = "fraction of operations ≤ latency"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Min, p.Y.Max = 0, 1
+	p.Legend.Left, p.Legend.Top = true, true
+	ops := r.opsOf(workload)
+	lines := 0
+	for i, s := range r.stores {
+		runs := r.runs[s.name][workload]
+		if len(runs) == 0 {
+			continue
+		}
+		for j, op := range ops {
+			steps := runs[0].cdf[op]
+			if len(steps) == 0 {
+				continue
+			}
+			pts := make(plotter.XYs, 0, len(steps))
+			for _, st := range steps {
+				pts = append(pts, plotter.XY{X: max(st.us, 1), Y: st.fraction})
+			}
+			l, err := plotter.NewLine(pts)
+			if err != nil {
+				return err
+			}
+			l.Color = plotutil.Color(i)
+			l.Dashes = plotutil.Dashes(j)
+			l.Width = vg.Points(1.2)
+			p.Add(l)
+			p.Legend.Add(s.name+" "+strings.ToLower(op), l)
+			lines++
+		}
+	}
+	if lines == 0 {
+		return fmt.Errorf("%s: no latency spectra (histogram.percentiles.export)", workload)
+	}
+	return p.Save(plotWidth, plotHeight, path)
+}
