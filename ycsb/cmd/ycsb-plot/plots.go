@@ -39,11 +39,13 @@ func throughputPlot(path string, r *results) error {
 	p.Y.Label.Text = "operations/s"
 	p.Y.Min = 0
 	n := len(r.stores)
+	top := 0.0
 	width := vg.Points(min(40, 360/float64(n*len(r.workloads))))
 	for i, s := range r.stores {
 		medians := make(plotter.Values, len(r.workloads))
 		for j, wl := range r.workloads {
 			medians[j] = median(r.values(s.name, wl, "TOTAL", func(o opStats) float64 { return o.ops }))
+			top = max(top, medians[j])
 		}
 		bars, err := plotter.NewBarChart(medians, width)
 		if err != nil {
@@ -56,16 +58,20 @@ func throughputPlot(path string, r *results) error {
 		p.Legend.Add(s.name, bars)
 	}
 	p.NominalX(r.workloads...)
+	p.Y.Max = top * 1.25 // room for the legend above the bars
 	p.Legend.Top = true
 	return p.Save(plotWidth, plotHeight, path)
 }
 
 // latencyPlot draws the latency CDF of each operation kind of workload,
 // per store, from the first repeat: x latency (µs, log scale), y the
-// fraction of operations at or below it.
+// fraction of operations at or below it. The marks are the points of
+// go-ycsb's HdrHistogram export (0, 50, 75, 87.5, ... %: one tick per
+// half distance to 100%), the lines join them: the CDF is exact at the
+// marks only.
 func latencyPlot(path string, r *results, workload string) error {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("YCSB %s: latency CDF per operation (first repeat)", workload)
+	p.Title.Text = fmt.Sprintf("YCSB %s: latency CDF per operation (first repeat; marks: HdrHistogram points)", workload)
 	p.X.Label.Text = "latency, µs (log scale)"
 	p.Y.Label.Text = "fraction of operations ≤ latency"
 	p.X.Scale = plot.LogScale{}
@@ -88,15 +94,17 @@ func latencyPlot(path string, r *results, workload string) error {
 			for _, st := range steps {
 				pts = append(pts, plotter.XY{X: max(st.us, 1), Y: st.fraction})
 			}
-			l, err := plotter.NewLine(pts)
+			l, pt, err := plotter.NewLinePoints(pts)
 			if err != nil {
 				return err
 			}
-			l.Color = plotutil.Color(i)
+			l.Color, pt.Color = plotutil.Color(i), plotutil.Color(i)
 			l.Dashes = plotutil.Dashes(j)
 			l.Width = vg.Points(1.2)
-			p.Add(l)
-			p.Legend.Add(s.name+" "+strings.ToLower(op), l)
+			pt.Shape = plotutil.Shape(j)
+			pt.Radius = vg.Points(2)
+			p.Add(l, pt)
+			p.Legend.Add(s.name+" "+strings.ToLower(op), l, pt)
 			lines++
 		}
 	}
