@@ -8,6 +8,10 @@
 #   cell-rf1      one cellserver (embedded etcd for the region table), RF 1:
 #                 every write synced to the region's raft log before it is
 #                 acknowledged (test/cluster.bash, --cores 1).
+#   cell-rf1-tcp  the same, the client's one-sided reads over tcp instead
+#                 of $CELL_PROVIDER (auto: shm, mapping the server's region
+#                 files, which only a client on the server's host can);
+#                 cell-rf3-tcp likewise (not run by default).
 #   cell-rf3      three cellservers, --replicas 3 (the README's "Many
 #                 servers"): every write on the logs of two of the three
 #                 servers, each synced, before it is acknowledged.
@@ -21,7 +25,8 @@
 #
 # Each store is started alone, $RECORDS records are loaded into it
 # (cell-ycsb load, $THREADS threads), then workloads A, B, C, F, D and E
-# (ycsb/workloads, YCSB's recommended order: D and E insert) run $OPS
+# (ycsb/workloads; YCSB's recommended order, except that YCSB reloads
+# before E and this script does not: E also finds D's inserts) run $OPS
 # operations each with $THREADS threads, and the store is stopped and its
 # data removed. Stores are interleaved: each repeat runs every store in
 # turn, in the reverse order of the previous repeat, $REPEAT times.
@@ -48,7 +53,7 @@ RECORDS=${RECORDS:-100000}
 OPS=${OPS:-100000}
 THREADS=${THREADS:-16}
 REPEAT=${REPEAT:-2}
-STORES=${STORES:-cell-rf1 cell-rf3 etcd redis-aof redis-default}
+STORES=${STORES:-cell-rf1 cell-rf1-tcp cell-rf3 etcd redis-aof redis-default}
 WORKLOADS=${WORKLOADS:-a b c f d e}
 CELL_MODE=${CELL_MODE:-adaptive}
 CELL_PROVIDER=${CELL_PROVIDER:-auto}
@@ -132,12 +137,13 @@ redis_start() {
 # flags for it).
 store_start() {
 	case $1 in
-	cell-rf1 | cell-rf3)
-		local n=1 rf=1
-		[[ $1 == cell-rf3 ]] && n=3 rf=3
+	cell-rf1 | cell-rf3 | cell-rf1-tcp | cell-rf3-tcp)
+		local n=1 rf=1 provider=$CELL_PROVIDER
+		[[ $1 == cell-rf3* ]] && n=3 rf=3
+		[[ $1 == *-tcp ]] && provider=tcp
 		SERVER_FLAGS="--replicas $rf" cluster_start "$n" "$OUT/logs/$1-r$rep"
 		binding=cell
-		props=(-p "cell.endpoints=$etcd" -p "cell.mode=$CELL_MODE" -p "cell.provider=$CELL_PROVIDER")
+		props=(-p "cell.endpoints=$etcd" -p "cell.mode=$CELL_MODE" -p "cell.provider=$provider")
 		;;
 	etcd)
 		etcd_start
@@ -152,7 +158,7 @@ store_start() {
 		binding=redis props=(-p "redis.addr=127.0.0.1:$redis_port")
 		;;
 	*)
-		echo "unknown store $1 (want cell-rf1, cell-rf3, etcd, redis-aof or redis-default)" >&2
+		echo "unknown store $1 (want cell-rf1, cell-rf1-tcp, cell-rf3, cell-rf3-tcp, etcd, redis-aof or redis-default)" >&2
 		exit 2
 		;;
 	esac
@@ -168,8 +174,10 @@ store_stop() {
 # store_label STORE: its durability, for the tables.
 store_label() {
 	case $1 in
-	cell-rf1) echo "1 cellserver, RF 1, raft log synced before each ack" ;;
-	cell-rf3) echo "3 cellservers, --replicas 3, acked once on 2 of 3 synced logs" ;;
+	cell-rf1) echo "1 cellserver, RF 1, raft log synced before each ack; client $CELL_MODE over $CELL_PROVIDER" ;;
+	cell-rf3) echo "3 cellservers, --replicas 3, acked once on 2 of 3 synced logs; client $CELL_MODE over $CELL_PROVIDER" ;;
+	cell-rf1-tcp) echo "as cell-rf1, one-sided reads over tcp (what a client on another host gets)" ;;
+	cell-rf3-tcp) echo "as cell-rf3, one-sided reads over tcp" ;;
 	etcd) echo "etcd $(etcd --version | awk 'NR == 1 {print $3}'), 1 member, WAL fsynced before each ack" ;;
 	redis-aof) echo "redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), appendonly yes, appendfsync everysec" ;;
 	redis-default) echo "redis, defaults (RDB snapshots, no AOF)" ;;
