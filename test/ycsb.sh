@@ -232,7 +232,7 @@ plot_args=(-in "$OUT/raw" -stores "$OUT/stores.tsv" -table "$OUT/table.md")
 	echo "YCSB A-F through go-ycsb v1.0.3 (ycsb/cmd/cell-ycsb), $started, $(nproc) CPUs ($(lscpu | sed -n 's/^Model name: *//p')):"
 	echo "stores on CPU $SERVER_CPUS, cell-ycsb on CPU $CLIENT_CPUS; data on $(df --output=source,fstype "$work/data" | tail -n 1 | awk '{print $1 " (" $2 ")"}')."
 	echo "RECORDS=$RECORDS OPS=$OPS THREADS=$THREADS REPEAT=$REPEAT CELL_MODE=$CELL_MODE CELL_PROVIDER=$CELL_PROVIDER;"
-	echo "records of one 64-byte field; each store loaded afresh per repeat, then A, B, C, F, D, E in this order."
+	echo "records of one 64-byte field; each store loaded afresh per repeat, then workloads ${WORKLOADS^^} in this order, no warm-up."
 	echo "Load average (1 min) at the start $start_load; before each run (repeat store workload load):"
 	echo "$(awk -F'\t' '{printf "%s %s %s %s; ", $1, $2, $3, $4}' "$OUT/loadavg.tsv")"
 	echo
