@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"image/color"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -38,6 +40,7 @@ func throughputPlot(path string, r *results) error {
 	p.Title.Text = "YCSB throughput per workload (median of the repeats)"
 	p.Y.Label.Text = "operations/s"
 	p.Y.Min = 0
+	p.Y.Tick.Marker = integerTicks{}
 	n := len(r.stores)
 	top := 0.0
 	width := vg.Points(min(40, 360/float64(n*len(r.workloads))))
@@ -51,7 +54,7 @@ func throughputPlot(path string, r *results) error {
 		if err != nil {
 			return err
 		}
-		bars.Color = plotutil.Color(i)
+		bars.Color = storeColor(i)
 		bars.LineStyle.Width = 0
 		bars.Offset = width * vg.Length(float64(i)-float64(n-1)/2)
 		p.Add(bars)
@@ -77,7 +80,9 @@ func latencyPlot(path string, r *results, workload string) error {
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Left, p.Legend.Top = true, true
+	// Bottom right: the CDFs climb from the left, so that corner (slow
+	// operations, low fractions) stays empty.
+	p.Legend.Left, p.Legend.Top = false, false
 	ops := r.opsOf(workload)
 	lines := 0
 	for i, s := range r.stores {
@@ -98,7 +103,7 @@ func latencyPlot(path string, r *results, workload string) error {
 			if err != nil {
 				return err
 			}
-			l.Color, pt.Color = plotutil.Color(i), plotutil.Color(i)
+			l.Color, pt.Color = storeColor(i), storeColor(i)
 			l.Dashes = plotutil.Dashes(j)
 			l.Width = vg.Points(1.2)
 			pt.Shape = plotutil.Shape(j)
@@ -113,3 +118,34 @@ func latencyPlot(path string, r *results, workload string) error {
 	}
 	return p.Save(plotWidth, plotHeight, path)
 }
+
+// integerTicks are plot.DefaultTicks labelled without decimals
+// (operations/s in the thousands need none).
+type integerTicks struct{}
+
+// Ticks returns the default ticks with integer labels.
+func (integerTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ticks {
+		if ticks[i].Label != "" {
+			ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', 0, 64)
+		}
+	}
+	return ticks
+}
+
+// palette is Okabe and Ito's colour-blind-safe palette (yellow left
+// out: unreadable on white), one colour per store; plotutil's default
+// palette has two reds.
+var palette = []color.RGBA{
+	{0x00, 0x00, 0x00, 0xff}, // black
+	{0xe6, 0x9f, 0x00, 0xff}, // orange
+	{0x56, 0xb4, 0xe9, 0xff}, // sky blue
+	{0x00, 0x9e, 0x73, 0xff}, // bluish green
+	{0x00, 0x72, 0xb2, 0xff}, // blue
+	{0xd5, 0x5e, 0x00, 0xff}, // vermillion
+	{0xcc, 0x79, 0xa7, 0xff}, // reddish purple
+}
+
+// storeColor returns the i-th store's colour.
+func storeColor(i int) color.Color { return palette[i%len(palette)] }
