@@ -11,7 +11,7 @@ IMAGE_DIR ?= build/images
 DOCKER    ?= docker
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-ycsb ycsb race bench lint fuzz images clean
+.PHONY: all build test test-allocs test-ycsb ycsb race bench lint fuzz images clean
 
 all: build test
 
@@ -26,7 +26,15 @@ build:
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -p 1 -timeout 30m $(PKGS)
+	$(MAKE) test-allocs
 	$(MAKE) test-ycsb
+
+# The allocation tests skip under the race detector (it changes what
+# allocates): run them again without it, so that the read path's
+# "allocates nothing" is checked in CI.
+ALLOC_TESTS = Allocs|NoAllocations|DoesNotAllocate
+test-allocs:
+	$(GO) test -count=1 -run '$(ALLOC_TESTS)' ./blink/ ./wire/ ./rdma/ ./locality/ ./server/ ./client/
 
 # The go-ycsb bindings (ycsb/, a module of its own so that go-ycsb, redis
 # and gonum stay out of this one's go.mod): about 20 s; the etcd and

@@ -85,7 +85,7 @@ func BenchmarkScan(b *testing.B) {
 
 // startBenchServer starts one server holding one 16 MiB meganode of 1 KiB
 // nodes and stores n keys in it.
-func startBenchServer(b *testing.B, n int) *realCluster {
+func startBenchServer(b testing.TB, n int) *realCluster {
 	rc := startReal(b, 1, func(o *cellserver.Options) {
 		o.NodeSize, o.MeganodeSize, o.RegionSize = 1024, 16<<20, 64<<20
 	})
@@ -93,4 +93,44 @@ func startBenchServer(b *testing.B, n int) *realCluster {
 	load.Mode = locality.Mode{Kind: locality.ServerOnly}
 	mustPut(b, mustClient(b, load), n)
 	return rc
+}
+
+// TestGetDoesNotAllocate: GetAppend into a caller's buffer allocates
+// nothing in steady state, server-side and client-side, over shared memory
+// and the tcp responder, client and server (in this process) counted
+// together.
+func TestGetDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector (make test runs this without it)")
+	}
+	const keys = 1000
+	rc := startBenchServer(t, keys)
+	for _, mode := range []locality.Mode{{Kind: locality.ServerOnly}, {Kind: locality.ClientOnly}} {
+		for _, provider := range []string{ProviderTCP, ProviderSHM} {
+			cfg := realConfig(t, rc)
+			cfg.Mode, cfg.Provider = mode, provider
+			c := mustClient(t, cfg)
+			ctx := t.Context()
+			dst := make([]byte, 0, 256)
+			ks := make([][]byte, keys)
+			for i := range ks {
+				ks[i] = key(i)
+			}
+			i := 0
+			get := func() {
+				k := ks[i%keys]
+				i += 7
+				v, err := c.GetAppend(ctx, dst[:0], k)
+				if err != nil || !bytes.HasPrefix(v, k) {
+					t.Fatalf("Get %s = %q, %v", k, v, err)
+				}
+			}
+			for range 200 {
+				get()
+			}
+			if allocs := testing.AllocsPerRun(1000, get); allocs > 0.2 {
+				t.Errorf("mode %v, provider %s: %.2f allocations per get, want 0", mode, provider, allocs)
+			}
+		}
+	}
 }

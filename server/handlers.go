@@ -43,7 +43,8 @@ type worker struct {
 	// when it has none); its job, when it came from the queue; the
 	// proposal a write of the job left in flight (propose.go).
 	started, deadline time.Time
-	job               *job
+	job               *job // the job being handled (&cur), nil for a direct call
+	cur               job
 	proposal          proposal
 
 	hdr    []byte // one node, 8-byte aligned: meganode header copies

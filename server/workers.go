@@ -56,9 +56,12 @@ func (w *worker) run(j job) {
 		err = wire.ErrExpired // the caller gave up: not executed
 	} else {
 		w.started, w.deadline = start, dl
-		w.job = &j
+		// The handlers see the job through w.job, pointing into the
+		// worker (a pointer to j would move every job to the heap).
+		w.cur = j
+		w.job = &w.cur
 		msg, err = w.handle(h.Op, j.f.Body)
-		w.job = nil
+		j, w.cur, w.job = w.cur, job{}, nil
 		if errors.Is(err, errProposed) {
 			p := w.proposal
 			w.proposal = proposal{}
