@@ -39,10 +39,9 @@ func (f *Frame) Release() {
 const retainLimit = 64 << 10
 
 // bodyChunk is how far a body buffer runs ahead of the bytes received: a
-// body larger than this is read into a buffer that starts at bodyChunk
-// and grows (doubling, at most to the body's length) only as its bytes
-// arrive, so a header that claims a large body and a stall cost what was
-// sent, not what was claimed.
+// body larger than this is read in chunks of bodyChunk, taken as its bytes
+// arrive and joined once it is whole, so a header that claims a large
+// body and a stall cost what was sent, not what was claimed.
 const bodyChunk = 64 << 10
 
 // Deadliner is the part of a net.Conn a Reader needs to bound its reads.
@@ -57,6 +56,9 @@ type Reader struct {
 	max int
 	buf []byte  // reusable body buffer, cap <= retainLimit
 	big *[]byte // the previous frame's pooled body, if it was large
+	// chunks is readLarge's list of the chunks of a body, kept between
+	// calls (empty) so that steady large reads do not allocate it.
+	chunks []*[]byte
 
 	// Timeouts (SetTimeouts); dl is nil when there are none.
 	dl          Deadliner
@@ -197,26 +199,33 @@ func (r *Reader) body(b []byte) error {
 	return nil
 }
 
-// readLarge reads an n-byte body (n > bodyChunk) into a pooled buffer
-// that grows with the bytes received: it holds at most twice what arrived
-// plus bodyChunk, and the copies add up to about n.
+// readLarge reads an n-byte body (n > bodyChunk) in pooled chunks of
+// bodyChunk as the bytes arrive, so that a stalled body holds at most
+// bodyChunk more than it received, and copies them into one pooled
+// buffer once the body is whole.
 func (r *Reader) readLarge(n int) (*[]byte, error) {
-	p := getBuf(bodyChunk)
-	got := 0
-	for {
-		if err := r.body((*p)[got:]); err != nil {
-			putBuf(p)
+	chunks := r.chunks[:0]
+	defer func() {
+		for i, c := range chunks {
+			putBuf(c)
+			chunks[i] = nil
+		}
+		r.chunks = chunks[:0]
+	}()
+	for got := 0; got < n; {
+		c := getBuf(min(bodyChunk, n-got))
+		chunks = append(chunks, c)
+		if err := r.body(*c); err != nil {
 			return nil, err
 		}
-		got = len(*p)
-		if got == n {
-			return p, nil
-		}
-		q := getBuf(min(n, got+max(bodyChunk, got)))
-		copy(*q, *p)
-		putBuf(p)
-		p = q
+		got += len(*c)
 	}
+	p := getBuf(n)
+	off := 0
+	for _, c := range chunks {
+		off += copy((*p)[off:], *c)
+	}
+	return p, nil
 }
 
 // awaitFrame waits for the next frame's first byte under the idle
