@@ -38,6 +38,14 @@ type TCPOptions struct {
 	// reading its replies loses its connection instead of pinning a
 	// goroutine and a buffer. Default 30s.
 	WriteTimeout time.Duration
+	// IdleTimeout, if positive, closes a connection on which no request
+	// started for this long. Default 0: none (cellserver sets its
+	// --idle-timeout). The client redials a closed connection.
+	IdleTimeout time.Duration
+	// FrameTimeout, if positive, closes a connection on which a request
+	// started and did not arrive whole within this. Default 0: none
+	// (cellserver sets its --frame-timeout).
+	FrameTimeout time.Duration
 	// Logger receives connection errors and malformed-frame reports.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -91,8 +99,8 @@ func (o *TCPOptions) Validate() error {
 	if o.ReadBufferSize < reqHeaderSize || o.WriteBufferSize < replyHeaderSize {
 		return fmt.Errorf("rdma: buffer sizes %d/%d too small: %w", o.ReadBufferSize, o.WriteBufferSize, ErrInvalidOptions)
 	}
-	if o.WriteTimeout < 0 {
-		return fmt.Errorf("rdma: negative write timeout: %w", ErrInvalidOptions)
+	if o.WriteTimeout < 0 || o.IdleTimeout < 0 || o.FrameTimeout < 0 {
+		return fmt.Errorf("rdma: negative timeout: %w", ErrInvalidOptions)
 	}
 	return nil
 }
@@ -374,6 +382,9 @@ func (s *session) loop() error {
 				return err
 			}
 		}
+		if err := s.awaitRequest(); err != nil {
+			return err
+		}
 		if _, err := io.ReadFull(s.br, s.hdr[:]); err != nil {
 			return err
 		}
@@ -396,6 +407,30 @@ func (s *session) loop() error {
 			return err
 		}
 	}
+}
+
+// awaitRequest waits for the next request's first byte under the idle
+// timeout, then puts the request under the frame timeout unless it is
+// already whole in the read buffer. Without timeouts it does nothing.
+func (s *session) awaitRequest() error {
+	idle, frame := s.r.opts.IdleTimeout, s.r.opts.FrameTimeout
+	if idle <= 0 && frame <= 0 {
+		return nil
+	}
+	if s.br.Buffered() == 0 {
+		var t time.Time
+		if idle > 0 {
+			t = time.Now().Add(idle)
+		}
+		_ = s.nc.SetReadDeadline(t)
+		if _, err := s.br.Peek(1); err != nil {
+			return err
+		}
+	}
+	if frame > 0 && !s.nextBuffered() {
+		_ = s.nc.SetReadDeadline(time.Now().Add(frame))
+	}
+	return nil
 }
 
 // nextBuffered reports whether the whole next request is already in the

@@ -28,7 +28,7 @@ import (
 // counts the request; serveCheck releases it and the frame.
 func (c *conn) serveCheck(f wire.Frame, arrived time.Time) {
 	s := c.s
-	defer c.inflight.Done()
+	defer c.done()
 	defer f.Release()
 	h := &f.Header
 	var (
@@ -139,7 +139,7 @@ func violations(err error) []string {
 // serveReplicaHash releases it and the frame.
 func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 	s := c.s
-	defer c.inflight.Done()
+	defer c.done()
 	defer f.Release()
 	h := &f.Header
 	var rep wire.ReplicaHashReply

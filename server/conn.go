@@ -16,12 +16,22 @@ import (
 // requests to the workers, and a ReplyWriter through which the workers
 // answer, in any order.
 type conn struct {
-	s  *Server
-	nc net.Conn
-	rw *wire.ReplyWriter
+	s    *Server
+	nc   net.Conn
+	rw   *wire.ReplyWriter
+	host string // the client's IP address (connection limit per host)
 	// inflight counts requests handed to the workers and not answered
 	// yet; the connection closes only when it is zero.
 	inflight sync.WaitGroup
+	// slots holds a token for each request read and not answered yet
+	// (MaxInflightPerConn): the reader takes one before it reads a frame,
+	// and waits, reading nothing, while they are all taken.
+	slots chan struct{}
+
+	// dlMu orders the reader's deadlines with stopReading's: once
+	// stopping, the deadline stays in the past.
+	dlMu     sync.Mutex
+	stopping bool
 }
 
 // acceptLoop accepts connections until the listener closes.
@@ -57,21 +67,28 @@ func isTemporary(err error) bool {
 }
 
 func (s *Server) newConn(nc net.Conn) {
+	host := remoteHost(nc)
+	s.mu.Lock()
+	if s.mu.state == stateClosed {
+		s.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	if reason := s.overLimit(host); reason != "" {
+		s.mu.Unlock()
+		s.refuse(nc, reason)
+		return
+	}
 	rw, err := wire.NewReplyWriter(nc, &s.wopts)
 	if err != nil {
+		s.mu.Unlock()
 		_ = nc.Close()
 		s.log.Error("server: reply writer", slog.Any("err", err))
 		return
 	}
-	c := &conn{s: s, nc: nc, rw: rw}
-	s.mu.Lock()
-	if s.mu.state == stateClosed {
-		s.mu.Unlock()
-		_ = rw.Close()
-		_ = nc.Close()
-		return
-	}
+	c := &conn{s: s, nc: nc, rw: rw, host: host, slots: make(chan struct{}, s.opts.MaxInflightPerConn)}
 	s.mu.conns[c] = struct{}{}
+	s.mu.perHost[host]++
 	s.conns.Add(1)
 	s.mu.Unlock()
 	s.metrics.conns.Inc()
@@ -82,7 +99,50 @@ func (s *Server) newConn(nc net.Conn) {
 // stopReading makes the reader return at its next read: Close uses it to
 // stop taking requests while letting those already read finish.
 func (c *conn) stopReading() {
+	c.dlMu.Lock()
+	defer c.dlMu.Unlock()
+	c.stopping = true
 	_ = c.nc.SetReadDeadline(time.Now())
+}
+
+// SetReadDeadline sets the connection's read deadline for the reader's
+// idle and frame timeouts (wire.Deadliner), unless stopReading ran.
+func (c *conn) SetReadDeadline(t time.Time) error {
+	c.dlMu.Lock()
+	defer c.dlMu.Unlock()
+	if c.stopping {
+		return nil
+	}
+	return c.nc.SetReadDeadline(t)
+}
+
+// stopped reports whether stopReading ran.
+func (c *conn) stopped() bool {
+	c.dlMu.Lock()
+	defer c.dlMu.Unlock()
+	return c.stopping
+}
+
+// acquire takes a slot for the next request, waiting while the
+// connection has MaxInflightPerConn requests unanswered: the client's
+// further requests wait in its socket (backpressure).
+func (c *conn) acquire() {
+	select {
+	case c.slots <- struct{}{}:
+	default:
+		c.s.metrics.refusals.WithLabelValues(refuseInflight).Inc()
+		c.slots <- struct{}{}
+	}
+}
+
+// release returns the slot of a request answered without a worker.
+func (c *conn) release() { <-c.slots }
+
+// done ends a request handed to a worker or a goroutine of its own: it was
+// answered (or dropped) and its slot is free.
+func (c *conn) done() {
+	<-c.slots
+	c.inflight.Done()
 }
 
 // serve reads requests until the stream ends, is corrupt, or the server
@@ -101,6 +161,9 @@ func (c *conn) serve() {
 	s.metrics.closed.WithLabelValues(reason).Inc()
 	s.mu.Lock()
 	delete(s.mu.conns, c)
+	if s.mu.perHost[c.host]--; s.mu.perHost[c.host] <= 0 {
+		delete(s.mu.perHost, c.host)
+	}
 	s.mu.Unlock()
 	s.conns.Done()
 }
@@ -112,6 +175,8 @@ const (
 	closeBadVersion = "bad_version"
 	closeShutdown   = "shutdown"
 	closeError      = "error"
+	closeIdle       = "idle_timeout"
+	closeSlow       = "frame_timeout"
 )
 
 // readLoop reads frames and dispatches them; it returns why it stopped.
@@ -129,14 +194,26 @@ func (c *conn) readLoop() string {
 	if err != nil {
 		return closeError
 	}
+	rd.SetTimeouts(c, s.opts.IdleTimeout, s.opts.FrameTimeout)
 	for {
+		c.acquire()
 		f, err := rd.ReadFramePooled()
 		if err != nil {
+			c.release()
 			switch {
 			case wire.InSync(err):
 				s.metrics.malformed.WithLabelValues(malformedKind(err)).Inc()
 				_ = c.rw.WriteError(&f.Header, err, 0, 0)
 				continue
+			case errors.Is(err, os.ErrDeadlineExceeded) && c.stopped():
+				return closeShutdown
+			case errors.Is(err, wire.ErrIdleTimeout):
+				s.metrics.refusals.WithLabelValues(refuseIdle).Inc()
+				return closeIdle
+			case errors.Is(err, wire.ErrFrameTimeout):
+				s.metrics.refusals.WithLabelValues(refuseSlow).Inc()
+				s.log.Debug("server: closing a connection stalled inside a frame", slog.String("remote", c.nc.RemoteAddr().String()), slog.Any("err", err))
+				return closeSlow
 			case errors.Is(err, wire.ErrBadVersion):
 				s.metrics.malformed.WithLabelValues("bad_version").Inc()
 				_ = c.rw.WriteError(&f.Header, err, 0, 0)
@@ -166,7 +243,8 @@ func malformedKind(err error) string {
 }
 
 // dispatch answers what needs no tree work at once and queues the rest for
-// the workers; a full queue is answered Overloaded.
+// the workers; a full queue is answered Overloaded. It owns the request's
+// slot (acquire): released here for what it answers, by done for the rest.
 func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 	s := c.s
 	h := &f.Header
@@ -174,6 +252,7 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		s.metrics.malformed.WithLabelValues("not_a_request").Inc()
 		_ = c.rw.WriteError(h, wireErrorf(wire.StatusBadRequest, "a request frame with the reply flag or a status set"), 0, 0)
 		f.Release()
+		c.release()
 		return
 	}
 	switch h.Op {
@@ -185,6 +264,7 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		_ = c.rw.Write(rh, f.Body)
 		s.metrics.observe(h.Op, wire.StatusOK, 0, time.Since(arrived))
 		f.Release()
+		c.release()
 		return
 	case wire.OpCheck:
 		// Long, and not tree work of the paper's kind: beside the
@@ -208,15 +288,16 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		s.metrics.malformed.WithLabelValues("unknown_op").Inc()
 		_ = c.rw.WriteError(h, wireErrorf(wire.StatusUnknownOp, "op %v not served", h.Op), 0, 0)
 		f.Release()
+		c.release()
 		return
 	}
 	c.inflight.Add(1)
 	select {
 	case s.queue <- job{c: c, f: f, arrived: arrived}:
 	default:
-		c.inflight.Done()
 		_ = c.rw.WriteError(h, wire.ErrOverloaded, 0, 0)
 		s.metrics.observe(h.Op, wire.StatusOverloaded, 0, 0)
 		f.Release()
+		c.done()
 	}
 }

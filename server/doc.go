@@ -97,8 +97,8 @@
 //     leaf meganode is elsewhere they answer StatusWrongServer naming its
 //     server. Put and Delete encode a write record and call apply.
 //   - Range scans [Start, End) forward or in reverse across this server's
-//     meganodes, up to the limit or the frame limit; More and Resume say
-//     where to go on.
+//     meganodes, up to the limit (at most MaxRangePairs), MaxRangeBytes or
+//     the frame limit; More and Resume say where to go on.
 //   - Metadata describes the server, its region (remote key, read address,
 //     file path, epoch), its meganodes (range, level, height, fill, right
 //     link, part in a split in progress) and selector hints (workers,
@@ -109,6 +109,11 @@
 //   - Check runs Server.Check between splits and lists its violations
 //     (cellctl check). It is the one request served beside the workers,
 //     on a goroutine of its own, because it is long (checkop.go).
+//
+// Connections are bounded (limits.go, docs/limits.md): connections per
+// server and per client address, requests read and not answered per
+// connection (the reader waits), idle and frame timeouts; each limit met
+// is counted in cell_server_refusals_total.
 //
 // A request for a region this server does not host is answered
 // StatusWrongServer with the host's address from the cached region table

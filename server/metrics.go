@@ -40,6 +40,7 @@ type Metrics struct {
 	accepted  prometheus.Counter
 	closed    *prometheus.CounterVec // reason
 	malformed *prometheus.CounterVec // kind
+	refusals  *prometheus.CounterVec // reason (limits.go)
 	applies   *prometheus.CounterVec // kind, result
 	splits    *prometheus.CounterVec // result: done, aborted, failed
 	splitTime prometheus.Histogram
@@ -107,12 +108,16 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cell_server_connections_closed_total",
-			Help: "Client connections closed, by reason (eof, corrupt, bad_version, shutdown, error).",
+			Help: "Client connections closed, by reason (eof, corrupt, bad_version, shutdown, error, idle_timeout, frame_timeout).",
 		}, []string{"reason"}),
 		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cell_server_malformed_frames_total",
 			Help: "Frames rejected before reaching a worker, by kind (too_large, unknown_op, bad_version, corrupt, not_a_request).",
 		}, []string{"kind"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cell_server_refusals_total",
+			Help: "Times a client met a resource limit, by reason: max_connections, max_connections_per_host (connection refused), idle_timeout, frame_timeout (connection closed), max_inflight (reading a connection paused), max_range_rows, max_range_bytes (range reply cut short, the client pages on).",
+		}, []string{"reason"}),
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cell_server_applied_total",
 			Help: "Write records applied to the region, by kind (put, delete, child, split_<phase>) and result (the status the write was answered with).",
@@ -173,7 +178,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "Regions in the region table whose host has not been a live member for a second, as the coordinator sees them (0 on the other servers).",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.applies, m.splits, m.splitTime, m.waits,
+	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.refusals, m.applies, m.splits, m.splitTime, m.waits,
 		m.proposals, m.snapshotBytes, m.snapshotPause, m.coordinator, m.regionsUnavailable, m.takeovers, m.replicasRemoved, m.leaderTransfers, m.leaseRenewals, m.leaseLapses, (*stateCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -184,6 +189,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		m.serviceByOp = append(m.serviceByOp, m.service.WithLabelValues(name))
 	}
 	m.opsByStatus = make([][statusCache]atomic.Pointer[prometheus.Counter], len(opNames))
+	for _, r := range refusalReasons {
+		m.refusals.WithLabelValues(r)
+	}
 	m.searchLeaf = m.searches.WithLabelValues("leaf")
 	m.searchNext = m.searches.WithLabelValues("next")
 	return m, nil

@@ -102,8 +102,32 @@ type Options struct {
 	// that stops reading for longer loses its connection. Default 10 s.
 	WriteTimeout time.Duration
 	// MaxRangePairs bounds the pairs of one Range reply (a request's Limit
-	// is capped to it; 0 there means this). Default 4096.
+	// is capped to it; 0 there means this). Default 4096. A reply cut
+	// short says where to resume, and the client pages on.
 	MaxRangePairs int
+	// MaxRangeBytes bounds the bytes of pairs in one Range reply (keys,
+	// values and their length prefixes); a reply always carries at least
+	// one pair, so a single pair larger than this still goes. Default
+	// 1 MiB. The frame size bounds it too.
+	MaxRangeBytes int
+	// IdleTimeout closes a client connection on which no request started
+	// for this long. Default 5 min; negative: never.
+	IdleTimeout time.Duration
+	// FrameTimeout closes a client connection on which a request started
+	// and did not arrive whole within this (a stalled or slowloris
+	// client). Default 10 s; negative: never.
+	FrameTimeout time.Duration
+	// MaxConnections bounds the client connections open at once; the
+	// server refuses more (a refusal frame, then close). Default 4096.
+	MaxConnections int
+	// MaxConnectionsPerHost bounds the client connections open at once
+	// from one IP address. Default 1024.
+	MaxConnectionsPerHost int
+	// MaxInflightPerConn bounds the requests of one connection read and
+	// not answered yet; the server reads no more from it until one is
+	// answered (backpressure: the client's requests wait in the socket).
+	// Default 1024.
+	MaxInflightPerConn int
 	// SplitFill is the fraction of a meganode's nodes in use from which the
 	// server splits it (paper §2.2: "A meganode should be split before it
 	// becomes too full, otherwise concurrent updates to X_left may fail if
@@ -236,6 +260,12 @@ const (
 	DefaultRegisterWait     = 15 * time.Second
 	DefaultWriteTimeout     = 10 * time.Second
 	DefaultMaxRangePairs    = 4096
+	DefaultMaxRangeBytes    = 1 << 20
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultFrameTimeout     = 10 * time.Second
+	DefaultMaxConnections   = 4096
+	DefaultMaxConnsPerHost  = 1024
+	DefaultMaxInflight      = 1024
 	DefaultSplitFill        = 0.75
 	DefaultSplitRemoteBelow = 4
 	DefaultSplitCopyBatch   = 16
@@ -305,6 +335,24 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.MaxRangePairs == 0 {
 		o.MaxRangePairs = DefaultMaxRangePairs
+	}
+	if o.MaxRangeBytes == 0 {
+		o.MaxRangeBytes = DefaultMaxRangeBytes
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.FrameTimeout == 0 {
+		o.FrameTimeout = DefaultFrameTimeout
+	}
+	if o.MaxConnections == 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.MaxConnectionsPerHost == 0 {
+		o.MaxConnectionsPerHost = DefaultMaxConnsPerHost
+	}
+	if o.MaxInflightPerConn == 0 {
+		o.MaxInflightPerConn = DefaultMaxInflight
 	}
 	if o.SplitFill == 0 {
 		o.SplitFill = DefaultSplitFill
@@ -393,6 +441,12 @@ func (o *Options) Validate() error {
 		return bad("max frame size %d not in [64 KiB, 4 GiB)", o.MaxFrameSize)
 	case o.MaxRangePairs < 1:
 		return bad("max range pairs %d < 1", o.MaxRangePairs)
+	case o.MaxRangeBytes < 1:
+		return bad("max range bytes %d < 1", o.MaxRangeBytes)
+	case o.MaxConnections < 1 || o.MaxConnectionsPerHost < 1:
+		return bad("connection limits %d and %d per host must be at least 1", o.MaxConnections, o.MaxConnectionsPerHost)
+	case o.MaxInflightPerConn < 1:
+		return bad("max in-flight per connection %d < 1", o.MaxInflightPerConn)
 	case o.SplitFill <= 0 || o.SplitFill > 1:
 		return bad("split fill %v not in (0, 1]", o.SplitFill)
 	case o.SplitPlacement != PlaceAuto && o.SplitPlacement != PlaceLocal && o.SplitPlacement != PlaceRemote:

@@ -139,6 +139,6 @@ func (s *Server) requeue(j job) {
 		_ = j.c.rw.WriteError(h, wire.ErrOverloaded, time.Since(j.arrived), 0)
 		s.metrics.observe(h.Op, wire.StatusOverloaded, time.Since(j.arrived), 0)
 		j.f.Release()
-		j.c.inflight.Done()
+		j.c.done()
 	}
 }

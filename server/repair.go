@@ -650,7 +650,7 @@ func (s *Server) dropStaleFollower(e regiontable.Region) {
 // serveAdmin releases it and the frame.
 func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
 	s := c.s
-	defer c.inflight.Done()
+	defer c.done()
 	defer f.Release()
 	h := &f.Header
 	err := func() error {

@@ -40,9 +40,9 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 	if len(lower) > s.maxKey || len(upper) > s.maxKey {
 		return nil, wireErrorf(wire.StatusKeyTooLarge, "range bound of %d bytes, limit %d", max(len(lower), len(upper)), s.maxKey)
 	}
-	limit := int(req.Limit)
+	limit, capped := int(req.Limit), false
 	if limit == 0 || limit > s.opts.MaxRangePairs {
-		limit = s.opts.MaxRangePairs
+		limit, capped = s.opts.MaxRangePairs, true
 	}
 	rep := &w.rangeRep
 	pairs := rep.Pairs[:0]
@@ -63,7 +63,8 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := scanner{w: w, rep: rep, limit: limit, keysOnly: req.KeysOnly, budget: s.rangeBudget()}
+	frame := s.rangeBudget()
+	sc := scanner{w: w, rep: rep, limit: limit, capped: capped, keysOnly: req.KeysOnly, budget: min(frame, s.opts.MaxRangeBytes), frame: frame}
 	if req.Reverse {
 		err = sc.backward(lm, lower, upper)
 	} else {
@@ -87,16 +88,22 @@ type scanner struct {
 	w        *worker
 	rep      *wire.RangeReply
 	limit    int
+	capped   bool // limit is MaxRangePairs, not the request's own
 	keysOnly bool
-	budget   int
+	budget   int // bytes of pairs: MaxRangeBytes, at most frame
+	frame    int // bytes of pairs that fit a frame
 	size     int
 }
 
 // add appends a pair to the reply; it reports false (and adds nothing) when
-// the pair would pass the byte budget.
+// the pair would pass the byte budget. The first pair only has to fit the
+// frame, so that every reply makes progress.
 func (sc *scanner) add(k, v []byte) bool {
 	n := len(k) + len(v) + wire.RangePairOverhead
-	if sc.size+n > sc.budget {
+	if sc.size+n > sc.budget && (len(sc.w.spans) > 0 || n > sc.frame) {
+		if sc.size+n <= sc.frame {
+			sc.w.s.metrics.refusals.WithLabelValues(refuseRangeBytes).Inc()
+		}
 		return false
 	}
 	sc.size += n
@@ -119,6 +126,14 @@ func (sc *scanner) more(resume []byte, next blink.Ptr) error {
 	w.resume = append(w.resume[:0], resume...)
 	sc.rep.More, sc.rep.Resume, sc.rep.Next = true, w.resume, next
 	return nil
+}
+
+// cutRows counts a reply cut short by MaxRangePairs (not by the request's
+// own limit).
+func (sc *scanner) cutRows() {
+	if sc.capped {
+		sc.w.s.metrics.refusals.WithLabelValues(refuseRangeRows).Inc()
+	}
 }
 
 // lastKey returns the key of the last pair added.
@@ -160,6 +175,7 @@ func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 		for ok := it.First(); ok; ok = it.Next() {
 			k := it.Key()
 			if len(w.spans) == sc.limit {
+				sc.cutRows()
 				return sc.more(k, leaf.m.Ptr())
 			}
 			v, present, err := sc.value(it)
@@ -213,6 +229,7 @@ func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 		for ok := it.Last(); ok; ok = it.Prev() {
 			k := it.Key()
 			if len(w.spans) == sc.limit {
+				sc.cutRows()
 				return sc.more(sc.lastKey(), leaf.m.Ptr())
 			}
 			v, present, err := sc.value(it)

@@ -112,6 +112,7 @@ type Server struct {
 		sync.Mutex
 		state    state
 		conns    map[*conn]struct{}
+		perHost  map[string]int // open connections by client IP
 		member   regiontable.Registration
 		closeErr error
 	}
@@ -150,6 +151,7 @@ func New(opts Options) (*Server, error) {
 	s.created = time.Now()
 	s.table.Store(newTableView(regiontable.State{}))
 	s.mu.conns = make(map[*conn]struct{})
+	s.mu.perHost = make(map[string]int)
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.leaderChanges = make(chan raft.Observation, 16)
 	return s, nil
@@ -289,7 +291,8 @@ func (s *Server) listen() error {
 	if _, port, _ := net.SplitHostPort(s.opts.RDMAListen); port != "0" {
 		radv = advertise(s.opts.RDMAListen)
 	}
-	s.responder, err = rdma.Listen(s.opts.RDMAListen, rdma.TCPOptions{AdvertiseAddr: radv, Logger: s.log})
+	s.responder, err = rdma.Listen(s.opts.RDMAListen, rdma.TCPOptions{AdvertiseAddr: radv, Logger: s.log,
+		IdleTimeout: s.opts.IdleTimeout, FrameTimeout: s.opts.FrameTimeout})
 	if err != nil {
 		return fmt.Errorf("server: listen for one-sided reads on %s: %w", s.opts.RDMAListen, err)
 	}

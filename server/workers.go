@@ -111,7 +111,7 @@ func (s *Server) answer(j job, msg wire.Message, err error, queued, service time
 	if h.Op == wire.OpSearch {
 		ewmaAdd(&s.serviceEWMA, int64(service))
 	}
-	j.c.inflight.Done()
+	j.c.done()
 }
 
 // ewmaAdd folds x into the moving average at a with weight 1/8, lock-free.

@@ -84,3 +84,33 @@ func BenchmarkReadFrame(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkReadFramePooled(b *testing.B) {
+	frame := AppendFrame(nil, Header{Op: OpSearch, ID: 1}, make([]byte, 64))
+	rd := mustReader(b, &loopReader{b: frame}, nil)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		f, err := rd.ReadFramePooled()
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Release()
+	}
+}
+
+// BenchmarkReadFrameLarge reads 1 MiB frames (a large value): the cost
+// of growing the body buffer as the bytes arrive.
+func BenchmarkReadFrameLarge(b *testing.B) {
+	frame := AppendFrame(nil, Header{Op: OpPut, ID: 1}, make([]byte, 1<<20))
+	rd := mustReader(b, &loopReader{b: frame}, nil)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		f, err := rd.ReadFramePooled()
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Release()
+	}
+}

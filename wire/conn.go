@@ -262,6 +262,11 @@ func (c *Conn) readLoop() {
 		case err != nil:
 			c.fail(err)
 			return
+		case isRefusal(&f.Header):
+			err := fmt.Errorf("%w: %w", ErrRefused, replyError(&f))
+			f.Release()
+			c.failUnsent(err)
+			return
 		case !f.Header.IsReply():
 			f.Release()
 			c.fail(fmt.Errorf("%w: request frame from the server (op %v id %d)", ErrProtocol, f.Header.Op, f.Header.ID))
@@ -293,7 +298,13 @@ func (c *Conn) deliver(r result) {
 
 // fail breaks the connection for cause, once: it closes the socket, stops
 // the writer and fails every pending call.
-func (c *Conn) fail(cause error) {
+func (c *Conn) fail(cause error) { c.failAs(cause, false) }
+
+// failUnsent is fail when the server said it read nothing from the
+// connection: every pending call fails with Sent false.
+func (c *Conn) failUnsent(cause error) { c.failAs(cause, true) }
+
+func (c *Conn) failAs(cause error, unread bool) {
 	c.mu.Lock()
 	if c.mu.err != nil {
 		c.mu.Unlock()
@@ -311,7 +322,7 @@ func (c *Conn) fail(cause error) {
 	// load cannot have left.
 	handed := c.bw.handed.Load()
 	for id, cl := range pending {
-		cl.done <- result{err: &ConnError{Sent: id <= handed, Err: cause}}
+		cl.done <- result{err: &ConnError{Sent: id <= handed && !unread, Err: cause}}
 	}
 }
 

@@ -139,6 +139,14 @@
 //     frame limit (RangeReply.More and Resume; CheckReply.Count counts
 //     the violations left out).
 //   - In flight per Conn: Options.MaxInFlight (default 4096).
+//   - Memory of a frame being received: a body over 64 KiB is read in
+//     64 KiB chunks taken as its bytes arrive (at most 64 KiB beyond what
+//     arrived) and joined into one buffer once it is whole, never
+//     allocated straight at the length its header claims, so a peer that
+//     sends a large header and stalls costs what it sent.
+//   - Time: Reader.SetTimeouts bounds the wait for a frame's first byte
+//     (ErrIdleTimeout) and for the rest of a frame once it started
+//     (ErrFrameTimeout); the server sets both (docs/limits.md).
 //
 // # Errors and stream synchronisation
 //

@@ -37,6 +37,20 @@ var (
 	// bytes, non-canonical flags). The server answers StatusBadRequest.
 	ErrMalformed = errors.New("wire: malformed message body")
 
+	// ErrIdleTimeout: no frame started within the Reader's idle timeout
+	// (Reader.SetTimeouts). Close the connection.
+	ErrIdleTimeout = errors.New("wire: connection idle too long")
+	// ErrFrameTimeout: a frame that started did not arrive whole within
+	// the Reader's frame timeout (a stalled or slowloris peer). The
+	// stream is out of sync: close the connection.
+	ErrFrameTimeout = errors.New("wire: frame not received in time")
+
+	// ErrRefused: the server refused the connection (a connection
+	// limit) before reading anything from it: it sent a refusal frame
+	// (RefusalFrame) and closed it. Calls pending on it fail with a
+	// *ConnError whose Sent is false: nothing was executed.
+	ErrRefused = errors.New("wire: connection refused by the server")
+
 	// ErrClosed: the Conn or ReplyWriter was closed by its owner.
 	ErrClosed = errors.New("wire: connection closed")
 	// ErrConnLost: the connection failed; every call pending on it fails

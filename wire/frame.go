@@ -2,8 +2,12 @@ package wire
 
 import (
 	"bufio"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"time"
 )
 
 // Frame is one received frame.
@@ -34,6 +38,17 @@ func (f *Frame) Release() {
 // bodies are read into pooled buffers released at the next read.
 const retainLimit = 64 << 10
 
+// bodyChunk is how far a body buffer runs ahead of the bytes received: a
+// body larger than this is read in chunks of bodyChunk, taken as its bytes
+// arrive and joined once it is whole, so a header that claims a large
+// body and a stall cost what was sent, not what was claimed.
+const bodyChunk = 64 << 10
+
+// Deadliner is the part of a net.Conn a Reader needs to bound its reads.
+type Deadliner interface {
+	SetReadDeadline(t time.Time) error
+}
+
 // Reader reads frames from a stream. It is not safe for concurrent use: a
 // connection has one reading goroutine.
 type Reader struct {
@@ -41,6 +56,26 @@ type Reader struct {
 	max int
 	buf []byte  // reusable body buffer, cap <= retainLimit
 	big *[]byte // the previous frame's pooled body, if it was large
+	// chunks is readLarge's list of the chunks of a body, kept between
+	// calls (empty) so that steady large reads do not allocate it.
+	chunks []*[]byte
+
+	// Timeouts (SetTimeouts); dl is nil when there are none.
+	dl          Deadliner
+	idle, frame time.Duration
+}
+
+// SetTimeouts bounds the reads of r through d (the connection r reads):
+// with idle > 0, waiting for the first byte of a frame fails with
+// ErrIdleTimeout after idle; with frame > 0, a frame whose first byte
+// arrived must be complete within frame, else ErrFrameTimeout. Zero turns
+// a timeout off. Both errors also match os.ErrDeadlineExceeded. A frame
+// already whole in the read buffer costs no deadline call.
+func (r *Reader) SetTimeouts(d Deadliner, idle, frame time.Duration) {
+	r.dl, r.idle, r.frame = d, idle, frame
+	if idle <= 0 && frame <= 0 {
+		r.dl = nil
+	}
 }
 
 // NewReader returns a Reader over r with opts' MaxFrameSize and
@@ -79,11 +114,16 @@ func (r *Reader) ReadFrame() (Frame, error) {
 		r.buf = make([]byte, n, min(max(n, 2*cap(r.buf)), retainLimit))
 		body = r.buf[:n]
 	default:
-		r.big = getBuf(n)
-		body = *r.big
+		p, err := r.readLarge(n)
+		if err != nil {
+			return Frame{Header: h}, err
+		}
+		r.big, body = p, *p
 	}
-	if err := r.body(body); err != nil {
-		return Frame{Header: h}, err
+	if n <= retainLimit {
+		if err := r.body(body); err != nil {
+			return Frame{Header: h}, err
+		}
 	}
 	if err := checkOp(&h); err != nil {
 		return Frame{Header: h}, err
@@ -100,7 +140,14 @@ func (r *Reader) ReadFramePooled() (Frame, error) {
 		return Frame{Header: h}, err
 	}
 	f := Frame{Header: h}
-	if n := h.BodyLen(); n > 0 {
+	switch n := h.BodyLen(); {
+	case n > bodyChunk:
+		p, err := r.readLarge(n)
+		if err != nil {
+			return f, err
+		}
+		f.pooled, f.Body = p, *p
+	case n > 0:
 		f.pooled = getBuf(n)
 		f.Body = *f.pooled
 		if err := r.body(f.Body); err != nil {
@@ -119,12 +166,17 @@ func (r *Reader) ReadFramePooled() (Frame, error) {
 // its body skipped.
 func (r *Reader) header() (Header, error) {
 	var h Header
+	if r.dl != nil {
+		if err := r.awaitFrame(); err != nil {
+			return h, err
+		}
+	}
 	p, err := r.br.Peek(HeaderSize)
 	if err != nil {
 		if err == io.EOF && len(p) > 0 {
 			err = io.ErrUnexpectedEOF
 		}
-		return h, err
+		return h, r.frameErr(err)
 	}
 	err = h.Decode(p)
 	_, _ = r.br.Discard(HeaderSize) // cannot fail: the bytes are buffered
@@ -133,7 +185,7 @@ func (r *Reader) header() (Header, error) {
 	}
 	if int64(h.Length) > int64(r.max) {
 		if _, err := r.br.Discard(h.BodyLen()); err != nil {
-			return h, unexpected(err)
+			return h, r.frameErr(unexpected(err))
 		}
 		return h, fmt.Errorf("%w: %d-byte frame > %d (op %v id %d)", ErrFrameTooLarge, h.Length, r.max, h.Op, h.ID)
 	}
@@ -142,9 +194,79 @@ func (r *Reader) header() (Header, error) {
 
 func (r *Reader) body(b []byte) error {
 	if _, err := io.ReadFull(r.br, b); err != nil {
-		return unexpected(err)
+		return r.frameErr(unexpected(err))
 	}
 	return nil
+}
+
+// readLarge reads an n-byte body (n > bodyChunk) in pooled chunks of
+// bodyChunk as the bytes arrive, so that a stalled body holds at most
+// bodyChunk more than it received, and copies them into one pooled
+// buffer once the body is whole.
+func (r *Reader) readLarge(n int) (*[]byte, error) {
+	chunks := r.chunks[:0]
+	defer func() {
+		for i, c := range chunks {
+			putBuf(c)
+			chunks[i] = nil
+		}
+		r.chunks = chunks[:0]
+	}()
+	for got := 0; got < n; {
+		c := getBuf(min(bodyChunk, n-got))
+		chunks = append(chunks, c)
+		if err := r.body(*c); err != nil {
+			return nil, err
+		}
+		got += len(*c)
+	}
+	p := getBuf(n)
+	off := 0
+	for _, c := range chunks {
+		off += copy((*p)[off:], *c)
+	}
+	return p, nil
+}
+
+// awaitFrame waits for the next frame's first byte under the idle
+// timeout (no deadline without one), then puts the frame under the frame
+// timeout unless it is already whole in the buffer.
+func (r *Reader) awaitFrame() error {
+	if r.br.Buffered() == 0 {
+		var t time.Time
+		if r.idle > 0 {
+			t = time.Now().Add(r.idle)
+		}
+		_ = r.dl.SetReadDeadline(t)
+		if _, err := r.br.Peek(1); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("%w after %v: %w", ErrIdleTimeout, r.idle, err)
+			}
+			return err
+		}
+	}
+	if r.frame > 0 && !r.whole() {
+		_ = r.dl.SetReadDeadline(time.Now().Add(r.frame))
+	}
+	return nil
+}
+
+// whole reports whether the next frame is entirely in the read buffer.
+func (r *Reader) whole() bool {
+	n := r.br.Buffered()
+	if n < 4 {
+		return false
+	}
+	b, _ := r.br.Peek(4)
+	return uint64(n) >= uint64(binary.LittleEndian.Uint32(b))
+}
+
+// frameErr marks a read that timed out inside a frame as ErrFrameTimeout.
+func (r *Reader) frameErr(err error) error {
+	if r.dl != nil && r.frame > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("%w (%v): %w", ErrFrameTimeout, r.frame, err)
+	}
+	return err
 }
 
 func checkOp(h *Header) error {

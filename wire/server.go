@@ -122,3 +122,18 @@ func (w *ReplyWriter) Close() error { return w.bw.close() }
 
 // Err returns the first write error, or nil.
 func (w *ReplyWriter) Err() error { return w.bw.err() }
+
+// RefusalFrame is what a server writes on a connection it refuses (a
+// connection limit) before closing it, having read nothing from it: an
+// Overloaded reply with request id 0, which no request carries, and msg
+// as detail. A Conn that receives it fails its calls with a *ConnError
+// wrapping ErrRefused, with Sent false.
+func RefusalFrame(msg string) []byte {
+	h := Header{Op: OpPing, Flags: FlagReply, Status: StatusOverloaded}
+	return AppendFrame(nil, h, (&ErrorReply{Message: []byte(msg)}).AppendTo(nil))
+}
+
+// isRefusal reports whether f is a RefusalFrame.
+func isRefusal(h *Header) bool {
+	return h.ID == 0 && h.IsReply() && h.Status != StatusOK
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/server"
+	"github.com/cellstore/cell/wire"
 )
 
 // config is the parsed command line.
@@ -52,6 +53,16 @@ type config struct {
 	// balanceInterval is --balance-interval; 0 (never) becomes the
 	// server's negative.
 	balanceInterval time.Duration
+	// Resource limits (docs/limits.md). Timeouts of 0 (never) become the
+	// server's negative.
+	idleTimeout     time.Duration
+	frameTimeout    time.Duration
+	maxConns        int
+	maxConnsPerHost int
+	maxInflight     int
+	maxRangeRows    int
+	maxRangeBytes   int
+	maxRequestBytes int
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -82,6 +93,10 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		snapThreshold, replicas   string
 		deadAfter, balanceEvery   string
 		prefault, orphanAge       string
+		idle, frameTimeout        string
+		maxConns, maxPerHost      string
+		maxInflight, maxRows      string
+		maxRangeBytes, maxRequest string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -121,6 +136,14 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&balanceEvery, "balance-interval", server.DefaultBalanceInterval.String(), "how often the coordinator moves a leadership from a server leading far more regions than the mean; 0 never")
 	str(&orphanAge, "orphan-target-age", server.DefaultOrphanTargetAge.String(), "how long a remote split's new meganode may stay frozen before this server asks its source whether the split goes on, and drops it if not")
 	str(&snapEvery, "snapshot-interval", server.DefaultSnapshotInterval.String(), "how often a region checks --snapshot-threshold")
+	str(&idle, "idle-timeout", server.DefaultIdleTimeout.String(), "close a client connection on which no request started for this long; 0 never")
+	str(&frameTimeout, "frame-timeout", server.DefaultFrameTimeout.String(), "close a client connection whose request started and did not arrive whole within this (stalled, slowloris); 0 never")
+	str(&maxConns, "max-connections", strconv.Itoa(server.DefaultMaxConnections), "client connections open at once; more are refused")
+	str(&maxPerHost, "max-connections-per-host", strconv.Itoa(server.DefaultMaxConnsPerHost), "client connections open at once from one IP address; more are refused")
+	str(&maxInflight, "max-inflight-per-connection", strconv.Itoa(server.DefaultMaxInflight), "requests of one connection read and not answered; beyond it the server stops reading that connection until one is answered")
+	str(&maxRows, "max-range-rows", strconv.Itoa(server.DefaultMaxRangePairs), "pairs in one range reply; the client pages on")
+	str(&maxRangeBytes, "max-range-bytes", "1MiB", "bytes of pairs in one range reply (a reply carries at least one pair); the client pages on")
+	str(&maxRequest, "max-request-bytes", "4MiB", "largest request or reply body (a frame less its 32-byte header), at least 64KiB; larger requests are answered FrameTooLarge. Clients must allow as much (wire.Options.MaxFrameSize)")
 	showVersion := fs.Bool("version", false, "print the version and VCS revision, then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n       cellserver wipe [--data-dir DIR] [--shm-dir DIR]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n'cellserver wipe' deletes a stopped server's data directory and its\nregion files (in --shm-dir and hugetlbfs too).\n\nFlags:\n")
@@ -200,6 +223,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	if cfg.balanceInterval, err = time.ParseDuration(balanceEvery); err != nil || cfg.balanceInterval < 0 {
 		return nil, fmt.Errorf("--balance-interval %q: want a duration, 0 for never", balanceEvery)
 	}
+	if err := parseLimits(&cfg, idle, frameTimeout, maxConns, maxPerHost, maxInflight, maxRows, maxRangeBytes, maxRequest); err != nil {
+		return nil, err
+	}
 	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
 	}
@@ -218,6 +244,43 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		}
 	}
 	return &cfg, nil
+}
+
+// wireHeaderSize is the frame header that --max-request-bytes leaves out.
+const wireHeaderSize = wire.HeaderSize
+
+// parseLimits parses the resource limit flags into cfg.
+func parseLimits(cfg *config, idle, frame, conns, perHost, inflight, rows, rangeBytes, request string) error {
+	var err error
+	if cfg.idleTimeout, err = time.ParseDuration(idle); err != nil || cfg.idleTimeout < 0 {
+		return fmt.Errorf("--idle-timeout %q: want a duration, 0 for never", idle)
+	}
+	if cfg.frameTimeout, err = time.ParseDuration(frame); err != nil || cfg.frameTimeout < 0 {
+		return fmt.Errorf("--frame-timeout %q: want a duration, 0 for never", frame)
+	}
+	for _, f := range []struct {
+		name, val string
+		p         *int
+	}{
+		{"max-connections", conns, &cfg.maxConns},
+		{"max-connections-per-host", perHost, &cfg.maxConnsPerHost},
+		{"max-inflight-per-connection", inflight, &cfg.maxInflight},
+		{"max-range-rows", rows, &cfg.maxRangeRows},
+	} {
+		if *f.p, err = strconv.Atoi(f.val); err != nil || *f.p < 1 {
+			return fmt.Errorf("--%s %q: want a whole number >= 1", f.name, f.val)
+		}
+	}
+	n, err := parseSize(rangeBytes)
+	if err != nil || n > 1<<32 {
+		return fmt.Errorf("--max-range-bytes %q: want a size up to 4GiB", rangeBytes)
+	}
+	cfg.maxRangeBytes = int(n)
+	if n, err = parseSize(request); err != nil || n < 64<<10 || n > 1<<32-1-wireHeaderSize {
+		return fmt.Errorf("--max-request-bytes %q: want a size from 64KiB to below 4GiB", request)
+	}
+	cfg.maxRequestBytes = int(n)
+	return nil
 }
 
 // parseSize parses a byte size: a whole number with an optional suffix

@@ -11,10 +11,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/server"
+	"github.com/cellstore/cell/wire"
 )
 
 func TestParseSize(t *testing.T) {
@@ -142,6 +145,41 @@ func TestWipeCommand(t *testing.T) {
 	for _, p := range []string{dir, region} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s still there after wipe (%v):\n%s", p, err, out.String())
+		}
+	}
+}
+
+func TestParseFlagsLimits(t *testing.T) {
+	t.Setenv("CELL_MAX_CONNECTIONS", "100")
+	cfg, err := parseFlags([]string{"--idle-timeout", "0", "--frame-timeout", "3s", "--max-connections-per-host", "7",
+		"--max-inflight-per-connection", "9", "--max-range-rows", "11", "--max-range-bytes", "64KiB", "--max-request-bytes", "1MiB"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.idleTimeout != 0 || cfg.frameTimeout != 3*time.Second || cfg.maxConns != 100 || cfg.maxConnsPerHost != 7 ||
+		cfg.maxInflight != 9 || cfg.maxRangeRows != 11 || cfg.maxRangeBytes != 64<<10 || cfg.maxRequestBytes != 1<<20 {
+		t.Fatalf("config %+v", cfg)
+	}
+	if offIfZero(cfg.idleTimeout) >= 0 || offIfZero(cfg.frameTimeout) != 3*time.Second {
+		t.Fatal("a zero timeout is not the server's never")
+	}
+	def, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.idleTimeout != server.DefaultIdleTimeout || def.frameTimeout != server.DefaultFrameTimeout || def.maxConnsPerHost != server.DefaultMaxConnsPerHost ||
+		def.maxInflight != server.DefaultMaxInflight || def.maxRangeRows != server.DefaultMaxRangePairs || def.maxRangeBytes != server.DefaultMaxRangeBytes ||
+		def.maxRequestBytes != wire.DefaultMaxBody {
+		t.Fatalf("defaults %+v", def)
+	}
+	for _, args := range [][]string{
+		{"--idle-timeout", "-1s"}, {"--idle-timeout", "soon"}, {"--frame-timeout", "-5s"},
+		{"--max-connections", "0"}, {"--max-connections", "x"}, {"--max-connections-per-host", "-3"},
+		{"--max-inflight-per-connection", "0"}, {"--max-range-rows", "0"}, {"--max-range-bytes", "0"},
+		{"--max-range-bytes", "8GiB"}, {"--max-request-bytes", "1KiB"}, {"--max-request-bytes", "4GiB"}, {"--max-request-bytes", "lots"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("parseFlags(%v) succeeded", args)
 		}
 	}
 }

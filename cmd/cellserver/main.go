@@ -170,7 +170,16 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		DeadAfter:            cfg.deadAfter,
 		OrphanTargetAge:      cfg.orphanAge,
 		BalanceInterval:      balanceInterval(cfg.balanceInterval),
-		TestingKnobs:         knobs,
+
+		IdleTimeout:           offIfZero(cfg.idleTimeout),
+		FrameTimeout:          offIfZero(cfg.frameTimeout),
+		MaxConnections:        cfg.maxConns,
+		MaxConnectionsPerHost: cfg.maxConnsPerHost,
+		MaxInflightPerConn:    cfg.maxInflight,
+		MaxRangePairs:         cfg.maxRangeRows,
+		MaxRangeBytes:         cfg.maxRangeBytes,
+		MaxFrameSize:          wireHeaderSize + cfg.maxRequestBytes,
+		TestingKnobs:          knobs,
 	})
 	if err != nil {
 		return err
@@ -216,3 +225,6 @@ func balanceInterval(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// offIfZero maps a timeout flag's 0 (never) to the server's negative.
+func offIfZero(d time.Duration) time.Duration { return balanceInterval(d) }

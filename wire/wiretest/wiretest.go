@@ -42,6 +42,16 @@ func Dial(tb testing.TB, addr string) *Conn {
 	return &Conn{tb: tb, NC: nc, rd: rd}
 }
 
+// Wrap is Dial over a connection the caller opened (and closes).
+func Wrap(tb testing.TB, nc net.Conn) *Conn {
+	tb.Helper()
+	rd, err := wire.NewReader(nc, &wire.Options{MaxFrameSize: 64 << 20})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &Conn{tb: tb, NC: nc, rd: rd}
+}
+
 // Send writes raw bytes.
 func (c *Conn) Send(b []byte) {
 	c.tb.Helper()

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"net"
+	"time"
+
+	"github.com/cellstore/cell/wire"
+)
+
+// Resource limits on what clients may hold (docs/limits.md): connections
+// per server and per client address (here), requests in flight per
+// connection (conn.acquire), idle and frame timeouts (wire.Reader's, set
+// in conn.readLoop), rows and bytes per range reply (scan.go), the frame
+// size (wire). Each limit a client meets is counted in
+// cell_server_refusals_total by reason.
+
+// Reasons of cell_server_refusals_total.
+const (
+	refuseMaxConns   = "max_connections"
+	refuseMaxPerHost = "max_connections_per_host"
+	refuseIdle       = "idle_timeout"
+	refuseSlow       = "frame_timeout"
+	refuseInflight   = "max_inflight"
+	refuseRangeRows  = "max_range_rows"
+	refuseRangeBytes = "max_range_bytes"
+)
+
+// refuseWriteBudget bounds the write of a refusal frame.
+const refuseWriteBudget = 100 * time.Millisecond
+
+// refusalReasons are the label values, created at start so that they
+// export zero.
+var refusalReasons = []string{refuseMaxConns, refuseMaxPerHost, refuseIdle, refuseSlow, refuseInflight, refuseRangeRows, refuseRangeBytes}
+
+// remoteHost is the IP address of the connection's peer (its whole
+// address when it has no host part).
+func remoteHost(nc net.Conn) string {
+	a := nc.RemoteAddr()
+	if a == nil {
+		return ""
+	}
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// overLimit returns why a new connection from host is refused, or "".
+// REQUIRES: s.mu held.
+func (s *Server) overLimit(host string) string {
+	switch {
+	case len(s.mu.conns) >= s.opts.MaxConnections:
+		return refuseMaxConns
+	case s.mu.perHost[host] >= s.opts.MaxConnectionsPerHost:
+		return refuseMaxPerHost
+	}
+	return ""
+}
+
+// refuse closes a connection over a limit at once, after one frame that
+// says why: an Overloaded reply with request id 0, which no request
+// carries, so the client knows that the server read nothing from the
+// connection (wire.ErrRefused).
+func (s *Server) refuse(nc net.Conn, reason string) {
+	s.metrics.refusals.WithLabelValues(reason).Inc()
+	_ = nc.SetWriteDeadline(time.Now().Add(refuseWriteBudget))
+	_, _ = nc.Write(wire.RefusalFrame("connection limit: " + reason))
+	_ = nc.Close()
+}
