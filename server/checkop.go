@@ -171,7 +171,7 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 	if err == nil {
 		rh := h.Reply(wire.StatusOK)
 		rh.SetTiming(0, service)
-		err = c.rw.WriteMessage(rh, &rep)
+		_ = c.rw.WriteMessage(rh, &rep) // a failed write fails the connection, which its reader sees
 	} else {
 		err = wireError(err)
 		st = wire.StatusOf(err)

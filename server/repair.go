@@ -682,7 +682,7 @@ func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
 	if err == nil {
 		rh := h.Reply(wire.StatusOK)
 		rh.SetTiming(0, service)
-		err = c.rw.WriteMessage(rh, &wire.EmptyMessage{})
+		_ = c.rw.WriteMessage(rh, &wire.EmptyMessage{}) // a failed write fails the connection, which its reader sees
 	} else {
 		err = wireError(err)
 		st = wire.StatusOf(err)
