@@ -361,18 +361,33 @@ func ParseRoot(s string) (blink.Ptr, error) {
 	return blink.Ptr(v), nil
 }
 
+// decodeMember parses the member entry stored under key. An entry that
+// does not parse, or names an invalid member, is ErrCorruption.
 func decodeMember(key string, b []byte) (Member, error) {
 	var m Member
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Member{}, fmt.Errorf("regiontable: %s: %w: %w", key, err, ErrCorruption)
 	}
+	if err := validMember(&m); err != nil {
+		return Member{}, fmt.Errorf("regiontable: %s: %w: %w", key, err, ErrCorruption)
+	}
 	return m, nil
 }
 
+// decodeRegion parses the region entry stored under key (whose last
+// segment is the region's name). An entry that does not parse, names an
+// invalid region ID, or another region than its key, is ErrCorruption.
 func decodeRegion(key string, b []byte) (Region, error) {
 	var r Region
 	if err := json.Unmarshal(b, &r); err != nil {
 		return Region{}, fmt.Errorf("regiontable: %s: %w: %w", key, err, ErrCorruption)
+	}
+	if err := validRegionID(r.ID); err != nil {
+		return Region{}, fmt.Errorf("regiontable: %s: %w: %w", key, err, ErrCorruption)
+	}
+	name := key[strings.LastIndexByte(key, '/')+1:]
+	if id, err := parseRegionName(name); err != nil || id != r.ID {
+		return Region{}, fmt.Errorf("regiontable: %s holds region %d: %w", key, r.ID, ErrCorruption)
 	}
 	return r, nil
 }
