@@ -103,6 +103,8 @@
 //	17 OutcomeUnknown  ErrOutcomeUnknown (a write may have been applied)
 //	18 Expired         ErrExpired        (budget ran out; not executed)
 //	19 Overloaded      ErrOverloaded     (queue full; not executed)
+//	20 PermissionDenied ErrPermissionDenied (the peer's certificate does
+//	                   not allow the op; not executed)
 //
 // A non-OK reply's body is empty or an ErrorReply (region, epoch, message,
 // leader address); the client returns the sentinel or a *StatusError that
