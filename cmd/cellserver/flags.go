@@ -153,11 +153,18 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&cfg.tls.CertFile, "cert-file", "", "certificate of the RPC port (PEM, with any intermediates): serve it over TLS")
 	str(&cfg.tls.KeyFile, "key-file", "", "key of --cert-file")
 	str(&cfg.tls.TrustedCAFile, "trusted-ca-file", "", "CAs that verify client certificates on the RPC port (and the other servers' peer certificates)")
-	str(&clientAuth, "client-cert-auth", "false", "require a client certificate signed by --trusted-ca-file on the RPC port; its role (OU cell-client, cell-admin, cell-server) decides which ops it may send")
+	boolStr := func(p *string, name, def, usage string) {
+		if v, ok := os.LookupEnv(envName(name)); ok {
+			def = v
+		}
+		*p = def
+		fs.Var(bareBool{p}, name, usage+" (env "+envName(name)+")")
+	}
+	boolStr(&clientAuth, "client-cert-auth", "false", "require a client certificate signed by --trusted-ca-file on the RPC port; its role (OU cell-client, cell-admin, cell-server) decides which ops it may send")
 	str(&cfg.peerTLS.CertFile, "peer-cert-file", "", "certificate this server presents when it calls other servers (role cell-server where they require client certificates)")
 	str(&cfg.peerTLS.KeyFile, "peer-key-file", "", "key of --peer-cert-file")
 	str(&cfg.peerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "CAs that verify the other servers' certificates when this server calls them")
-	str(&peerAuth, "peer-client-cert-auth", "false", "require peer certificates on the server-to-server ports (raft); the RPC port follows --client-cert-auth")
+	boolStr(&peerAuth, "peer-client-cert-auth", "false", "require peer certificates on the server-to-server ports (raft); the RPC port follows --client-cert-auth")
 	showVersion := fs.Bool("version", false, "print the version and VCS revision, then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n       cellserver wipe [--data-dir DIR] [--shm-dir DIR]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n'cellserver wipe' deletes a stopped server's data directory and its\nregion files (in --shm-dir and hugetlbfs too).\n\nFlags:\n")
@@ -262,6 +269,19 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	}
 	return &cfg, nil
 }
+
+// bareBool is a flag holding a boolean's text, parsed later, that may be
+// given bare as etcd's are (--client-cert-auth means true).
+type bareBool struct{ p *string }
+
+func (b bareBool) String() string {
+	if b.p == nil {
+		return ""
+	}
+	return *b.p
+}
+func (b bareBool) Set(v string) error { *b.p = v; return nil }
+func (b bareBool) IsBoolFlag() bool   { return true }
 
 // parseTLS checks the TLS flags: each endpoint's files together, and
 // those the RPC port needs. Certificate files are read at start (a
