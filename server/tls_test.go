@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -350,4 +351,45 @@ func TestRemoteSplitTLS(t *testing.T) {
 	}
 	slices.Sort(keys)
 	mustReadAll(t, "at rest", map[string]*client.Client{"server": tlsClient(t, store, cfg)}, keys)
+}
+
+// BenchmarkGetTLS: server-side gets of one key, many in flight on one
+// connection (as BenchmarkGetParallel), over plain TCP and over TLS with
+// client certificates required, side by side (BENCHMARKS.md §18).
+func BenchmarkGetTLS(b *testing.B) {
+	dir := devCerts(b)
+	for _, mode := range []string{"plain", "tls"} {
+		b.Run(mode, func(b *testing.B) {
+			edit := func(o *Options) { o.Logger = slog.New(slog.DiscardHandler) }
+			var opts *wire.Options
+			if mode == "tls" {
+				edit = func(o *Options) {
+					withTLS(b, dir, true)(o)
+					o.Logger = slog.New(slog.DiscardHandler)
+				}
+				opts = &wire.Options{TLS: clientTLS(b, dir, tlsconf.ClientCertFile, tlsconf.ClientKeyFile)}
+			}
+			s, _ := newTestServer(b, edit)
+			c, err := wire.Dial(ctxT(b), s.Addr(), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			put(b, c, "key", "value")
+			body := (&wire.GetRequest{Key: []byte("key")}).AppendTo(nil)
+			ctx := ctxT(b)
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					f, err := c.Call(ctx, wire.OpGet, body)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					f.Release()
+				}
+			})
+		})
+	}
 }

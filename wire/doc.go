@@ -173,4 +173,15 @@
 // (unknown outcome for writes) or certainly did not. On the server, Reader
 // reads frames without allocating, and ReplyWriter lets worker goroutines
 // answer out of order without blocking on the socket.
+//
+// # TLS
+//
+// Frames run unchanged over TLS: Dial with Options.TLS does the handshake
+// (bounded by its context; a failure wraps ErrHandshake, nothing sent)
+// and confirms with a Ping a TLS 1.3 connection whose server asked for a
+// client certificate, since such a server refuses the certificate only
+// after the client's handshake ended. A server refuses a plain TCP
+// connection to its TLS port with a refusal frame of status
+// PermissionDenied, and an op the peer's certificate does not allow with
+// a PermissionDenied reply (docs/tls.md).
 package wire
