@@ -16,6 +16,12 @@
 // its member entry. Startup errors print one line and exit
 // with status 1 (2 for bad flags).
 //
+// TLS on the RPC port takes etcd's flags (docs/tls.md): --cert-file,
+// --key-file, --trusted-ca-file and --client-cert-auth for the port,
+// --peer-cert-file, --peer-key-file and --peer-trusted-ca-file for the
+// calls this server makes to the others (--peer-client-cert-auth is for
+// the raft port). The files are read again when they change.
+//
 // 'cellserver wipe --data-dir DIR' deletes a stopped server's data
 // directory and the region files named after it (in --shm-dir, the
 // hugetlbfs mounts and DIR), also once DIR itself was deleted; it refuses
