@@ -161,8 +161,8 @@ func (c *conn) done() {
 // the replies and closes the connection.
 func (c *conn) serve() {
 	s := c.s
-	reason := closeHandshake
-	if c.handshake() {
+	reason := c.handshake()
+	if reason == "" {
 		reason = c.readLoop()
 	}
 	c.inflight.Wait()
@@ -196,13 +196,13 @@ const (
 
 // handshake does the TLS handshake of a connection to a TLS port, within
 // FrameTimeout, and learns the peer's role; it reports whether the
-// connection may be served. A failed handshake is counted and closes this
-// connection only. A peer that speaks plain TCP (its first bytes are not
+// connection may be served (""), else why it closes. A failed handshake
+// is counted and closes this connection only. A peer that speaks plain TCP (its first bytes are not
 // a TLS record) gets a refusal frame, StatusPermissionDenied, so that its
 // calls fail as not sent rather than lost.
-func (c *conn) handshake() bool {
+func (c *conn) handshake() string {
 	if c.raw == nil {
-		return true
+		return ""
 	}
 	s := c.s
 	tc := c.nc.(*tls.Conn)
@@ -214,18 +214,21 @@ func (c *conn) handshake() bool {
 	err := tc.Handshake()
 	_ = c.raw.SetWriteDeadline(time.Time{})
 	if err != nil {
+		if c.stopped() {
+			return closeShutdown
+		}
 		s.metrics.refusals.WithLabelValues(refuseHandshake).Inc()
 		s.log.Debug("server: TLS handshake", slog.String("remote", c.raw.RemoteAddr().String()), slog.Any("err", err))
 		var rh tls.RecordHeaderError
-		if errors.As(err, &rh) && rh.Conn != nil && !c.stopped() {
+		if errors.As(err, &rh) && rh.Conn != nil {
 			refusePlain(c.raw)
 		}
-		return false
+		return closeHandshake
 	}
 	_ = c.SetReadDeadline(time.Time{}) // the reader sets its own
 	cs := tc.ConnectionState()
 	c.role = tlsconf.PeerRole(&cs)
-	return true
+	return ""
 }
 
 // refusePlain answers a plain TCP connection to a TLS port with a refusal

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -162,6 +164,37 @@ func TestTLSClientToPlainServer(t *testing.T) {
 	_, err := wire.Dial(ctxT(t), s.Addr(), &wire.Options{TLS: clientTLS(t, dir, "", "")})
 	if !errors.Is(err, wire.ErrHandshake) {
 		t.Fatalf("TLS dial to a plain port: %v, want ErrHandshake", err)
+	}
+}
+
+// TestStalledHandshake: connections that never start their handshake do
+// not hold up the accept loop (the handshake is the connection's
+// goroutine's), and are closed after the frame timeout, counted.
+func TestStalledHandshake(t *testing.T) {
+	dir := devCerts(t)
+	s, _ := newTestServer(t, withTLS(t, dir, true), func(o *Options) { o.FrameTimeout = 300 * time.Millisecond })
+	var stalled []net.Conn
+	for range 5 {
+		nc, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		stalled = append(stalled, nc)
+	}
+	c := dialTLS(t, s, clientTLS(t, dir, tlsconf.ClientCertFile, tlsconf.ClientKeyFile))
+	put(t, c, "k", "v")
+	for _, nc := range stalled {
+		_ = nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := nc.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("a stalled handshake: read %v, want the server's close", err)
+		}
+	}
+	if n := metricValue(gather(t, s), "cell_server_refusals_total", map[string]string{"reason": "tls_handshake"}); n != 5 {
+		t.Fatalf("%v tls_handshake refusals, want 5", n)
+	}
+	if v, ok := get(t, c, "k"); !ok || v != "v" {
+		t.Fatalf("get = %q, %v", v, ok)
 	}
 }
 
