@@ -13,13 +13,15 @@ PKGS      ?= ./...
 STATICCHECK_VERSION ?= v0.8.2
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
+CERTS_DIR ?= certs
+CERTS_HOSTS ?= localhost,127.0.0.1,::1
 
 IMAGE_TAG ?= dev
 IMAGE_DIR ?= build/images
 DOCKER    ?= docker
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-allocs test-ycsb ycsb race bench lint fuzz images clean
+.PHONY: all build test test-allocs test-ycsb ycsb race bench lint fuzz images certs clean
 
 all: build test
 
@@ -96,6 +98,11 @@ images:
 	$(DOCKER) build -q -f deploy/docker/etcd.Dockerfile -t cell/etcd:$(IMAGE_TAG) $(IMAGE_DIR)
 	$(DOCKER) build -q -f deploy/docker/cellserver.Dockerfile -t cell/cellserver:$(IMAGE_TAG) $(IMAGE_DIR)
 	$(DOCKER) build -q -f deploy/docker/cellctl.Dockerfile -t cell/cellctl:$(IMAGE_TAG) $(IMAGE_DIR)
+
+# A development CA and server, admin and client certificates in
+# $(CERTS_DIR) (docs/tls.md); refuses to overwrite an existing CA.
+certs:
+	$(GO) run ./cmd/cellctl certs --dir $(CERTS_DIR) --hosts $(CERTS_HOSTS)
 
 clean:
 	$(GO) clean -testcache

@@ -87,6 +87,14 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.TLS != nil {
+		var w wire.Options
+		if cfg.Wire != nil {
+			w = *cfg.Wire
+		}
+		w.TLS = cfg.TLS
+		cfg.Wire = &w
+	}
 	sel, err := locality.NewSelector(cfg.selectorOptions())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -113,6 +114,13 @@ type Config struct {
 	DialTimeout time.Duration
 	// Wire configures the RPC connections (nil: wire's defaults).
 	Wire *wire.Options
+	// TLS, if set, is the client configuration every RPC connection to a
+	// server is made with (tlsconf.Source.ClientConfig: it verifies the
+	// servers' certificates and presents the client's, whose role decides
+	// what the servers let it do); it overrides Wire.TLS. Its ServerName,
+	// when empty, is each dialled server's host. Nil: plain TCP. Etcd and
+	// the one-sided read providers are not covered by it yet.
+	TLS *tls.Config
 
 	// MaxRetries bounds the retries of one operation after errors that
 	// leave it unexecuted (connection lost before sending, server busy,

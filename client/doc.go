@@ -20,6 +20,14 @@
 // already) replace Endpoints. New's ctx bounds the connection only; the
 // client follows the store's membership by itself afterwards.
 //
+// Config.TLS makes every RPC connection TLS (docs/tls.md), presenting the
+// configuration's client certificate: its role decides what the servers
+// let the client do, and an operation it does not allow fails with
+// ErrPermissionDenied (as does plain TCP to a TLS port). A handshake that
+// fails is a dial error: nothing was sent, so no write ends
+// ErrOutcomeUnknown for it. The region table in etcd and the one-sided
+// read providers do not use Config.TLS yet.
+//
 // # Reading and writing
 //
 // Keys are non-empty byte strings up to the store's limit (128 bytes with

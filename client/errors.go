@@ -43,6 +43,12 @@ var (
 	// ErrServer: a server failed the request (an internal error, or it
 	// rejected the request as malformed): a bug, not a transient state.
 	ErrServer = errors.New("cell: server error")
+	// ErrPermissionDenied: the server refused the operation because the
+	// client's certificate does not allow it (a client certificate on an
+	// admin operation), or refused the connection because its port
+	// requires TLS and the client dialled plain TCP. Not executed; not
+	// retried.
+	ErrPermissionDenied = errors.New("cell: permission denied")
 	// ErrClosed: the client was closed.
 	ErrClosed = errors.New("cell: client closed")
 	// ErrInvalidConfig: Config.Validate rejected the configuration.
@@ -165,6 +171,10 @@ func classify(err error, write bool) (disposition, retryCause, error) {
 	}
 	var ce *wire.ConnError
 	switch {
+	case errors.Is(err, wire.ErrPermissionDenied):
+		// An op refused, or a connection refused (a refusal frame: Sent
+		// is false): not executed either way.
+		return final, 0, &Error{Kind: ErrPermissionDenied, Cause: err}
 	case errors.As(err, &ce):
 		if ce.Sent && write {
 			return final, 0, &Error{Kind: ErrOutcomeUnknown, Cause: err}

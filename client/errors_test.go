@@ -57,6 +57,12 @@ func TestClassify(t *testing.T) {
 		{"no route", errNoRoute, true, retryRefresh, causeRedirect, nil},
 		{"key out of range", wire.ErrKeyOutOfRange, true, retryRestart, causeRestart, nil},
 		{"out of bounds", wire.ErrOutOfBounds, false, retryRestart, causeRestart, nil},
+		// A certificate's role too low, or plain TCP to a TLS port (a
+		// refusal frame: not sent): final, never an unknown outcome.
+		{"permission denied", detail(wire.StatusPermissionDenied), true, final, 0, []error{ErrPermissionDenied, wire.ErrPermissionDenied}},
+		{"refused plain tcp write", &wire.ConnError{Err: fmt.Errorf("%w: %w", wire.ErrRefused, detail(wire.StatusPermissionDenied))}, true, final, 0,
+			[]error{ErrPermissionDenied, wire.ErrRefused}},
+		{"handshake", fmt.Errorf("%w x: %w", errDial, wire.ErrHandshake), true, retryRefresh, causeConnLost, nil},
 	}
 	for _, tt := range tests {
 		d, cause, err := classify(tt.err, tt.write)

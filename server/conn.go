@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -17,9 +19,13 @@ import (
 // answer, in any order.
 type conn struct {
 	s    *Server
-	nc   net.Conn
+	nc   net.Conn // a *tls.Conn over raw on a TLS port
+	raw  net.Conn // the TCP connection under nc's TLS; nil on plain TCP
 	rw   *wire.ReplyWriter
 	host string // the client's IP address (connection limit per host)
+	// role is the peer's, from its verified certificate (tlsconf.PeerRole):
+	// RoleNone on plain TCP. Set by handshake before the first request.
+	role tlsconf.Role
 	// inflight counts requests handed to the workers and not answered
 	// yet; the connection closes only when it is zero.
 	inflight sync.WaitGroup
@@ -79,6 +85,11 @@ func (s *Server) newConn(nc net.Conn) {
 		s.refuse(nc, reason)
 		return
 	}
+	var raw net.Conn
+	if s.opts.TLS != nil {
+		// The handshake is the connection goroutine's (serve).
+		raw, nc = nc, tls.Server(nc, s.opts.TLS)
+	}
 	rw, err := wire.NewReplyWriter(nc, &s.wopts)
 	if err != nil {
 		s.mu.Unlock()
@@ -86,7 +97,7 @@ func (s *Server) newConn(nc net.Conn) {
 		s.log.Error("server: reply writer", slog.Any("err", err))
 		return
 	}
-	c := &conn{s: s, nc: nc, rw: rw, host: host, slots: make(chan struct{}, s.opts.MaxInflightPerConn)}
+	c := &conn{s: s, nc: nc, raw: raw, rw: rw, host: host, slots: make(chan struct{}, s.opts.MaxInflightPerConn)}
 	s.mu.conns[c] = struct{}{}
 	s.mu.perHost[host]++
 	s.conns.Add(1)
@@ -150,7 +161,10 @@ func (c *conn) done() {
 // the replies and closes the connection.
 func (c *conn) serve() {
 	s := c.s
-	reason := c.readLoop()
+	reason := c.handshake()
+	if reason == "" {
+		reason = c.readLoop()
+	}
 	c.inflight.Wait()
 	// Bound the final flush: a client that stopped reading must not hold
 	// up a shutdown.
@@ -177,7 +191,71 @@ const (
 	closeError      = "error"
 	closeIdle       = "idle_timeout"
 	closeSlow       = "frame_timeout"
+	closeHandshake  = "tls_handshake"
 )
+
+// handshake does the TLS handshake of a connection to a TLS port, within
+// FrameTimeout, and learns the peer's role; it reports whether the
+// connection may be served (""), else why it closes. A failed handshake
+// is counted and closes this connection only. A peer that speaks plain TCP (its first bytes are not
+// a TLS record) gets a refusal frame, StatusPermissionDenied, so that its
+// calls fail as not sent rather than lost.
+func (c *conn) handshake() string {
+	if c.raw == nil {
+		return ""
+	}
+	s := c.s
+	tc := c.nc.(*tls.Conn)
+	if s.opts.FrameTimeout > 0 {
+		dl := time.Now().Add(s.opts.FrameTimeout)
+		_ = c.SetReadDeadline(dl)
+		_ = c.raw.SetWriteDeadline(dl)
+	}
+	err := tc.Handshake()
+	_ = c.raw.SetWriteDeadline(time.Time{})
+	if err != nil {
+		if c.stopped() {
+			return closeShutdown
+		}
+		s.metrics.refusals.WithLabelValues(refuseHandshake).Inc()
+		s.log.Debug("server: TLS handshake", slog.String("remote", c.raw.RemoteAddr().String()), slog.Any("err", err))
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) && rh.Conn != nil {
+			refusePlain(c.raw)
+		}
+		return closeHandshake
+	}
+	_ = c.SetReadDeadline(time.Time{}) // the reader sets its own
+	cs := tc.ConnectionState()
+	c.role = tlsconf.PeerRole(&cs)
+	return ""
+}
+
+// refusePlain answers a plain TCP connection to a TLS port with a refusal
+// frame and closes it after reading what the client had sent, so that
+// the close does not reset the connection before the client reads it.
+func refusePlain(nc net.Conn) {
+	_ = nc.SetDeadline(time.Now().Add(refuseWriteBudget))
+	if _, err := nc.Write(wire.RefusalFrameStatus(wire.StatusPermissionDenied, "this port requires TLS")); err != nil {
+		return
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_, _ = io.Copy(io.Discard, nc)
+}
+
+// opRoles is the role an op needs when the server authorizes ops
+// (Options.ClientCertAuth): RoleNone for what any client may send.
+var opRoles = func() (r [256]tlsconf.Role) {
+	for _, op := range []wire.Op{wire.OpSplitBegin, wire.OpSplitAppend, wire.OpSplitEnd, wire.OpInsertChild, wire.OpMeganode} {
+		r[op] = tlsconf.RoleServer
+	}
+	for _, op := range []wire.Op{wire.OpCheck, wire.OpReplicaHash, wire.OpNodeDump, wire.OpMoveReplica, wire.OpTransferLeader} {
+		r[op] = tlsconf.RoleAdmin
+	}
+	return r
+}()
 
 // readLoop reads frames and dispatches them; it returns why it stopped.
 //
@@ -251,6 +329,15 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 	if h.IsReply() || h.Status != wire.StatusOK {
 		s.metrics.malformed.WithLabelValues("not_a_request").Inc()
 		_ = c.rw.WriteError(h, wireErrorf(wire.StatusBadRequest, "a request frame with the reply flag or a status set"), 0, 0)
+		f.Release()
+		c.release()
+		return
+	}
+	if need := opRoles[h.Op]; need > c.role && s.authz {
+		// Before the body is decoded: the role is the connection's.
+		s.metrics.refusals.WithLabelValues(refusePermission).Inc()
+		_ = c.rw.WriteError(h, wireErrorf(wire.StatusPermissionDenied, "%v needs a certificate of role %v or higher, this connection's is %v", h.Op, need, c.role), 0, 0)
+		s.metrics.observe(h.Op, wire.StatusPermissionDenied, 0, time.Since(arrived))
 		f.Release()
 		c.release()
 		return

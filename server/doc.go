@@ -85,6 +85,25 @@
 // protocol version after StatusBadVersion. Every size is validated before
 // use; nothing a client sends makes the server panic.
 //
+// # TLS and peer roles
+//
+// With Options.TLS the RPC port is TLS only (docs/tls.md): the accept loop
+// wraps each connection and its goroutine does the handshake within
+// FrameTimeout; a failed handshake closes that connection only and is
+// counted (refusals, reason tls_handshake), and a plain TCP client is
+// sent a refusal frame (StatusPermissionDenied) so that its calls fail as
+// never sent. Each connection keeps its peer's role (tlsconf.PeerRole of
+// its verified certificate; RoleNone on plain TCP). With
+// Options.ClientCertAuth the reader checks each request's op against
+// that role before anything is decoded (opRoles, conn.go): the
+// server-to-server ops (SplitBegin, SplitAppend, SplitEnd, InsertChild,
+// Meganode) need RoleServer, the admin ops (Check, ReplicaHash,
+// NodeDump, MoveReplica, TransferLeader) RoleAdmin or RoleServer; a lower
+// role is answered StatusPermissionDenied and the connection reads on.
+// Without ClientCertAuth every connection may send every op: such a
+// server belongs on a trusted network. The server dials other servers
+// (remote.go) with Options.PeerTLS, presenting its own certificate.
+//
 // # Operations
 //
 //   - Search is one hop of a server-side search (paper §2.2): starting at

@@ -23,6 +23,12 @@ const (
 	refuseInflight   = "max_inflight"
 	refuseRangeRows  = "max_range_rows"
 	refuseRangeBytes = "max_range_bytes"
+	// refuseHandshake: a TLS handshake failed (a plain TCP client, an
+	// untrusted or expired certificate, no certificate where one is
+	// required, a handshake not done within FrameTimeout).
+	refuseHandshake = "tls_handshake"
+	// refusePermission: an op the peer's certificate does not allow.
+	refusePermission = "permission_denied"
 )
 
 // refuseWriteBudget bounds the write of a refusal frame.
@@ -30,7 +36,7 @@ const refuseWriteBudget = 100 * time.Millisecond
 
 // refusalReasons are the label values, created at start so that they
 // export zero.
-var refusalReasons = []string{refuseMaxConns, refuseMaxPerHost, refuseIdle, refuseSlow, refuseInflight, refuseRangeRows, refuseRangeBytes}
+var refusalReasons = []string{refuseMaxConns, refuseMaxPerHost, refuseIdle, refuseSlow, refuseInflight, refuseRangeRows, refuseRangeBytes, refuseHandshake, refusePermission}
 
 // remoteHost is the IP address of the connection's peer (its whole
 // address when it has no host part).
@@ -65,8 +71,16 @@ func (s *Server) overLimit(host string) string {
 // says why: an Overloaded reply with request id 0, which no request
 // carries, so the client knows that the server read nothing from the
 // connection (wire.ErrRefused).
+//
+// On a TLS port the connection is closed without a frame: the client is
+// in its handshake, which fails (a dial error, nothing sent), and the
+// handshake is not done in the accept loop.
 func (s *Server) refuse(nc net.Conn, reason string) {
 	s.metrics.refusals.WithLabelValues(reason).Inc()
+	if s.opts.TLS != nil {
+		_ = nc.Close()
+		return
+	}
 	_ = nc.SetWriteDeadline(time.Now().Add(refuseWriteBudget))
 	_, _ = nc.Write(wire.RefusalFrame("connection limit: " + reason))
 	_ = nc.Close()

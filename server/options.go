@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -39,6 +40,28 @@ type Options struct {
 	// Default: the bound listener's address, with a wildcard host
 	// (0.0.0.0, ::) replaced by the host name.
 	AdvertiseAddr string
+	// TLS, if set, is the server configuration of the RPC port
+	// (tlsconf.Source.ServerConfig): every connection is TLS, its
+	// handshake done by the connection's goroutine within FrameTimeout.
+	// A plain TCP connection is answered with a refusal frame
+	// (StatusPermissionDenied) and closed. Nil: plain TCP, for a trusted
+	// network. Requires PeerTLS.
+	TLS *tls.Config
+	// ClientCertAuth says that TLS requires and verifies client
+	// certificates (tlsconf.Files.ClientCertAuth; implied when TLS's own
+	// ClientAuth is tls.RequireAndVerifyClientCert). Each op is then
+	// authorized by the role of the peer's certificate (tlsconf.RoleOf):
+	// server-to-server ops need RoleServer, admin ops RoleAdmin or
+	// RoleServer, and a lower role is answered StatusPermissionDenied.
+	// Without it every connection may send every op. Requires TLS.
+	ClientCertAuth bool
+	// PeerTLS is the client configuration this server dials other
+	// servers' RPC ports with (remote splits, operator requests of the
+	// coordinator; tlsconf.Source.ClientConfig of the peer files): it
+	// verifies their certificates and presents this server's, which needs
+	// the cell-server role where they require client certificates, and
+	// a CA their TLS trusts. Nil: plain TCP.
+	PeerTLS *tls.Config
 	// RDMAListen is the address of the tcp one-sided read responder.
 	// Default 127.0.0.1:7071.
 	RDMAListen string
@@ -463,6 +486,10 @@ func (o *Options) Validate() error {
 		return bad("raft heartbeat timeout %v < 20ms", o.RaftHeartbeatTimeout)
 	case o.ProposalTimeout < 0 || o.SnapshotInterval < 0:
 		return bad("negative proposal timeout or snapshot interval")
+	case o.ClientCertAuth && o.TLS == nil:
+		return bad("client certificate authentication without TLS")
+	case o.TLS != nil && o.PeerTLS == nil:
+		return bad("TLS on the RPC port without PeerTLS: the server could not call the other servers' ports")
 	}
 	if err := regiontable.ValidServerID(o.ServerID); err != nil {
 		return fmt.Errorf("server: %w: %w", err, ErrInvalidOptions)

@@ -99,7 +99,7 @@ func (s *Server) peerConn(ctx context.Context, addr string) (*wire.Conn, error) 
 	}
 	dctx, cancel := context.WithTimeout(ctx, peerTimeout)
 	defer cancel()
-	c, err := wire.Dial(dctx, addr, &s.wopts)
+	c, err := wire.Dial(dctx, addr, &s.peerOpts)
 	if err != nil {
 		return nil, fmt.Errorf("server: dial %s: %w", addr, err)
 	}

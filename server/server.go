@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,6 +31,10 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	wopts   wire.Options
+	// peerOpts are wopts with PeerTLS: how this server dials others.
+	peerOpts wire.Options
+	// authz: ops are authorized by the peer's role (ClientCertAuth).
+	authz bool
 
 	// The region the server holds (replica.go).
 	*replica
@@ -147,6 +152,9 @@ func New(opts Options) (*Server, error) {
 
 		splitReqs: make(chan blink.Ptr, 256),
 	}
+	s.peerOpts = s.wopts
+	s.peerOpts.TLS = opts.PeerTLS
+	s.authz = opts.ClientCertAuth || opts.TLS != nil && opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert
 	s.replica = newReplica(s)
 	s.created = time.Now()
 	s.table.Store(newTableView(regiontable.State{}))

@@ -2,11 +2,14 @@ package wire
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cellstore/cell/internal/tlsconf"
 )
 
 // Conn is the client side of one TCP connection, multiplexing concurrent
@@ -56,19 +59,66 @@ type result struct {
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan result, 1)} }}
 
-// Dial connects to addr over TCP and returns a Conn on it.
+// Dial connects to addr over TCP, or over TLS when opts.TLS is set, and
+// returns a Conn on it. ctx bounds the connection and the TLS handshake.
+//
+// A failed handshake wraps ErrHandshake. Nothing was sent then, and a
+// Dial that returns an error never sent a request: callers treat it as a
+// definite failure. With TLS 1.3 a client learns that the server refused
+// its certificate only after its own handshake ended, so when the server
+// asked for one Dial confirms the connection with a Ping before returning
+// it: a refused certificate fails Dial, not the first call.
 func Dial(ctx context.Context, addr string, opts *Options) (*Conn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("wire: dial %s: %w", addr, err)
 	}
+	var asked *atomic.Bool
+	if opts != nil && opts.TLS != nil {
+		cfg, a := askedConfig(tlsconf.ForAddr(opts.TLS, addr))
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = nc.Close()
+			return nil, fmt.Errorf("wire: dial %s: %w: %w", addr, ErrHandshake, err)
+		}
+		nc, asked = tc, a
+	}
 	c, err := NewConn(nc, opts)
 	if err != nil {
 		_ = nc.Close()
 		return nil, err
 	}
+	if asked != nil && asked.Load() {
+		f, err := c.Call(ctx, OpPing, nil)
+		if err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("wire: dial %s: %w: the server refused the connection after the handshake: %w", addr, ErrHandshake, err)
+		}
+		f.Release()
+	}
 	return c, nil
+}
+
+// askedConfig returns a clone of c that records in the returned flag
+// whether the server asked for a client certificate.
+func askedConfig(c *tls.Config) (*tls.Config, *atomic.Bool) {
+	asked := new(atomic.Bool)
+	c = c.Clone()
+	get, certs := c.GetClientCertificate, c.Certificates
+	c.GetClientCertificate = func(cri *tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		asked.Store(true)
+		if get != nil {
+			return get(cri)
+		}
+		for i := range certs {
+			if cri.SupportsCertificate(&certs[i]) == nil {
+				return &certs[i], nil
+			}
+		}
+		return &tls.Certificate{}, nil
+	}
+	return c, asked
 }
 
 // NewConn returns a Conn over nc and starts its reader and writer

@@ -103,6 +103,8 @@
 //	17 OutcomeUnknown  ErrOutcomeUnknown (a write may have been applied)
 //	18 Expired         ErrExpired        (budget ran out; not executed)
 //	19 Overloaded      ErrOverloaded     (queue full; not executed)
+//	20 PermissionDenied ErrPermissionDenied (the peer's certificate does
+//	                   not allow the op; not executed)
 //
 // A non-OK reply's body is empty or an ErrorReply (region, epoch, message,
 // leader address); the client returns the sentinel or a *StatusError that
@@ -171,4 +173,15 @@
 // (unknown outcome for writes) or certainly did not. On the server, Reader
 // reads frames without allocating, and ReplyWriter lets worker goroutines
 // answer out of order without blocking on the socket.
+//
+// # TLS
+//
+// Frames run unchanged over TLS: Dial with Options.TLS does the handshake
+// (bounded by its context; a failure wraps ErrHandshake, nothing sent)
+// and confirms with a Ping a TLS 1.3 connection whose server asked for a
+// client certificate, since such a server refuses the certificate only
+// after the client's handshake ended. A server refuses a plain TCP
+// connection to its TLS port with a refusal frame of status
+// PermissionDenied, and an op the peer's certificate does not allow with
+// a PermissionDenied reply (docs/tls.md).
 package wire

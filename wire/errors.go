@@ -51,6 +51,12 @@ var (
 	// *ConnError whose Sent is false: nothing was executed.
 	ErrRefused = errors.New("wire: connection refused by the server")
 
+	// ErrHandshake: the TLS handshake of a Dial failed (an untrusted or
+	// expired certificate, a plain TCP server, a server that refused this
+	// end's certificate). Nothing was sent: any op may be retried,
+	// though the same failure is likely until the certificates change.
+	ErrHandshake = errors.New("wire: TLS handshake failed")
+
 	// ErrClosed: the Conn or ReplyWriter was closed by its owner.
 	ErrClosed = errors.New("wire: connection closed")
 	// ErrConnLost: the connection failed; every call pending on it fails
@@ -77,6 +83,9 @@ var (
 	ErrOutcomeUnknown = errors.New("wire: write outcome unknown")
 	ErrExpired        = errors.New("wire: request expired before service")
 	ErrOverloaded     = errors.New("wire: server overloaded")
+	// ErrPermissionDenied: the peer's certificate does not allow the op,
+	// or TLS was required and the connection is plain TCP.
+	ErrPermissionDenied = errors.New("wire: permission denied")
 	// ErrUnknownStatus: a reply carried a status this version does not
 	// define.
 	ErrUnknownStatus = errors.New("wire: unknown status")
@@ -103,6 +112,8 @@ var statusErrs = [...]error{
 	StatusOutcomeUnknown: ErrOutcomeUnknown,
 	StatusExpired:        ErrExpired,
 	StatusOverloaded:     ErrOverloaded,
+
+	StatusPermissionDenied: ErrPermissionDenied,
 }
 
 // Err returns the sentinel error of s: nil for StatusOK, an error wrapping

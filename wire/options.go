@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"crypto/tls"
 	"fmt"
 	"time"
 )
@@ -37,6 +38,11 @@ type Options struct {
 	// that times out breaks the connection. Default 0: no timeout (TCP
 	// keepalive still detects dead peers).
 	WriteTimeout time.Duration
+	// TLS, if set, makes Dial connect over TLS with this client
+	// configuration (its ServerName, when empty, is the dialled host:
+	// tlsconf.ForAddr). Nil: plain TCP. Readers, reply writers and
+	// NewConn ignore it: they run over whatever net.Conn they are given.
+	TLS *tls.Config
 }
 
 // EnsureDefaults fills zero fields with their defaults and returns o.

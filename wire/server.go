@@ -128,8 +128,13 @@ func (w *ReplyWriter) Err() error { return w.bw.err() }
 // Overloaded reply with request id 0, which no request carries, and msg
 // as detail. A Conn that receives it fails its calls with a *ConnError
 // wrapping ErrRefused, with Sent false.
-func RefusalFrame(msg string) []byte {
-	h := Header{Op: OpPing, Flags: FlagReply, Status: StatusOverloaded}
+func RefusalFrame(msg string) []byte { return RefusalFrameStatus(StatusOverloaded, msg) }
+
+// RefusalFrameStatus is RefusalFrame with another status than Overloaded:
+// StatusPermissionDenied for a plain TCP connection to a TLS port. st
+// must not be StatusOK.
+func RefusalFrameStatus(st Status, msg string) []byte {
+	h := Header{Op: OpPing, Flags: FlagReply, Status: st}
 	return AppendFrame(nil, h, (&ErrorReply{Message: []byte(msg)}).AppendTo(nil))
 }
 

@@ -67,6 +67,12 @@ const (
 	// StatusOverloaded: the server's queue is full; the request was not
 	// executed. The selector should prefer client-side search.
 	StatusOverloaded Status = 19
+	// StatusPermissionDenied: the connection's peer may not run the op
+	// (its certificate's role is too low: a client certificate on a
+	// server-to-server op), or the port requires TLS and the connection
+	// is plain TCP. Not executed; the connection stays usable unless the
+	// reply is a refusal frame. Not retryable.
+	StatusPermissionDenied Status = 20
 )
 
 var statusNames = [...]string{
@@ -90,6 +96,8 @@ var statusNames = [...]string{
 	StatusOutcomeUnknown: "OutcomeUnknown",
 	StatusExpired:        "Expired",
 	StatusOverloaded:     "Overloaded",
+
+	StatusPermissionDenied: "PermissionDenied",
 }
 
 // Known reports whether s is defined by this protocol version.

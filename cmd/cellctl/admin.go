@@ -49,7 +49,7 @@ it for large regions).`,
 					return !holds(r, from) && slices.Contains(r.Replicas, to)
 				}
 				start := time.Now()
-				if err := askUntil(ctx, store, id, wire.OpMoveReplica, req, wait, done); err != nil {
+				if err := g.askUntil(ctx, store, id, wire.OpMoveReplica, req, wait, done); err != nil {
 					return fmt.Errorf("move region %d's replica from %s to %s: %w", id, from, to, err)
 				}
 				return g.reportAdmin(wait, fmt.Sprintf("region %d: replica moved from %s to %s", id, from, to), start)
@@ -88,7 +88,7 @@ the new host.`,
 					return r.Host != before.Host && (to == "" || r.Host == to)
 				}
 				start := time.Now()
-				if err := askUntil(ctx, store, id, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: id, To: to}, true, done); err != nil {
+				if err := g.askUntil(ctx, store, id, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: id, To: to}, true, done); err != nil {
 					return fmt.Errorf("transfer region %d's leadership: %w", id, err)
 				}
 				r, err := store.Region(ctx, id)
@@ -157,7 +157,7 @@ func (g *globals) withTable(fn func(ctx context.Context, store regiontable.Store
 // askUntil sends req to region id's host, and with wait asks again every
 // askInterval (the host may have changed) until done holds for the
 // region's table entry.
-func askUntil(ctx context.Context, store regiontable.Store, id uint32, op wire.Op, req wire.Message, wait bool, done func(regiontable.Region) bool) error {
+func (g *globals) askUntil(ctx context.Context, store regiontable.Store, id uint32, op wire.Op, req wire.Message, wait bool, done func(regiontable.Region) bool) error {
 	var lastErr error
 	for {
 		st, err := store.Load(ctx)
@@ -175,7 +175,7 @@ func askUntil(ctx context.Context, store regiontable.Store, id uint32, op wire.O
 		if !live {
 			lastErr = fmt.Errorf("its host %s is not a live member", r.Host)
 		} else {
-			err := callServer(ctx, host.RPCAddr, op, req, &wire.EmptyMessage{})
+			err := g.callServer(ctx, host.RPCAddr, op, req, &wire.EmptyMessage{})
 			switch {
 			case err == nil:
 				if !wait {

@@ -122,7 +122,7 @@ func runCheck(ctx context.Context, g *globals, limit uint32, attempts int) (chec
 			perServer[i] = []string{fmt.Sprintf("server %s did not answer: %s", m.ID, oneLine(err.Error()))}
 			return
 		}
-		perServer[i] = serverCheck(ctx, m, limit)
+		perServer[i] = g.serverCheck(ctx, m, limit)
 	})
 	for _, vs := range perServer {
 		res.Violations = append(res.Violations, vs...)
@@ -150,7 +150,7 @@ func runCheck(ctx context.Context, g *globals, limit uint32, attempts int) (chec
 		return st, err
 	}
 	for _, r := range cl.table.Regions {
-		compared, bad, why := compareReplicas(ctx, cl.table.Members, r, replicaHash, reload)
+		compared, bad, why := compareReplicas(ctx, cl.table.Members, r, g.replicaHash, reload)
 		if compared {
 			res.ReplicasCompared++
 		}
@@ -272,17 +272,17 @@ type hashFunc func(ctx context.Context, addr string, id uint32) (wire.ReplicaHas
 
 // replicaHash asks the server at addr for the hash of its replica of
 // region id.
-func replicaHash(ctx context.Context, addr string, id uint32) (wire.ReplicaHashReply, error) {
+func (g *globals) replicaHash(ctx context.Context, addr string, id uint32) (wire.ReplicaHashReply, error) {
 	var rep wire.ReplicaHashReply
-	err := callServer(ctx, addr, wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: id}, &rep)
+	err := g.callServer(ctx, addr, wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: id}, &rep)
 	return rep, err
 }
 
 // serverCheck runs OpCheck on member m and returns its violations, each
 // prefixed with the server, or the error as one.
-func serverCheck(ctx context.Context, m regiontable.Member, limit uint32) []string {
+func (g *globals) serverCheck(ctx context.Context, m regiontable.Member, limit uint32) []string {
 	prefix := "server " + m.ID + ": "
-	c, err := dialServer(ctx, m.RPCAddr)
+	c, err := g.dialServer(ctx, m.RPCAddr)
 	if err != nil {
 		return []string{prefix + oneLine(err.Error())}
 	}

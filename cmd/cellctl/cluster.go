@@ -60,7 +60,7 @@ func (g *globals) collectCluster(ctx context.Context) (*cluster, error) {
 	cl := &cluster{eps: eps, table: st, servers: make([]memberMeta, len(st.Members))}
 	cl.each(func(i int, m regiontable.Member) {
 		cl.servers[i] = memberMeta{member: m}
-		c, err := dialServer(ctx, m.RPCAddr)
+		c, err := g.dialServer(ctx, m.RPCAddr)
 		if err != nil {
 			cl.servers[i].err = err
 			return

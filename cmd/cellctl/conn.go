@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -40,7 +42,33 @@ func (g *globals) clientConfig() (client.Config, error) {
 	if err != nil {
 		return client.Config{}, err
 	}
-	return client.Config{Endpoints: eps, EtcdPrefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout}, nil
+	tc, err := g.serverTLS()
+	if err != nil {
+		return client.Config{}, err
+	}
+	return client.Config{Endpoints: eps, EtcdPrefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout, TLS: tc}, nil
+}
+
+// serverTLS is the TLS configuration of --cacert, --cert and --key for
+// Cell's servers, nil when none is given. It is built once.
+func (g *globals) serverTLS() (*tls.Config, error) {
+	g.tlsOnce.Do(func() {
+		f := tlsconf.Files{CertFile: g.cert, KeyFile: g.key, TrustedCAFile: g.cacert}
+		if !f.Enabled() {
+			return
+		}
+		if err := f.Validate(); err != nil {
+			g.tlsErr = fmt.Errorf("--cert, --key: %w", err)
+			return
+		}
+		src, err := tlsconf.NewSource(f)
+		if err != nil {
+			g.tlsErr = fmt.Errorf("--cacert, --cert, --key: %w", err)
+			return
+		}
+		g.tls = src.ClientConfig("")
+	})
+	return g.tls, g.tlsErr
 }
 
 // openClient connects a client to the cluster of --endpoints.
@@ -91,8 +119,16 @@ func loadTable(ctx context.Context, store regiontable.Store, eps []string) (regi
 }
 
 // dialServer opens a wire connection to a server.
-func dialServer(ctx context.Context, addr string) (*wire.Conn, error) {
-	c, err := wire.Dial(ctx, addr, nil)
+func (g *globals) dialServer(ctx context.Context, addr string) (*wire.Conn, error) {
+	tc, err := g.serverTLS()
+	if err != nil {
+		return nil, err
+	}
+	var opts *wire.Options
+	if tc != nil {
+		opts = &wire.Options{TLS: tc}
+	}
+	c, err := wire.Dial(ctx, addr, opts)
 	if err != nil {
 		return nil, fmt.Errorf("server %s: %w", addr, err)
 	}
@@ -102,8 +138,8 @@ func dialServer(ctx context.Context, addr string) (*wire.Conn, error) {
 // callServer dials the server at addr for one request, decodes its reply
 // into rep and closes the connection. The decoded reply aliases nothing:
 // it is decoded from a copy of the frame.
-func callServer(ctx context.Context, addr string, op wire.Op, req, rep wire.Message) error {
-	c, err := dialServer(ctx, addr)
+func (g *globals) callServer(ctx context.Context, addr string, op wire.Op, req, rep wire.Message) error {
+	c, err := g.dialServer(ctx, addr)
 	if err != nil {
 		return err
 	}

@@ -2,8 +2,9 @@
 // etcdctl: one root command with global flags for the cluster's etcd
 // endpoints (--endpoints, default 127.0.0.1:2379) and the region table's
 // prefix there (--etcd-prefix, default /cell), the output format
-// (-w/--write-out) and time limits (--command-timeout, --dial-timeout),
-// and one subcommand per task.
+// (-w/--write-out), time limits (--command-timeout, --dial-timeout) and
+// TLS to Cell's servers (--cacert, --cert, --key, as etcdctl's; not to
+// etcd; docs/tls.md), and one subcommand per task.
 //
 // Output formats, as etcdctl's: simple (the default: a value, OK, or
 // tables with aligned columns), table (the same tables with borders;
@@ -48,6 +49,8 @@
 //	move-replica, transfer-leader, drain
 //	                          move a region's replica, its leadership, a server's replicas
 //	version                   cellctl's version and VCS revision (internal/buildinfo)
+//	certs --dir D             a development CA and server, admin and client certificates
+//	                          (--hosts, --valid-for); never overwrites a CA
 //
 // Data commands go through package client (the region table in etcd at
 // --endpoints finds the servers); members and regions read the region

@@ -261,7 +261,7 @@ func openDumpSource(ctx context.Context, g *globals, p blink.Ptr) (*dumpSource, 
 	if addr == "" {
 		return nil, fmt.Errorf("pointer %v: region %d's server %s is not a live member", p, p.Region(), host)
 	}
-	c, err := dialServer(ctx, addr)
+	c, err := g.dialServer(ctx, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,6 +47,12 @@ type globals struct {
 	dialTimeout time.Duration // --dial-timeout
 	stdout      io.Writer
 	stderr      io.Writer
+	// --cacert, --cert, --key: TLS to Cell's servers, and the
+	// configuration built from them (serverTLS).
+	cacert, cert, key string
+	tlsOnce           sync.Once
+	tls               *tls.Config
+	tlsErr            error
 }
 
 // newRootCommand builds the command tree. Subcommands are added here, one
@@ -77,6 +85,9 @@ cluster's client container sets it), below CELLCTL_ENDPOINTS.`,
 	pf.VarP(&g.output, "write-out", "w", "output format: simple (plain values, aligned tables), table (bordered), json or fields (etcdctl's \"name\" : value lines)")
 	pf.DurationVar(&g.timeout, "command-timeout", 15*time.Second, "time limit of a command (bench: of its connection and preload)")
 	pf.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "time limit of connecting to etcd and to a server")
+	pf.StringVar(&g.cacert, "cacert", "", "CA file that verifies Cell's servers' certificates: connect to them over TLS (cellserver's --trusted-ca-file; not etcd)")
+	pf.StringVar(&g.cert, "cert", "", "certificate file presented to Cell's servers (needs --key); its role (cellctl certs: client, admin) decides what they allow")
+	pf.StringVar(&g.key, "key", "", "key file of --cert")
 
 	root.AddCommand(
 		newPutCommand(g), newGetCommand(g), newDelCommand(g), newRangeCommand(g),
@@ -84,7 +95,7 @@ cluster's client container sets it), below CELLCTL_ENDPOINTS.`,
 		newCheckCommand(g), newDumpCommand(g), newBenchCommand(g),
 		newSimCommand(g), newDrillCommand(g),
 		newMoveReplicaCommand(g), newTransferLeaderCommand(g), newDrainCommand(g),
-		newVersionCommand(g),
+		newVersionCommand(g), newCertsCommand(g),
 	)
 	return root
 }

@@ -110,7 +110,7 @@ it has not applied yet (LAG).`,
 				return err
 			}
 			rs := regionsOutput(st)
-			askReplicas(ctx, st, rs)
+			g.askReplicas(ctx, st, rs)
 			return g.print(rs, func() []*table { return []*table{regionsTable(rs), replicasTable(rs)} })
 		},
 	}
@@ -184,7 +184,7 @@ type replicaJSON struct {
 
 // askReplicas asks every replica's server for its raft state of the
 // region (OpMetadata for one region, which a follower answers too).
-func askReplicas(ctx context.Context, st regiontable.State, rs []regionJSON) {
+func (g *globals) askReplicas(ctx context.Context, st regiontable.State, rs []regionJSON) {
 	addr := map[string]string{}
 	for _, m := range st.Members {
 		addr[m.ID] = m.RPCAddr
@@ -199,7 +199,7 @@ func askReplicas(ctx context.Context, st regiontable.State, rs []regionJSON) {
 				r.States = append(r.States, rj)
 				continue
 			}
-			info, err := regionRaft(ctx, a, r.ID)
+			info, err := g.regionRaft(ctx, a, r.ID)
 			if err != nil {
 				rj.Error = oneLine(err.Error())
 			} else {
@@ -211,9 +211,9 @@ func askReplicas(ctx context.Context, st regiontable.State, rs []regionJSON) {
 }
 
 // regionRaft asks the server at addr for its replica of region id.
-func regionRaft(ctx context.Context, addr string, id uint32) (wire.RaftInfo, error) {
+func (g *globals) regionRaft(ctx context.Context, addr string, id uint32) (wire.RaftInfo, error) {
 	var rep wire.MetadataReply
-	if err := callServer(ctx, addr, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: id}, &rep); err != nil {
+	if err := g.callServer(ctx, addr, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: id}, &rep); err != nil {
 		return wire.RaftInfo{}, err
 	}
 	if len(rep.Regions) != 1 || rep.Regions[0].ID != id {

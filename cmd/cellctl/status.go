@@ -166,7 +166,7 @@ func collectStatus(ctx context.Context, g *globals, metricsAddrs []string) (stat
 	}
 	failed := 0
 	for _, m := range st.Members {
-		s := serverStatusOf(ctx, m)
+		s := g.serverStatusOf(ctx, m)
 		if s.Error != "" {
 			failed++
 		}
@@ -186,9 +186,9 @@ func collectStatus(ctx context.Context, g *globals, metricsAddrs []string) (stat
 	return res, failed, nil
 }
 
-func serverStatusOf(ctx context.Context, m regiontable.Member) serverStatus {
+func (g *globals) serverStatusOf(ctx context.Context, m regiontable.Member) serverStatus {
 	s := serverStatus{ID: m.ID, RPCAddr: m.RPCAddr, ReadAddr: m.ReadAddr, Version: m.Version, HostID: m.HostID}
-	c, err := dialServer(ctx, m.RPCAddr)
+	c, err := g.dialServer(ctx, m.RPCAddr)
 	if err != nil {
 		s.Error = err.Error()
 		return s

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/server"
 	"github.com/cellstore/cell/wire"
@@ -63,6 +64,10 @@ type config struct {
 	maxRangeRows    int
 	maxRangeBytes   int
 	maxRequestBytes int
+	// TLS (docs/tls.md), in etcd's terms: the RPC port's files, and the
+	// peer files this server presents and verifies when it calls other
+	// servers (and, in a change to come, on its raft port).
+	tls, peerTLS tlsconf.Files
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -97,6 +102,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		maxConns, maxPerHost      string
 		maxInflight, maxRows      string
 		maxRangeBytes, maxRequest string
+		clientAuth, peerAuth      string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -144,6 +150,21 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&maxRows, "max-range-rows", strconv.Itoa(server.DefaultMaxRangePairs), "pairs in one range reply; the client pages on")
 	str(&maxRangeBytes, "max-range-bytes", "1MiB", "bytes of pairs in one range reply (a reply carries at least one pair); the client pages on")
 	str(&maxRequest, "max-request-bytes", "4MiB", "largest request or reply body (a frame less its 32-byte header), at least 64KiB; larger requests are answered FrameTooLarge. Clients must allow as much (wire.Options.MaxFrameSize)")
+	str(&cfg.tls.CertFile, "cert-file", "", "certificate of the RPC port (PEM, with any intermediates): serve it over TLS")
+	str(&cfg.tls.KeyFile, "key-file", "", "key of --cert-file")
+	str(&cfg.tls.TrustedCAFile, "trusted-ca-file", "", "CAs that verify client certificates on the RPC port (and the other servers' peer certificates)")
+	boolStr := func(p *string, name, def, usage string) {
+		if v, ok := os.LookupEnv(envName(name)); ok {
+			def = v
+		}
+		*p = def
+		fs.Var(bareBool{p}, name, usage+" (env "+envName(name)+")")
+	}
+	boolStr(&clientAuth, "client-cert-auth", "false", "require a client certificate signed by --trusted-ca-file on the RPC port; its role (OU cell-client, cell-admin, cell-server) decides which ops it may send")
+	str(&cfg.peerTLS.CertFile, "peer-cert-file", "", "certificate this server presents when it calls other servers (role cell-server where they require client certificates)")
+	str(&cfg.peerTLS.KeyFile, "peer-key-file", "", "key of --peer-cert-file")
+	str(&cfg.peerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "CAs that verify the other servers' certificates when this server calls them")
+	boolStr(&peerAuth, "peer-client-cert-auth", "false", "require peer certificates on the server-to-server ports (raft); the RPC port follows --client-cert-auth")
 	showVersion := fs.Bool("version", false, "print the version and VCS revision, then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n       cellserver wipe [--data-dir DIR] [--shm-dir DIR]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n'cellserver wipe' deletes a stopped server's data directory and its\nregion files (in --shm-dir and hugetlbfs too).\n\nFlags:\n")
@@ -226,6 +247,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	if err := parseLimits(&cfg, idle, frameTimeout, maxConns, maxPerHost, maxInflight, maxRows, maxRangeBytes, maxRequest); err != nil {
 		return nil, err
 	}
+	if err := parseTLS(&cfg, clientAuth, peerAuth); err != nil {
+		return nil, err
+	}
 	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
 	}
@@ -244,6 +268,45 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		}
 	}
 	return &cfg, nil
+}
+
+// bareBool is a flag holding a boolean's text, parsed later, that may be
+// given bare as etcd's are (--client-cert-auth means true).
+type bareBool struct{ p *string }
+
+func (b bareBool) String() string {
+	if b.p == nil {
+		return ""
+	}
+	return *b.p
+}
+func (b bareBool) Set(v string) error { *b.p = v; return nil }
+func (b bareBool) IsBoolFlag() bool   { return true }
+
+// parseTLS checks the TLS flags: each endpoint's files together, and
+// those the RPC port needs. Certificate files are read at start (a
+// missing one fails it) and again whenever they change.
+func parseTLS(cfg *config, clientAuth, peerAuth string) error {
+	var err error
+	if cfg.tls.ClientCertAuth, err = strconv.ParseBool(clientAuth); err != nil {
+		return fmt.Errorf("--client-cert-auth %q: want true or false", clientAuth)
+	}
+	if cfg.peerTLS.ClientCertAuth, err = strconv.ParseBool(peerAuth); err != nil {
+		return fmt.Errorf("--peer-client-cert-auth %q: want true or false", peerAuth)
+	}
+	if err := cfg.tls.Validate(); err != nil {
+		return fmt.Errorf("--cert-file, --key-file, --trusted-ca-file, --client-cert-auth: %w", err)
+	}
+	if err := cfg.peerTLS.Validate(); err != nil {
+		return fmt.Errorf("--peer-cert-file, --peer-key-file, --peer-trusted-ca-file, --peer-client-cert-auth: %w", err)
+	}
+	switch {
+	case cfg.tls.Enabled() && cfg.tls.CertFile == "":
+		return errors.New("--trusted-ca-file or --client-cert-auth without --cert-file: the RPC port serves TLS only with a certificate")
+	case cfg.tls.Enabled() && !cfg.peerTLS.Enabled():
+		return errors.New("--cert-file without --peer-trusted-ca-file (and --peer-cert-file, --peer-key-file where servers require client certificates): this server could not call the other servers' TLS ports")
+	}
+	return nil
 }
 
 // wireHeaderSize is the frame header that --max-request-bytes leaves out.

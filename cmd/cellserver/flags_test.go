@@ -183,3 +183,35 @@ func TestParseFlagsLimits(t *testing.T) {
 		}
 	}
 }
+
+// The TLS flags, in etcd's style: bare booleans, each endpoint's files
+// checked together, and the RPC port's TLS needing the peer files.
+func TestParseFlagsTLS(t *testing.T) {
+	cfg, err := parseFlags([]string{"--cert-file", "s.crt", "--key-file", "s.key", "--trusted-ca-file", "ca.crt", "--client-cert-auth",
+		"--peer-cert-file", "p.crt", "--peer-key-file", "p.key", "--peer-trusted-ca-file", "pca.crt"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.tls.ClientCertAuth || cfg.tls.CertFile != "s.crt" || cfg.peerTLS.CertFile != "p.crt" || cfg.peerTLS.ClientCertAuth {
+		t.Fatalf("tls %+v, peer %+v", cfg.tls, cfg.peerTLS)
+	}
+	for _, bad := range [][]string{
+		{"--cert-file", "s.crt"},                                                                                  // no key
+		{"--cert-file", "s.crt", "--key-file", "s.key"},                                                           // no peer files
+		{"--trusted-ca-file", "ca.crt", "--peer-trusted-ca-file", "ca.crt"},                                       // a CA but no certificate
+		{"--cert-file", "s.crt", "--key-file", "s.key", "--client-cert-auth", "--peer-trusted-ca-file", "ca.crt"}, // auth without a CA
+		{"--peer-cert-file", "p.crt"},
+		{"--client-cert-auth=maybe"},
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		} else {
+			t.Logf("%v: %v", bad, err)
+		}
+	}
+	t.Setenv("CELL_CLIENT_CERT_AUTH", "true")
+	cfg, err = parseFlags([]string{"--cert-file", "s.crt", "--key-file", "s.key", "--trusted-ca-file", "ca.crt", "--peer-trusted-ca-file", "ca.crt"}, io.Discard)
+	if err != nil || !cfg.tls.ClientCertAuth {
+		t.Fatalf("CELL_CLIENT_CERT_AUTH=true: %+v, %v", cfg, err)
+	}
+}

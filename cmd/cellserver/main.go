@@ -16,6 +16,12 @@
 // its member entry. Startup errors print one line and exit
 // with status 1 (2 for bad flags).
 //
+// TLS on the RPC port takes etcd's flags (docs/tls.md): --cert-file,
+// --key-file, --trusted-ca-file and --client-cert-auth for the port,
+// --peer-cert-file, --peer-key-file and --peer-trusted-ca-file for the
+// calls this server makes to the others (--peer-client-cert-auth is for
+// the raft port). The files are read again when they change.
+//
 // 'cellserver wipe --data-dir DIR' deletes a stopped server's data
 // directory and the region files named after it (in --shm-dir, the
 // hugetlbfs mounts and DIR), also once DIR itself was deleted; it refuses
@@ -24,6 +30,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -36,6 +43,7 @@ import (
 
 	"github.com/cellstore/cell/internal/buildinfo"
 	"github.com/cellstore/cell/internal/failpoint"
+	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/regiontable/embedded"
 	"github.com/cellstore/cell/server"
@@ -141,6 +149,10 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("etcd at %v does not answer: %w", endpoints, err)
 	}
+	rpcTLS, peerTLS, err := tlsConfigs(cfg)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Options{
 		DataDir:          cfg.dataDir,
 		Listen:           cfg.listen,
@@ -180,6 +192,10 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		MaxRangeBytes:         cfg.maxRangeBytes,
 		MaxFrameSize:          wireHeaderSize + cfg.maxRequestBytes,
 		TestingKnobs:          knobs,
+
+		TLS:            rpcTLS,
+		ClientCertAuth: cfg.tls.ClientCertAuth,
+		PeerTLS:        peerTLS,
 	})
 	if err != nil {
 		return err
@@ -228,3 +244,22 @@ func balanceInterval(d time.Duration) time.Duration {
 
 // offIfZero maps a timeout flag's 0 (never) to the server's negative.
 func offIfZero(d time.Duration) time.Duration { return balanceInterval(d) }
+
+// tlsConfigs are the RPC port's server configuration and the client
+// configuration this server calls the other servers' RPC ports with, both
+// nil without TLS on the RPC port. They read their files again when the
+// files change.
+func tlsConfigs(cfg *config) (rpc, peer *tls.Config, err error) {
+	if !cfg.tls.Enabled() {
+		return nil, nil, nil
+	}
+	src, err := tlsconf.NewSource(cfg.tls)
+	if err != nil {
+		return nil, nil, fmt.Errorf("TLS of the RPC port: %w", err)
+	}
+	psrc, err := tlsconf.NewSource(cfg.peerTLS)
+	if err != nil {
+		return nil, nil, fmt.Errorf("peer TLS: %w", err)
+	}
+	return src.ServerConfig(), psrc.ClientConfig(""), nil
+}

@@ -334,3 +334,77 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// The binary with the TLS flags, requiring client certificates: the Go
+// wire client and cellctl put and get over TLS with a client certificate
+// (cellctl --cacert/--cert/--key), cellctl check is refused to it and
+// runs with the admin certificate, and a plain TCP connection is refused.
+func TestCellserverTLS(t *testing.T) {
+	certs := filepath.Join(t.TempDir(), "certs")
+	cellctl := filepath.Join(t.TempDir(), "cellctl")
+	if out, err := exec.Command("go", "build", "-o", cellctl, "../cellctl").CombinedOutput(); err != nil {
+		t.Fatalf("go build cellctl: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(cellctl, "certs", "--dir", certs, "--valid-for", "1h").CombinedOutput(); err != nil {
+		t.Fatalf("cellctl certs: %v\n%s", err, out)
+	}
+	cf := func(name string) string { return filepath.Join(certs, name) }
+	a := testutil.FreeAddrs(t, 6)
+	listen, rdmaListen, metrics, etcdListen, etcdPeer, raftListen := a[0], a[1], a[2], a[3], a[4], a[5]
+	p := start(t,
+		"--data-dir", t.TempDir(), "--listen", listen, "--rdma-listen", rdmaListen, "--metrics-listen", metrics, "--raft-listen", raftListen,
+		"--etcd-listen", etcdListen, "--etcd-peer-listen", etcdPeer, "--hugepages", "off",
+		"--region-size", "64MiB", "--meganode-size", "4MiB", "--server-id", "cell-tls", "--shm-dir", t.TempDir(),
+		"--cert-file", cf("server.crt"), "--key-file", cf("server.key"), "--trusted-ca-file", cf("ca.crt"), "--client-cert-auth",
+		"--peer-cert-file", cf("server.crt"), "--peer-key-file", cf("server.key"), "--peer-trusted-ca-file", cf("ca.crt"),
+	)
+	store, err := regiontable.OpenEtcd([]string{etcdListen}, regiontable.EtcdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	m := waitMember(t, p, store)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+
+	// Plain TCP is refused, not lost.
+	pc, err := wire.Dial(ctx, m.RPCAddr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = pc.Call(ctx, wire.OpPing, nil)
+	pc.Close()
+	if !errors.Is(err, wire.ErrPermissionDenied) {
+		t.Fatalf("plain ping to a TLS port: %v", err)
+	}
+
+	ctl := func(cert string, args ...string) (string, error) {
+		args = append([]string{"--endpoints", etcdListen, "--cacert", cf("ca.crt"), "--cert", cf(cert + ".crt"), "--key", cf(cert + ".key")}, args...)
+		out, err := exec.Command(cellctl, args...).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := ctl("client", "put", "hello", "world"); err != nil {
+		t.Fatalf("cellctl put: %v: %s", err, out)
+	}
+	if out, err := ctl("client", "get", "hello"); err != nil || !strings.Contains(out, "world") {
+		t.Fatalf("cellctl get: %q, %v", out, err)
+	}
+	if out, err := ctl("client", "check"); err == nil || !strings.Contains(out, "permission denied") {
+		t.Fatalf("cellctl check with a client certificate: %q, %v", out, err)
+	}
+	if out, err := ctl("admin", "check"); err != nil {
+		t.Fatalf("cellctl check with an admin certificate: %v: %s", err, out)
+	}
+	// cellctl's variables name the files too.
+	cmd := exec.Command(cellctl, "--endpoints", etcdListen, "get", "hello")
+	cmd.Env = append(os.Environ(), "CELLCTL_CACERT="+cf("ca.crt"), "CELLCTL_CERT="+cf("client.crt"), "CELLCTL_KEY="+cf("client.key"))
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "world") {
+		t.Fatalf("cellctl get with CELLCTL_CACERT etc.: %q, %v", out, err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("exit code %d after SIGTERM", code)
+	}
+}

@@ -225,6 +225,10 @@ func (s *Source) ClientConfig(serverName string) *tls.Config {
 	c.InsecureSkipVerify = true
 	c.VerifyConnection = func(cs tls.ConnectionState) error {
 		_, pool := s.current()
+		if cs.ServerName == "" {
+			// An IP address is not sent as SNI, so the state lacks it.
+			cs.ServerName = serverName
+		}
 		return verifyServer(cs, pool)
 	}
 	return c
@@ -268,5 +272,15 @@ func ForAddr(c *tls.Config, addr string) *tls.Config {
 	}
 	c = c.Clone()
 	c.ServerName = host
+	if v := c.VerifyConnection; v != nil {
+		// ClientConfig's check verifies the name the connection state
+		// carries, which an IP address, never sent as SNI, leaves empty.
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if cs.ServerName == "" {
+				cs.ServerName = host
+			}
+			return v(cs)
+		}
+	}
 	return c
 }

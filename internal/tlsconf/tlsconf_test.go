@@ -245,3 +245,23 @@ func TestFilesValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestIPServerName: a server dialled by IP address is verified against the
+// certificate's IP addresses, through ForAddr and through ClientConfig's
+// own name, though an IP is never sent as SNI; another IP is refused.
+func TestIPServerName(t *testing.T) {
+	dir := devDir(t)
+	srv := source(t, files(dir, ServerCertFile, ServerKeyFile, false))
+	cli := source(t, Files{TrustedCAFile: filepath.Join(dir, CAFile)})
+	for name, cfg := range map[string]*tls.Config{
+		"ForAddr":      ForAddr(cli.ClientConfig(""), "127.0.0.1:7070"),
+		"ClientConfig": cli.ClientConfig("127.0.0.1"),
+	} {
+		if _, _, err := handshake(t, srv.ServerConfig(), cfg); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, _, err := handshake(t, srv.ServerConfig(), ForAddr(cli.ClientConfig(""), "127.0.0.2:7070")); err == nil {
+		t.Error("a certificate for 127.0.0.1 accepted for 127.0.0.2")
+	}
+}
