@@ -258,6 +258,10 @@ func verifyServer(cs tls.ConnectionState, pool *x509.CertPool) error {
 // ForAddr returns c for dialling addr ("host:port"): a clone with
 // ServerName set to addr's host when c names none. tls.Client, unlike
 // tls.Dial, does not take the name from the address.
+//
+// An IP address is not sent as SNI, so crypto/tls leaves
+// ConnectionState.ServerName empty for it: the clone's VerifyConnection
+// (ClientConfig's, which verifies for that name) is given the host.
 func ForAddr(c *tls.Config, addr string) *tls.Config {
 	if c == nil || c.ServerName != "" {
 		return c
@@ -268,5 +272,13 @@ func ForAddr(c *tls.Config, addr string) *tls.Config {
 	}
 	c = c.Clone()
 	c.ServerName = host
+	if verify := c.VerifyConnection; verify != nil {
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if cs.ServerName == "" {
+				cs.ServerName = host
+			}
+			return verify(cs)
+		}
+	}
 	return c
 }
