@@ -15,6 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/cellstore/cell/internal/tlsconf"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -28,11 +30,22 @@ func TestOptionsValidate(t *testing.T) {
 		"not member":  {Dir: "d", Name: "c", InitialCluster: "a=http://127.0.0.1:2380,b=http://127.0.0.1:2390"},
 		"two urls":    {Dir: "d", Name: "a", InitialCluster: "a=http://127.0.0.1:2380,a=http://127.0.0.1:2381"},
 		"https":       {Dir: "d", Name: "a", InitialCluster: "a=https://127.0.0.1:2380"},
+		"http with peer TLS": {Dir: "d", Name: "a", InitialCluster: "a=http://127.0.0.1:2380",
+			PeerTLS: tlsconf.Files{CertFile: "c", KeyFile: "k"}},
+		"client TLS without key":  {Dir: "d", ClientTLS: tlsconf.Files{CertFile: "c"}},
+		"client TLS without cert": {Dir: "d", ClientTLS: tlsconf.Files{TrustedCAFile: "ca", ClientCertAuth: true}},
+		"peer auth without CA":    {Dir: "d", PeerTLS: tlsconf.Files{CertFile: "c", KeyFile: "k", ClientCertAuth: true}},
 	} {
 		o.EnsureDefaults()
 		if err := o.Validate(); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	tlsFiles := tlsconf.Files{CertFile: "c", KeyFile: "k", TrustedCAFile: "ca", ClientCertAuth: true}
+	ok := Options{Dir: "d", Name: "a", InitialCluster: "a=https://127.0.0.1:2380", PeerTLS: tlsFiles, ClientTLS: tlsFiles}
+	ok.EnsureDefaults()
+	if err := ok.Validate(); err != nil {
+		t.Errorf("https peers with peer TLS: %v", err)
 	}
 }
 
