@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,14 +121,31 @@ func TestSlogCore(t *testing.T) {
 }
 
 // Three members started with the same InitialCluster form one cluster:
-// each is ready once a majority runs and counts three members.
+// each is ready once a majority runs and counts three members; so they do
+// with TLS on their peer ports (peer certificates required).
 func TestInitialCluster(t *testing.T) {
+	t.Run("http", func(t *testing.T) { testInitialCluster(t, tlsconf.Files{}) })
+	t.Run("https", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "certs")
+		if err := tlsconf.WriteDevCerts(dir, nil, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		testInitialCluster(t, tlsconf.Files{CertFile: filepath.Join(dir, tlsconf.ServerCertFile), KeyFile: filepath.Join(dir, tlsconf.ServerKeyFile),
+			TrustedCAFile: filepath.Join(dir, tlsconf.CAFile), ClientCertAuth: true})
+	})
+}
+
+func testInitialCluster(t *testing.T, peerTLS tlsconf.Files) {
 	names := []string{"m1", "m2", "m3"}
 	opts := make([]Options, len(names))
 	var cluster []string
+	scheme := "http"
+	if peerTLS.Enabled() {
+		scheme = "https"
+	}
 	for i, n := range names {
-		opts[i] = Options{Dir: t.TempDir(), Name: n, ClientAddr: freeAddr(t), PeerAddr: freeAddr(t), Logger: slog.New(slog.DiscardHandler)}
-		cluster = append(cluster, n+"=http://"+opts[i].PeerAddr)
+		opts[i] = Options{Dir: t.TempDir(), Name: n, ClientAddr: freeAddr(t), PeerAddr: freeAddr(t), PeerTLS: peerTLS, Logger: slog.New(slog.DiscardHandler)}
+		cluster = append(cluster, n+"="+scheme+"://"+opts[i].PeerAddr)
 	}
 	var wg sync.WaitGroup
 	es := make([]*Etcd, len(names))
