@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/crc64"
@@ -23,8 +24,20 @@ import (
 
 // harness starts one provider's server and a client connected to it.
 type harness struct {
-	name  string
-	start func(t testing.TB, k harnessKnobs) *pair
+	// name names the harness in test names: the provider's, or the
+	// provider's with a variant ("tcp+tls").
+	name string
+	// provider is the provider's name ("" means name).
+	provider string
+	start    func(t testing.TB, k harnessKnobs) *pair
+}
+
+// providerName is the name the harness's server and client report.
+func (h harness) providerName() string {
+	if h.provider != "" {
+		return h.provider
+	}
+	return h.name
 }
 
 // harnessKnobs are the hooks a conformance test needs from a provider.
@@ -45,15 +58,25 @@ type pair struct {
 
 var harnesses = []harness{
 	{name: ProviderTCP, start: startTCP},
+	{name: ProviderTCP + "+tls", provider: ProviderTCP, start: startTCPTLS},
 	{name: ProviderSHM, start: startSHM},
 }
 
-func startTCP(t testing.TB, k harnessKnobs) *pair {
-	srv, err := Listen("127.0.0.1:0", TCPOptions{Logger: testLogger(t), TestingKnobs: TCPResponderKnobs{AfterCopy: k.afterCopy}})
+func startTCP(t testing.TB, k harnessKnobs) *pair { return startTCPWith(t, k, nil, nil) }
+
+// startTCPTLS is the tcp provider over TLS, with client certificates
+// required (development certificates from tlsconf).
+func startTCPTLS(t testing.TB, k harnessKnobs) *pair {
+	certs := newTestCerts(t)
+	return startTCPWith(t, k, certs.server(t), certs.client(t, "client"))
+}
+
+func startTCPWith(t testing.TB, k harnessKnobs, stls, ctls *tls.Config) *pair {
+	srv, err := Listen("127.0.0.1:0", TCPOptions{TLS: stls, Logger: testLogger(t), TestingKnobs: TCPResponderKnobs{AfterCopy: k.afterCopy}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := NewTCPClient(TCPClientOptions{Logger: testLogger(t)})
+	cl, err := NewTCPClient(TCPClientOptions{TLS: ctls, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -904,8 +927,8 @@ func testCaps(t *testing.T, h harness) {
 	if !cc.OrderedReads || !cc.VectorReads {
 		t.Fatalf("caps %v lack ordered or vector reads", cc)
 	}
-	if p.srv.Provider() != h.name || p.cl.Provider() != h.name {
-		t.Fatalf("provider names %q/%q, want %q", p.srv.Provider(), p.cl.Provider(), h.name)
+	if p.srv.Provider() != h.providerName() || p.cl.Provider() != h.providerName() {
+		t.Fatalf("provider names %q/%q, want %q", p.srv.Provider(), p.cl.Provider(), h.providerName())
 	}
 	s := cc.String()
 	if !strings.Contains(s, "ordered-reads") || !strings.Contains(s, "max-read=2MiB") || !strings.Contains(s, "max-segments=64") {

@@ -150,6 +150,17 @@
 // is malformed: the responder closes the connection (and the client closes
 // on a malformed reply).
 //
+// With TCPOptions.TLS and TCPClientOptions.TLS the same frames travel
+// inside TLS. The responder runs each connection's handshake on the
+// connection's goroutine, never in the accept loop, within FrameTimeout
+// (DefaultTLSHandshakeTimeout without one); a failed or timed-out
+// handshake closes that connection and counts in ResponderStats.TLSRefused.
+// The client handshakes right after dialling, within DialTimeout and the
+// read's context; a failure is an error naming the TLS handshake that
+// wraps ErrDisconnected and the tls error. The read path is unchanged but
+// for the net.Conn being a *tls.Conn: the same buffered reads and batched
+// writes (the tls.Conn seals each batch).
+//
 // # The shm provider
 //
 // A client on the server's host maps the region file itself (read-only,
@@ -206,10 +217,14 @@
 //
 // # Trust
 //
-// Keys and bounds protect correctness, not secrecy. The tcp responder does
-// not authenticate its clients (run it, like Cell's RPC port, on a trusted
-// network); keys are random so that a stale or mistaken key fails, not to
-// keep anyone out. A shm client can read whatever its user can open:
+// Keys and bounds protect correctness, not secrecy: keys are random so
+// that a stale or mistaken key fails, not to keep anyone out. Without TLS
+// the tcp responder does not authenticate its clients (run it, like Cell's
+// RPC port, on a trusted network). With TCPOptions.TLS the bytes read are
+// encrypted, and a tls.Config that requires client certificates
+// (tls.RequireAndVerifyClientCert; tlsconf's ServerConfig with
+// ClientCertAuth) admits only clients with a certificate of its CAs, of
+// any role: a client may read what its RemoteKeys name. A shm client can read whatever its user can open:
 // file permissions are the only boundary.
 //
 // # What this hardware can show

@@ -3,6 +3,7 @@ package rdma
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cellstore/cell/internal/tlsconf"
 )
 
 // TCPClientOptions configure a tcp client. The zero value of every field
@@ -32,6 +35,14 @@ type TCPClientOptions struct {
 	WriteTimeout time.Duration
 	// ReadBufferSize is the per-connection read buffer. Default 64 KiB.
 	ReadBufferSize int
+	// TLS, if set, makes the client speak TLS to responders (which must
+	// have TCPOptions.TLS): the handshake follows the dial, bounded by the
+	// same DialTimeout and the read's context. Without a ServerName the
+	// responder's certificate is verified for the host of the address in
+	// its RemoteKey (tlsconf.ForAddr). A failed handshake fails the read
+	// with an error that wraps ErrDisconnected and the tls error. Default
+	// nil: plain TCP.
+	TLS *tls.Config
 	// Logger receives connection failures. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -295,6 +306,17 @@ func (ep *endpoint) dial(ctx context.Context, i int) (*tcpConn, error) {
 			return nil, ctxErr(ctx)
 		}
 		return nil, fmt.Errorf("rdma: dial responder %s: %w: %w", ep.addr, ErrDisconnected, err)
+	}
+	if c.opts.TLS != nil {
+		tc := tls.Client(nc, tlsconf.ForAddr(c.opts.TLS, ep.addr))
+		if err := tc.HandshakeContext(dctx); err != nil {
+			_ = nc.Close()
+			if ctx.Err() != nil {
+				return nil, ctxErr(ctx)
+			}
+			return nil, fmt.Errorf("rdma: TLS handshake with responder %s failed: %w: %w", ep.addr, ErrDisconnected, err)
+		}
+		nc = tc
 	}
 	cn := &tcpConn{ep: ep, slot: i, nc: nc, pending: make(map[uint64]*Op)}
 	ep.conns[i].Store(cn)

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,15 @@ type TCPOptions struct {
 	// started and did not arrive whole within this. Default 0: none
 	// (cellserver sets its --frame-timeout).
 	FrameTimeout time.Duration
+	// TLS, if set, makes the responder speak TLS: each accepted
+	// connection's handshake runs in its own goroutine (never in the
+	// accept loop), bounded by FrameTimeout (DefaultTLSHandshakeTimeout
+	// when FrameTimeout is 0); a connection whose handshake fails or times
+	// out is closed and counted in ResponderStats.TLSRefused. Set
+	// ClientAuth (tls.RequireAndVerifyClientCert, as
+	// tlsconf.Source.ServerConfig does with ClientCertAuth) to admit only
+	// clients with a certificate from ClientCAs. Default nil: plain TCP.
+	TLS *tls.Config
 	// Logger receives connection errors and malformed-frame reports.
 	// Default slog.Default().
 	Logger *slog.Logger
@@ -68,6 +78,9 @@ type TCPResponderKnobs struct {
 const (
 	DefaultTCPBufferSize         = 64 << 10
 	DefaultResponderWriteTimeout = 30 * time.Second
+	// DefaultTLSHandshakeTimeout bounds a TLS handshake on either side
+	// when no other timeout does (a responder without FrameTimeout).
+	DefaultTLSHandshakeTimeout = 10 * time.Second
 	// maxTombstones is how many deregistered keys a responder remembers,
 	// to answer ErrRevoked rather than ErrBadKey.
 	maxTombstones = 1024
@@ -347,10 +360,21 @@ type session struct {
 
 func (r *TCPResponder) serveConn(nc net.Conn) {
 	defer r.wg.Done()
+	conn := nc
+	if r.opts.TLS != nil {
+		tc, err := r.handshake(nc)
+		if err != nil {
+			r.stats.tlsRefused.Add(1)
+			r.opts.Logger.Warn("rdma: TLS handshake refused", slog.String("remote", nc.RemoteAddr().String()), slog.Any("error", err))
+			r.dropConn(nc)
+			return
+		}
+		conn = tc
+	}
 	s := &session{
 		r:    r,
-		nc:   nc,
-		br:   bufio.NewReaderSize(nc, r.opts.ReadBufferSize),
+		nc:   conn,
+		br:   bufio.NewReaderSize(conn, r.opts.ReadBufferSize),
 		out:  make([]byte, 0, r.opts.WriteBufferSize),
 		segs: make([]byte, segDescSize*r.opts.MaxSegments),
 	}
@@ -364,6 +388,28 @@ func (r *TCPResponder) serveConn(nc net.Conn) {
 	} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 		r.opts.Logger.Debug("rdma: connection ended", slog.String("remote", nc.RemoteAddr().String()), slog.Any("error", err))
 	}
+	_ = conn.Close()
+	r.dropConn(nc)
+}
+
+// handshake runs the server side of a TLS handshake on nc, bounded by the
+// frame timeout (or DefaultTLSHandshakeTimeout).
+func (r *TCPResponder) handshake(nc net.Conn) (*tls.Conn, error) {
+	timeout := r.opts.FrameTimeout
+	if timeout <= 0 {
+		timeout = DefaultTLSHandshakeTimeout
+	}
+	tc := tls.Server(nc, r.opts.TLS)
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	if err := tc.Handshake(); err != nil {
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// dropConn closes nc and forgets it.
+func (r *TCPResponder) dropConn(nc net.Conn) {
 	_ = nc.Close()
 	r.mu.Lock()
 	delete(r.mu.conns, nc)
@@ -566,6 +612,7 @@ type responderCounts struct {
 // responderCounters are the published counters.
 type responderCounters struct {
 	conns, open, malformed atomic.Int64
+	tlsRefused             atomic.Int64
 	reads, segments, bytes atomic.Uint64
 	rejected               [numStatuses]atomic.Uint64
 }
@@ -590,6 +637,10 @@ type ResponderStats struct {
 	Conns, OpenConns int64
 	// Malformed counts connections closed because of a malformed frame.
 	Malformed int64
+	// TLSRefused counts connections closed because their TLS handshake
+	// failed or timed out (a plain client, an untrusted or expired
+	// certificate, none where one is required).
+	TLSRefused int64
 	// Reads counts requests served with data, Segments their ranges and
 	// Bytes the bytes copied.
 	Reads, Segments, Bytes uint64
@@ -605,6 +656,7 @@ func (r *TCPResponder) Stats() ResponderStats {
 		Conns:           c.conns.Load(),
 		OpenConns:       c.open.Load(),
 		Malformed:       c.malformed.Load(),
+		TLSRefused:      c.tlsRefused.Load(),
 		Reads:           c.reads.Load(),
 		Segments:        c.segments.Load(),
 		Bytes:           c.bytes.Load(),

@@ -2,6 +2,7 @@ package regiontable
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,9 +23,11 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/tlsconf"
 )
 
 // EtcdOptions configure an Etcd store. The zero value of every field means
@@ -39,6 +42,16 @@ type EtcdOptions struct {
 	LeaseTTL time.Duration
 	// DialTimeout bounds OpenEtcd's connection attempts. Default 5 s.
 	DialTimeout time.Duration
+	// TLS, if set, is OpenEtcd's client configuration for etcd's client
+	// port (https:// endpoints; "host:port" endpoints are dialled with TLS
+	// too): the CAs that verify etcd's certificate, and the client
+	// certificate etcd asks for with --client-cert-auth
+	// (tlsconf.Source.ClientConfig gives one that follows its files).
+	// Without a ServerName each endpoint's certificate is verified for the
+	// endpoint's host. Connect's and a disconnected call's errors then say
+	// what the TLS handshake met. Default nil: plain http. (NewEtcd takes
+	// a client configured by the caller and ignores it.)
+	TLS *tls.Config
 	// Logger receives lease losses. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -133,21 +146,29 @@ func OpenEtcd(endpoints []string, opts EtcdOptions) (*Etcd, error) {
 	if len(endpoints) == 0 {
 		return nil, fmt.Errorf("regiontable: no etcd endpoints: %w", ErrInvalid)
 	}
+	dialOpts := []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		// gRPC's default reconnect backoff grows to 120 s: after a
+		// long etcd outage, servers and clients would find etcd
+		// back only minutes later. Try again at least every
+		// reconnectMaxDelay.
+		Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
+		MinConnectTimeout: opts.DialTimeout,
+	})}
+	if opts.TLS != nil {
+		// After clientv3's own credentials (its DialOptions come last):
+		// the name verified is each endpoint's host, also for an IP
+		// address, which crypto/tls does not send as SNI.
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(endpointTLS{cfg: opts.TLS, TransportCredentials: credentials.NewTLS(opts.TLS)}))
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: opts.DialTimeout,
+		TLS:         opts.TLS,
 		Logger:      zap.NewNop(),
 		// Detect a dead etcd connection well within a lease TTL.
 		DialKeepAliveTime:    opts.LeaseTTL / 2,
 		DialKeepAliveTimeout: opts.LeaseTTL / 2,
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			// gRPC's default reconnect backoff grows to 120 s: after a
-			// long etcd outage, servers and clients would find etcd
-			// back only minutes later. Try again at least every
-			// reconnectMaxDelay.
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
-			MinConnectTimeout: opts.DialTimeout,
-		})},
+		DialOptions:          dialOpts,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("regiontable: connect to etcd %s: %w", strings.Join(endpoints, ","), err)
@@ -159,6 +180,21 @@ func OpenEtcd(endpoints []string, opts EtcdOptions) (*Etcd, error) {
 	}
 	s.owned = true
 	return s, nil
+}
+
+// endpointTLS are gRPC's TLS credentials with the configuration made for
+// the endpoint dialled (tlsconf.ForAddr).
+type endpointTLS struct {
+	cfg *tls.Config
+	credentials.TransportCredentials
+}
+
+func (c endpointTLS) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return credentials.NewTLS(tlsconf.ForAddr(c.cfg, authority)).ClientHandshake(ctx, authority, raw)
+}
+
+func (c endpointTLS) Clone() credentials.TransportCredentials {
+	return endpointTLS{cfg: c.cfg.Clone(), TransportCredentials: c.TransportCredentials.Clone()}
 }
 
 // Connect waits until the store's etcd client is connected to one of its
@@ -196,7 +232,7 @@ func (s *Etcd) Connect(ctx context.Context) error {
 	if s.isClosed() {
 		return ErrClosed
 	}
-	why := probeEndpoints(s.cli.Endpoints(), min(s.opts.DialTimeout, probeTimeout))
+	why := probeEndpoints(s.cli.Endpoints(), s.opts.TLS, min(s.opts.DialTimeout, probeTimeout))
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: no endpoint answered before the caller's deadline: %s: %w", ErrUnreachable, why, err)
 	}
@@ -206,10 +242,12 @@ func (s *Etcd) Connect(ctx context.Context) error {
 // probeTimeout bounds Connect's diagnostic dials.
 const probeTimeout = time.Second
 
-// probeEndpoints dials each endpoint over TCP, in parallel and for at
-// most timeout, and says what each met: "host:port: connection refused",
-// "host:port: accepts connections but etcd did not answer" ...
-func probeEndpoints(endpoints []string, timeout time.Duration) string {
+// probeEndpoints dials each endpoint over TCP (and TLS, with tlsCfg), in
+// parallel and for at most timeout, and says what each met: "host:port:
+// connection refused", "host:port: TLS handshake failed: remote error:
+// tls: certificate required", "host:port: accepts connections but etcd
+// did not answer" ...
+func probeEndpoints(endpoints []string, tlsCfg *tls.Config, timeout time.Duration) string {
 	out := make([]string, len(endpoints))
 	var wg sync.WaitGroup
 	for i, ep := range endpoints {
@@ -221,12 +259,40 @@ func probeEndpoints(endpoints []string, timeout time.Duration) string {
 				out[i] = addr + ": " + dialCause(err)
 				return
 			}
-			_ = nc.Close()
+			defer nc.Close()
+			if tlsCfg != nil {
+				if err := probeTLS(nc, tlsconf.ForAddr(tlsCfg, addr), timeout); err != nil {
+					out[i] = addr + ": TLS handshake failed: " + err.Error()
+					return
+				}
+			}
 			out[i] = addr + ": accepts connections but etcd did not answer"
 		})
 	}
 	wg.Wait()
 	return strings.Join(out, "; ")
+}
+
+// probeTLS runs a TLS handshake on nc within timeout. With TLS 1.3 a
+// server refuses a client certificate only after the client's handshake
+// ended: a short read then picks up its alert (an HTTP/2 server sends
+// nothing first, so a timeout there means the handshake was accepted).
+func probeTLS(nc net.Conn, cfg *tls.Config, timeout time.Duration) error {
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	tc := tls.Client(nc, cfg)
+	if err := tc.Handshake(); err != nil {
+		return err
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(min(timeout, 200*time.Millisecond)))
+	var b [1]byte
+	if _, err := tc.Read(b[:]); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil
+		}
+		return err
+	}
+	return nil
 }
 
 // endpointAddr is the "host:port" of an endpoint given as one or as a
@@ -281,8 +347,14 @@ func (s *Etcd) wrap(what string, err error) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || status.Code(err) == codes.Unavailable ||
 		status.Code(err) == codes.DeadlineExceeded {
 		if st := s.cli.ActiveConnection().GetState(); st != connectivity.Ready {
+			why := strings.ToLower(st.String())
+			if s.opts.TLS != nil {
+				// A refused certificate looks like any failure to
+				// connect from here: say what a handshake meets.
+				why += "; " + probeEndpoints(s.cli.Endpoints(), s.opts.TLS, min(s.opts.DialTimeout, probeTimeout))
+			}
 			return fmt.Errorf("regiontable: %s: not connected to etcd at %s (%v): %w", what, strings.Join(s.cli.Endpoints(), ","),
-				strings.ToLower(st.String()), err)
+				why, err)
 		}
 	}
 	return fmt.Errorf("regiontable: %s: %w", what, err)

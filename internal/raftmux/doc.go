@@ -25,7 +25,7 @@
 //	0           2       3       4
 //	+-----------+-------+-------+
 //	| "CR"      | ver 1 |status |   0 ok, 1 bad version, 2 unknown region,
-//	+-----------+-------+-------+   3 bad header, 4 busy
+//	+-----------+-------+-------+   3 bad header, 4 busy, 5 not a server (TLS)
 //
 // A region's Dial returns once the peer said ok, so a peer that does not
 // host the region (not yet, or not any more) fails the dial with
@@ -43,6 +43,23 @@
 // dialer gets ErrBusy. Every rejection is counted by reason in Stats
 // (Reject) and logged at Debug (a peer of another handshake version at
 // Warn: that is a mixed-version cluster, not noise).
+//
+// # TLS and peer identity
+//
+// With Options.ServerTLS and Options.ClientTLS the mux speaks TLS: the TLS
+// handshake comes first, then the raftmux header and reply and raft's own
+// stream, all inside TLS. The acceptor's TLS handshake runs in the same
+// per-connection goroutine and under the same HandshakeTimeout as the
+// header (slow TLS peers block no accepts either); the dialer's within the
+// Dial's timeout. Both ends require the other's certificate to carry the
+// server role (tlsconf.RoleServer, OU cell-server): the acceptor checks
+// the verified chain of the dialer's certificate (ServerTLS must verify
+// client certificates) and answers statusNotServer (5) to any other role,
+// counted as RejectNotServer, which the dialer returns as ErrNotServer;
+// the dialer checks the acceptor's leaf itself and fails with ErrNotServer
+// too. A failed TLS handshake (a plain peer, an untrusted, expired or
+// missing certificate) is RejectTLS on the acceptor and ErrHandshake on
+// the dialer.
 //
 // # Lifetimes
 //

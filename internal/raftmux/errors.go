@@ -32,6 +32,11 @@ var (
 	// rejected the header), answered garbage, or the timeout ran out.
 	ErrHandshake = errors.New("raftmux: handshake failed")
 
+	// ErrNotServer: with TLS, the peer's certificate does not have the
+	// server role (tlsconf.RoleServer): the acceptor said so of this mux's
+	// certificate, or this mux found it in the acceptor's.
+	ErrNotServer = errors.New("raftmux: peer certificate is not a cell server's")
+
 	// ErrNotAdvertisable: Listen's address (or Options.AdvertiseAddr) has
 	// an unspecified IP (0.0.0.0, ::) that peers cannot dial; set
 	// Options.AdvertiseAddr.

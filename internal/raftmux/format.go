@@ -115,6 +115,9 @@ const (
 	statusBadHeader status = 3
 	// statusBusy: the region's accept backlog is full.
 	statusBusy status = 4
+	// statusNotServer: with TLS, the dialer's certificate does not have
+	// the server role. Sent before the header is read.
+	statusNotServer status = 5
 	// statusBadMagic is never sent (a peer with the wrong magic gets no
 	// reply); decodeHeader returns it.
 	statusBadMagic status = 255
@@ -132,6 +135,8 @@ func (s status) String() string {
 		return "bad-header"
 	case statusBusy:
 		return "busy"
+	case statusNotServer:
+		return "not-server"
 	case statusBadMagic:
 		return "bad-magic"
 	default:

@@ -2,6 +2,7 @@ package raftmux
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/cellstore/cell/internal/tlsconf"
 )
 
 // Group is the raft.StreamLayer of one region on a Mux: give it to
@@ -194,11 +197,19 @@ func (g *Group) dial(to string, timeout time.Duration) (net.Conn, error) {
 	if err != nil {
 		return nil, g.orClosed(err)
 	}
-	if err := g.handshake(ctx, raw); err != nil {
-		_ = raw.Close()
+	c := raw
+	if g.m.opts.ClientTLS != nil {
+		tc, err := g.tlsHandshake(ctx, raw, to)
+		if err != nil {
+			_ = raw.Close()
+			return nil, g.orClosed(err)
+		}
+		c = tc
+	}
+	if err := g.handshake(ctx, c); err != nil {
+		_ = c.Close()
 		return nil, g.orClosed(err)
 	}
-	c := raw
 	if f != nil {
 		c = f.Conn(raw, from, to, g.region)
 	}
@@ -211,6 +222,23 @@ func (g *Group) orClosed(err error) error {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	return err
+}
+
+// tlsHandshake runs the client side of the TLS handshake on raw within ctx
+// and checks that the acceptor's certificate is a server's.
+func (g *Group) tlsHandshake(ctx context.Context, raw net.Conn, to string) (*tls.Conn, error) {
+	tc := tls.Client(raw, tlsconf.ForAddr(g.m.opts.ClientTLS, to))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, fmt.Errorf("%w: TLS: %w", ErrHandshake, err)
+	}
+	cs := tc.ConnectionState()
+	if len(cs.PeerCertificates) == 0 {
+		return nil, fmt.Errorf("%w: the acceptor sent no certificate", ErrNotServer)
+	}
+	if role := tlsconf.RoleOf(cs.PeerCertificates[0]); role != tlsconf.RoleServer {
+		return nil, fmt.Errorf("%w: the acceptor's certificate %q has role %s", ErrNotServer, cs.PeerCertificates[0].Subject.CommonName, role)
+	}
+	return tc, nil
 }
 
 // handshake writes the header on c and reads the reply, within ctx.
@@ -254,6 +282,8 @@ func exchange(c net.Conn, region uint32) error {
 		return ErrUnknownRegion
 	case statusBusy:
 		return ErrBusy
+	case statusNotServer:
+		return fmt.Errorf("%w: the acceptor refused this mux's certificate", ErrNotServer)
 	default:
 		return fmt.Errorf("%w: peer refused the header: %s", ErrHandshake, st)
 	}

@@ -1,6 +1,7 @@
 package raftmux
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/cellstore/cell/internal/tlsconf"
 )
 
 // Mux is one server's raft listener: it accepts the connections of every
@@ -215,22 +218,46 @@ func (m *Mux) acceptLoop() {
 	}
 }
 
-// handshake reads c's header within HandshakeTimeout, replies, and hands c
-// to its region's Group, or closes it and counts why.
-func (m *Mux) handshake(c net.Conn) {
+// handshake runs the TLS handshake on raw if the mux speaks TLS and checks
+// the peer's role, then reads the header, all within HandshakeTimeout,
+// replies, and hands the connection to its region's Group, or closes it and
+// counts why.
+func (m *Mux) handshake(raw net.Conn) {
 	defer m.wg.Done()
 	handed := false
+	c := raw // the *tls.Conn over raw with TLS
 	defer func() {
 		if !handed {
 			_ = c.Close()
 		}
 		m.mu.Lock()
-		delete(m.mu.pending, c)
+		delete(m.mu.pending, raw)
 		m.mu.Unlock()
 		<-m.slots // last: Stats.Pending counts slots
 	}()
 
-	_ = c.SetDeadline(time.Now().Add(m.opts.HandshakeTimeout))
+	_ = raw.SetDeadline(time.Now().Add(m.opts.HandshakeTimeout))
+	if m.opts.ServerTLS != nil {
+		tc := tls.Server(raw, m.opts.ServerTLS)
+		if err := tc.Handshake(); err != nil {
+			switch {
+			case m.isClosed():
+				m.reject(raw, RejectClosed, err)
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				m.reject(raw, RejectTimeout, err)
+			default:
+				m.reject(raw, RejectTLS, err)
+			}
+			return
+		}
+		c = tc
+		cs := tc.ConnectionState()
+		if role := tlsconf.PeerRole(&cs); role != tlsconf.RoleServer {
+			m.log.Debug("raftmux: peer certificate is not a server's", "remote", raw.RemoteAddr(), "role", role)
+			m.refuse(c, statusNotServer, RejectNotServer)
+			return
+		}
+	}
 	var buf [headerSize]byte
 	if _, err := io.ReadFull(c, buf[:]); err != nil {
 		switch {
@@ -270,7 +297,7 @@ func (m *Mux) handshake(c net.Conn) {
 		m.reject(c, RejectIO, err)
 		return
 	}
-	_ = c.SetDeadline(time.Time{})
+	_ = raw.SetDeadline(time.Time{})
 	if !g.deliver(c) {
 		m.reject(c, RejectClosed, nil)
 		return

@@ -1,6 +1,7 @@
 package raftmux
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,6 +39,22 @@ type Options struct {
 	// (RejectBusy). Raft's transport accepts in a loop, so the backlog
 	// only fills when it stalls. Default 64.
 	AcceptBacklog int
+
+	// ServerTLS and ClientTLS, when set (both or neither), make the mux
+	// speak TLS: ServerTLS for the connections it accepts, ClientTLS for
+	// those its groups dial. The TLS handshake comes before the raftmux
+	// handshake, in the connection's own goroutine, within
+	// HandshakeTimeout (a Dial's timeout for a dial). Both ends require
+	// the other's certificate to have tlsconf.RoleServer (OU
+	// cell-server): ServerTLS must verify client certificates (ClientCAs
+	// with tls.RequireAndVerifyClientCert, or tlsconf.Source.ServerConfig
+	// with ClientCertAuth), and an accepted connection whose verified
+	// certificate is of another role, or that sent none, is refused
+	// (RejectNotServer; the dialer gets ErrNotServer); a dialer refuses an
+	// acceptor whose certificate is not a server's the same way. A failed
+	// TLS handshake is RejectTLS. ClientTLS's ServerName, if empty, is the
+	// dialled address's host (tlsconf.ForAddr). Default nil: plain TCP.
+	ServerTLS, ClientTLS *tls.Config
 
 	// Faults, when set, injects faults into the traffic this mux dials
 	// (tests only; see Faults and FaultNet). Default nil: none.
@@ -80,6 +97,9 @@ func (o *Options) Validate() error {
 	}
 	if o.AcceptBacklog < 1 {
 		errs = append(errs, fmt.Errorf("raftmux: Options.AcceptBacklog %d must be at least 1", o.AcceptBacklog))
+	}
+	if (o.ServerTLS == nil) != (o.ClientTLS == nil) {
+		errs = append(errs, errors.New("raftmux: Options.ServerTLS and Options.ClientTLS go together: set both or neither"))
 	}
 	if o.AdvertiseAddr != "" {
 		if err := advertisable(o.AdvertiseAddr); err != nil {

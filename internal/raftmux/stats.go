@@ -32,6 +32,12 @@ const (
 	RejectBusy
 	// RejectClosed: the Group or the Mux closed during the handshake.
 	RejectClosed
+	// RejectTLS: the TLS handshake failed (a plain peer, a certificate
+	// that is not trusted, expired, or missing where one is required).
+	RejectTLS
+	// RejectNotServer: the TLS peer's verified certificate does not have
+	// the server role (or it sent none); replied statusNotServer.
+	RejectNotServer
 
 	numRejects
 )
@@ -56,6 +62,10 @@ func (r Reject) String() string {
 		return "busy"
 	case RejectClosed:
 		return "closed"
+	case RejectTLS:
+		return "tls"
+	case RejectNotServer:
+		return "not-server"
 	default:
 		return fmt.Sprintf("reject(%d)", uint8(r))
 	}

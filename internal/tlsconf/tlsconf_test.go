@@ -110,6 +110,23 @@ func TestRolesOverMutualTLS(t *testing.T) {
 	}
 }
 
+// TestForAddrIP: an address by IP is verified against the certificate's
+// IP addresses (crypto/tls sends no SNI for it, so ForAddr hands the host
+// to the verification itself).
+func TestForAddrIP(t *testing.T) {
+	dir := devDir(t)
+	srv := source(t, files(dir, ServerCertFile, ServerKeyFile, true))
+	cli := source(t, files(dir, ClientCertFile, ClientKeyFile, false))
+	if _, _, err := handshake(t, srv.ServerConfig(), ForAddr(cli.ClientConfig(""), "127.0.0.1:1")); err != nil {
+		t.Fatalf("handshake with 127.0.0.1: %v", err)
+	}
+	_, _, err := handshake(t, srv.ServerConfig(), ForAddr(cli.ClientConfig(""), "10.9.8.7:1"))
+	var he x509.HostnameError
+	if !errors.As(err, &he) {
+		t.Fatalf("handshake with an IP the certificate lacks: %v, want a HostnameError", err)
+	}
+}
+
 func TestRefusals(t *testing.T) {
 	dir, other := devDir(t), devDir(t)
 	srv := source(t, files(dir, ServerCertFile, ServerKeyFile, true))

@@ -5,6 +5,13 @@
 // k3s does), and of tests. It is a separate package so that programs which
 // only read the region table (the client, cellctl) do not link an etcd
 // server.
+//
+// Options.ClientTLS and Options.PeerTLS put etcd's client and peer ports
+// under TLS (https:// URLs) with etcd's own TLSInfo: the member's
+// certificate and key, the CAs of the other end, and ClientCertAuth to
+// require a certificate of those CAs (any role: etcd knows nothing of
+// Cell's). etcd reloads the files itself. Clients then open the region
+// table with regiontable.EtcdOptions.TLS.
 package embedded
 
 import (
@@ -17,10 +24,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/client/pkg/v3/types"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
+
+	"github.com/cellstore/cell/internal/tlsconf"
 )
 
 // Options configure the embedded etcd. The zero value of every field means
@@ -58,6 +68,21 @@ type Options struct {
 	LogLevel string
 	// StartTimeout bounds the wait for etcd to serve. Default 60 s.
 	StartTimeout time.Duration
+	// ClientTLS, if set (Enabled), makes etcd's client port speak TLS
+	// (https:// URLs; Endpoints says so): CertFile and KeyFile are the
+	// member's certificate (valid for ClientAddr's host), TrustedCAFile
+	// the CAs of client certificates, which ClientCertAuth requires (any
+	// certificate of those CAs, whatever its role). Default none: http.
+	ClientTLS tlsconf.Files
+	// PeerTLS, if set, does the same for the peer port: https:// peer
+	// URLs (InitialCluster's must then be https://), the member's
+	// certificate serving and, with ClientCertAuth, presented to its
+	// peers, which need a certificate of TrustedCAFile's CAs. Default
+	// none: http.
+	//
+	// etcd reloads the certificate files of both on its own when they
+	// change (on new connections).
+	PeerTLS tlsconf.Files
 	// Logger receives start and stop records. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -113,6 +138,20 @@ func (o *Options) Validate() error {
 	if o.StartTimeout <= 0 {
 		return fmt.Errorf("embedded: start timeout %v: %w", o.StartTimeout, ErrInvalidOptions)
 	}
+	for _, f := range []struct {
+		port  string
+		files tlsconf.Files
+	}{{"client", o.ClientTLS}, {"peer", o.PeerTLS}} {
+		if !f.files.Enabled() {
+			continue
+		}
+		if err := f.files.Validate(); err != nil {
+			return fmt.Errorf("embedded: %s TLS: %w: %w", f.port, err, ErrInvalidOptions)
+		}
+		if f.files.CertFile == "" {
+			return fmt.Errorf("embedded: %s TLS needs the member's certificate and key: %w", f.port, ErrInvalidOptions)
+		}
+	}
 	if o.InitialCluster != "" {
 		if _, err := o.advertisedPeer(); err != nil {
 			return err
@@ -124,8 +163,9 @@ func (o *Options) Validate() error {
 // advertisedPeer returns the peer URL the member advertises: its own entry
 // of InitialCluster, else PeerAddr.
 func (o *Options) advertisedPeer() (url.URL, error) {
+	scheme := scheme(o.PeerTLS)
 	if o.InitialCluster == "" {
-		return url.URL{Scheme: "http", Host: o.PeerAddr}, nil
+		return url.URL{Scheme: scheme, Host: o.PeerAddr}, nil
 	}
 	m, err := types.NewURLsMap(o.InitialCluster)
 	if err != nil {
@@ -135,10 +175,23 @@ func (o *Options) advertisedPeer() (url.URL, error) {
 	if !ok {
 		return url.URL{}, fmt.Errorf("embedded: initial cluster %q has no member named %q: %w", o.InitialCluster, o.Name, ErrInvalidOptions)
 	}
-	if len(us) != 1 || us[0].Scheme != "http" {
-		return url.URL{}, fmt.Errorf("embedded: initial cluster %q: member %q needs one http:// peer URL: %w", o.InitialCluster, o.Name, ErrInvalidOptions)
+	if len(us) != 1 || us[0].Scheme != scheme {
+		return url.URL{}, fmt.Errorf("embedded: initial cluster %q: member %q needs one %s:// peer URL: %w", o.InitialCluster, o.Name, scheme, ErrInvalidOptions)
 	}
 	return us[0], nil
+}
+
+// scheme is the URL scheme of a port with files: https with TLS.
+func scheme(f tlsconf.Files) string {
+	if f.Enabled() {
+		return "https"
+	}
+	return "http"
+}
+
+// tlsInfo is etcd's form of f.
+func tlsInfo(f tlsconf.Files) transport.TLSInfo {
+	return transport.TLSInfo{CertFile: f.CertFile, KeyFile: f.KeyFile, TrustedCAFile: f.TrustedCAFile, ClientCertAuth: f.ClientCertAuth}
 }
 
 // Etcd is a running embedded etcd.
@@ -204,8 +257,8 @@ func Start(opts Options) (*Etcd, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	cu := url.URL{Scheme: "http", Host: opts.ClientAddr}
-	pu := url.URL{Scheme: "http", Host: opts.PeerAddr}
+	cu := url.URL{Scheme: scheme(opts.ClientTLS), Host: opts.ClientAddr}
+	pu := url.URL{Scheme: scheme(opts.PeerTLS), Host: opts.PeerAddr}
 	apu, _ := opts.advertisedPeer() // checked by Validate
 	cfg := embed.NewConfig()
 	cfg.Name = opts.Name
@@ -214,6 +267,12 @@ func Start(opts Options) (*Etcd, error) {
 	cfg.AdvertiseClientUrls = []url.URL{cu}
 	cfg.ListenPeerUrls = []url.URL{pu}
 	cfg.AdvertisePeerUrls = []url.URL{apu}
+	if opts.ClientTLS.Enabled() {
+		cfg.ClientTLSInfo = tlsInfo(opts.ClientTLS)
+	}
+	if opts.PeerTLS.Enabled() {
+		cfg.PeerTLSInfo = tlsInfo(opts.PeerTLS)
+	}
 	cfg.InitialClusterToken = opts.ClusterToken
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	if opts.InitialCluster != "" {
@@ -254,7 +313,7 @@ func Start(opts Options) (*Etcd, error) {
 	}
 	ep := cu.String()
 	if len(e.Clients) > 0 {
-		ep = "http://" + e.Clients[0].Addr().String()
+		ep = cu.Scheme + "://" + e.Clients[0].Addr().String()
 	}
 	opts.Logger.Info("embedded etcd serving", slog.String("client", ep), slog.String("peer", apu.String()), slog.String("dir", opts.Dir),
 		slog.String("name", opts.Name), slog.Int("members", len(e.Server.Cluster().Members())))

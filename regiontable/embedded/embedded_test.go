@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/cellstore/cell/internal/tlsconf"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -28,11 +31,22 @@ func TestOptionsValidate(t *testing.T) {
 		"not member":  {Dir: "d", Name: "c", InitialCluster: "a=http://127.0.0.1:2380,b=http://127.0.0.1:2390"},
 		"two urls":    {Dir: "d", Name: "a", InitialCluster: "a=http://127.0.0.1:2380,a=http://127.0.0.1:2381"},
 		"https":       {Dir: "d", Name: "a", InitialCluster: "a=https://127.0.0.1:2380"},
+		"http with peer TLS": {Dir: "d", Name: "a", InitialCluster: "a=http://127.0.0.1:2380",
+			PeerTLS: tlsconf.Files{CertFile: "c", KeyFile: "k"}},
+		"client TLS without key":  {Dir: "d", ClientTLS: tlsconf.Files{CertFile: "c"}},
+		"client TLS without cert": {Dir: "d", ClientTLS: tlsconf.Files{TrustedCAFile: "ca", ClientCertAuth: true}},
+		"peer auth without CA":    {Dir: "d", PeerTLS: tlsconf.Files{CertFile: "c", KeyFile: "k", ClientCertAuth: true}},
 	} {
 		o.EnsureDefaults()
 		if err := o.Validate(); !errors.Is(err, ErrInvalidOptions) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	tlsFiles := tlsconf.Files{CertFile: "c", KeyFile: "k", TrustedCAFile: "ca", ClientCertAuth: true}
+	ok := Options{Dir: "d", Name: "a", InitialCluster: "a=https://127.0.0.1:2380", PeerTLS: tlsFiles, ClientTLS: tlsFiles}
+	ok.EnsureDefaults()
+	if err := ok.Validate(); err != nil {
+		t.Errorf("https peers with peer TLS: %v", err)
 	}
 }
 
@@ -107,14 +121,31 @@ func TestSlogCore(t *testing.T) {
 }
 
 // Three members started with the same InitialCluster form one cluster:
-// each is ready once a majority runs and counts three members.
+// each is ready once a majority runs and counts three members; so they do
+// with TLS on their peer ports (peer certificates required).
 func TestInitialCluster(t *testing.T) {
+	t.Run("http", func(t *testing.T) { testInitialCluster(t, tlsconf.Files{}) })
+	t.Run("https", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "certs")
+		if err := tlsconf.WriteDevCerts(dir, nil, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		testInitialCluster(t, tlsconf.Files{CertFile: filepath.Join(dir, tlsconf.ServerCertFile), KeyFile: filepath.Join(dir, tlsconf.ServerKeyFile),
+			TrustedCAFile: filepath.Join(dir, tlsconf.CAFile), ClientCertAuth: true})
+	})
+}
+
+func testInitialCluster(t *testing.T, peerTLS tlsconf.Files) {
 	names := []string{"m1", "m2", "m3"}
 	opts := make([]Options, len(names))
 	var cluster []string
+	scheme := "http"
+	if peerTLS.Enabled() {
+		scheme = "https"
+	}
 	for i, n := range names {
-		opts[i] = Options{Dir: t.TempDir(), Name: n, ClientAddr: freeAddr(t), PeerAddr: freeAddr(t), Logger: slog.New(slog.DiscardHandler)}
-		cluster = append(cluster, n+"=http://"+opts[i].PeerAddr)
+		opts[i] = Options{Dir: t.TempDir(), Name: n, ClientAddr: freeAddr(t), PeerAddr: freeAddr(t), PeerTLS: peerTLS, Logger: slog.New(slog.DiscardHandler)}
+		cluster = append(cluster, n+"="+scheme+"://"+opts[i].PeerAddr)
 	}
 	var wg sync.WaitGroup
 	es := make([]*Etcd, len(names))
