@@ -118,9 +118,14 @@ type Config struct {
 	// server is made with (tlsconf.Source.ClientConfig: it verifies the
 	// servers' certificates and presents the client's, whose role decides
 	// what the servers let it do); it overrides Wire.TLS. Its ServerName,
-	// when empty, is each dialled server's host. Nil: plain TCP. Etcd and
-	// the one-sided read providers are not covered by it yet.
+	// when empty, is each dialled server's host. Nil: plain TCP. It is
+	// also the one-sided tcp reads' configuration unless TCP.TLS is set
+	// (shm reads stay on the host and need none).
 	TLS *tls.Config
+	// EtcdTLS, if set, is the client configuration of the connection to
+	// the etcd cluster of Endpoints (https:// endpoints; etcdctl's
+	// --cacert, --cert, --key). Nil: plain http.
+	EtcdTLS *tls.Config
 
 	// MaxRetries bounds the retries of one operation after errors that
 	// leave it unexecuted (connection lost before sending, server busy,
@@ -255,6 +260,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.TCP.Logger == nil {
 		c.TCP.Logger = c.Logger
+	}
+	if c.TCP.TLS == nil {
+		c.TCP.TLS = c.TLS
 	}
 	c.TCP.EnsureDefaults()
 	if c.SHM.Host == "" {

@@ -87,7 +87,7 @@ func newTableDiscovery(cfg *Config) (*tableDiscovery, error) {
 		return &tableDiscovery{store: cfg.Store, retry: cfg.MaxRetryBackoff, timeout: cfg.EtcdDialTimeout}, nil
 	}
 	st, err := regiontable.OpenEtcd(cfg.Endpoints, regiontable.EtcdOptions{
-		Prefix: cfg.EtcdPrefix, DialTimeout: cfg.EtcdDialTimeout, Logger: cfg.Logger,
+		Prefix: cfg.EtcdPrefix, DialTimeout: cfg.EtcdDialTimeout, Logger: cfg.Logger, TLS: cfg.EtcdTLS,
 	})
 	if err != nil {
 		return nil, err

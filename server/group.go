@@ -364,7 +364,11 @@ func (s *Server) openRaftListener() error {
 			adv = advertise(s.opts.RaftListen)
 		}
 	}
-	m, err := raftmux.Listen(s.opts.RaftListen, raftmux.Options{Logger: s.log, AdvertiseAddr: adv, Faults: s.opts.TestingKnobs.RaftFaults})
+	mo := raftmux.Options{Logger: s.log, AdvertiseAddr: adv, Faults: s.opts.TestingKnobs.RaftFaults}
+	if s.opts.RaftTLS != nil {
+		mo.ServerTLS, mo.ClientTLS = s.opts.RaftTLS, s.opts.PeerTLS
+	}
+	m, err := raftmux.Listen(s.opts.RaftListen, mo)
 	if err != nil {
 		return fmt.Errorf("server: listen for raft on %s: %w", s.opts.RaftListen, err)
 	}

@@ -62,6 +62,13 @@ type Options struct {
 	// the cell-server role where they require client certificates, and
 	// a CA their TLS trusts. Nil: plain TCP.
 	PeerTLS *tls.Config
+	// RaftTLS, if set, is the server configuration of the raft port
+	// (tlsconf.Source.ServerConfig of the peer files, client certificates
+	// required): raft's connections are TLS both ways, dialled with
+	// PeerTLS, and both ends must hold the cell-server role
+	// (raftmux.Options.ServerTLS). The one-sided read port serves TLS
+	// with TLS's configuration. Requires PeerTLS.
+	RaftTLS *tls.Config
 	// RDMAListen is the address of the tcp one-sided read responder.
 	// Default 127.0.0.1:7071.
 	RDMAListen string
@@ -490,6 +497,10 @@ func (o *Options) Validate() error {
 		return bad("client certificate authentication without TLS")
 	case o.TLS != nil && o.PeerTLS == nil:
 		return bad("TLS on the RPC port without PeerTLS: the server could not call the other servers' ports")
+	case o.RaftTLS != nil && o.PeerTLS == nil:
+		return bad("TLS on the raft port without PeerTLS: the server could not dial the other servers' raft ports")
+	case o.RaftTLS != nil && o.RaftTLS.ClientAuth != tls.RequireAndVerifyClientCert && o.RaftTLS.GetConfigForClient == nil:
+		return bad("TLS on the raft port must require client certificates (peers prove the server role)")
 	}
 	if err := regiontable.ValidServerID(o.ServerID); err != nil {
 		return fmt.Errorf("server: %w: %w", err, ErrInvalidOptions)

@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,6 +72,9 @@ type serverOptions struct {
 	env []string
 	// flags are added to the command line (--replicas 3, say).
 	flags []string
+	// clientTLS, when the flags make the server serve TLS, is what the
+	// test's readiness pings and clients dial it with.
+	clientTLS *tls.Config
 }
 
 // cellServer is a running cellserver subprocess with its embedded etcd,
@@ -80,7 +84,8 @@ type cellServer struct {
 	dataDir                              string
 	rpc, rdma, metrics, raft, etcd, peer string   // etcd: the client endpoint; peer: "" unless embedded
 	args, env                            []string // cellserver's flags and extra environment
-	launchedAt                           int      // length of out when the process was started
+	clientTLS                            *tls.Config
+	launchedAt                           int // length of out when the process was started
 	cmd                                  *exec.Cmd
 	out                                  *testutil.SyncBuffer
 	exited                               chan struct{}
@@ -159,7 +164,7 @@ func newServer(t testing.TB, o serverOptions) *cellServer {
 		args = append(args, "--etcd-listen", s.etcd, "--etcd-peer-listen", s.peer)
 	}
 	args = append(args, o.flags...)
-	s.args, s.env = args, o.env
+	s.args, s.env, s.clientTLS = args, o.env, o.clientTLS
 	return s
 }
 
@@ -265,7 +270,11 @@ func (s *cellServer) ready(ctx context.Context, store regiontable.Store) error {
 	if !slices.ContainsFunc(ms, func(m regiontable.Member) bool { return m.ID == s.id }) {
 		return fmt.Errorf("%s not among the members %+v", s.id, ms)
 	}
-	c, err := wire.Dial(ctx, s.rpc, nil)
+	var wo *wire.Options
+	if s.clientTLS != nil {
+		wo = &wire.Options{TLS: s.clientTLS}
+	}
+	c, err := wire.Dial(ctx, s.rpc, wo)
 	if err != nil {
 		return err
 	}
@@ -341,6 +350,7 @@ func (s *cellServer) clientConfig(t testing.TB) client.Config {
 	return client.Config{
 		Endpoints: []string{s.etcd},
 		Logger:    slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		TLS:       s.clientTLS,
 	}
 }
 

@@ -46,7 +46,21 @@ func (g *globals) clientConfig() (client.Config, error) {
 	if err != nil {
 		return client.Config{}, err
 	}
-	return client.Config{Endpoints: eps, EtcdPrefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout, TLS: tc}, nil
+	return client.Config{Endpoints: eps, EtcdPrefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout, TLS: tc,
+		EtcdTLS: etcdTLS(eps, tc)}, nil
+}
+
+// etcdTLS is the TLS configuration of the etcd connection: --cacert,
+// --cert and --key, as etcdctl takes them, when an endpoint is https://
+// (etcd then serves TLS, with the servers' CA in a development cluster);
+// nil for http:// and bare host:port endpoints.
+func etcdTLS(eps []string, tc *tls.Config) *tls.Config {
+	for _, ep := range eps {
+		if strings.HasPrefix(ep, "https://") {
+			return tc
+		}
+	}
+	return nil
 }
 
 // serverTLS is the TLS configuration of --cacert, --cert and --key for
@@ -95,7 +109,12 @@ func (g *globals) openTable() (*regiontable.Etcd, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := regiontable.OpenEtcd(eps, regiontable.EtcdOptions{Prefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout})
+	tc, err := g.serverTLS()
+	if err != nil {
+		return nil, err
+	}
+	store, err := regiontable.OpenEtcd(eps, regiontable.EtcdOptions{Prefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout,
+		TLS: etcdTLS(eps, tc)})
 	if err != nil {
 		return nil, err
 	}

@@ -85,8 +85,8 @@ cluster's client container sets it), below CELLCTL_ENDPOINTS.`,
 	pf.VarP(&g.output, "write-out", "w", "output format: simple (plain values, aligned tables), table (bordered), json or fields (etcdctl's \"name\" : value lines)")
 	pf.DurationVar(&g.timeout, "command-timeout", 15*time.Second, "time limit of a command (bench: of its connection and preload)")
 	pf.DurationVar(&g.dialTimeout, "dial-timeout", 5*time.Second, "time limit of connecting to etcd and to a server")
-	pf.StringVar(&g.cacert, "cacert", "", "CA file that verifies Cell's servers' certificates: connect to them over TLS (cellserver's --trusted-ca-file; not etcd)")
-	pf.StringVar(&g.cert, "cert", "", "certificate file presented to Cell's servers (needs --key); its role (cellctl certs: client, admin) decides what they allow")
+	pf.StringVar(&g.cacert, "cacert", "", "CA file that verifies Cell's servers' certificates: connect to them over TLS (and to etcd at https:// endpoints, as etcdctl)")
+	pf.StringVar(&g.cert, "cert", "", "certificate file presented to Cell's servers and an https:// etcd (needs --key); its role (cellctl certs: client, admin) decides what the servers allow")
 	pf.StringVar(&g.key, "key", "", "key file of --cert")
 
 	root.AddCommand(

@@ -305,6 +305,8 @@ func parseTLS(cfg *config, clientAuth, peerAuth string) error {
 		return errors.New("--trusted-ca-file or --client-cert-auth without --cert-file: the RPC port serves TLS only with a certificate")
 	case cfg.tls.Enabled() && !cfg.peerTLS.Enabled():
 		return errors.New("--cert-file without --peer-trusted-ca-file (and --peer-cert-file, --peer-key-file where servers require client certificates): this server could not call the other servers' TLS ports")
+	case cfg.peerTLS.CertFile != "" && cfg.peerTLS.TrustedCAFile == "":
+		return errors.New("--peer-cert-file without --peer-trusted-ca-file: raft over TLS verifies every peer's certificate")
 	}
 	return nil
 }

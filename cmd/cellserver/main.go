@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -126,6 +127,8 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 			Name:           cfg.etcdName,
 			InitialCluster: cfg.etcdCluster,
 			Logger:         log,
+			ClientTLS:      cfg.tls,
+			PeerTLS:        etcdPeerTLS(cfg),
 		})
 		if err != nil {
 			return err
@@ -138,7 +141,12 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		}()
 		endpoints = e.Endpoints()
 	}
-	store, err := regiontable.OpenEtcd(endpoints, regiontable.EtcdOptions{Prefix: cfg.etcdPrefix, LeaseTTL: cfg.leaseTTL, Logger: log})
+	tc, err := tlsConfigs(cfg)
+	if err != nil {
+		return err
+	}
+	store, err := regiontable.OpenEtcd(endpoints, regiontable.EtcdOptions{Prefix: cfg.etcdPrefix, LeaseTTL: cfg.leaseTTL, Logger: log,
+		TLS: tc.etcd(endpoints)})
 	if err != nil {
 		return err
 	}
@@ -148,10 +156,6 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 	pcancel()
 	if err != nil {
 		return fmt.Errorf("etcd at %v does not answer: %w", endpoints, err)
-	}
-	rpcTLS, peerTLS, err := tlsConfigs(cfg)
-	if err != nil {
-		return err
 	}
 	srv, err := server.New(server.Options{
 		DataDir:          cfg.dataDir,
@@ -193,9 +197,10 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		MaxFrameSize:          wireHeaderSize + cfg.maxRequestBytes,
 		TestingKnobs:          knobs,
 
-		TLS:            rpcTLS,
+		TLS:            tc.rpc,
 		ClientCertAuth: cfg.tls.ClientCertAuth,
-		PeerTLS:        peerTLS,
+		PeerTLS:        tc.peer,
+		RaftTLS:        tc.raft,
 	})
 	if err != nil {
 		return err
@@ -249,17 +254,61 @@ func offIfZero(d time.Duration) time.Duration { return balanceInterval(d) }
 // configuration this server calls the other servers' RPC ports with, both
 // nil without TLS on the RPC port. They read their files again when the
 // files change.
-func tlsConfigs(cfg *config) (rpc, peer *tls.Config, err error) {
-	if !cfg.tls.Enabled() {
-		return nil, nil, nil
+func tlsConfigs(cfg *config) (tlsConfs, error) {
+	var tc tlsConfs
+	if cfg.tls.Enabled() {
+		src, err := tlsconf.NewSource(cfg.tls)
+		if err != nil {
+			return tc, fmt.Errorf("TLS of the RPC port: %w", err)
+		}
+		tc.rpc = src.ServerConfig()
 	}
-	src, err := tlsconf.NewSource(cfg.tls)
-	if err != nil {
-		return nil, nil, fmt.Errorf("TLS of the RPC port: %w", err)
+	if cfg.peerTLS.Enabled() {
+		psrc, err := tlsconf.NewSource(cfg.peerTLS)
+		if err != nil {
+			return tc, fmt.Errorf("peer TLS: %w", err)
+		}
+		tc.peer = psrc.ClientConfig("")
 	}
-	psrc, err := tlsconf.NewSource(cfg.peerTLS)
-	if err != nil {
-		return nil, nil, fmt.Errorf("peer TLS: %w", err)
+	if cfg.peerTLS.CertFile != "" {
+		// Raft's port: peers prove the server role with their
+		// certificates, so they are always required there.
+		f := cfg.peerTLS
+		f.ClientCertAuth = true
+		rsrc, err := tlsconf.NewSource(f)
+		if err != nil {
+			return tc, fmt.Errorf("raft TLS: %w", err)
+		}
+		tc.raft = rsrc.ServerConfig()
 	}
-	return src.ServerConfig(), psrc.ClientConfig(""), nil
+	return tc, nil
+}
+
+// tlsConfs are the TLS configurations a cellserver runs with, nil where
+// plain TCP.
+type tlsConfs struct {
+	rpc  *tls.Config // the RPC and one-sided read ports (server side)
+	peer *tls.Config // calls to other servers and to etcd (client side)
+	raft *tls.Config // the raft port (server side)
+}
+
+// etcd is the configuration of the connection to etcd at endpoints: the
+// peer one (this server's certificate, the peers' CAs) when they are
+// https://, as the embedded etcd's are when --cert-file is set.
+func (tc tlsConfs) etcd(endpoints []string) *tls.Config {
+	for _, ep := range endpoints {
+		if strings.HasPrefix(ep, "https://") {
+			return tc.peer
+		}
+	}
+	return nil
+}
+
+// etcdPeerTLS is the embedded etcd's peer port TLS: the peer files, with
+// --peer-client-cert-auth, when --peer-cert-file is set.
+func etcdPeerTLS(cfg *config) tlsconf.Files {
+	if cfg.peerTLS.CertFile == "" {
+		return tlsconf.Files{}
+	}
+	return cfg.peerTLS
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cellstore/cell/internal/buildinfo"
 	"github.com/cellstore/cell/internal/testutil"
+	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -358,7 +359,14 @@ func TestCellserverTLS(t *testing.T) {
 		"--cert-file", cf("server.crt"), "--key-file", cf("server.key"), "--trusted-ca-file", cf("ca.crt"), "--client-cert-auth",
 		"--peer-cert-file", cf("server.crt"), "--peer-key-file", cf("server.key"), "--peer-trusted-ca-file", cf("ca.crt"),
 	)
-	store, err := regiontable.OpenEtcd([]string{etcdListen}, regiontable.EtcdOptions{})
+	// The embedded etcd serves TLS on its client port too, with the same
+	// certificate and client certificates required.
+	etcdURL := "https://" + etcdListen
+	src, err := tlsconf.NewSource(tlsconf.Files{CertFile: cf("admin.crt"), KeyFile: cf("admin.key"), TrustedCAFile: cf("ca.crt")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := regiontable.OpenEtcd([]string{etcdURL}, regiontable.EtcdOptions{TLS: src.ClientConfig("")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,6 +374,20 @@ func TestCellserverTLS(t *testing.T) {
 	m := waitMember(t, p, store)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
 	defer cancel()
+
+	// Without a client certificate etcd refuses, saying why.
+	nocert, err := tlsconf.NewSource(tlsconf.Files{TrustedCAFile: cf("ca.crt")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := regiontable.OpenEtcd([]string{etcdURL}, regiontable.EtcdOptions{TLS: nocert.ClientConfig(""), DialTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bare.Connect(ctx); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("etcd without a client certificate: %v", err)
+	}
+	bare.Close()
 
 	// Plain TCP is refused, not lost.
 	pc, err := wire.Dial(ctx, m.RPCAddr, nil)
@@ -379,7 +401,7 @@ func TestCellserverTLS(t *testing.T) {
 	}
 
 	ctl := func(cert string, args ...string) (string, error) {
-		args = append([]string{"--endpoints", etcdListen, "--cacert", cf("ca.crt"), "--cert", cf(cert + ".crt"), "--key", cf(cert + ".key")}, args...)
+		args = append([]string{"--endpoints", etcdURL, "--cacert", cf("ca.crt"), "--cert", cf(cert + ".crt"), "--key", cf(cert + ".key")}, args...)
 		out, err := exec.Command(cellctl, args...).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
@@ -395,8 +417,19 @@ func TestCellserverTLS(t *testing.T) {
 	if out, err := ctl("admin", "check"); err != nil {
 		t.Fatalf("cellctl check with an admin certificate: %v: %s", err, out)
 	}
+	// One-sided reads over the tcp responder, which serves TLS too.
+	out, err := ctl("client", "bench", "--workload", "get", "--provider", "tcp", "--mode", "client", "--keys", "200",
+		"--clients", "1", "--warmup", "0s", "--duration", "1s", "--no-progress")
+	if err != nil || !strings.Contains(out, "client-side") || strings.Contains(out, " 0 client-side") {
+		t.Fatalf("one-sided reads over TLS: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "one-sided reads") {
+			t.Log(strings.TrimSpace(l))
+		}
+	}
 	// cellctl's variables name the files too.
-	cmd := exec.Command(cellctl, "--endpoints", etcdListen, "get", "hello")
+	cmd := exec.Command(cellctl, "--endpoints", etcdURL, "get", "hello")
 	cmd.Env = append(os.Environ(), "CELLCTL_CACERT="+cf("ca.crt"), "CELLCTL_CERT="+cf("client.crt"), "CELLCTL_KEY="+cf("client.key"))
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "world") {
 		t.Fatalf("cellctl get with CELLCTL_CACERT etc.: %q, %v", out, err)
