@@ -8,15 +8,20 @@
 //	cellprobe idle            waits for SIGTERM or SIGINT: the main process of a container kept for docker exec
 //
 // A probe gives up after --timeout (3s) and exits 1 with one line on
-// stderr; 2 is a usage error.
+// stderr; 2 is a usage error. With --cacert (and --cert, --key where the
+// other end requires a client certificate) the etcd probe speaks https and
+// the server probe TLS, as in the compose cluster's TLS variant
+// (docker-compose.tls.yml).
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -24,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -35,11 +41,24 @@ func run(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cellprobe", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	timeout := fs.Duration("timeout", 3*time.Second, "time limit of the probe")
+	var files tlsconf.Files
+	fs.StringVar(&files.TrustedCAFile, "cacert", "", "CA file that verifies the probed end's certificate: probe over TLS")
+	fs.StringVar(&files.CertFile, "cert", "", "client certificate file, for ends that require one")
+	fs.StringVar(&files.KeyFile, "key", "", "key file of --cert")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: cellprobe [--timeout 3s] etcd [URL] | server [ADDR] | ready [URL] | idle\n")
+		fmt.Fprintf(stderr, "Usage: cellprobe [--timeout 3s] [--cacert F [--cert F --key F]] etcd [URL] | server [ADDR] | ready [URL] | idle\n")
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	var tc *tls.Config
+	if files.Enabled() {
+		src, err := tlsconf.NewSource(files)
+		if err != nil {
+			fmt.Fprintf(stderr, "cellprobe: %v\n", err)
+			return 2
+		}
+		tc = src.ClientConfig("")
 	}
 	if fs.NArg() < 1 || fs.NArg() > 2 {
 		fs.Usage()
@@ -56,11 +75,11 @@ func run(args []string, stderr io.Writer) int {
 	var err error
 	switch fs.Arg(0) {
 	case "etcd":
-		err = probeEtcd(ctx, arg("http://127.0.0.1:2379"))
+		err = probeEtcd(ctx, arg("http://127.0.0.1:2379"), tc)
 	case "server":
-		err = probeServer(ctx, arg("127.0.0.1:7070"))
+		err = probeServer(ctx, arg("127.0.0.1:7070"), tc)
 	case "ready":
-		err = probeReady(ctx, arg("http://127.0.0.1:7072"))
+		err = probeReady(ctx, arg("http://127.0.0.1:7072"), tc)
 	case "idle":
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -79,8 +98,8 @@ func run(args []string, stderr io.Writer) int {
 
 // probeEtcd asks etcd's /health endpoint, which answers "true" only when
 // the member has a leader and a read through raft succeeds.
-func probeEtcd(ctx context.Context, base string) error {
-	base, resp, err := httpGet(ctx, base, "/health")
+func probeEtcd(ctx context.Context, base string, tc *tls.Config) error {
+	base, resp, err := httpGet(ctx, base, "/health", tc)
 	if err != nil {
 		return err
 	}
@@ -100,8 +119,12 @@ func probeEtcd(ctx context.Context, base string) error {
 
 // probeServer pings a cellserver. A server answers only once it serves:
 // it binds its RPC listener after it has rebuilt its region.
-func probeServer(ctx context.Context, addr string) error {
-	c, err := wire.Dial(ctx, addr, nil)
+func probeServer(ctx context.Context, addr string, tc *tls.Config) error {
+	var o *wire.Options
+	if tc != nil {
+		o = &wire.Options{TLS: tc}
+	}
+	c, err := wire.Dial(ctx, addr, o)
 	if err != nil {
 		return err
 	}
@@ -118,8 +141,8 @@ func probeServer(ctx context.Context, addr string) error {
 // once it started and serves every region whose raft group it leads, 503
 // and why not otherwise (starting, a region not taken over yet, a failed
 // log).
-func probeReady(ctx context.Context, base string) error {
-	base, resp, err := httpGet(ctx, base, "/readyz")
+func probeReady(ctx context.Context, base string, tc *tls.Config) error {
+	base, resp, err := httpGet(ctx, base, "/readyz", tc)
 	if err != nil {
 		return err
 	}
@@ -131,9 +154,9 @@ func probeReady(ctx context.Context, base string) error {
 	return nil
 }
 
-// httpGet GETs path at base ("host:port" or a URL) and returns base as a
-// URL with the response; the caller closes its body.
-func httpGet(ctx context.Context, base, path string) (string, *http.Response, error) {
+// httpGet GETs path at base ("host:port" or a URL; https:// with tc) and
+// returns base as a URL with the response; the caller closes its body.
+func httpGet(ctx context.Context, base, path string, tc *tls.Config) (string, *http.Response, error) {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
@@ -141,6 +164,13 @@ func httpGet(ctx context.Context, base, path string) (string, *http.Response, er
 	if err != nil {
 		return base, nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	hc := http.DefaultClient
+	if tc != nil && req.URL.Scheme == "https" {
+		hc = &http.Client{Transport: &http.Transport{DialTLSContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := tls.Dialer{Config: tlsconf.ForAddr(tc, addr)}
+			return d.DialContext(ctx, network, addr)
+		}}}
+	}
+	resp, err := hc.Do(req)
 	return base, resp, err
 }

@@ -5,8 +5,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/cellstore/cell/internal/tlsconf"
 )
 
 func TestProbeEtcd(t *testing.T) {
@@ -73,5 +77,41 @@ func TestProbeFailures(t *testing.T) {
 		if code := run(args, io.Discard); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
+	}
+}
+
+// TestProbeEtcdTLS: with --cacert, --cert and --key the etcd probe speaks
+// https to an end that requires client certificates; without a client
+// certificate, or trusting another CA, it fails.
+func TestProbeEtcdTLS(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "certs")
+	if err := tlsconf.WriteDevCerts(dir, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "other")
+	if err := tlsconf.WriteDevCerts(other, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	cf := func(d, n string) string { return filepath.Join(d, n) }
+	src, err := tlsconf.NewSource(tlsconf.Files{CertFile: cf(dir, tlsconf.ServerCertFile), KeyFile: cf(dir, tlsconf.ServerKeyFile),
+		TrustedCAFile: cf(dir, tlsconf.CAFile), ClientCertAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"health":"true","reason":""}`)
+	}))
+	srv.TLS = src.ServerConfig()
+	srv.StartTLS()
+	defer srv.Close()
+	ok := []string{"--cacert", cf(dir, tlsconf.CAFile), "--cert", cf(dir, tlsconf.ClientCertFile), "--key", cf(dir, tlsconf.ClientKeyFile), "etcd", srv.URL}
+	if code := run(ok, io.Discard); code != 0 {
+		t.Fatalf("https etcd with a client certificate: exit %d", code)
+	}
+	if code := run([]string{"--timeout", "2s", "--cacert", cf(dir, tlsconf.CAFile), "etcd", srv.URL}, io.Discard); code != 1 {
+		t.Fatalf("https etcd without a client certificate: exit %d, want 1", code)
+	}
+	if code := run([]string{"--timeout", "2s", "--cacert", cf(other, tlsconf.CAFile), "--cert", cf(other, tlsconf.ClientCertFile), "--key", cf(other, tlsconf.ClientKeyFile), "etcd", srv.URL}, io.Discard); code != 1 {
+		t.Fatalf("https etcd of another CA: exit %d, want 1", code)
 	}
 }
