@@ -104,6 +104,17 @@ images:
 certs:
 	$(GO) run ./cmd/cellctl certs --dir $(CERTS_DIR) --hosts $(CERTS_HOSTS)
 
+# Development certificates for the compose cluster's TLS variant
+# (docker-compose.tls.yml): a CA and server, admin and client
+# certificates in $(COMPOSE_CERTS_DIR) (docker-compose.tls.yml's default
+# CELL_CERTS_DIR), the server's valid for every container's name and its
+# address on $(CELL_NET).0/24.
+COMPOSE_CERTS_DIR ?= build/certs
+CELL_NET  ?= 172.28.77
+COMPOSE_HOSTS = localhost,127.0.0.1,etcd1,etcd2,etcd3,cell1,cell2,cell3,cell4,cell5,client,$(CELL_NET).11,$(CELL_NET).12,$(CELL_NET).13,$(CELL_NET).21,$(CELL_NET).22,$(CELL_NET).23,$(CELL_NET).24,$(CELL_NET).25,$(CELL_NET).30
+compose-certs:
+	$(GO) run ./cmd/cellctl certs --dir $(COMPOSE_CERTS_DIR) --hosts $(COMPOSE_HOSTS)
+
 clean:
 	$(GO) clean -testcache
 	rm -rf $(IMAGE_DIR)

@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/regiontable"
 )
 
@@ -65,6 +67,38 @@ type composeCluster struct {
 	HostReachesServers bool
 
 	env []string // docker-compose's environment
+
+	// Extra is a compose file used on top of File (the TLS variant), and
+	// Certs the certificates it mounts; both "" without TLS.
+	Extra, Certs string
+}
+
+// fileArgs are docker-compose's project and file arguments.
+func (c *composeCluster) fileArgs() []string {
+	a := []string{"-p", c.Project, "-f", c.File}
+	if c.Extra != "" {
+		a = append(a, "-f", c.Extra)
+	}
+	return a
+}
+
+// composeCerts writes development certificates valid for the compose
+// cluster's containers on subnet net (their names, their addresses, and
+// the host's loopback for the published ports) into a new directory.
+func composeCerts(t *testing.T, net string) string {
+	t.Helper()
+	hosts := []string{"localhost", "127.0.0.1", "etcd1", "etcd2", "etcd3", "client"}
+	for _, n := range []int{11, 12, 13, 21, 22, 23, 24, 25, 30} {
+		hosts = append(hosts, fmt.Sprintf("%s.%d", net, n))
+	}
+	for i := range composeCells {
+		hosts = append(hosts, fmt.Sprintf("cell%d", i+1))
+	}
+	dir := filepath.Join(t.TempDir(), "certs")
+	if err := tlsconf.WriteDevCerts(dir, hosts, 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // requireDocker skips the test unless docker, docker-compose and a
@@ -93,6 +127,20 @@ func requireDocker(t testing.TB) {
 // docker-compose.yml reads (CELL_DEAD_AFTER=8s, say).
 func composeUp(t *testing.T, env ...string) *composeCluster {
 	t.Helper()
+	return composeUpWith(t, false, env...)
+}
+
+// composeUpTLS is composeUp of the TLS variant (docker-compose.tls.yml on
+// top): certificates from `cellctl certs` for the project's subnet, every
+// port on TLS with client certificates required. Certs is their
+// directory; EtcdEndpoints are https:// URLs.
+func composeUpTLS(t *testing.T, env ...string) *composeCluster {
+	t.Helper()
+	return composeUpWith(t, true, env...)
+}
+
+func composeUpWith(t *testing.T, withTLS bool, env ...string) *composeCluster {
+	t.Helper()
 	requireDocker(t)
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -112,6 +160,9 @@ func composeUp(t *testing.T, env ...string) *composeCluster {
 	if len(c.Project) > 48 {
 		c.Project = c.Project[:48]
 	}
+	if withTLS {
+		c.Extra = filepath.Join(root, "docker-compose.tls.yml")
+	}
 	reapComposeProjects(t, c.File)
 	start := time.Now()
 	buildImages(t, root)
@@ -122,6 +173,10 @@ func composeUp(t *testing.T, env ...string) *composeCluster {
 	for attempt := 1; ; attempt++ {
 		c.Net = freeSubnet(t)
 		c.env = append(append(os.Environ(), env...), "CELL_NET="+c.Net)
+		if withTLS {
+			c.Certs = composeCerts(t, c.Net)
+			c.env = append(c.env, "CELL_CERTS_DIR="+c.Certs)
+		}
 		for i := range c.Etcd {
 			c.env = append(c.env, fmt.Sprintf("CELL_ETCD%d_PORT=", i+1))
 		}
@@ -148,7 +203,11 @@ func composeUp(t *testing.T, env ...string) *composeCluster {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			t.Fatalf("docker-compose port %s 2379: %q", svc, addr)
 		}
-		c.EtcdEndpoints = append(c.EtcdEndpoints, "http://"+addr)
+		scheme := "http://"
+		if withTLS {
+			scheme = "https://"
+		}
+		c.EtcdEndpoints = append(c.EtcdEndpoints, scheme+addr)
 	}
 	conn, err := net.DialTimeout("tcp", c.Net+".21:7070", 2*time.Second)
 	if err == nil {
@@ -252,7 +311,7 @@ func freeSubnet(t *testing.T) string {
 func (c *composeCluster) composeErr(timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "docker-compose", append([]string{"-p", c.Project, "-f", c.File}, args...)...)
+	cmd := exec.CommandContext(ctx, "docker-compose", append(c.fileArgs(), args...)...)
 	cmd.Env = c.env
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -274,7 +333,7 @@ func (c *composeCluster) Exec(t testing.TB, service string, args ...string) (cod
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "docker-compose", append([]string{"-p", c.Project, "-f", c.File, "exec", "-T", service}, args...)...)
+	cmd := exec.CommandContext(ctx, "docker-compose", append(c.fileArgs(), append([]string{"exec", "-T", service}, args...)...)...)
 	cmd.Env = c.env
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -348,7 +407,16 @@ func (c *composeCluster) WaitHealthy(t testing.TB, service string, timeout time.
 // when the test ends.
 func (c *composeCluster) Table(t testing.TB) *regiontable.Etcd {
 	t.Helper()
-	st, err := regiontable.OpenEtcd(c.EtcdEndpoints, regiontable.EtcdOptions{Logger: slog.New(slog.DiscardHandler)})
+	var tc *tls.Config
+	if c.Certs != "" {
+		src, err := tlsconf.NewSource(tlsconf.Files{CertFile: filepath.Join(c.Certs, tlsconf.AdminCertFile),
+			KeyFile: filepath.Join(c.Certs, tlsconf.AdminKeyFile), TrustedCAFile: filepath.Join(c.Certs, tlsconf.CAFile)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc = src.ClientConfig("")
+	}
+	st, err := regiontable.OpenEtcd(c.EtcdEndpoints, regiontable.EtcdOptions{Logger: slog.New(slog.DiscardHandler), TLS: tc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,6 @@ if [[ ! -s $DB/index/db.json ]]; then
   mv "$tmp" "$DB"
 fi
 
-echo "govulncheck $GOVULNCHECK_VERSION, database $VULNDB_VERSION ($(sed -n 's/.*"modified":"\([^"]*\)".*/\1/p' "$DB/index/db.json")), $(go version)"
+echo "govulncheck $GOVULNCHECK_VERSION, database golang.org/x/vulndb@$VULNDB_VERSION, $(go version)"
 go run "golang.org/x/vuln/cmd/govulncheck@$GOVULNCHECK_VERSION" -db "file://$DB" ./...
 (cd ycsb && go run "golang.org/x/vuln/cmd/govulncheck@$GOVULNCHECK_VERSION" -db "file://$DB" ./...)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
@@ -65,6 +66,9 @@ func TestRangeOutput(t *testing.T) {
 	}
 	res := rangeOutput(rangeFlags{}, pairs, nil)
 	js, _ := json.Marshal(res)
+	// encoding/json writes the replacement character escaped up to Go
+	// 1.26 and as itself from 1.27: the same JSON string either way.
+	js = bytes.ReplaceAll(js, []byte(string(utf8.RuneError)), []byte(`\ufffd`))
 	if want := `{"pairs":[{"key":"a","value":"1"},{"key":"b c","value":""},{"key":"\ufffd","key_hex":"ff","value":"x"}],"count":3,"more":false}`; string(js) != want {
 		t.Errorf("range JSON %s\nwant %s", js, want)
 	}
