@@ -150,7 +150,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&maxRows, "max-range-rows", strconv.Itoa(server.DefaultMaxRangePairs), "pairs in one range reply; the client pages on")
 	str(&maxRangeBytes, "max-range-bytes", "1MiB", "bytes of pairs in one range reply (a reply carries at least one pair); the client pages on")
 	str(&maxRequest, "max-request-bytes", "4MiB", "largest request or reply body (a frame less its 32-byte header), at least 64KiB; larger requests are answered FrameTooLarge. Clients must allow as much (wire.Options.MaxFrameSize)")
-	str(&cfg.tls.CertFile, "cert-file", "", "certificate of the RPC port (PEM, with any intermediates): serve it over TLS")
+	str(&cfg.tls.CertFile, "cert-file", "", "certificate of the RPC port (PEM, with any intermediates): serve it, the one-sided read port and the embedded etcd's client port over TLS")
 	str(&cfg.tls.KeyFile, "key-file", "", "key of --cert-file")
 	str(&cfg.tls.TrustedCAFile, "trusted-ca-file", "", "CAs that verify client certificates on the RPC port (and the other servers' peer certificates)")
 	boolStr := func(p *string, name, def, usage string) {
@@ -161,10 +161,10 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		fs.Var(bareBool{p}, name, usage+" (env "+envName(name)+")")
 	}
 	boolStr(&clientAuth, "client-cert-auth", "false", "require a client certificate signed by --trusted-ca-file on the RPC port; its role (OU cell-client, cell-admin, cell-server) decides which ops it may send")
-	str(&cfg.peerTLS.CertFile, "peer-cert-file", "", "certificate this server presents when it calls other servers (role cell-server where they require client certificates)")
+	str(&cfg.peerTLS.CertFile, "peer-cert-file", "", "certificate this server presents when it calls other servers and etcd, and serves on the raft port (which then speaks TLS); role cell-server")
 	str(&cfg.peerTLS.KeyFile, "peer-key-file", "", "key of --peer-cert-file")
 	str(&cfg.peerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "CAs that verify the other servers' certificates when this server calls them")
-	boolStr(&peerAuth, "peer-client-cert-auth", "false", "require peer certificates on the server-to-server ports (raft); the RPC port follows --client-cert-auth")
+	boolStr(&peerAuth, "peer-client-cert-auth", "false", "require peer certificates on the embedded etcd's peer port (the raft port, TLS with --peer-cert-file, always requires the cell-server role); the RPC port follows --client-cert-auth")
 	showVersion := fs.Bool("version", false, "print the version and VCS revision, then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n       cellserver wipe [--data-dir DIR] [--shm-dir DIR]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n'cellserver wipe' deletes a stopped server's data directory and its\nregion files (in --shm-dir and hugetlbfs too).\n\nFlags:\n")
