@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# selector-bench.sh: the selector against the fixed modes on YCSB A-E, over
+# shm and tcp, unpinned (issue #11: adaptive >= 0.95x the best fixed mode
+# on every workload, over shm and tcp, on this 2-core machine).
+#
+# One cellserver (--cores 1, RF 1, its log synced), cellctl bench on the
+# same host, neither pinned; $KEYS keys stored once, then for each repeat,
+# workload, provider and mode (server, client, adaptive) a run of
+# $DURATION after $WARMUP, with caching on, $CLIENTS clients x $IN_FLIGHT
+# in flight. Modes of one workload and provider run back to back, in an
+# order that rotates with the repeat, so that a disturbance hits them
+# alike. Prints every run, then per workload and provider the medians and
+# adaptive / best fixed.
+#
+# Usage: test/selector-bench.sh
+# Environment: DURATION (5s), WARMUP (2s), KEYS (100000), CLIENTS (8),
+# IN_FLIGHT (1), REPEAT (2), WORKLOADS (a b c d e), PROVIDERS (shm tcp),
+# BIN (a directory with cellserver and cellctl; default: build them),
+# BASE_PORT (27170), OUT (a temp dir: the JSON of every run).
+set -euo pipefail
+
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-2s}
+KEYS=${KEYS:-100000}
+CLIENTS=${CLIENTS:-8}
+IN_FLIGHT=${IN_FLIGHT:-1}
+REPEAT=${REPEAT:-2}
+WORKLOADS=${WORKLOADS:-a b c d e}
+PROVIDERS=${PROVIDERS:-shm tcp}
+BASE_PORT=${BASE_PORT:-27170}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d -t cell-selector-XXXXXX)
+OUT=${OUT:-$work/out}
+mkdir -p "$OUT"
+server_pid=
+
+cleanup() {
+	if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
+		kill -TERM "$server_pid"
+		for _ in $(seq 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.2; done
+		kill -KILL "$server_pid" 2>/dev/null || true
+	fi
+	[[ -x $work/bin/cellserver ]] && "$work/bin/cellserver" wipe --data-dir "$work/data" >/dev/null 2>&1 || true
+	rm -rf "$work/bin" "$work/data"
+}
+trap cleanup EXIT
+
+mkdir -p "$work/bin"
+if [[ -n ${BIN:-} ]]; then
+	cp "$BIN/cellserver" "$BIN/cellctl" "$work/bin/"
+else
+	echo "# building cellserver and cellctl" >&2
+	(cd "$root" && go build -o "$work/bin/" ./cmd/cellserver ./cmd/cellctl)
+fi
+
+etcd=127.0.0.1:$((BASE_PORT + 9))
+"$work/bin/cellserver" --data-dir "$work/data" --cores 1 \
+	--listen 127.0.0.1:$BASE_PORT --rdma-listen 127.0.0.1:$((BASE_PORT + 1)) --metrics-listen 127.0.0.1:$((BASE_PORT + 2)) --raft-listen 127.0.0.1:$((BASE_PORT + 3)) \
+	--etcd-listen "$etcd" --etcd-peer-listen 127.0.0.1:$((BASE_PORT + 10)) \
+	--region-size 1GiB --log-level warn 2>"$OUT/cellserver.log" &
+server_pid=$!
+ctl() { "$work/bin/cellctl" --endpoints "$etcd" "$@"; }
+deadline=$((SECONDS + 60))
+until ctl status --command-timeout 1s >/dev/null 2>&1; do
+	if ((SECONDS > deadline)) || ! kill -0 "$server_pid" 2>/dev/null; then
+		echo "cellserver did not start:" >&2
+		cat "$OUT/cellserver.log" >&2
+		exit 1
+	fi
+	sleep 0.2
+done
+echo "# storing $KEYS keys" >&2
+ctl bench --workload put --keys "$KEYS" --keyspace "$KEYS" --duration 100ms --warmup 0s --no-progress >/dev/null
+
+modes=(server client adaptive)
+start=$(date -u +%FT%TZ)
+load0=$(cut -d' ' -f1 /proc/loadavg)
+for rep in $(seq "$REPEAT"); do
+	for w in $WORKLOADS; do
+		for p in $PROVIDERS; do
+			for i in 0 1 2; do
+				m=${modes[$(((i + rep) % 3))]}
+				echo "# repeat $rep: ycsb-$w $p $m (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+				ctl bench --workload "ycsb-$w" --mode "$m" --provider "$p" --keys 0 --keyspace "$KEYS" \
+					--clients "$CLIENTS" --in-flight "$IN_FLIGHT" --duration "$DURATION" --warmup "$WARMUP" \
+					--server-pid "$server_pid" --no-progress -w json >"$OUT/$rep-$w-$p-$m.json"
+			done
+		done
+	done
+done
+
+echo
+echo "Selector against fixed modes: YCSB A-E (cellctl bench --workload ycsb-X), $KEYS keys, $CLIENTS clients x $IN_FLIGHT in flight,"
+echo "$DURATION measured after $WARMUP, one cellserver --cores 1 (RF 1, log synced), unpinned; started $start, load average $load0 at the start, $(cut -d' ' -f1 /proc/loadavg) at the end; $REPEAT repeats."
+echo
+echo "| workload | provider | server ops/s | client ops/s | adaptive ops/s | adaptive ÷ best fixed | adaptive: server-side hops | each repeat's ratio |"
+echo "|---|---|---:|---:|---:|---:|---:|---|"
+for w in $WORKLOADS; do
+	for p in $PROVIDERS; do
+		jq -rs --arg w "$w" --arg p "$p" '
+			def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+			def tp(m): [.[] | select(.params.mode == m) | .throughput] | median;
+			def rep(r; m): [.[] | select(.rep == r and .params.mode == m) | .throughput][0];
+			(tp("server")) as $s | (tp("client")) as $c | (tp("adaptive")) as $a | ([$s, $c] | max) as $best |
+			([.[] | select(.params.mode == "adaptive") | .server_side_fraction] | median) as $ssf |
+			([.[] | .rep] | unique) as $reps |
+			"| \($w | ascii_upcase) | \($p) | \($s|floor) | \($c|floor) | \($a|floor) | **\($a / $best * 100 | floor / 100)×** | \(if $ssf < 0 then "-" else "\($ssf*1000|floor/10)%" end) | \([$reps[] as $r | (rep($r; "adaptive") / ([rep($r; "server"), rep($r; "client")] | max) * 100 | floor / 100 | tostring)] | join(", ")) |"' \
+			<(for f in "$OUT"/*-"$w"-"$p"-*.json; do jq --arg rep "$(basename "$f" | cut -d- -f1)" '. + {rep: $rep}' "$f"; done)
+	done
+done
+echo
+echo "JSON of every run: $OUT"
