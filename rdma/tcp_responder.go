@@ -47,6 +47,16 @@ type TCPOptions struct {
 	// started and did not arrive whole within this. Default 0: none
 	// (cellserver sets its --frame-timeout).
 	FrameTimeout time.Duration
+	// MaxConns, if positive, bounds the connections open at once, and
+	// MaxConnsPerHost those from one client IP address: a connection
+	// past either is closed at once, before anything is read or
+	// allocated for it, and counted (ResponderStats.RefusedMaxConns,
+	// RefusedMaxConnsPerHost); open ones are unaffected, and the client's
+	// read fails as not served. Each open connection holds a read and a
+	// reply buffer (ReadBufferSize + WriteBufferSize). Default 0: no
+	// bound (cellserver sets its --max-connections and
+	// --max-connections-per-host).
+	MaxConns, MaxConnsPerHost int
 	// TLS, if set, makes the responder speak TLS: each accepted
 	// connection's handshake runs in its own goroutine (never in the
 	// accept loop), bounded by FrameTimeout (DefaultTLSHandshakeTimeout
@@ -115,6 +125,9 @@ func (o *TCPOptions) Validate() error {
 	if o.WriteTimeout < 0 || o.IdleTimeout < 0 || o.FrameTimeout < 0 {
 		return fmt.Errorf("rdma: negative timeout: %w", ErrInvalidOptions)
 	}
+	if o.MaxConns < 0 || o.MaxConnsPerHost < 0 {
+		return fmt.Errorf("rdma: negative connection limit: %w", ErrInvalidOptions)
+	}
 	return nil
 }
 
@@ -135,9 +148,10 @@ type TCPResponder struct {
 
 	mu struct {
 		sync.Mutex
-		closed bool
-		conns  map[net.Conn]struct{}
-		tombs  []Key // deregistered keys still in regs, oldest first
+		closed  bool
+		conns   map[net.Conn]struct{}
+		perHost map[string]int // open connections by client IP address
+		tombs   []Key          // deregistered keys still in regs, oldest first
 	}
 }
 
@@ -184,6 +198,7 @@ func Listen(addr string, opts TCPOptions) (*TCPResponder, error) {
 	}
 	r.regs.Store(&regTable{})
 	r.mu.conns = make(map[net.Conn]struct{})
+	r.mu.perHost = make(map[string]int)
 	r.wg.Add(1)
 	go r.acceptLoop()
 	r.opts.Logger.Info("rdma: tcp responder listening", slog.String("addr", ln.Addr().String()), slog.String("advertise", r.addr))
@@ -339,12 +354,50 @@ func (r *TCPResponder) acceptLoop() {
 			_ = nc.Close()
 			return
 		}
+		host := remoteHost(nc)
+		if over := r.overLimitLocked(host); over != nil {
+			r.mu.Unlock()
+			over.Add(1)
+			_ = nc.Close()
+			continue
+		}
 		r.mu.conns[nc] = struct{}{}
+		r.mu.perHost[host]++
 		r.wg.Add(1)
 		r.mu.Unlock()
 		r.stats.conns.Add(1)
 		go r.serveConn(nc)
 	}
+}
+
+// overLimitLocked returns the counter of the limit a new connection from
+// host is over, or nil.
+// REQUIRES: r.mu held.
+func (r *TCPResponder) overLimitLocked(host string) *atomic.Int64 {
+	switch {
+	case r.opts.MaxConns > 0 && len(r.mu.conns) >= r.opts.MaxConns:
+		return &r.stats.refusedMax
+	case r.opts.MaxConnsPerHost > 0 && r.mu.perHost[host] >= r.opts.MaxConnsPerHost:
+		return &r.stats.refusedPerHost
+	}
+	return nil
+}
+
+// remoteHost is the IP address of the connection's peer (its whole
+// address when it has no host part).
+func remoteHost(nc net.Conn) string {
+	a := nc.RemoteAddr()
+	if a == nil {
+		return ""
+	}
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
 }
 
 // session is the state of one connection's goroutine.
@@ -411,8 +464,14 @@ func (r *TCPResponder) handshake(nc net.Conn) (*tls.Conn, error) {
 // dropConn closes nc and forgets it.
 func (r *TCPResponder) dropConn(nc net.Conn) {
 	_ = nc.Close()
+	host := remoteHost(nc)
 	r.mu.Lock()
-	delete(r.mu.conns, nc)
+	if _, ok := r.mu.conns[nc]; ok {
+		delete(r.mu.conns, nc)
+		if r.mu.perHost[host]--; r.mu.perHost[host] <= 0 {
+			delete(r.mu.perHost, host)
+		}
+	}
 	r.mu.Unlock()
 }
 
@@ -613,6 +672,8 @@ type responderCounts struct {
 type responderCounters struct {
 	conns, open, malformed atomic.Int64
 	tlsRefused             atomic.Int64
+	refusedMax             atomic.Int64
+	refusedPerHost         atomic.Int64
 	reads, segments, bytes atomic.Uint64
 	rejected               [numStatuses]atomic.Uint64
 }
@@ -641,6 +702,9 @@ type ResponderStats struct {
 	// failed or timed out (a plain client, an untrusted or expired
 	// certificate, none where one is required).
 	TLSRefused int64
+	// RefusedMaxConns and RefusedMaxConnsPerHost count connections
+	// closed at once for being over MaxConns or MaxConnsPerHost.
+	RefusedMaxConns, RefusedMaxConnsPerHost int64
 	// Reads counts requests served with data, Segments their ranges and
 	// Bytes the bytes copied.
 	Reads, Segments, Bytes uint64
@@ -653,18 +717,20 @@ type ResponderStats struct {
 func (r *TCPResponder) Stats() ResponderStats {
 	c := &r.stats
 	return ResponderStats{
-		Conns:           c.conns.Load(),
-		OpenConns:       c.open.Load(),
-		Malformed:       c.malformed.Load(),
-		TLSRefused:      c.tlsRefused.Load(),
-		Reads:           c.reads.Load(),
-		Segments:        c.segments.Load(),
-		Bytes:           c.bytes.Load(),
-		BadKey:          c.rejected[statusBadKey].Load(),
-		Revoked:         c.rejected[statusRevoked].Load(),
-		OutOfBounds:     c.rejected[statusOutOfBounds].Load(),
-		Misaligned:      c.rejected[statusMisaligned].Load(),
-		TooLarge:        c.rejected[statusTooLarge].Load(),
-		TooManySegments: c.rejected[statusTooManySegments].Load(),
+		Conns:                  c.conns.Load(),
+		OpenConns:              c.open.Load(),
+		Malformed:              c.malformed.Load(),
+		TLSRefused:             c.tlsRefused.Load(),
+		RefusedMaxConns:        c.refusedMax.Load(),
+		RefusedMaxConnsPerHost: c.refusedPerHost.Load(),
+		Reads:                  c.reads.Load(),
+		Segments:               c.segments.Load(),
+		Bytes:                  c.bytes.Load(),
+		BadKey:                 c.rejected[statusBadKey].Load(),
+		Revoked:                c.rejected[statusRevoked].Load(),
+		OutOfBounds:            c.rejected[statusOutOfBounds].Load(),
+		Misaligned:             c.rejected[statusMisaligned].Load(),
+		TooLarge:               c.rejected[statusTooLarge].Load(),
+		TooManySegments:        c.rejected[statusTooManySegments].Load(),
 	}
 }

@@ -249,35 +249,36 @@ func (m *Metrics) detach() {
 type stateCollector Metrics
 
 var (
-	descQueueDepth   = prometheus.NewDesc("cell_server_queue_depth", "Requests waiting for a worker now.", nil, nil)
-	descQueueCap     = prometheus.NewDesc("cell_server_queue_capacity", "Most requests that may wait for a worker (beyond: Overloaded).", nil, nil)
-	descWorkers      = prometheus.NewDesc("cell_server_workers", "Worker goroutines doing tree work (--cores).", nil, nil)
-	descBusy         = prometheus.NewDesc("cell_server_worker_busy_seconds_total", "Time workers spent on requests, summed over workers; rate()/cell_server_workers is the utilisation.", nil, nil)
-	descUtil         = prometheus.NewDesc("cell_server_worker_utilization", "Fraction of the workers' time spent on requests over the last second.", nil, nil)
-	descApplied      = prometheus.NewDesc("cell_server_apply_index", "Index of the last log entry the region's raft group applied.", nil, nil)
-	descOneSided     = prometheus.NewDesc("cell_server_onesided_reads_total", "One-sided read requests served with data by the tcp responder.", []string{"provider"}, nil)
-	descOneSidedSegs = prometheus.NewDesc("cell_server_onesided_segments_total", "Ranges copied by one-sided reads.", []string{"provider"}, nil)
-	descOneSidedB    = prometheus.NewDesc("cell_server_onesided_bytes_total", "Bytes copied by one-sided reads.", []string{"provider"}, nil)
-	descOneSidedRej  = prometheus.NewDesc("cell_server_onesided_rejected_total", "One-sided read requests refused, by cause.", []string{"provider", "cause"}, nil)
-	descOneSidedConn = prometheus.NewDesc("cell_server_onesided_connections", "Open connections to the tcp responder.", []string{"provider"}, nil)
-	descRetries      = prometheus.NewDesc("cell_server_tree_retries_total", "Lock-free reader retries in the region's trees, by cause (torn, invalid, out_of_range, crc, restart).", []string{"cause"}, nil)
-	descFill         = prometheus.NewDesc("cell_server_meganode_fill_ratio", "Fraction of a meganode's nodes in use.", []string{"meganode", "level"}, nil)
-	descHeight       = prometheus.NewDesc("cell_server_meganode_height", "Local tree height of a meganode, in nodes.", []string{"meganode", "level"}, nil)
-	descRegion       = prometheus.NewDesc("cell_server_region_bytes", "Size of the server's region, with its backing (hugetlbfs, shm, file).", []string{"region", "backing"}, nil)
-	descExtents      = prometheus.NewDesc("cell_server_extent_bytes", "Extent area of the region, by state (in_use, capacity).", []string{"region", "state"}, nil)
-	descEpoch        = prometheus.NewDesc("cell_server_region_epoch", "Epoch of the served region.", []string{"region"}, nil)
-	descRaftState    = prometheus.NewDesc("cell_raft_state", "1 for the raft state the region's group is in on this server (follower, candidate, leader, shutdown), 0 for the others.", []string{"region", "state"}, nil)
-	descRaftIndex    = prometheus.NewDesc("cell_raft_index", "The region group's log positions on this server: last (in the log), commit, applied.", []string{"region", "position"}, nil)
-	descRaftTerm     = prometheus.NewDesc("cell_raft_term", "The region group's current term on this server.", []string{"region"}, nil)
-	descWALWrites    = prometheus.NewDesc("cell_wal_writes_total", "Writes the log acknowledged (all regions); cell_wal_writes_total/cell_wal_commits_total is the mean group commit.", nil, nil)
-	descWALCommits   = prometheus.NewDesc("cell_wal_commits_total", "Synced commits of the log (one per group of concurrent writes).", nil, nil)
-	descWALCommitT   = prometheus.NewDesc("cell_wal_commit_seconds_total", "Time spent in the log's synced commits (write and fsync).", nil, nil)
-	descWALSyncs     = prometheus.NewDesc("cell_wal_syncs_total", "fsyncs of the log's files.", nil, nil)
-	descWALSyncT     = prometheus.NewDesc("cell_wal_sync_seconds_total", "Time spent in the log's fsyncs.", nil, nil)
-	descWALFailed    = prometheus.NewDesc("cell_wal_failed", "1 once the log latched a failed write or sync (the server stops).", nil, nil)
+	descQueueDepth      = prometheus.NewDesc("cell_server_queue_depth", "Requests waiting for a worker now.", nil, nil)
+	descQueueCap        = prometheus.NewDesc("cell_server_queue_capacity", "Most requests that may wait for a worker (beyond: Overloaded).", nil, nil)
+	descWorkers         = prometheus.NewDesc("cell_server_workers", "Worker goroutines doing tree work (--cores).", nil, nil)
+	descBusy            = prometheus.NewDesc("cell_server_worker_busy_seconds_total", "Time workers spent on requests, summed over workers; rate()/cell_server_workers is the utilisation.", nil, nil)
+	descUtil            = prometheus.NewDesc("cell_server_worker_utilization", "Fraction of the workers' time spent on requests over the last second.", nil, nil)
+	descApplied         = prometheus.NewDesc("cell_server_apply_index", "Index of the last log entry the region's raft group applied.", nil, nil)
+	descOneSided        = prometheus.NewDesc("cell_server_onesided_reads_total", "One-sided read requests served with data by the tcp responder.", []string{"provider"}, nil)
+	descOneSidedSegs    = prometheus.NewDesc("cell_server_onesided_segments_total", "Ranges copied by one-sided reads.", []string{"provider"}, nil)
+	descOneSidedB       = prometheus.NewDesc("cell_server_onesided_bytes_total", "Bytes copied by one-sided reads.", []string{"provider"}, nil)
+	descOneSidedRej     = prometheus.NewDesc("cell_server_onesided_rejected_total", "One-sided read requests refused, by cause.", []string{"provider", "cause"}, nil)
+	descOneSidedConn    = prometheus.NewDesc("cell_server_onesided_connections", "Open connections to the tcp responder.", []string{"provider"}, nil)
+	descOneSidedRefused = prometheus.NewDesc("cell_server_onesided_refused_connections_total", "Connections to the tcp responder closed at once (max_connections, max_connections_per_host) or after a failed TLS handshake (tls_handshake).", []string{"provider", "reason"}, nil)
+	descRetries         = prometheus.NewDesc("cell_server_tree_retries_total", "Lock-free reader retries in the region's trees, by cause (torn, invalid, out_of_range, crc, restart).", []string{"cause"}, nil)
+	descFill            = prometheus.NewDesc("cell_server_meganode_fill_ratio", "Fraction of a meganode's nodes in use.", []string{"meganode", "level"}, nil)
+	descHeight          = prometheus.NewDesc("cell_server_meganode_height", "Local tree height of a meganode, in nodes.", []string{"meganode", "level"}, nil)
+	descRegion          = prometheus.NewDesc("cell_server_region_bytes", "Size of the server's region, with its backing (hugetlbfs, shm, file).", []string{"region", "backing"}, nil)
+	descExtents         = prometheus.NewDesc("cell_server_extent_bytes", "Extent area of the region, by state (in_use, capacity).", []string{"region", "state"}, nil)
+	descEpoch           = prometheus.NewDesc("cell_server_region_epoch", "Epoch of the served region.", []string{"region"}, nil)
+	descRaftState       = prometheus.NewDesc("cell_raft_state", "1 for the raft state the region's group is in on this server (follower, candidate, leader, shutdown), 0 for the others.", []string{"region", "state"}, nil)
+	descRaftIndex       = prometheus.NewDesc("cell_raft_index", "The region group's log positions on this server: last (in the log), commit, applied.", []string{"region", "position"}, nil)
+	descRaftTerm        = prometheus.NewDesc("cell_raft_term", "The region group's current term on this server.", []string{"region"}, nil)
+	descWALWrites       = prometheus.NewDesc("cell_wal_writes_total", "Writes the log acknowledged (all regions); cell_wal_writes_total/cell_wal_commits_total is the mean group commit.", nil, nil)
+	descWALCommits      = prometheus.NewDesc("cell_wal_commits_total", "Synced commits of the log (one per group of concurrent writes).", nil, nil)
+	descWALCommitT      = prometheus.NewDesc("cell_wal_commit_seconds_total", "Time spent in the log's synced commits (write and fsync).", nil, nil)
+	descWALSyncs        = prometheus.NewDesc("cell_wal_syncs_total", "fsyncs of the log's files.", nil, nil)
+	descWALSyncT        = prometheus.NewDesc("cell_wal_sync_seconds_total", "Time spent in the log's fsyncs.", nil, nil)
+	descWALFailed       = prometheus.NewDesc("cell_wal_failed", "1 once the log latched a failed write or sync (the server stops).", nil, nil)
 
 	stateDescs = []*prometheus.Desc{descQueueDepth, descQueueCap, descWorkers, descBusy, descUtil, descApplied, descOneSided, descOneSidedSegs,
-		descOneSidedB, descOneSidedRej, descOneSidedConn, descRetries, descFill, descHeight, descRegion, descExtents, descEpoch,
+		descOneSidedB, descOneSidedRej, descOneSidedConn, descOneSidedRefused, descRetries, descFill, descHeight, descRegion, descExtents, descEpoch,
 		descRaftState, descRaftIndex, descRaftTerm, descWALWrites, descWALCommits, descWALCommitT, descWALSyncs, descWALSyncT, descWALFailed}
 )
 
@@ -317,6 +318,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		n     uint64
 	}{{"bad_key", rs.BadKey}, {"revoked", rs.Revoked}, {"out_of_bounds", rs.OutOfBounds}, {"misaligned", rs.Misaligned}, {"too_large", rs.TooLarge}, {"too_many_segments", rs.TooManySegments}} {
 		counter(descOneSidedRej, float64(r.n), "tcp", r.cause)
+	}
+	for _, r := range []struct {
+		reason string
+		n      int64
+	}{{refuseMaxConns, rs.RefusedMaxConns}, {refuseMaxPerHost, rs.RefusedMaxConnsPerHost}, {refuseHandshake, rs.TLSRefused}} {
+		counter(descOneSidedRefused, float64(r.n), "tcp", r.reason)
 	}
 
 	var torn, invalid, oor, crc, restarts uint64

@@ -149,9 +149,11 @@ type Options struct {
 	FrameTimeout time.Duration
 	// MaxConnections bounds the client connections open at once; the
 	// server refuses more (a refusal frame, then close). Default 4096.
+	// The tcp responder of one-sided reads applies it to its own
+	// connections, counted apart (closed at once, unread).
 	MaxConnections int
 	// MaxConnectionsPerHost bounds the client connections open at once
-	// from one IP address. Default 1024.
+	// from one IP address, on each port as MaxConnections. Default 1024.
 	MaxConnectionsPerHost int
 	// MaxInflightPerConn bounds the requests of one connection read and
 	// not answered yet; the server reads no more from it until one is

@@ -300,7 +300,8 @@ func (s *Server) listen() error {
 		radv = advertise(s.opts.RDMAListen)
 	}
 	s.responder, err = rdma.Listen(s.opts.RDMAListen, rdma.TCPOptions{AdvertiseAddr: radv, Logger: s.log,
-		IdleTimeout: s.opts.IdleTimeout, FrameTimeout: s.opts.FrameTimeout, TLS: s.opts.TLS})
+		IdleTimeout: s.opts.IdleTimeout, FrameTimeout: s.opts.FrameTimeout, TLS: s.opts.TLS,
+		MaxConns: s.opts.MaxConnections, MaxConnsPerHost: s.opts.MaxConnectionsPerHost})
 	if err != nil {
 		return fmt.Errorf("server: listen for one-sided reads on %s: %w", s.opts.RDMAListen, err)
 	}

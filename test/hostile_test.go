@@ -2,29 +2,80 @@ package test
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/wire"
 )
 
 // TestHostileClientsMemory measures a real cellserver under hostile
 // clients (BENCHMARKS.md, "Hostile clients: bounded memory"): 200
 // connections that each send a header claiming the largest frame and
-// 4 KiB of its body, then stall, and 1,000 connections that stay idle.
-// It reports the process's peak RSS (VmHWM) and the largest Go heap that
-// /metrics showed meanwhile, while a normal client keeps reading. It only
-// runs with CELL_HOSTILE_BENCH=1; CELL_HOSTILE_BIN runs another cellserver
-// binary (an older build, for a before/after comparison).
+// 4 KiB of its body, then stall, 1,000 connections that stay idle, and
+// 200 connections to the one-sided read port that stall in the middle of
+// a request. It reports the process's peak RSS (VmHWM) and the largest Go
+// heap that /metrics showed meanwhile, while a normal client keeps
+// reading. It only runs with CELL_HOSTILE_BENCH=1; CELL_HOSTILE_BIN runs
+// another cellserver binary (an older build, for a before/after
+// comparison).
 func TestHostileClientsMemory(t *testing.T) {
+	hostileBench(t)
+	srv := startServer(t, serverOptions{cores: 1})
+	dial := func(ip, addr string) net.Conn { return dialFrom(t, ip, addr) }
+	measureHostile(t, srv, "plain", dial, dial)
+}
+
+// TestHostileClientsMemoryTLS is TestHostileClientsMemory with TLS and
+// client certificates required on the RPC and one-sided ports: the
+// stalled claims come over TLS connections (a client certificate, the
+// handshake done), and the 1,000 idle connections never start their
+// handshake (a slowloris of the handshake, which FrameTimeout bounds).
+func TestHostileClientsMemoryTLS(t *testing.T) {
+	hostileBench(t)
+	certs := filepath.Join(t.TempDir(), "certs")
+	if code, out, errs := runCellctl(t, "certs", "--dir", certs); code != 0 {
+		t.Fatalf("cellctl certs: %d %s %s", code, out, errs)
+	}
+	cf := func(name string) string { return filepath.Join(certs, name) }
+	src, err := tlsconf.NewSource(tlsconf.Files{CertFile: cf(tlsconf.ClientCertFile), KeyFile: cf(tlsconf.ClientKeyFile), TrustedCAFile: cf(tlsconf.CAFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An etcd of its own (plain): this measures Cell's ports.
+	cl := startCluster(t, 1, serverOptions{cores: 1, clientTLS: src.ClientConfig(""),
+		flags: []string{"--cert-file", cf(tlsconf.ServerCertFile), "--key-file", cf(tlsconf.ServerKeyFile), "--trusted-ca-file", cf(tlsconf.CAFile), "--client-cert-auth",
+			"--peer-cert-file", cf(tlsconf.ServerCertFile), "--peer-key-file", cf(tlsconf.ServerKeyFile), "--peer-trusted-ca-file", cf(tlsconf.CAFile)}})
+	srv := cl.servers[0]
+	dialTLS := func(ip, addr string) net.Conn {
+		nc := dialFrom(t, ip, addr)
+		tc := tls.Client(nc, tlsconf.ForAddr(src.ClientConfig(""), addr))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := tc.HandshakeContext(ctx); err != nil {
+			t.Fatalf("TLS handshake with %s: %v", addr, err)
+		}
+		return tc
+	}
+	raw := func(ip, addr string) net.Conn { return dialFrom(t, ip, addr) }
+	measureHostile(t, srv, "TLS", dialTLS, raw)
+}
+
+// hostileBench skips a hostile-client measurement unless asked for, and
+// swaps in CELL_HOSTILE_BIN's cellserver if set.
+func hostileBench(t *testing.T) {
+	t.Helper()
 	if os.Getenv("CELL_HOSTILE_BENCH") != "1" {
 		t.Skip("a measurement: set CELL_HOSTILE_BENCH=1 to run it")
 	}
@@ -33,43 +84,57 @@ func TestHostileClientsMemory(t *testing.T) {
 		bins.cellserver = bin
 		t.Cleanup(func() { bins.cellserver = saved })
 	}
-	srv := startServer(t, serverOptions{cores: 1})
+}
+
+// dialFrom connects to addr from the loopback address ip, closed when the
+// test ends.
+func dialFrom(t *testing.T, ip, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	nc, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nc.Close() })
+	return nc
+}
+
+// measureHostile opens the hostile connections against srv — claims
+// (through session, which does any handshake), idle ones (through idle)
+// and stalled one-sided requests (through session) — and reports peak
+// RSS and the Go heap's maximum over the next 5 s while a client reads.
+func measureHostile(t *testing.T, srv *cellServer, name string, session, idle func(ip, addr string) net.Conn) {
 	c := srv.newClient(t, func(c *client.Config) { c.Provider = client.ProviderTCP })
 	mustPut(t, c, "keep", "me")
 	baseline := procStatusKB(t, srv.pid(), "VmRSS")
 
 	claim := wire.AppendFrame(nil, wire.Header{Op: wire.OpPut, ID: 1}, make([]byte, 4<<10))
 	binary.LittleEndian.PutUint32(claim, uint32(wire.DefaultMaxFrameSize))
+	// Half of a one-sided read request's 32-byte header.
+	var half [16]byte
+	binary.LittleEndian.PutUint32(half[:], 48)
+	half[4], half[5], half[6] = 0xCD, 1, 1
 	// Spread over loopback addresses, under the default per-host limit.
 	from := func(i int) string { return fmt.Sprintf("127.0.0.%d", 2+i%8) }
-	var conns []net.Conn
-	t.Cleanup(func() {
-		for _, nc := range conns {
-			_ = nc.Close()
-		}
-	})
-	dialFrom := func(ip string) net.Conn {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
-		nc, err := d.Dial("tcp", srv.rpc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, nc)
-		return nc
-	}
 	start := time.Now()
 	for i := range 200 {
-		if _, err := dialFrom(from(i)).Write(claim); err != nil {
+		if _, err := session(from(i), srv.rpc).Write(claim); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 1000 {
-		dialFrom(from(i))
+		idle(from(i), srv.rpc)
 	}
+	for i := range 200 {
+		if _, err := session(from(i), srv.rdma).Write(half[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opened := time.Since(start)
 	// Under the frame timeout (10 s by default), sample the heap while a
 	// client reads.
 	var maxHeap, maxInuse float64
-	for time.Since(start) < 5*time.Second {
+	for time.Since(start) < opened+5*time.Second {
 		mustGet(t, c, "keep", "me")
 		m := scrapeValues(t, "http://"+srv.metrics+"/metrics")
 		maxHeap = max(maxHeap, m["go_memstats_heap_alloc_bytes"])
@@ -77,8 +142,8 @@ func TestHostileClientsMemory(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	peak := procStatusKB(t, srv.pid(), "VmHWM")
-	t.Logf("cellserver under 200 stalled %d-byte claims and 1000 idle connections: peak RSS %.1f MiB (%.1f MiB before them), Go heap max %.1f MiB alloc / %.1f MiB in use",
-		wire.DefaultMaxFrameSize, float64(peak)/1024, float64(baseline)/1024, maxHeap/(1<<20), maxInuse/(1<<20))
+	t.Logf("cellserver (%s) under 200 stalled %d-byte claims, 1000 idle connections and 200 stalled one-sided requests (opened in %v): peak RSS %.1f MiB (%.1f MiB before them), Go heap max %.1f MiB alloc / %.1f MiB in use",
+		name, wire.DefaultMaxFrameSize, opened.Round(time.Millisecond), float64(peak)/1024, float64(baseline)/1024, maxHeap/(1<<20), maxInuse/(1<<20))
 }
 
 // procStatusKB reads a "kB" field of /proc/pid/status.
