@@ -94,4 +94,10 @@
 // leases never expire unless the test expires them with ExpireMember or
 // ExpireCampaign). Package embedded starts an in-process etcd server for
 // the single-node default and for tests.
+//
+// Access: every key of the table lies under its prefix (default "/cell/").
+// EnableRoles sets up etcd's role-based access control for Cell's
+// identities on that range (roles cell-server and cell-admin read and
+// write it, cell-client reads it; users named by certificate CommonNames)
+// and turns etcd's auth on (docs/tls.md, "etcd roles").
 package regiontable

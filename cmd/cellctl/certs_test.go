@@ -18,7 +18,7 @@ func TestCertsCommand(t *testing.T) {
 	if code := run([]string{"certs", "--dir", dir, "--hosts", "localhost,10.0.0.1", "--valid-for", "1h"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, f := range []string{tlsconf.CAFile, tlsconf.CAKeyFile, tlsconf.ServerCertFile, tlsconf.ServerKeyFile, tlsconf.AdminCertFile, tlsconf.AdminKeyFile, tlsconf.ClientCertFile, tlsconf.ClientKeyFile} {
+	for _, f := range []string{tlsconf.CAFile, tlsconf.CAKeyFile, tlsconf.ServerCertFile, tlsconf.ServerKeyFile, tlsconf.AdminCertFile, tlsconf.AdminKeyFile, tlsconf.ClientCertFile, tlsconf.ClientKeyFile, tlsconf.RootCertFile, tlsconf.RootKeyFile} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Error(err)
 		}

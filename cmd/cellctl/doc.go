@@ -49,8 +49,10 @@
 //	move-replica, transfer-leader, drain
 //	                          move a region's replica, its leadership, a server's replicas
 //	version                   cellctl's version and VCS revision (internal/buildinfo)
-//	certs --dir D             a development CA and server, admin and client certificates
-//	                          (--hosts, --valid-for); never overwrites a CA
+//	certs --dir D             a development CA and server, admin, client and etcd root
+//	                          certificates (--hosts, --valid-for); never overwrites a CA
+//	etcd-roles                etcd's roles and users for Cell's certificates, then etcd's
+//	                          auth on (--user CN=role; root only once auth is on)
 //
 // Data commands go through package client (the region table in etcd at
 // --endpoints finds the servers); members and regions read the region

@@ -95,7 +95,7 @@ cluster's client container sets it), below CELLCTL_ENDPOINTS.`,
 		newCheckCommand(g), newDumpCommand(g), newBenchCommand(g),
 		newSimCommand(g), newDrillCommand(g),
 		newMoveReplicaCommand(g), newTransferLeaderCommand(g), newDrainCommand(g),
-		newVersionCommand(g), newCertsCommand(g),
+		newVersionCommand(g), newCertsCommand(g), newEtcdRolesCommand(g),
 	)
 	return root
 }

@@ -68,6 +68,8 @@ type config struct {
 	// peer files this server presents and verifies when it calls other
 	// servers (and, in a change to come, on its raft port).
 	tls, peerTLS tlsconf.Files
+	// etcdAuth: turn etcd's roles on at start (--etcd-auth).
+	etcdAuth bool
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -103,6 +105,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		maxInflight, maxRows      string
 		maxRangeBytes, maxRequest string
 		clientAuth, peerAuth      string
+		etcdAuth                  string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -165,6 +168,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&cfg.peerTLS.KeyFile, "peer-key-file", "", "key of --peer-cert-file")
 	str(&cfg.peerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "CAs that verify the other servers' certificates when this server calls them")
 	boolStr(&peerAuth, "peer-client-cert-auth", "false", "require peer certificates on the embedded etcd's peer port (the raft port, TLS with --peer-cert-file, always requires the cell-server role); the RPC port follows --client-cert-auth")
+	boolStr(&etcdAuth, "etcd-auth", "", "turn on etcd's roles at start (users named by certificate CommonNames: cell-server and cell-admin read and write the region table, cell-client reads it; docs/tls.md): default true with an embedded etcd and --client-cert-auth, false otherwise; an external etcd's are set up with cellctl etcd-roles")
 	showVersion := fs.Bool("version", false, "print the version and VCS revision, then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n       cellserver wipe [--data-dir DIR] [--shm-dir DIR]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n'cellserver wipe' deletes a stopped server's data directory and its\nregion files (in --shm-dir and hugetlbfs too).\n\nFlags:\n")
@@ -248,6 +252,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		return nil, err
 	}
 	if err := parseTLS(&cfg, clientAuth, peerAuth); err != nil {
+		return nil, err
+	}
+	if err := parseEtcdAuth(&cfg, etcdAuth); err != nil {
 		return nil, err
 	}
 	if err := cfg.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
@@ -418,4 +425,29 @@ func parseWipeFlags(args []string, out io.Writer) (*wipeConfig, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	return &cfg, nil
+}
+
+// parseEtcdAuth reads --etcd-auth: empty is true with an embedded etcd
+// whose client port requires client certificates, false otherwise. On, it
+// needs that etcd knows who calls: client certificates required and this
+// server's certificate (--peer-cert-file) to present.
+func parseEtcdAuth(cfg *config, v string) error {
+	embeddedAuth := len(cfg.etcdEndpoints) == 0 && cfg.tls.ClientCertAuth
+	if v == "" {
+		cfg.etcdAuth = embeddedAuth && cfg.peerTLS.CertFile != ""
+		return nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return fmt.Errorf("--etcd-auth %q: want true or false", v)
+	}
+	cfg.etcdAuth = on
+	switch {
+	case !on:
+	case len(cfg.etcdEndpoints) == 0 && !cfg.tls.ClientCertAuth:
+		return errors.New("--etcd-auth without --client-cert-auth: etcd names its users by client certificates, which the embedded etcd then does not ask for")
+	case cfg.peerTLS.CertFile == "":
+		return errors.New("--etcd-auth without --peer-cert-file: this server would have no certificate to present to etcd")
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -213,5 +214,40 @@ func TestParseFlagsTLS(t *testing.T) {
 	cfg, err = parseFlags([]string{"--cert-file", "s.crt", "--key-file", "s.key", "--trusted-ca-file", "ca.crt", "--peer-trusted-ca-file", "ca.crt"}, io.Discard)
 	if err != nil || !cfg.tls.ClientCertAuth {
 		t.Fatalf("CELL_CLIENT_CERT_AUTH=true: %+v, %v", cfg, err)
+	}
+}
+
+// --etcd-auth: on by default with an embedded etcd requiring client
+// certificates and a peer certificate to present, off otherwise; asked
+// for where etcd could not name this server, refused.
+func TestParseFlagsEtcdAuth(t *testing.T) {
+	tlsArgs := []string{"--cert-file", "s.crt", "--key-file", "s.key", "--trusted-ca-file", "ca.crt", "--client-cert-auth",
+		"--peer-cert-file", "p.crt", "--peer-key-file", "p.key", "--peer-trusted-ca-file", "pca.crt"}
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, false},
+		{tlsArgs, true},
+		{append(slices.Clone(tlsArgs), "--etcd-auth=false"), false},
+		{append(slices.Clone(tlsArgs), "--etcd-endpoints", "https://etcd1:2379"), false},
+		{append(slices.Clone(tlsArgs), "--etcd-endpoints", "https://etcd1:2379", "--etcd-auth"), true},
+		{[]string{"--cert-file", "s.crt", "--key-file", "s.key", "--trusted-ca-file", "ca.crt", "--peer-trusted-ca-file", "pca.crt"}, false},
+	} {
+		cfg, err := parseFlags(c.args, io.Discard)
+		if err != nil || cfg.etcdAuth != c.want {
+			t.Errorf("%v: etcdAuth %v, %v; want %v", c.args, cfg != nil && cfg.etcdAuth, err, c.want)
+		}
+	}
+	for _, bad := range [][]string{
+		{"--etcd-auth"}, // no client certificates
+		{"--cert-file", "s.crt", "--key-file", "s.key", "--trusted-ca-file", "ca.crt", "--peer-trusted-ca-file", "pca.crt", "--etcd-auth"},
+		{"--etcd-auth=perhaps"},
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		} else {
+			t.Logf("%v: %v", bad, err)
+		}
 	}
 }

@@ -31,6 +31,8 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -157,6 +159,11 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("etcd at %v does not answer: %w", endpoints, err)
 	}
+	if cfg.etcdAuth {
+		if err := enableEtcdRoles(ctx, cfg, store, log); err != nil {
+			return err
+		}
+	}
 	srv, err := server.New(server.Options{
 		DataDir:          cfg.dataDir,
 		Listen:           cfg.listen,
@@ -212,6 +219,60 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return cause
 	}
 	return nil
+}
+
+// enableEtcdRoles turns etcd's roles on (--etcd-auth) unless they are on
+// already: the users of the development certificates' CommonNames and
+// this server's own (--peer-cert-file's) as cell-server. Every server of
+// an embedded cluster may run it; the first one turns auth on, the others
+// find it on and go on.
+func enableEtcdRoles(ctx context.Context, cfg *config, store *regiontable.Etcd, log *slog.Logger) error {
+	users := regiontable.DevEtcdUsers()
+	cn, err := certCommonName(cfg.peerTLS.CertFile)
+	if err != nil {
+		return fmt.Errorf("--etcd-auth: %w", err)
+	}
+	if cn == "" || cn == regiontable.EtcdRootUser {
+		return fmt.Errorf("--etcd-auth: %s has CommonName %q, which cannot be an etcd user of role cell-server", cfg.peerTLS.CertFile, cn)
+	}
+	users[cn] = tlsconf.RoleServer
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	res, err := regiontable.EnableRoles(rctx, store.Client(), regiontable.RolesOptions{Prefix: cfg.etcdPrefix, Users: users, IfAuthOff: true})
+	if err != nil {
+		return fmt.Errorf("--etcd-auth: %w", err)
+	}
+	switch {
+	case res.Enabled:
+		log.Info("etcd roles on: users cell-server, cell-admin, cell-client, root and this server's certificate name", slog.String("common_name", cn), slog.String("prefix", cfg.etcdPrefix))
+	case res.WasOn:
+		log.Debug("etcd auth is on already")
+	}
+	return nil
+}
+
+// certCommonName is the CommonName of the first certificate in the PEM file
+// path.
+func certCommonName(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for {
+		var blk *pem.Block
+		blk, b = pem.Decode(b)
+		if blk == nil {
+			return "", fmt.Errorf("%s: no certificate", path)
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		return c.Subject.CommonName, nil
+	}
 }
 
 // testingKnobs are the server's test hooks that the durability tests turn

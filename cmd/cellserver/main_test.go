@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cellstore/cell/internal/buildinfo"
 	"github.com/cellstore/cell/internal/testutil"
 	"github.com/cellstore/cell/internal/tlsconf"
@@ -340,6 +342,9 @@ func must[T any](v T, err error) T {
 // wire client and cellctl put and get over TLS with a client certificate
 // (cellctl --cacert/--cert/--key), cellctl check is refused to it and
 // runs with the admin certificate, and a plain TCP connection is refused.
+// etcd's roles are on: cellctl with the client certificate reads the
+// table but cannot write it (drain, a raw put or delete), the admin
+// certificate can, and only the root certificate changes etcd's users.
 func TestCellserverTLS(t *testing.T) {
 	certs := filepath.Join(t.TempDir(), "certs")
 	cellctl := filepath.Join(t.TempDir(), "cellctl")
@@ -416,6 +421,40 @@ func TestCellserverTLS(t *testing.T) {
 	}
 	if out, err := ctl("admin", "check"); err != nil {
 		t.Fatalf("cellctl check with an admin certificate: %v: %s", err, out)
+	}
+	// etcd's roles are on (--etcd-auth defaults on here): the client
+	// certificate reads the region table but may not write it, neither
+	// through cellctl nor directly; the admin certificate may.
+	if out, err := ctl("client", "drain", "--undo", "cell-tls"); err == nil || !strings.Contains(out, "permission denied") {
+		t.Fatalf("cellctl drain --undo with a client certificate: %q, %v; want etcd's permission denied", out, err)
+	}
+	if out, err := ctl("client", "members"); err != nil || !strings.Contains(out, "cell-tls") {
+		t.Fatalf("cellctl members with a client certificate: %q, %v", out, err)
+	}
+	if out, err := ctl("admin", "drain", "--undo", "cell-tls"); err != nil {
+		t.Fatalf("cellctl drain --undo with an admin certificate: %v: %s", err, out)
+	}
+	csrc, err := tlsconf.NewSource(tlsconf.Files{CertFile: cf("client.crt"), KeyFile: cf("client.key"), TrustedCAFile: cf("ca.crt")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cstore, err := regiontable.OpenEtcd([]string{etcdURL}, regiontable.EtcdOptions{TLS: csrc.ClientConfig("")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cstore.Client().Put(ctx, regiontable.DefaultPrefix+"/root", "1:1"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("client certificate putting the root pointer in etcd: %v, want permission denied", err)
+	}
+	if _, err := cstore.Client().Delete(ctx, regiontable.DefaultPrefix+"/", clientv3.WithPrefix()); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("client certificate deleting the region table: %v, want permission denied", err)
+	}
+	cstore.Close()
+	// Users change only with the root certificate.
+	if out, err := ctl("admin", "etcd-roles", "--user", "node1.example.com=server"); err == nil || !strings.Contains(out, "not etcd's root user") {
+		t.Fatalf("cellctl etcd-roles with an admin certificate: %q, %v; want refused", out, err)
+	}
+	if out, err := ctl("root", "etcd-roles", "--user", "node1.example.com=server"); err != nil || !strings.Contains(out, "user node1.example.com: role cell-server") {
+		t.Fatalf("cellctl etcd-roles with the root certificate: %q, %v", out, err)
 	}
 	// One-sided reads over the tcp responder, which serves TLS too.
 	out, err := ctl("client", "bench", "--workload", "get", "--provider", "tcp", "--mode", "client", "--keys", "200",

@@ -220,6 +220,11 @@ const (
 	AdminKeyFile   = "admin.key"
 	ClientCertFile = "client.crt"
 	ClientKeyFile  = "client.key"
+	// RootCertFile is etcd's root identity (CommonName "root", role
+	// cell-admin for Cell's servers): what changes etcd's users and roles
+	// once its auth is on (cellctl etcd-roles).
+	RootCertFile = "root.crt"
+	RootKeyFile  = "root.key"
 )
 
 // DefaultHosts are the names a development server certificate is valid
@@ -228,8 +233,11 @@ var DefaultHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // WriteDevCerts creates dir (0700) and writes into it a new CA, a server
 // certificate valid for hosts (DefaultHosts if none; every server of a
-// development cluster shares it), an admin and a client certificate, each
-// valid for validFor. Keys are written 0600. It refuses to overwrite a CA
+// development cluster shares it), an admin and a client certificate, and
+// root.crt (CommonName "root", role cell-admin: etcd's root user once
+// regiontable.EnableRoles turned etcd's auth on), each valid for validFor.
+// Each certificate's CommonName is its etcd user name: "cell-server",
+// "cell-admin", "cell-client", "root". Keys are written 0600. It refuses to overwrite a CA
 // already in dir (ErrExist), so that certificates issued earlier stay
 // valid; pass an empty dir.
 func WriteDevCerts(dir string, hosts []string, validFor time.Duration) error {
@@ -266,6 +274,7 @@ func WriteDevCerts(dir string, hosts []string, validFor time.Duration) error {
 		{RoleServer, "cell-server", ServerCertFile, ServerKeyFile},
 		{RoleAdmin, "cell-admin", AdminCertFile, AdminKeyFile},
 		{RoleClient, "cell-client", ClientCertFile, ClientKeyFile},
+		{RoleAdmin, "root", RootCertFile, RootKeyFile},
 	} {
 		cp, kp, err := ca.Issue(Issue{CommonName: c.cn, Role: c.role, Hosts: slices.Clone(hosts),
 			NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validFor)})

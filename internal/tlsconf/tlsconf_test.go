@@ -95,7 +95,13 @@ func TestRolesOverMutualTLS(t *testing.T) {
 	for _, c := range []struct {
 		cert, key string
 		want      Role
-	}{{ServerCertFile, ServerKeyFile, RoleServer}, {AdminCertFile, AdminKeyFile, RoleAdmin}, {ClientCertFile, ClientKeyFile, RoleClient}} {
+		cn        string // etcd's user name for it
+	}{
+		{ServerCertFile, ServerKeyFile, RoleServer, "cell-server"},
+		{AdminCertFile, AdminKeyFile, RoleAdmin, "cell-admin"},
+		{ClientCertFile, ClientKeyFile, RoleClient, "cell-client"},
+		{RootCertFile, RootKeyFile, RoleAdmin, "root"},
+	} {
 		cli := source(t, files(dir, c.cert, c.key, false))
 		ss, cs, err := handshake(t, srv.ServerConfig(), ForAddr(cli.ClientConfig(""), "localhost:1"))
 		if err != nil {
@@ -103,6 +109,9 @@ func TestRolesOverMutualTLS(t *testing.T) {
 		}
 		if got := PeerRole(&ss); got != c.want {
 			t.Errorf("%s: server sees role %v, want %v", c.cert, got, c.want)
+		}
+		if got := ss.VerifiedChains[0][0].Subject.CommonName; got != c.cn {
+			t.Errorf("%s: CommonName %q, want %q", c.cert, got, c.cn)
 		}
 		if got := RoleOf(cs.PeerCertificates[0]); got != RoleServer {
 			t.Errorf("%s: client sees the server as %v", c.cert, got)
