@@ -35,28 +35,28 @@ const (
 func createMapping(o *Options, size uint64) (*mapping, error) {
 	switch o.Hugepages {
 	case HugepagesOff:
-		return createFileMapping(filepath.Join(o.Dir, o.Name), size, BackingFile, o.Prefault, o.Logger)
+		return createFileMapping(filepath.Join(o.Dir, o.Name), size, BackingFile, o)
 	case HugepagesOn:
 		mnt, err := probeHugetlbfs(o.HugetlbfsDir, size)
 		if err != nil {
 			return nil, err
 		}
-		return createHugeMapping(filepath.Join(mnt.dir, o.Name), size, mnt.pageSize)
+		return createHugeMapping(filepath.Join(mnt.dir, o.Name), size, mnt.pageSize, o.FileGroup)
 	}
 	mnt, err := probeHugetlbfs(o.HugetlbfsDir, size)
 	if err == nil {
 		var m *mapping
-		m, err = createHugeMapping(filepath.Join(mnt.dir, o.Name), size, mnt.pageSize)
+		m, err = createHugeMapping(filepath.Join(mnt.dir, o.Name), size, mnt.pageSize, o.FileGroup)
 		if err == nil || !errors.Is(err, ErrNoHugepages) {
 			return m, err
 		}
 	}
 	o.Logger.Info("meganode: no hugetlbfs backing, trying shm", slog.Any("reason", err))
 	if usableDir(o.ShmDir) {
-		return createFileMapping(filepath.Join(o.ShmDir, o.Name), size, BackingShm, o.Prefault, o.Logger)
+		return createFileMapping(filepath.Join(o.ShmDir, o.Name), size, BackingShm, o)
 	}
 	o.Logger.Warn("meganode: no usable shm directory; region backed by a plain file", slog.String("shm_dir", o.ShmDir), slog.String("dir", o.Dir))
-	return createFileMapping(filepath.Join(o.Dir, o.Name), size, BackingFile, o.Prefault, o.Logger)
+	return createFileMapping(filepath.Join(o.Dir, o.Name), size, BackingFile, o)
 }
 
 // probeHugetlbfs finds a hugetlbfs mount (dir, if not empty) with enough
@@ -113,11 +113,17 @@ func usableDir(dir string) bool {
 	return err == nil && fi.IsDir() && unix.Access(dir, unix.W_OK|unix.X_OK) == nil
 }
 
-// createFile creates path exclusively and locks it.
-func createFile(path string) (*os.File, error) {
+// createFile creates path exclusively (0600; 0640 and owned by group if
+// group is positive) and locks it.
+func createFile(path string, group int) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("meganode: create region file: %w", err)
+	}
+	if err := shareWithGroup(f, group); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("meganode: region file %s: %w", path, err)
 	}
 	if err := lockFile(f); err != nil {
 		_ = f.Close()
@@ -148,8 +154,9 @@ func lockFile(f *os.File) error {
 // (fallocate, where supported); without, the file is sparse and takes
 // memory (or disk) as its pages are first written, and a file system with
 // less room than the region is only warned about.
-func createFileMapping(path string, size uint64, backing Backing, prefault bool, log *slog.Logger) (_ *mapping, err error) {
-	f, err := createFile(path)
+func createFileMapping(path string, size uint64, backing Backing, o *Options) (_ *mapping, err error) {
+	prefault, log := o.Prefault, o.Logger
+	f, err := createFile(path, o.FileGroup)
 	if err != nil {
 		return nil, err
 	}
@@ -188,8 +195,8 @@ func createFileMapping(path string, size uint64, backing Backing, prefault bool,
 // and mapping are rounded up to the huge page size. The kernel reserves the
 // huge pages at mmap (MAP_SHARED), so running short fails here with an
 // error wrapping ErrNoHugepages, not later with SIGBUS.
-func createHugeMapping(path string, size, pageSize uint64) (_ *mapping, err error) {
-	f, err := createFile(path)
+func createHugeMapping(path string, size, pageSize uint64, group int) (_ *mapping, err error) {
+	f, err := createFile(path, group)
 	if err != nil {
 		return nil, err
 	}
@@ -370,4 +377,20 @@ func HugetlbfsMounts() []string {
 		dirs = append(dirs, m.dir)
 	}
 	return dirs
+}
+
+// shareWithGroup gives f (created 0600) to group and opens it to the
+// group's reading, in that order, so that no other group can ever read
+// it. A non-positive group leaves it as it is.
+func shareWithGroup(f *os.File, group int) error {
+	if group <= 0 {
+		return nil
+	}
+	if err := f.Chown(-1, group); err != nil {
+		return fmt.Errorf("give it to group %d: %w", group, err)
+	}
+	if err := f.Chmod(0o640); err != nil {
+		return fmt.Errorf("make it readable by group %d: %w", group, err)
+	}
+	return nil
 }

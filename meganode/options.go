@@ -131,6 +131,12 @@ type Options struct {
 	// reserved at mmap either way (they were set aside for huge pages
 	// already).
 	Prefault bool
+	// FileGroup, if positive, is the group ID that region files are
+	// given, with mode 0640: other users of the group (clients reading
+	// one-sided over shared memory) can map them read-only. The process
+	// must be allowed to give files to the group (a member of it, or
+	// root). Default 0: mode 0600, the server's user only.
+	FileGroup int
 	// Logger receives one Info record per region created or opened (with
 	// the backing used) and fallback explanations. Default slog.Default().
 	Logger *slog.Logger
@@ -203,6 +209,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Name == "" || o.Name == "." || o.Name == ".." || strings.ContainsRune(o.Name, filepath.Separator) || strings.ContainsRune(o.Name, '/') {
 		return fmt.Errorf("meganode: region file name %q is not a plain file name: %w", o.Name, ErrInvalidOptions)
+	}
+	if o.FileGroup < 0 {
+		return fmt.Errorf("meganode: file group %d: %w", o.FileGroup, ErrInvalidOptions)
 	}
 	if _, err := o.layout(); err != nil {
 		return err

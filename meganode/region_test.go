@@ -118,6 +118,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"node size", func(o *Options) { o.NodeSize = 1000 }, "node size"},
 		{"atom", func(o *Options) { o.AtomSize = 8 }, "atom size"},
 		{"too large", func(o *Options) { o.Size = 2 << 40 }, "region size"},
+		{"file group", func(o *Options) { o.FileGroup = -1 }, "file group"},
 		{"fraction leaves no slot room", func(o *Options) { o.Meganodes = 0; o.MeganodeSize = 1 << 20 }, "do not fit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

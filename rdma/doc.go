@@ -210,7 +210,9 @@
 // A shm client maps each file once and keeps the mapping until Close; Read
 // then allocates nothing. Mapping costs the client address space and page
 // tables only. Files must be readable by the client's user (meganode
-// creates them 0600: run clients as the server's user). A region file must
+// creates them 0600, or 0640 and owned by its Options.FileGroup, and
+// SHMOptions.FileGroup does the same for the table: run clients as the
+// server's user or a user of that group). A region file must
 // never shrink while it is registered or mapped by a client: a client
 // reading past the end of a shrunk file would die of SIGBUS (meganode never
 // shrinks region files).

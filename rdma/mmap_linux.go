@@ -62,8 +62,8 @@ const tablePrefix = "cell-rdma-"
 // fresh name in dir, locks it (flock, shared: the lock says a live process
 // owns the table, whatever pid namespace looks at it) and maps it
 // read-write, shared. The returned file holds the lock until it is closed.
-func createTable(dir string, size int) (string, []byte, *os.File, error) {
-	path, data, f, err := createTableFile(dir, size)
+func createTable(dir string, size, group int) (string, []byte, *os.File, error) {
+	path, data, f, err := createTableFile(dir, size, group)
 	if err != nil {
 		return "", nil, nil, err
 	}
@@ -123,8 +123,9 @@ func RemoveStaleTables(dir string) ([]string, error) {
 }
 
 // createTableFile creates a registration table file of size bytes under a
-// fresh name in dir and maps it read-write, shared.
-func createTableFile(dir string, size int) (string, []byte, *os.File, error) {
+// fresh name in dir (0600; 0640 and owned by group if group is positive)
+// and maps it read-write, shared.
+func createTableFile(dir string, size, group int) (string, []byte, *os.File, error) {
 	var nonce [8]byte
 	_, _ = rand.Read(nonce[:])
 	path := filepath.Join(dir, fmt.Sprintf(tablePrefix+"%d-%s", os.Getpid(), hex.EncodeToString(nonce[:])))
@@ -135,6 +136,18 @@ func createTableFile(dir string, size int) (string, []byte, *os.File, error) {
 	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("rdma: create registration table: %w", err)
+	}
+	if group > 0 {
+		// Given to the group before it is opened to the group.
+		err := f.Chown(-1, group)
+		if err == nil {
+			err = f.Chmod(0o640)
+		}
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(abs)
+			return "", nil, nil, fmt.Errorf("rdma: share registration table with group %d: %w", group, err)
+		}
 	}
 	length := (size + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
 	if err := f.Truncate(int64(length)); err != nil {

@@ -13,7 +13,7 @@ func HostID() (string, error) { return "", fmt.Errorf("rdma: host identity: %w",
 
 func defaultTableDir() string { return os.TempDir() }
 
-func createTable(string, int) (string, []byte, *os.File, error) {
+func createTable(string, int, int) (string, []byte, *os.File, error) {
 	return "", nil, nil, fmt.Errorf("rdma: shm provider: %w", ErrUnsupported)
 }
 

@@ -55,6 +55,11 @@ type SHMOptions struct {
 	// reads over shared memory only when its own identity is the same.
 	// Default HostID().
 	Host string
+	// FileGroup, if positive, is the group ID that the registration
+	// table file is given, with mode 0640, so that clients running as
+	// other users of the group can read it (the region files need the
+	// same: meganode.Options.FileGroup). Default 0: mode 0600.
+	FileGroup int
 	// Limits are advertised in Caps; clients enforce their own.
 	Limits
 	// Logger receives the table's creation. Default slog.Default().
@@ -86,6 +91,9 @@ func (o *SHMOptions) Validate() error {
 	}
 	if o.Slots < 1 || o.Slots > 1<<20 {
 		return fmt.Errorf("rdma: %d registration slots not in [1, %d]: %w", o.Slots, 1<<20, ErrInvalidOptions)
+	}
+	if o.FileGroup < 0 {
+		return fmt.Errorf("rdma: file group %d: %w", o.FileGroup, ErrInvalidOptions)
 	}
 	return nil
 }
@@ -135,7 +143,7 @@ func NewSHMServer(opts SHMOptions) (*SHMServer, error) {
 		opts.Logger.Info("rdma: removed the registration tables of dead processes", slog.Any("paths", stale))
 	}
 	size := tableHeader + 16*opts.Slots
-	path, table, lock, err := createTable(opts.Dir, size)
+	path, table, lock, err := createTable(opts.Dir, size, opts.FileGroup)
 	if err != nil {
 		return nil, err
 	}

@@ -102,6 +102,12 @@ type Options struct {
 	// ShmDir is the tmpfs for shm-backed regions and for the shm
 	// provider's registration table. Default "/dev/shm".
 	ShmDir string
+	// ShmGroup, if positive, is the group ID given the region files and
+	// the shm registration table (mode 0640 instead of 0600), so that
+	// clients running as other users of that group can read one-sided
+	// over shared memory. The server must be a member of the group (or
+	// root). Default 0: the server's user only.
+	ShmGroup int
 	// Prefault commits each region file's memory when it is made
 	// (meganode.Options.Prefault): a host short of memory fails the start
 	// rather than a later write with SIGBUS. Default false: a region takes
@@ -479,6 +485,8 @@ func (o *Options) Validate() error {
 		return bad("connection limits %d and %d per host must be at least 1", o.MaxConnections, o.MaxConnectionsPerHost)
 	case o.MaxInflightPerConn < 1:
 		return bad("max in-flight per connection %d < 1", o.MaxInflightPerConn)
+	case o.ShmGroup < 0:
+		return bad("shm group %d < 0", o.ShmGroup)
 	case o.SplitFill <= 0 || o.SplitFill > 1:
 		return bad("split fill %v not in (0, 1]", o.SplitFill)
 	case o.SplitPlacement != PlaceAuto && o.SplitPlacement != PlaceLocal && o.SplitPlacement != PlaceRemote:

@@ -162,6 +162,7 @@ func (rep *replica) regionOptions(id uint32, b regionBody) meganode.Options {
 		ShmDir:       rep.srv.opts.ShmDir,
 		Name:         rep.srv.dir.regionFileName(id),
 		Prefault:     rep.srv.opts.Prefault,
+		FileGroup:    rep.srv.opts.ShmGroup,
 		Logger:       rep.srv.log,
 	}
 }

@@ -156,7 +156,7 @@ func (s *Server) closeRetired() error {
 // openSHM starts the same-host shared-memory provider, when the platform
 // has one: regions are registered with it as they are served.
 func (s *Server) openSHM() {
-	shm, err := rdma.NewSHMServer(rdma.SHMOptions{Dir: s.shmTableDir(), Host: s.opts.HostID, Logger: s.log})
+	shm, err := rdma.NewSHMServer(rdma.SHMOptions{Dir: s.shmTableDir(), Host: s.opts.HostID, FileGroup: s.opts.ShmGroup, Logger: s.log})
 	if err != nil {
 		s.log.Warn("server: no shared-memory one-sided reads", slog.Any("err", err))
 		return

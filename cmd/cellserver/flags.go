@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ type config struct {
 	hugepages      meganode.HugepageMode
 	shmDir         string
 	prefault       bool
+	shmGroup       int
 	serverID       string
 	logLevel       slog.Level
 	splitPlacement server.Placement
@@ -100,6 +102,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		snapThreshold, replicas   string
 		deadAfter, balanceEvery   string
 		prefault, orphanAge       string
+		shmGroup                  string
 		idle, frameTimeout        string
 		maxConns, maxPerHost      string
 		maxInflight, maxRows      string
@@ -131,6 +134,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&nodeSize, "node-size", "1KiB", "B-link node size, a power of two from 512 to 8192")
 	str(&hugepages, "hugepages", "auto", "region backing: auto (hugetlbfs, else --shm-dir, else a file in --data-dir), on (hugetlbfs), off (a file in --data-dir)")
 	str(&cfg.shmDir, "shm-dir", server.DefaultShmDir, "tmpfs directory of the region files (with --hugepages auto and no hugetlbfs) and of the shm one-sided read table; region files are named cell-<hash of --data-dir>-<region>, and 'cellserver wipe' removes them")
+	str(&shmGroup, "shm-group", "", "a group (name or ID) given the region files and the shm one-sided read table, mode 0640, so that clients running as other users of the group can read one-sided over shared memory; default: the server's user only (0600)")
 	str(&prefault, "prefault", "false", "commit each region's memory when it is made (a host short of memory fails the start, not a later write with SIGBUS); default: a region takes memory as it is used")
 	str(&cfg.serverID, "server-id", "", "server ID in the region table (default: derived from the host name and --listen)")
 	str(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -248,6 +252,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	if cfg.balanceInterval, err = time.ParseDuration(balanceEvery); err != nil || cfg.balanceInterval < 0 {
 		return nil, fmt.Errorf("--balance-interval %q: want a duration, 0 for never", balanceEvery)
 	}
+	if cfg.shmGroup, err = lookupGroup(shmGroup); err != nil {
+		return nil, fmt.Errorf("--shm-group %q: %w", shmGroup, err)
+	}
 	if err := parseLimits(&cfg, idle, frameTimeout, maxConns, maxPerHost, maxInflight, maxRows, maxRangeBytes, maxRequest); err != nil {
 		return nil, err
 	}
@@ -275,6 +282,29 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		}
 	}
 	return &cfg, nil
+}
+
+// lookupGroup resolves a group name or numeric ID to a group ID; "" is 0
+// (none). A numeric ID need not name a group in /etc/group.
+func lookupGroup(name string) (int, error) {
+	if name == "" {
+		return 0, nil
+	}
+	if gid, err := strconv.Atoi(name); err == nil {
+		if gid < 1 {
+			return 0, fmt.Errorf("want a group other than root's (ID >= 1)")
+		}
+		return gid, nil
+	}
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return 0, err
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil || gid < 1 {
+		return 0, fmt.Errorf("group ID %q: want a number >= 1", g.Gid)
+	}
+	return gid, nil
 }
 
 // bareBool is a flag holding a boolean's text, parsed later, that may be

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -105,6 +106,24 @@ func TestParseFlagsRegionFiles(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--prefault", "maybe"}, io.Discard); err == nil {
 		t.Fatal("--prefault maybe accepted")
+	}
+	if cfg.shmGroup != 0 {
+		t.Fatalf("--shm-group defaults to %d, want 0 (none)", cfg.shmGroup)
+	}
+	for arg, want := range map[string]int{"4242": 4242, "root": -1, "0": -1, "no-such-group-here": -1, "-3": -1} {
+		cfg, err := parseFlags([]string{"--shm-group", arg}, io.Discard)
+		switch {
+		case want < 0 && err == nil:
+			t.Errorf("--shm-group %s accepted (%d)", arg, cfg.shmGroup)
+		case want >= 0 && (err != nil || cfg.shmGroup != want):
+			t.Errorf("--shm-group %s: %d, %v; want %d", arg, cfg.shmGroup, err, want)
+		}
+	}
+	// A group by name (every Linux system has one named after some ID).
+	if g, err := user.LookupGroupId("1"); err == nil {
+		if cfg, err := parseFlags([]string{"--shm-group", g.Name}, io.Discard); err != nil || cfg.shmGroup != 1 {
+			t.Errorf("--shm-group %s: %d, %v; want 1", g.Name, cfg.shmGroup, err)
+		}
 	}
 	w, err := parseWipeFlags([]string{"--data-dir", "d1"}, io.Discard)
 	if err != nil || w.dataDir != "d1" || w.shmDir != "/dev/shm" {

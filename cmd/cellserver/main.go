@@ -178,6 +178,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		Hugepages:        cfg.hugepages,
 		ShmDir:           cfg.shmDir,
 		Prefault:         cfg.prefault,
+		ShmGroup:         cfg.shmGroup,
 		SplitPlacement:   cfg.splitPlacement,
 		SplitRemoteBelow: cfg.splitBelow,
 		SplitFill:        cfg.splitFill,
