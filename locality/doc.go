@@ -129,6 +129,29 @@
 // hops per second (20,000) nothing changes. PaperRule removes the cap;
 // BENCHMARKS.md §2 and §5b measure both.
 //
+// # Exploration by cost (Cell's refinement, measured)
+//
+// Under the cap, a same-host client whose client-side hops take 2 µs
+// still explored the server 200 times a second per connection, each
+// exploring hop an RPC of about 85 µs and 35 µs of the client's CPU plus
+// the server's: on YCSB-C over shm adaptive spent 25% more CPU per
+// operation than the fixed client mode (BENCHMARKS.md §19). So, unless
+// PaperRule, while client-side hops are the cheaper (their cost m·l_r
+// below a server-side hop's l_s), the probability of exploring the server
+// is p·m·l_r/l_s, as range pages do: exploring then spends about p of the
+// hops' time, not p of the hops. And every connection explores at least
+// once a second (with exploration on and both estimates known), so that
+// l_s is never stale for long. While server-side hops are the cheaper,
+// client-side ones are explored with p unscaled: scaling those too was
+// measured and dropped — in the saturated Table 2 simulation the
+// client-side estimate then lags and the selector keeps too many searches
+// server-side (0.93 of the best fixed ratio at 8 cores in locality/sim's
+// TestTable2, which wants 0.98). In the simulations the scaling hardly
+// binds: Table 2 within 1% at every core count, the Fig. 7 spike
+// identical for six seeds (there a client-side hop is never cheaper than
+// a server-side one in absolute time, only once the round trips are taken
+// off as the rule does).
+//
 // # Queue-aware estimate (Cell's refinement, measured)
 //
 // The idea of RF-RPC (a server's own account of its load tells clients

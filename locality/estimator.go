@@ -51,6 +51,9 @@ type Estimator struct {
 		// decision with both estimates known).
 		pageExploredAt time.Time
 		pageDec        Decisions
+		// hopExploredAt: the last exploring hop (or the first decision
+		// with both estimates known).
+		hopExploredAt time.Time
 	}
 }
 
@@ -150,14 +153,52 @@ func (e *Estimator) chooseLocked(now time.Time) Choice {
 	if e.mu.lr.win.n == 0 {
 		return Choice{Method: ClientSide}
 	}
+	m := s.M()
 	best := ClientSide
-	if e.serverBetterLocked(s.M()) {
+	if e.serverBetterLocked(m) {
 		best = ServerSide
 	}
-	if s.exploreThreshold > 0 && draw(e.mu.rng.Uint64()) < s.exploreThreshold && e.exploreTokenLocked(now) {
+	if s.exploreThreshold == 0 {
+		return Choice{Method: best}
+	}
+	thr := s.exploreThreshold
+	if !s.opts.PaperRule {
+		thr = e.hopExploreThresholdLocked(thr, m, best)
+	}
+	if draw(e.mu.rng.Uint64()) < thr && e.exploreTokenLocked(now) {
+		e.mu.hopExploredAt = now
 		return Choice{Method: best.other(), Explore: true}
 	}
+	if !s.opts.PaperRule && !e.mu.hopExploredAt.IsZero() && now.Sub(e.mu.hopExploredAt) >= hopExploreInterval {
+		e.mu.hopExploredAt = now
+		return Choice{Method: best.other(), Explore: true}
+	}
+	if e.mu.hopExploredAt.IsZero() {
+		e.mu.hopExploredAt = now
+	}
 	return Choice{Method: best}
+}
+
+// hopExploreInterval is the longest a connection goes without exploring
+// a hop (with exploration on and both estimates known).
+const hopExploreInterval = time.Second
+
+// hopExploreThresholdLocked is the exploration threshold thr for a hop
+// whose best method is best: while client-side hops are the cheaper,
+// scaled by their cost (m reads of l_r each) over a server-side hop's
+// (l_s), so that exploring the server spends about p of the hops' time
+// (see "Exploration by cost" in doc.go); while server-side hops are the
+// cheaper, thr as it is.
+// REQUIRES: e.mu held, both windows non-empty.
+func (e *Estimator) hopExploreThresholdLocked(thr uint64, m float64, best Method) uint64 {
+	if best == ServerSide {
+		return thr
+	}
+	lo, hi := m*e.mu.lr.win.mean(), e.serverLatencyLocked()
+	if hi <= 0 || lo >= hi {
+		return thr
+	}
+	return uint64(float64(thr) * max(lo, 0) / hi)
 }
 
 // exploreTokenLocked takes a token from the exploration bucket, if it
@@ -332,6 +373,7 @@ func (e *Estimator) touchLocked(now time.Time) {
 		e.mu.ps.reset()
 		e.mu.pc.reset()
 		e.mu.pageExploredAt = time.Time{}
+		e.mu.hopExploredAt = time.Time{}
 		e.mu.rtt = math.Inf(1)
 		e.mu.idle++
 	}

@@ -412,3 +412,67 @@ func TestExplorationCappedInTime(t *testing.T) {
 		}
 	})
 }
+
+// TestHopExplorationByCost: while client-side hops are cheaper than a
+// server-side one, the server is explored with probability p scaled by
+// the ratio of their costs (m·l_r over l_s), and at least once a second;
+// the paper's rule explores with p flat. While server-side hops are the
+// cheaper, client-side ones are explored with p (TestTable2 in
+// locality/sim fails when they are scaled too: see doc.go).
+func TestHopExplorationByCost(t *testing.T) {
+	// Same-host shm: reads of 0.4 µs (RTT 0.3 µs), a server-side hop of
+	// 85 µs. m = 5: a client-side hop costs 2 µs, so p·2/85 ≈ 0.0235%.
+	setup := func(t *testing.T, opts Options) (*Estimator, *fakeClock) {
+		opts.MaxExploreRate = -1 // the cap is TestExplorationCappedInTime's
+		s, clk := mustSelector(t, opts)
+		e := s.Estimator(1)
+		e.ObserveRead(300 * time.Nanosecond)
+		fillRead(e, 400*time.Nanosecond, 20)
+		fillServer(e, 85*us, 20)
+		return e, clk
+	}
+	const n = 400_000
+	t.Run("scaled", func(t *testing.T) {
+		e, _ := setup(t, Options{})
+		d := countChoices(e, n) // the clock stands still: no floor
+		// Binomial(400000, 0.01·2/85): mean 94, σ ≈ 9.7; ±5σ.
+		if d.Explore < 46 || d.Explore > 142 || d.Server != d.Explore {
+			t.Errorf("explored %d (server-side %d) of %d hops, want ≈ %.0f", d.Explore, d.Server, n, n*0.01*2/85)
+		}
+	})
+	t.Run("paper rule", func(t *testing.T) {
+		e, _ := setup(t, Options{PaperRule: true})
+		// Binomial(400000, 0.01): mean 4000, σ ≈ 63; ±5σ.
+		if d := countChoices(e, n); d.Explore < 3685 || d.Explore > 4315 {
+			t.Errorf("paper rule explored %d of %d, want ≈ 1%%", d.Explore, n)
+		}
+	})
+	t.Run("at least once a second", func(t *testing.T) {
+		// p so small that draws never explore: the floor still does,
+		// once per second of decisions.
+		e, clk := setup(t, Options{Explore: 1e-12})
+		explored := 0
+		for range 10_000 { // 10 s at 1,000 hops a second
+			clk.Advance(time.Millisecond)
+			if c := e.Choose(); c.Explore {
+				explored++
+				if c.Method != ServerSide {
+					t.Fatalf("exploration chose %v, the better method", c.Method)
+				}
+			}
+		}
+		if explored < 9 || explored > 10 {
+			t.Errorf("explored %d times in 10 s, want once a second", explored)
+		}
+	})
+	t.Run("server cheaper: p flat", func(t *testing.T) {
+		s, _ := mustSelector(t, Options{MaxExploreRate: -1})
+		e := s.Estimator(1)
+		e.ObserveRead(10 * us)
+		fillRead(e, 40*us, 20) // a client-side hop: 200 µs
+		fillServer(e, 20*us, 20)
+		if d := countChoices(e, n); d.Explore < 3685 || d.Explore > 4315 || d.Client != d.Explore {
+			t.Errorf("explored %d (client-side %d) of %d, want ≈ 1%%", d.Explore, d.Client, n)
+		}
+	})
+}
