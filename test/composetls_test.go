@@ -12,8 +12,10 @@ import (
 // the client container, whose cellctl holds the admin certificate: the
 // regions replicate three ways (raft over TLS), a put and a get go through
 // (RPC and etcd over TLS), one-sided reads over the tcp responder (TLS)
-// serve a short bench, cellctl check finds every replica equal, and a
-// killed leader's keys are served again by another replica. Skipped
+// serve a short bench, cellctl check finds every replica equal, etcd's
+// roles (turned on by the servers) let a client certificate read the
+// region table but not write it, and a killed leader's keys are served
+// again by another replica. Skipped
 // without docker, as the other compose tests.
 func TestComposeTLS(t *testing.T) {
 	c := composeUpTLS(t, "CELL_RAFT_HEARTBEAT_TIMEOUT=300ms")
@@ -39,7 +41,6 @@ func TestComposeTLS(t *testing.T) {
 	}
 	t.Logf("without a client certificate: exit %d: %s", code, strings.TrimSpace(stderr))
 
-	// Kill the host of the region of tls-key; another replica serves it.
 	root, err := store.Root(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +49,19 @@ func TestComposeTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The servers turned etcd's roles on: a client certificate reads the
+	// table but cannot write it (a drain mark), the admin's can.
+	asClient := []string{"cellctl", "--cert", "/certs/client.crt", "--key", "/certs/client.key", "--dial-timeout", "5s"}
+	if code, stdout, stderr := c.Exec(t, c.Client, append(asClient, "members")...); code != 0 {
+		t.Fatalf("cellctl members with a client certificate: exit %d: %s %s", code, stdout, stderr)
+	}
+	code, stdout, stderr = c.Exec(t, c.Client, append(asClient, "drain", "--undo", e.Host)...)
+	if code == 0 || !strings.Contains(stdout+stderr, "permission denied") {
+		t.Fatalf("drain with a client certificate: exit %d: %s %s; want etcd's permission denied", code, stdout, stderr)
+	}
+	c.Cellctl(t, "drain", "--undo", e.Host)
+
+	// Kill the host of the region of tls-key; another replica serves it.
 	c.Kill(t, e.Host)
 	deadline := time.Now().Add(60 * time.Second)
 	for {

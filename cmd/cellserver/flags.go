@@ -172,7 +172,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&cfg.peerTLS.KeyFile, "peer-key-file", "", "key of --peer-cert-file")
 	str(&cfg.peerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "CAs that verify the other servers' certificates when this server calls them")
 	boolStr(&peerAuth, "peer-client-cert-auth", "false", "require peer certificates on the embedded etcd's peer port (the raft port, TLS with --peer-cert-file, always requires the cell-server role); the RPC port follows --client-cert-auth")
-	boolStr(&etcdAuth, "etcd-auth", "", "turn on etcd's roles at start (users named by certificate CommonNames: cell-server and cell-admin read and write the region table, cell-client reads it; docs/tls.md): default true with an embedded etcd and --client-cert-auth, false otherwise; an external etcd's are set up with cellctl etcd-roles")
+	boolStr(&etcdAuth, "etcd-auth", "", "turn on etcd's roles at start (users named by certificate CommonNames: cell-server and cell-admin read and write the region table, cell-client reads it; docs/tls.md): default true with an embedded etcd and --client-cert-auth, false otherwise; true with an external etcd turns its roles on if they are off (or use cellctl etcd-roles)")
 	showVersion := fs.Bool("version", false, "print the version and VCS revision, then exit")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: cellserver [flags]\n       cellserver wipe [--data-dir DIR] [--shm-dir DIR]\n\nRuns a Cell server. With no flags it is a complete single-node store:\nan embedded etcd and the server, with data under ./cell-data.\n'cellserver wipe' deletes a stopped server's data directory and its\nregion files (in --shm-dir and hugetlbfs too).\n\nFlags:\n")
