@@ -93,7 +93,12 @@ func TestTCPResponderConnLimits(t *testing.T) {
 			// One closes: the next connection is served.
 			_ = b.Close()
 			deadline := time.Now().Add(10 * time.Second)
-			for srv.Stats().OpenConns > 1 && time.Now().Before(deadline) {
+			open := func() int { // the connections the limits count
+				srv.mu.Lock()
+				defer srv.mu.Unlock()
+				return len(srv.mu.conns)
+			}
+			for open() > 1 && time.Now().Before(deadline) {
 				time.Sleep(5 * time.Millisecond)
 			}
 			if err := read(dial(tc.second)); err != nil {
