@@ -43,6 +43,14 @@ func TestSHMFileGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	for d := filepath.Dir(dir); ; d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm()&0o001 == 0 {
+			t.Skipf("other users cannot reach %s (%v)", d, err)
+		}
+		if d == "/" {
+			break
+		}
+	}
 	create := func(name string, group int) *meganode.Region {
 		r, err := meganode.Create(meganode.Options{ID: 5, Size: testRegionSize, MeganodeSize: testMeganodeSize,
 			Dir: dir, Name: name, Hugepages: meganode.HugepagesOff, FileGroup: group, Logger: slog.New(slog.DiscardHandler)})
