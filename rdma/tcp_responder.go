@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellstore/cell/internal/atomicmem"
 	"github.com/cellstore/cell/internal/monotime"
+	"github.com/cellstore/cell/internal/netaddr"
 )
 
 // TCPOptions configure a tcp responder. The zero value of every field means
@@ -354,7 +355,7 @@ func (r *TCPResponder) acceptLoop() {
 			_ = nc.Close()
 			return
 		}
-		host := remoteHost(nc)
+		host := netaddr.Host(nc)
 		if over := r.overLimitLocked(host); over != nil {
 			r.mu.Unlock()
 			over.Add(1)
@@ -381,23 +382,6 @@ func (r *TCPResponder) overLimitLocked(host string) *atomic.Int64 {
 		return &r.stats.refusedPerHost
 	}
 	return nil
-}
-
-// remoteHost is the IP address of the connection's peer (its whole
-// address when it has no host part).
-func remoteHost(nc net.Conn) string {
-	a := nc.RemoteAddr()
-	if a == nil {
-		return ""
-	}
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.String()
-	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return a.String()
-	}
-	return host
 }
 
 // session is the state of one connection's goroutine.
@@ -464,7 +448,7 @@ func (r *TCPResponder) handshake(nc net.Conn) (*tls.Conn, error) {
 // dropConn closes nc and forgets it.
 func (r *TCPResponder) dropConn(nc net.Conn) {
 	_ = nc.Close()
-	host := remoteHost(nc)
+	host := netaddr.Host(nc)
 	r.mu.Lock()
 	if _, ok := r.mu.conns[nc]; ok {
 		delete(r.mu.conns, nc)

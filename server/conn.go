@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cellstore/cell/internal/netaddr"
 	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/wire"
 )
@@ -73,7 +74,7 @@ func isTemporary(err error) bool {
 }
 
 func (s *Server) newConn(nc net.Conn) {
-	host := remoteHost(nc)
+	host := netaddr.Host(nc)
 	s.mu.Lock()
 	if s.mu.state == stateClosed {
 		s.mu.Unlock()

@@ -38,23 +38,6 @@ const refuseWriteBudget = 100 * time.Millisecond
 // export zero.
 var refusalReasons = []string{refuseMaxConns, refuseMaxPerHost, refuseIdle, refuseSlow, refuseInflight, refuseRangeRows, refuseRangeBytes, refuseHandshake, refusePermission}
 
-// remoteHost is the IP address of the connection's peer (its whole
-// address when it has no host part).
-func remoteHost(nc net.Conn) string {
-	a := nc.RemoteAddr()
-	if a == nil {
-		return ""
-	}
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.String()
-	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return a.String()
-	}
-	return host
-}
-
 // overLimit returns why a new connection from host is refused, or "".
 // REQUIRES: s.mu held.
 func (s *Server) overLimit(host string) string {
