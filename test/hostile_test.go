@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,15 +43,7 @@ func TestHostileClientsMemory(t *testing.T) {
 // handshake (a slowloris of the handshake, which FrameTimeout bounds).
 func TestHostileClientsMemoryTLS(t *testing.T) {
 	hostileBench(t)
-	certs := filepath.Join(t.TempDir(), "certs")
-	if code, out, errs := runCellctl(t, "certs", "--dir", certs); code != 0 {
-		t.Fatalf("cellctl certs: %d %s %s", code, out, errs)
-	}
-	cf := func(name string) string { return filepath.Join(certs, name) }
-	src, err := tlsconf.NewSource(tlsconf.Files{CertFile: cf(tlsconf.ClientCertFile), KeyFile: cf(tlsconf.ClientKeyFile), TrustedCAFile: cf(tlsconf.CAFile)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cf, src := devCerts(t)
 	// An etcd of its own (plain): this measures Cell's ports.
 	cl := startCluster(t, 1, serverOptions{cores: 1, clientTLS: src.ClientConfig(""),
 		flags: []string{"--cert-file", cf(tlsconf.ServerCertFile), "--key-file", cf(tlsconf.ServerKeyFile), "--trusted-ca-file", cf(tlsconf.CAFile), "--client-cert-auth",

@@ -26,15 +26,7 @@ import (
 // check (admin certificate) finds the replicas equal. The raft port
 // answers a plain connection with a TLS alert.
 func TestTLSClusterFailover(t *testing.T) {
-	certs := filepath.Join(t.TempDir(), "certs")
-	if code, out, errs := runCellctl(t, "certs", "--dir", certs); code != 0 {
-		t.Fatalf("cellctl certs: %d %s %s", code, out, errs)
-	}
-	cf := func(name string) string { return filepath.Join(certs, name) }
-	src, err := tlsconf.NewSource(tlsconf.Files{CertFile: cf(tlsconf.ClientCertFile), KeyFile: cf(tlsconf.ClientKeyFile), TrustedCAFile: cf(tlsconf.CAFile)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cf, src := devCerts(t)
 	cl := startCluster(t, 3, serverOptions{cores: 1, regionSize: "32MiB", meganodeSize: "1MiB", clientTLS: src.ClientConfig(""),
 		flags: []string{"--replicas", "3", "--raft-heartbeat-timeout", "300ms",
 			"--cert-file", cf(tlsconf.ServerCertFile), "--key-file", cf(tlsconf.ServerKeyFile), "--trusted-ca-file", cf(tlsconf.CAFile), "--client-cert-auth",
@@ -119,4 +111,21 @@ func TestTLSClusterFailover(t *testing.T) {
 	if !strings.Contains(out+errs, "replica") {
 		t.Logf("cellctl check: %s %s", out, errs)
 	}
+}
+
+// devCerts writes the development certificates (cellctl certs) into a
+// temporary directory and returns the path of a file there and a source
+// of the client certificate.
+func devCerts(t *testing.T) (cf func(name string) string, client *tlsconf.Source) {
+	t.Helper()
+	certs := filepath.Join(t.TempDir(), "certs")
+	if code, out, errs := runCellctl(t, "certs", "--dir", certs); code != 0 {
+		t.Fatalf("cellctl certs: %d %s %s", code, out, errs)
+	}
+	cf = func(name string) string { return filepath.Join(certs, name) }
+	src, err := tlsconf.NewSource(tlsconf.Files{CertFile: cf(tlsconf.ClientCertFile), KeyFile: cf(tlsconf.ClientKeyFile), TrustedCAFile: cf(tlsconf.CAFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cf, src
 }
