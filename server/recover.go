@@ -1,8 +1,10 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/cellstore/cell/blink"
 )
@@ -51,60 +53,59 @@ func (s *Server) resumeSplits(rep *replica) {
 	}
 }
 
-// resumeSplitLocked resumes or undoes one split. REQUIRES: s.splitMu held.
+// resumeSplitLocked resumes or undoes one split, with a driver rebuilt
+// from the applied state; a remainder of the same split this server still
+// had queued (its separator) is dropped, the rebuilt driver doing it.
+// REQUIRES: s.splitMu held.
 func (s *Server) resumeSplitLocked(p splitProgress) error {
+	d, err := s.resumeDriver(p)
+	if err != nil {
+		return err
+	}
+	s.pendingSeps = slices.DeleteFunc(s.pendingSeps, func(q *splitDriver) bool { return q.x == d.x })
+	return d.resume()
+}
+
+// resumeDriver rebuilds the driver of split p from what its applied
+// records did.
+func (s *Server) resumeDriver(p splitProgress) (*splitDriver, error) {
 	x := s.meganodeAt(p.X)
 	if x == nil || x.m.Ptr() != p.X {
-		return fmt.Errorf("server: split of %v, not a meganode here: %w", p.X, blink.ErrCorruption)
+		return nil, fmt.Errorf("server: split of %v, not a meganode here: %w", p.X, blink.ErrCorruption)
 	}
-	var tgt *splitTarget
+	d := &splitDriver{s: s, x: x, sep: bytes.Clone(p.Sep), y: p.Y, linked: p.Linked, freed: p.Freed, resumed: true, before: x.t.Usage()}
 	if p.Y.Region() != x.rep.regionID {
-		tgt = &splitTarget{ptr: p.Y} // endRemoteTarget finds its host
+		d.tgt = &splitTarget{ptr: p.Y} // endRemoteTarget finds its host
 	}
-	log := s.log.With(slog.String("meganode", p.X.String()), slog.String("new", p.Y.String()), slog.String("sep", fmt.Sprintf("%q", p.Sep)))
-	if !p.Linked {
-		_, err := s.applySplit(x, p.Sep, splitBody{Phase: phaseAbort, New: p.Y})
-		if tgt != nil {
-			if terr := s.endRemoteTarget(tgt, false); terr != nil {
-				log.Warn("server: the interrupted split's remote target was not dropped", slog.Any("err", terr))
-			}
+	return d, nil
+}
+
+// resume takes a rebuilt split to its end: one not linked is undone; one
+// linked goes through the steps left of free, thaw, separator and end.
+// Unlike the first driver it goes on past a thaw that failed: the target
+// may have thawed Y before the crash and, restored from a snapshot since,
+// refuse the repeated end, which changes nothing.
+func (d *splitDriver) resume() error {
+	log := d.s.log.With(slog.String("meganode", d.x.m.Ptr().String()), slog.String("new", d.y.String()), slog.String("sep", fmt.Sprintf("%q", d.sep)))
+	if !d.linked {
+		if err := d.abort(); err != nil {
+			return err
 		}
-		if err == nil {
-			s.metrics.splits.WithLabelValues("aborted").Inc()
-			log.Info("server: an interrupted split was undone (it had not linked)")
-		}
-		return err
-	}
-	if !p.Freed {
-		for {
-			res, err := s.applySplit(x, p.Sep, splitBody{Phase: phaseFree, New: p.Y, Batch: uint32(s.opts.SplitFreeBatch)})
-			if err != nil {
-				return err
-			}
-			if res.Done {
-				break
-			}
-		}
-		s.splitEvent()
-	}
-	if tgt != nil {
-		// The target may have thawed Y already (its commit was applied
-		// before the crash): a refusal then changes nothing.
-		if err := s.endRemoteTarget(tgt, true); err != nil {
-			log.Warn("server: the interrupted split's remote target was not thawed", slog.Any("err", err))
-		}
-	}
-	if err := s.insertSeparatorLocked(x.level, p.Sep, p.Y, 0); err != nil {
-		log.Warn("server: the interrupted split's separator is not in place yet; retrying in the background", slog.Any("err", err))
-		s.pendingSeps = append(s.pendingSeps, pendingSep{x: x, sep: p.Sep, y: p.Y})
+		log.Info("server: an interrupted split was undone (it had not linked)")
 		return nil
 	}
-	if _, err := s.applySplit(x, p.Sep, splitBody{Phase: phaseEnd, New: p.Y}); err != nil {
-		return err
+	if !d.freed {
+		if err := d.free(); err != nil {
+			return err
+		}
 	}
-	s.metrics.splits.WithLabelValues("done").Inc()
-	log.Info("server: an interrupted split was finished")
-	return nil
+	if err := d.thawTarget(); err != nil {
+		log.Warn("server: the interrupted split's remote target was not thawed", slog.Any("err", err))
+	}
+	if !d.separator() {
+		return nil // retried in the background; the split's end waits for it
+	}
+	return d.end()
 }
 
 // settleNewRootLocked publishes root meganode np if the region table names

@@ -321,6 +321,70 @@ func TestSeparatorRetried(t *testing.T) {
 	mustServeAll(t, s, c, keys)
 }
 
+// A split whose separator is pending when the split is resumed from the
+// applied state (issue #8: "a new leader resumes or undoes every split its
+// applied state shows in progress"; here the same server after a lost and
+// regained lead, which runs resumeSplits too) is driven by one driver,
+// the rebuilt one: the queued remainder is dropped, so the separator goes
+// in once and the split ends once.
+func TestPendingSeparatorResumedOnce(t *testing.T) {
+	s, _ := newTestServer(t, func(o *Options) {
+		o.MeganodeSize = 64 << 10
+		o.SplitFill = 1
+	})
+	c := dial(t, s)
+	var keys []string
+	x := s.meganodeAt(s.Root())
+	for i := 0; x.t.Fill() < 0.6; i++ {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		put(t, c, k, "v"+k)
+		keys = append(keys, k)
+	}
+	if !s.runSplit(x) { // the root split
+		t.Fatal("first split failed")
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	t.Cleanup(failpoint.Enable(FailpointSeparator, func() error {
+		if fail.Load() {
+			return errors.New("parent unreachable")
+		}
+		return nil
+	}))
+	if !s.runSplit(x) {
+		t.Fatal("second split failed")
+	}
+	pending := func() int {
+		s.splitMu.Lock()
+		defer s.splitMu.Unlock()
+		return len(s.pendingSeps)
+	}
+	inProgress := func() int {
+		x.rep.applyMu.Lock()
+		defer x.rep.applyMu.Unlock()
+		return len(x.rep.repl.Splits)
+	}
+	if n, m := pending(), inProgress(); n != 1 || m != 1 {
+		t.Fatalf("%d separators pending and %d splits in progress, want 1 and 1", n, m)
+	}
+	s.resumeSplits(x.rep) // the separator still fails: queued again, once
+	if n := pending(); n != 1 {
+		t.Fatalf("%d separators pending after the split was resumed, want 1", n)
+	}
+	fail.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for pending() != 0 || inProgress() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d separators pending and %d splits in progress after 10 s", pending(), inProgress())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+	mustServeAll(t, s, c, keys)
+}
+
 // Issue #8: "Server-to-server split ops become idempotent (keyed by source
 // meganode and split key): a lost reply retried never fails the split."
 // A begin asked twice (its first reply lost) answers the same target and

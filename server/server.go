@@ -88,7 +88,7 @@ type Server struct {
 	peers peerConns
 	// pendingSeps are separators still to insert (split.go). Guarded by
 	// splitMu.
-	pendingSeps []pendingSep
+	pendingSeps []*splitDriver
 	splitWake   splitSignal
 	parking     parking // writes waiting for a split (park.go)
 

@@ -129,32 +129,26 @@ func (s *Server) splitLoop() {
 	}
 }
 
-// pendingSep is a split past its link whose separator is not in the
-// parent yet (the parent's server was down or kept splitting): the split
-// loop inserts it later and then ends the split. Guarded by splitMu.
-type pendingSep struct {
-	x   *localMeganode
-	sep []byte
-	y   blink.Ptr
-}
-
-// retrySeparators tries the pending separators once each.
+// retrySeparators tries the pending separators (splits past their link
+// whose separator is not in the parent yet: its server was down or kept
+// splitting) once each, and ends the splits whose separator went in.
 func (s *Server) retrySeparators() {
 	s.splitMu.Lock()
 	defer s.splitMu.Unlock()
-	left := s.pendingSeps[:0]
-	for _, p := range s.pendingSeps {
-		if err := s.insertSeparatorLocked(p.x.level, p.sep, p.y, 0); err != nil {
-			left = append(left, p)
+	pending := s.pendingSeps
+	s.pendingSeps = nil // a parent split below may queue its own
+	for _, d := range pending {
+		d.depth = 0 // from the top now, not nested in a child's split
+		if err := d.insertSeparator(); err != nil {
+			s.pendingSeps = append(s.pendingSeps, d)
 			continue
 		}
-		if _, err := s.applySplit(p.x, p.sep, splitBody{Phase: phaseEnd, New: p.y}); err != nil {
-			s.log.Error("server: end of a split", slog.String("meganode", p.x.m.Ptr().String()), slog.Any("err", err))
+		if err := d.end(); err != nil {
+			s.log.Error("server: end of a split", slog.String("meganode", d.x.m.Ptr().String()), slog.Any("err", err))
+			continue
 		}
-		s.log.Info("server: separator inserted after all", slog.String("new", p.y.String()))
-		s.metrics.splits.WithLabelValues("done").Inc()
+		s.log.Info("server: separator inserted after all", slog.String("new", d.y.String()))
 	}
-	s.pendingSeps = left
 }
 
 func (s *Server) serveSplit(p blink.Ptr) {

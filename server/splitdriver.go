@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -24,6 +23,10 @@ import (
 // up, end. A failure before the link aborts the split (X as before, Y
 // dropped); after it, the split stays in effect and only its last steps
 // are retried (a separator not inserted is retried in the background).
+//
+// A driver is also rebuilt from the applied state alone (resumeDriver,
+// recover.go) by a server that finds the split in progress: the flags
+// below say which steps are done.
 type splitDriver struct {
 	s     *Server
 	x     *localMeganode
@@ -33,10 +36,12 @@ type splitDriver struct {
 	tgt    *splitTarget // the target server's new meganode; nil: local
 	y      blink.Ptr    // Y's header, once started
 	yRoot  blink.Ptr    // Y's root on the target server (remote)
-	linked bool
+	linked bool         // X links to Y: the split can no longer be undone
+	freed  bool         // X's old right half is freed
 
-	began  time.Time
-	before blink.Usage // X's usage when the split started
+	began   time.Time   // zero for a resumed split
+	before  blink.Usage // X's usage when the split started (or resumed)
+	resumed bool        // rebuilt from the applied state (resumeDriver)
 }
 
 // splitLocked splits meganode x into x and a new meganode y, in this
@@ -63,7 +68,7 @@ func (d *splitDriver) run() (_ blink.Ptr, err error) {
 	}
 	defer func() {
 		if err != nil && !d.linked {
-			d.abort()
+			d.abort() // logged; a new leader undoes what is left
 		}
 	}()
 	if err := failpoint.Eval(FailpointSplitFroze); err != nil {
@@ -164,11 +169,15 @@ func (d *splitDriver) link() error {
 }
 
 // afterLink runs the steps past the link: free X's old right half,
-// release Y to writes, insert the separator, end.
+// release a remote Y to writes, insert the separator, end.
 func (d *splitDriver) afterLink() error {
 	if err := d.free(); err != nil {
 		return err
 	}
+	if err := d.thawTarget(); err != nil {
+		return err
+	}
+	d.s.failpointAfterLink(FailpointSplitInvalidated)
 	if !d.separator() {
 		return nil // retried in the background; the split's end waits for it
 	}
@@ -177,7 +186,7 @@ func (d *splitDriver) afterLink() error {
 
 // free frees X's old right half in batches; writes to [sep, X.max) then
 // go on in Y, a remote Y taking them once its server hears the split is
-// done.
+// done (thawTarget).
 func (d *splitDriver) free() error {
 	s := d.s
 	for {
@@ -190,29 +199,43 @@ func (d *splitDriver) free() error {
 		}
 		runtime.Gosched()
 	}
+	d.freed = true
 	s.splitEvent()
-	if d.tgt != nil {
-		if err := s.endRemoteTarget(d.tgt, true); err != nil {
-			return err
-		}
-	}
-	s.failpointAfterLink(FailpointSplitInvalidated)
 	return nil
 }
 
+// thawTarget tells a remote Y's server that the split is done, so that
+// Y takes writes (a local Y was thawed by the free records).
+func (d *splitDriver) thawTarget() error {
+	if d.tgt == nil {
+		return nil
+	}
+	return d.s.endRemoteTarget(d.tgt, true)
+}
+
 // separator inserts the separator one level up and reports whether it
-// did; if not, it is queued for the split loop to retry (readers reach Y
-// through right links meanwhile).
+// did; if not, the driver is queued for the split loop to retry
+// (retrySeparators; readers reach Y through right links meanwhile).
+// REQUIRES: s.splitMu held.
 func (d *splitDriver) separator() bool {
 	s := d.s
-	if err := s.insertSeparatorLocked(d.x.level, d.sep, d.y, d.depth); err != nil {
+	if err := d.insertSeparator(); err != nil {
 		s.log.Warn("server: separator not inserted yet; retrying in the background", slog.String("meganode", d.x.m.Ptr().String()),
 			slog.String("new", d.y.String()), slog.Any("err", err))
-		s.pendingSeps = append(s.pendingSeps, pendingSep{x: d.x, sep: bytes.Clone(d.sep), y: d.y})
+		s.pendingSeps = append(s.pendingSeps, d)
 		return false
 	}
-	s.failpointAfterLink(FailpointSplitParent)
 	return true
+}
+
+// insertSeparator inserts the separator one level up (or grows the root).
+// REQUIRES: s.splitMu held.
+func (d *splitDriver) insertSeparator() error {
+	if err := d.s.insertSeparatorLocked(d.x.level, d.sep, d.y, d.depth); err != nil {
+		return err
+	}
+	d.s.failpointAfterLink(FailpointSplitParent)
+	return nil
 }
 
 // end records the split as done and counts it.
@@ -221,9 +244,12 @@ func (d *splitDriver) end() error {
 	if _, err := s.applySplit(d.x, d.sep, splitBody{Phase: phaseEnd, New: d.y}); err != nil {
 		return err
 	}
-	took := time.Since(d.began)
 	s.metrics.splits.WithLabelValues("done").Inc()
-	s.metrics.splitTime.Observe(took.Seconds())
+	var took time.Duration
+	if !d.resumed {
+		took = time.Since(d.began)
+		s.metrics.splitTime.Observe(took.Seconds())
+	}
 	if d.tgt != nil {
 		s.metrics.splits.WithLabelValues("remote").Inc()
 	}
@@ -233,27 +259,38 @@ func (d *splitDriver) end() error {
 	}
 	s.log.Info("server: meganode split done", slog.String("meganode", d.x.m.Ptr().String()), slog.String("new", d.y.String()),
 		slog.String("sep", fmt.Sprintf("%q", d.sep)), slog.String("placement", d.placement()), slog.Int("nodes_before", d.before.Nodes),
-		slog.Int("nodes_left", d.x.t.Usage().Nodes), slog.Int("nodes_right", right), slog.Duration("took", took))
+		slog.Int("nodes_left", d.x.t.Usage().Nodes), slog.Int("nodes_right", right), slog.Duration("took", took), slog.Bool("resumed", d.resumed))
 	return nil
 }
 
 // abort undoes a split that failed before its link: X takes its right
-// half back, Y is dropped (and the target server told so).
-func (d *splitDriver) abort() {
+// half back, Y is dropped (and the target server told so, whatever the
+// abort record's fate: a target left frozen is dropped by its server's
+// sweep once the source's state shows no such split).
+func (d *splitDriver) abort() error {
 	s := d.s
-	if _, err := s.applySplit(d.x, d.sep, splitBody{Phase: phaseAbort, New: d.y}); err != nil {
+	_, err := s.applySplit(d.x, d.sep, splitBody{Phase: phaseAbort, New: d.y})
+	if err != nil {
 		s.log.Error("server: abort of a meganode split failed", slog.String("meganode", d.x.m.Ptr().String()), slog.Any("err", err))
 	}
 	if d.tgt != nil {
-		s.endRemoteTarget(d.tgt, false)
+		if terr := s.endRemoteTarget(d.tgt, false); terr != nil {
+			s.log.Warn("server: the split's remote target was not dropped", slog.String("new", d.y.String()), slog.Any("err", terr))
+		}
 	}
-	s.metrics.splits.WithLabelValues("aborted").Inc()
+	if err == nil {
+		s.metrics.splits.WithLabelValues("aborted").Inc()
+	}
+	return err
 }
 
 // placement names where Y is, for logs: "local" or "remote:<server>".
 func (d *splitDriver) placement() string {
-	if d.tgt != nil {
-		return "remote:" + d.tgt.peer.ID
+	switch {
+	case d.tgt == nil:
+		return "local"
+	case d.tgt.peer.ID == "":
+		return "remote:" + fmt.Sprint(d.y.Region()) // resumed: its region, not yet its server
 	}
-	return "local"
+	return "remote:" + d.tgt.peer.ID
 }
