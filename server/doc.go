@@ -179,6 +179,16 @@
 //
 // Failpoints (FailpointSplit*) pause or fail the split after each step.
 //
+// One splitDriver (splitdriver.go) takes a split through these steps, a
+// method each. It holds nothing the applied state does not also say: a
+// server that finds a split in progress there (at start, on taking a
+// region over, or when the next split of the same meganode is refused
+// with blink.ErrSplitState) rebuilds the driver from it (resumeDriver,
+// recover.go) and undoes the split if it had not linked, or runs the
+// steps it has left. A separator that finds no parent yet queues its
+// driver for the split loop, which retries the insert and then the end
+// record; a rebuilt driver replaces a queued one of the same split.
+//
 // Readers stay right throughout, server-side and one-sided (blink's doc,
 // "Meganode split"): until the separator is in the parent, searches reach
 // Y through X's right links, which the server follows like child pointers
