@@ -264,17 +264,17 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 	}
 }
 
-// TestSeparatorRetried: a separator that cannot reach its parent (the
-// parent's server unreachable) leaves the split done and its new meganode
-// reachable through right links; the split loop inserts it later.
-func TestSeparatorRetried(t *testing.T) {
-	s, _ := newTestServer(t, func(o *Options) {
+// separatorPending makes a server whose root meganode x split twice, the
+// second split's separator refused by a failpoint until unblock is called:
+// the split is past its link with its separator pending. It returns the
+// keys written, every one readable.
+func separatorPending(t *testing.T) (s *Server, c *wire.Conn, x *localMeganode, keys []string, unblock func()) {
+	s, _ = newTestServer(t, func(o *Options) {
 		o.MeganodeSize = 64 << 10
 		o.SplitFill = 1
 	})
-	c := dial(t, s)
-	var keys []string
-	x := s.meganodeAt(s.Root())
+	c = dial(t, s)
+	x = s.meganodeAt(s.Root())
 	for i := 0; x.t.Fill() < 0.6; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
@@ -294,27 +294,48 @@ func TestSeparatorRetried(t *testing.T) {
 	if !s.runSplit(x) {
 		t.Fatal("second split failed")
 	}
+	return s, c, x, keys, func() { fail.Store(false) }
+}
+
+// pendingSeparators is the number of separators the split loop has to retry.
+func pendingSeparators(s *Server) int {
 	s.splitMu.Lock()
-	pending := len(s.pendingSeps)
-	s.splitMu.Unlock()
-	if pending != 1 {
-		t.Fatalf("%d separators pending, want 1", pending)
-	}
-	mustServeAll(t, s, c, keys) // through X's right link
-	fail.Store(false)
+	defer s.splitMu.Unlock()
+	return len(s.pendingSeps)
+}
+
+// splitsInProgress is the number of splits x's region's applied state
+// shows in progress.
+func splitsInProgress(x *localMeganode) int {
+	x.rep.applyMu.Lock()
+	defer x.rep.applyMu.Unlock()
+	return len(x.rep.repl.Splits)
+}
+
+// waitSplitsSettled waits until no separator is pending and no split of
+// x's region in progress.
+func waitSplitsSettled(t *testing.T, s *Server, x *localMeganode) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for {
-		s.splitMu.Lock()
-		pending = len(s.pendingSeps)
-		s.splitMu.Unlock()
-		if pending == 0 {
-			break
-		}
+	for pendingSeparators(s) != 0 || splitsInProgress(x) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatal("the separator was never inserted")
+			t.Fatalf("%d separators pending and %d splits in progress after 10 s", pendingSeparators(s), splitsInProgress(x))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestSeparatorRetried: a separator that cannot reach its parent (the
+// parent's server unreachable) leaves the split done and its new meganode
+// reachable through right links; the split loop inserts it later.
+func TestSeparatorRetried(t *testing.T) {
+	s, c, x, keys, unblock := separatorPending(t)
+	if n := pendingSeparators(s); n != 1 {
+		t.Fatalf("%d separators pending, want 1", n)
+	}
+	mustServeAll(t, s, c, keys) // through X's right link
+	unblock()
+	waitSplitsSettled(t, s, x)
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
 	}
@@ -328,57 +349,16 @@ func TestSeparatorRetried(t *testing.T) {
 // the rebuilt one: the queued remainder is dropped, so the separator goes
 // in once and the split ends once.
 func TestPendingSeparatorResumedOnce(t *testing.T) {
-	s, _ := newTestServer(t, func(o *Options) {
-		o.MeganodeSize = 64 << 10
-		o.SplitFill = 1
-	})
-	c := dial(t, s)
-	var keys []string
-	x := s.meganodeAt(s.Root())
-	for i := 0; x.t.Fill() < 0.6; i++ {
-		k := fmt.Sprintf("key%06d", i*7919%100003)
-		put(t, c, k, "v"+k)
-		keys = append(keys, k)
-	}
-	if !s.runSplit(x) { // the root split
-		t.Fatal("first split failed")
-	}
-	var fail atomic.Bool
-	fail.Store(true)
-	t.Cleanup(failpoint.Enable(FailpointSeparator, func() error {
-		if fail.Load() {
-			return errors.New("parent unreachable")
-		}
-		return nil
-	}))
-	if !s.runSplit(x) {
-		t.Fatal("second split failed")
-	}
-	pending := func() int {
-		s.splitMu.Lock()
-		defer s.splitMu.Unlock()
-		return len(s.pendingSeps)
-	}
-	inProgress := func() int {
-		x.rep.applyMu.Lock()
-		defer x.rep.applyMu.Unlock()
-		return len(x.rep.repl.Splits)
-	}
-	if n, m := pending(), inProgress(); n != 1 || m != 1 {
+	s, c, x, keys, unblock := separatorPending(t)
+	if n, m := pendingSeparators(s), splitsInProgress(x); n != 1 || m != 1 {
 		t.Fatalf("%d separators pending and %d splits in progress, want 1 and 1", n, m)
 	}
 	s.resumeSplits(x.rep) // the separator still fails: queued again, once
-	if n := pending(); n != 1 {
+	if n := pendingSeparators(s); n != 1 {
 		t.Fatalf("%d separators pending after the split was resumed, want 1", n)
 	}
-	fail.Store(false)
-	deadline := time.Now().Add(10 * time.Second)
-	for pending() != 0 || inProgress() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d separators pending and %d splits in progress after 10 s", pending(), inProgress())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	unblock()
+	waitSplitsSettled(t, s, x)
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
 	}
