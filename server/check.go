@@ -23,109 +23,148 @@ import (
 // long. OpCheck runs it while holding s.splitMu (checkop.go), so that no
 // split of this server is half done.
 func (s *Server) Check() error {
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("server: "+format, args...))
-	}
+	c := &treeCheck{s: s, seen: map[*localMeganode]bool{}}
 	megas := servedMeganodes(s.servedList())
 	for _, lm := range megas {
 		for _, v := range lm.t.Check() {
-			bad("meganode %v: %v: %w", lm.m.Ptr(), v, blink.ErrCorruption)
+			c.bad("meganode %v: %v: %w", lm.m.Ptr(), v, blink.ErrCorruption)
 		}
 	}
 	root := s.meganodeAt(s.Root())
 	if root == nil || root.m.Ptr() != s.Root() {
-		return errors.Join(errs...)
+		return errors.Join(c.errs...)
 	}
+	c.tree(root)
+	for _, lm := range megas {
+		if !c.seen[lm] && !c.partial {
+			c.bad("meganode %v (level %d) is not reachable from the root", lm.m.Ptr(), lm.level)
+		}
+	}
+	return errors.Join(c.errs...)
+}
+
+// treeCheck is one run of Check: the violations found, the meganodes met
+// from the root, and whether some meganode of the tree is on another
+// server (partial), which makes the orphan check moot.
+type treeCheck struct {
+	s       *Server
+	errs    []error
+	seen    map[*localMeganode]bool
+	partial bool
+}
+
+// bad records a violation.
+func (c *treeCheck) bad(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("server: "+format, args...))
+}
+
+// tree checks the tree from root down, a level at a time.
+func (c *treeCheck) tree(root *localMeganode) {
 	if r := root.t.Right(); !r.IsNil() {
-		bad("root meganode %v has a right neighbour %v: the root did not move up", root.m.Ptr(), r)
+		c.bad("root meganode %v has a right neighbour %v: the root did not move up", root.m.Ptr(), r)
 	}
-	seen := map[*localMeganode]bool{}
-	partial := false              // some meganode of the tree is elsewhere
 	first, leftmost := root, true // leftmost: first is its level's leftmost
 	for range maxHops {
-		// The level, left to right.
-		var level []*localMeganode
-		for lm := first; lm != nil; {
-			if seen[lm] {
-				bad("meganode %v met twice", lm.m.Ptr())
-				break
-			}
-			seen[lm] = true
-			if n := len(level); n > 0 {
-				for _, v := range blink.CheckLinks(level[n-1].t, lm.t) {
-					bad("%v", v)
-				}
-			}
-			if lm.level != first.level {
-				bad("meganode %v at level %d in level %d", lm.m.Ptr(), lm.level, first.level)
-			}
-			level = append(level, lm)
-			next := lm.t.Right()
-			if next.IsNil() {
-				break
-			}
-			if lm = s.meganodeAt(next); lm == nil {
-				partial = true
-				break // on another server
-			}
-		}
+		level := c.level(first)
 		if h, err := first.t.Header(); leftmost && (err != nil || !h.Bounds.MinInf) {
-			bad("leftmost meganode %v of level %d does not start at -inf (%v)", first.m.Ptr(), first.level, err)
+			c.bad("leftmost meganode %v of level %d does not start at -inf (%v)", first.m.Ptr(), first.level, err)
 		}
 		if first.level == 0 {
-			break
+			return
 		}
-		// The next level, as the entries of this one name it.
 		var children []*localMeganode
-		prevLocal := false // the previous entry named a meganode here
-		leftmost = true
-		for _, lm := range level {
-			it := lm.t.NewIter(nil)
-			for ok := it.First(); ok; ok = it.Next() {
-				if s.servedReplica(it.Child().Region()) == nil {
-					partial, prevLocal = true, false
-					if len(children) == 0 {
-						leftmost = false
-					}
-					continue
-				}
-				c := s.meganodeAt(it.Child())
-				if c == nil || c.m.Ptr() != it.Child() {
-					bad("entry %q of %v names %v, not a meganode of this server", it.Key(), lm.m.Ptr(), it.Child())
-					continue
-				}
-				h, err := c.t.Header()
-				if err != nil {
-					bad("meganode %v: %v", c.m.Ptr(), err)
-					continue
-				}
-				if h.Bounds.MinInf && !bytes.Equal(it.Key(), []byte{0}) || !h.Bounds.MinInf && !bytes.Equal(it.Key(), h.Bounds.Min) {
-					bad("entry %q of %v names %v, whose min is %q (inf %v)", it.Key(), lm.m.Ptr(), c.m.Ptr(), h.Bounds.Min, h.Bounds.MinInf)
-				}
-				if n := len(children); n > 0 && prevLocal && s.meganodeAt(children[n-1].t.Right()) != c {
-					bad("entry %q of %v names %v, but its left neighbour %v links to %v", it.Key(), lm.m.Ptr(), c.m.Ptr(), children[n-1].m.Ptr(), children[n-1].t.Right())
-				}
-				children = append(children, c)
-				prevLocal = true
-			}
-			if err := it.Error(); err != nil {
-				bad("entries of %v: %w", lm.m.Ptr(), err)
-			}
-			it.Close()
-		}
+		children, leftmost = c.children(level)
 		if len(children) == 0 {
-			if !partial {
-				bad("inner level %d without entries", first.level)
+			if !c.partial {
+				c.bad("inner level %d without entries", first.level)
 			}
-			break
+			return
 		}
 		first = children[0]
 	}
-	for _, lm := range megas {
-		if !seen[lm] && !partial {
-			bad("meganode %v (level %d) is not reachable from the root", lm.m.Ptr(), lm.level)
+}
+
+// level checks the meganodes of first's level from first rightwards, as
+// far as this server holds them, and returns them in order.
+func (c *treeCheck) level(first *localMeganode) []*localMeganode {
+	var level []*localMeganode
+	for lm := first; lm != nil; {
+		if c.seen[lm] {
+			c.bad("meganode %v met twice", lm.m.Ptr())
+			break
+		}
+		c.seen[lm] = true
+		if n := len(level); n > 0 {
+			for _, v := range blink.CheckLinks(level[n-1].t, lm.t) {
+				c.bad("%v", v)
+			}
+		}
+		if lm.level != first.level {
+			c.bad("meganode %v at level %d in level %d", lm.m.Ptr(), lm.level, first.level)
+		}
+		level = append(level, lm)
+		next := lm.t.Right()
+		if next.IsNil() {
+			break
+		}
+		if lm = c.s.meganodeAt(next); lm == nil {
+			c.partial = true
+			break // on another server
 		}
 	}
-	return errors.Join(errs...)
+	return level
+}
+
+// children checks the entries of level's meganodes against the meganodes
+// they name, and returns those this server holds, in order, and whether
+// the first of them is its level's leftmost (no entry before it named a
+// meganode elsewhere).
+func (c *treeCheck) children(level []*localMeganode) (children []*localMeganode, leftmost bool) {
+	s := c.s
+	prevLocal := false // the previous entry named a meganode here
+	leftmost = true
+	for _, lm := range level {
+		it := lm.t.NewIter(nil)
+		for ok := it.First(); ok; ok = it.Next() {
+			if s.servedReplica(it.Child().Region()) == nil {
+				c.partial, prevLocal = true, false
+				if len(children) == 0 {
+					leftmost = false
+				}
+				continue
+			}
+			child := s.meganodeAt(it.Child())
+			if child == nil || child.m.Ptr() != it.Child() {
+				c.bad("entry %q of %v names %v, not a meganode of this server", it.Key(), lm.m.Ptr(), it.Child())
+				continue
+			}
+			if !c.entryNames(lm, it.Key(), child) {
+				continue
+			}
+			if n := len(children); n > 0 && prevLocal && s.meganodeAt(children[n-1].t.Right()) != child {
+				c.bad("entry %q of %v names %v, but its left neighbour %v links to %v", it.Key(), lm.m.Ptr(), child.m.Ptr(), children[n-1].m.Ptr(), children[n-1].t.Right())
+			}
+			children = append(children, child)
+			prevLocal = true
+		}
+		if err := it.Error(); err != nil {
+			c.bad("entries of %v: %w", lm.m.Ptr(), err)
+		}
+		it.Close()
+	}
+	return children, leftmost
+}
+
+// entryNames checks that entry key of parent names child by its min
+// ("\x00" for -inf); it reports false if child's header is unreadable.
+func (c *treeCheck) entryNames(parent *localMeganode, key []byte, child *localMeganode) bool {
+	h, err := child.t.Header()
+	if err != nil {
+		c.bad("meganode %v: %v", child.m.Ptr(), err)
+		return false
+	}
+	if h.Bounds.MinInf && !bytes.Equal(key, []byte{0}) || !h.Bounds.MinInf && !bytes.Equal(key, h.Bounds.Min) {
+		c.bad("entry %q of %v names %v, whose min is %q (inf %v)", key, parent.m.Ptr(), child.m.Ptr(), h.Bounds.Min, h.Bounds.MinInf)
+	}
+	return true
 }
