@@ -103,156 +103,192 @@ func boundsMeet(a, b *wire.KeyRange) bool {
 // checkCluster returns the violations of the rules above, one line each,
 // in a deterministic order.
 func checkCluster(v clusterView) []string {
-	var out []string
-	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	c := &clusterCheck{v: v, byPtr: map[blink.Ptr]*reported{}}
+	c.reports()
+	if len(c.all) == 0 {
+		c.bad("no server reported a meganode")
+		return c.out
+	}
+	c.sortLevels()
+	c.tiling()
+	c.rightLinks()
+	c.root()
+	return c.out
+}
 
+// clusterCheck is one run of checkCluster: the meganodes reported, by
+// pointer and by level (split targets apart), and the violations found.
+type clusterCheck struct {
+	v     clusterView
+	out   []string
+	all   []*reported
+	byPtr map[blink.Ptr]*reported
+	top   int           // the top level (the root's)
+	lvls  [][]*reported // by level, each sorted by min
+	tgts  [][]*reported // split targets by level, each sorted by min
+}
+
+// bad records a violation.
+func (c *clusterCheck) bad(format string, args ...any) {
+	c.out = append(c.out, fmt.Sprintf(format, args...))
+}
+
+// reports applies rule 1 (who reports what) and gathers the meganodes
+// reported.
+func (c *clusterCheck) reports() {
 	live := map[string]bool{}
-	for _, m := range v.Members {
+	for _, m := range c.v.Members {
 		live[m.ID] = true
 	}
 	regions := map[uint32]regiontable.Region{}
-	for _, r := range v.Regions {
+	for _, r := range c.v.Regions {
 		regions[r.ID] = r
 	}
-
-	// Rule 1: who reports what.
-	var all []*reported
-	byPtr := map[blink.Ptr]*reported{}
 	var size uint64
-	for _, s := range v.Servers {
+	for _, s := range c.v.Servers {
 		if s.Meta == nil {
 			continue
 		}
 		if size == 0 {
 			size = s.Meta.MeganodeSize
 		} else if s.Meta.MeganodeSize != size {
-			bad("server %s has %s meganodes, others %s", s.ID, fmtBytes(s.Meta.MeganodeSize), fmtBytes(size))
+			c.bad("server %s has %s meganodes, others %s", s.ID, fmtBytes(s.Meta.MeganodeSize), fmtBytes(size))
 		}
-		if s.Meta.Root != v.Root {
-			bad("server %s takes the root to be %v, the region table says %v", s.ID, s.Meta.Root, v.Root)
+		if s.Meta.Root != c.v.Root {
+			c.bad("server %s takes the root to be %v, the region table says %v", s.ID, s.Meta.Root, c.v.Root)
 		}
 		for _, ms := range s.Meta.Meganodes {
 			m := &reported{MeganodeStats: ms, server: s.ID, size: s.Meta.MeganodeSize}
-			if prev := byPtr[m.Ptr]; prev != nil {
-				bad("%v is reported by server %s and by server %s", m, prev.server, s.ID)
+			if prev := c.byPtr[m.Ptr]; prev != nil {
+				c.bad("%v is reported by server %s and by server %s", m, prev.server, s.ID)
 				continue
 			}
-			byPtr[m.Ptr] = m
-			all = append(all, m)
+			c.byPtr[m.Ptr] = m
+			c.all = append(c.all, m)
 			r, ok := regions[m.Ptr.Region()]
 			switch {
 			case !ok:
-				bad("%v (server %s): region %d is not in the region table", m, s.ID, m.Ptr.Region())
+				c.bad("%v (server %s): region %d is not in the region table", m, s.ID, m.Ptr.Region())
 			case !live[r.Host]:
-				bad("%v: region %d is hosted by %s, not a live member", m, r.ID, r.Host)
+				c.bad("%v: region %d is hosted by %s, not a live member", m, r.ID, r.Host)
 			case r.Host != s.ID:
-				bad("%v is reported by server %s, but region %d is hosted by %s", m, s.ID, r.ID, r.Host)
+				c.bad("%v is reported by server %s, but region %d is hosted by %s", m, s.ID, r.ID, r.Host)
 			}
 		}
 	}
-	if len(all) == 0 {
-		bad("no server reported a meganode")
-		return out
-	}
+}
 
-	// The levels, each sorted by min; split targets apart.
-	top := 0
-	for _, m := range all {
+// sortLevels sorts the meganodes into levels, each by min; split targets
+// apart.
+func (c *clusterCheck) sortLevels() {
+	for _, m := range c.all {
 		if !m.SplitTarget {
-			top = max(top, int(m.Level))
+			c.top = max(c.top, int(m.Level))
 		}
 	}
-	levels := make([][]*reported, top+1)
-	targets := make([][]*reported, top+1)
-	for _, m := range all {
+	c.lvls = make([][]*reported, c.top+1)
+	c.tgts = make([][]*reported, c.top+1)
+	for _, m := range c.all {
 		switch {
-		case int(m.Level) > top:
-			bad("%v: split target at level %d, above the top level %d", m, m.Level, top)
+		case int(m.Level) > c.top:
+			c.bad("%v: split target at level %d, above the top level %d", m, m.Level, c.top)
 		case m.SplitTarget:
-			targets[m.Level] = append(targets[m.Level], m)
+			c.tgts[m.Level] = append(c.tgts[m.Level], m)
 		default:
-			levels[m.Level] = append(levels[m.Level], m)
+			c.lvls[m.Level] = append(c.lvls[m.Level], m)
 		}
 	}
 	byMin := func(a, b *reported) int {
-		if c := cmpMin(&a.Range, &b.Range); c != 0 {
-			return c
+		if d := cmpMin(&a.Range, &b.Range); d != 0 {
+			return d
 		}
 		return cmp.Compare(a.Ptr, b.Ptr)
 	}
-	for lv := range levels {
-		slices.SortFunc(levels[lv], byMin)
-		slices.SortFunc(targets[lv], byMin)
+	for lv := range c.lvls {
+		slices.SortFunc(c.lvls[lv], byMin)
+		slices.SortFunc(c.tgts[lv], byMin)
 	}
+}
 
-	// Rule 2: tiling.
-	for lv := top; lv >= 0; lv-- {
-		l := levels[lv]
+// tiling applies rule 2: each level's meganodes tile the key space (split
+// targets may fill a gap).
+func (c *clusterCheck) tiling() {
+	for lv := c.top; lv >= 0; lv-- {
+		l := c.lvls[lv]
 		if len(l) == 0 {
-			bad("level %d: no meganode", lv)
+			c.bad("level %d: no meganode", lv)
 			continue
 		}
 		if !l[0].Range.MinInf {
-			bad("level %d: gap from -inf to %v", lv, l[0])
+			c.bad("level %d: gap from -inf to %v", lv, l[0])
 		}
 		for i := 1; i < len(l); i++ {
 			a, b := l[i-1], l[i]
-			switch c := cmpMaxMin(&a.Range, &b.Range); {
-			case c > 0:
-				bad("level %d: %v overlaps %v", lv, a, b)
-			case c < 0 && !filled(targets[lv], a.Range.Max, b.Range.Min, false):
-				bad("level %d: gap between %v and %v", lv, a, b)
+			switch d := cmpMaxMin(&a.Range, &b.Range); {
+			case d > 0:
+				c.bad("level %d: %v overlaps %v", lv, a, b)
+			case d < 0 && !filled(c.tgts[lv], a.Range.Max, b.Range.Min, false):
+				c.bad("level %d: gap between %v and %v", lv, a, b)
 			}
 		}
-		if last := l[len(l)-1]; !last.Range.MaxInf && !filled(targets[lv], last.Range.Max, nil, true) {
-			bad("level %d: gap from %v to +inf", lv, last)
+		if last := l[len(l)-1]; !last.Range.MaxInf && !filled(c.tgts[lv], last.Range.Max, nil, true) {
+			c.bad("level %d: gap from %v to +inf", lv, last)
 		}
 	}
+}
 
-	// Rule 3: right links.
-	for lv := top; lv >= 0; lv-- {
-		for _, m := range levels[lv] {
+// rightLinks applies rule 3: each meganode links right to the meganode
+// of its level whose min is its max.
+func (c *clusterCheck) rightLinks() {
+	for lv := c.top; lv >= 0; lv-- {
+		for _, m := range c.lvls[lv] {
 			if m.Range.MaxInf {
 				if !m.Right.IsNil() {
-					bad("%v ends at +inf but links right to %v", m, m.Right)
+					c.bad("%v ends at +inf but links right to %v", m, m.Right)
 				}
 				continue
 			}
 			if m.Right.IsNil() {
-				bad("%v has no right link", m)
+				c.bad("%v has no right link", m)
 				continue
 			}
-			var n *reported
-			for _, c := range all {
-				if c.contains(m.Right) {
-					n = c
-					break
-				}
-			}
+			n := c.containing(m.Right)
 			switch {
 			case n == nil:
-				bad("%v links right to %v, in no meganode reported", m, m.Right)
+				c.bad("%v links right to %v, in no meganode reported", m, m.Right)
 			case n.Level != m.Level:
-				bad("%v at level %d links right to %v, into %v at level %d", m, m.Level, m.Right, n, n.Level)
+				c.bad("%v at level %d links right to %v, into %v at level %d", m, m.Level, m.Right, n, n.Level)
 			case !boundsMeet(&m.Range, &n.Range):
-				bad("%v links right to %v, into %v, whose min is not its max", m, m.Right, n)
+				c.bad("%v links right to %v, into %v, whose min is not its max", m, m.Right, n)
 			}
 		}
 	}
+}
 
-	// Rule 4: the root.
-	switch l := levels[top]; {
+// containing is the reported meganode that holds node p, or nil.
+func (c *clusterCheck) containing(p blink.Ptr) *reported {
+	for _, m := range c.all {
+		if m.contains(p) {
+			return m
+		}
+	}
+	return nil
+}
+
+// root applies rule 4: the top level is one meganode, the region table's
+// root.
+func (c *clusterCheck) root() {
+	switch l := c.lvls[c.top]; {
 	case len(l) != 1:
-		bad("top level %d holds %d meganodes, not one root", top, len(l))
-	case l[0].Ptr != v.Root:
-		bad("the top level's meganode is %v, but the region table's root is %v", l[0].Ptr, v.Root)
+		c.bad("top level %d holds %d meganodes, not one root", c.top, len(l))
+	case l[0].Ptr != c.v.Root:
+		c.bad("the top level's meganode is %v, but the region table's root is %v", l[0].Ptr, c.v.Root)
 	}
-	if v.Root.IsNil() {
-		bad("the region table has no root")
-	} else if byPtr[v.Root] == nil {
-		bad("the root %v is not a meganode any server reported", v.Root)
+	if c.v.Root.IsNil() {
+		c.bad("the region table has no root")
+	} else if c.byPtr[c.v.Root] == nil {
+		c.bad("the root %v is not a meganode any server reported", c.v.Root)
 	}
-	return out
 }
 
 // filled reports whether the split targets ts (sorted by min) cover the
