@@ -287,28 +287,10 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 				return out, err
 			}
 		}
-		d, cause, ferr := classify(err, false)
-		if d == final {
-			if c.isClosed() {
-				return out, ErrClosed
-			}
-			return out, ferr
-		}
-		if cause != causeRestart {
-			if derr := c.regionDown(t.failedRegion(err, rs.req.Ptr)); derr != nil {
-				return out, derr
-			}
-		}
-		c.countRetry(cause)
-		retries++
-		if gerr := c.giveUp(ctx, retries, cause, err); gerr != nil {
-			return out, gerr
-		}
+		d, cause, ferr := c.failure(ctx, t, rs.req.Ptr, err, false, &retries)
 		switch d {
-		case retrySame:
-			if c.backoff(ctx, retries) != nil {
-				return out, c.giveUp(ctx, retries, cause, err)
-			}
+		case final:
+			return out, ferr
 		case retryRestart:
 			c.paths.drop(rs.req.Ptr)
 			rs.req.Ptr = 0
@@ -320,16 +302,9 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 			}
 			c.paths.drop(rs.req.Ptr)
 			rs.req.Ptr = 0
-			if cause == causeConnLost && c.backoff(ctx, retries) != nil {
-				return out, c.giveUp(ctx, retries, cause, err)
+			if t, err = c.refreshed(ctx, t, retries, cause, err); err != nil {
+				return out, err
 			}
-			if rerr := c.refresh(ctx, t.gen); rerr != nil && (ctx.Err() != nil || errors.Is(rerr, ErrClosed)) {
-				if errors.Is(rerr, ErrClosed) {
-					return out, rerr
-				}
-				return out, c.giveUp(ctx, retries, cause, err)
-			}
-			t = c.topo.Load()
 		}
 	}
 }

@@ -200,25 +200,11 @@ func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again 
 	if c.isClosed() {
 		return false, ErrClosed
 	}
-	d, cause, ferr := classify(err, false)
-	if d == final {
-		return false, ferr
-	}
-	if cause != causeRestart {
-		if derr := c.regionDown(op.t.failedRegion(err, h.ptr)); derr != nil {
-			return false, derr
-		}
-	}
-	c.countRetry(cause)
-	op.retries++
-	if gerr := c.giveUp(ctx, op.retries, cause, err); gerr != nil {
-		return false, gerr
-	}
+	d, cause, ferr := c.failure(ctx, op.t, h.ptr, err, false, &op.retries)
 	switch d {
+	case final:
+		return false, ferr
 	case retrySame:
-		if c.backoff(ctx, op.retries) != nil {
-			return true, c.giveUp(ctx, op.retries, cause, err)
-		}
 		return true, nil
 	case retryRestart:
 		op.dropHop(h)
@@ -227,16 +213,11 @@ func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again 
 	// retryRefresh
 	c.noteRedirect(err)
 	op.dropHop(h)
-	if cause == causeConnLost && c.backoff(ctx, op.retries) != nil {
-		return false, c.giveUp(ctx, op.retries, cause, err)
+	t, err := c.refreshed(ctx, op.t, op.retries, cause, err)
+	if err != nil {
+		return false, err
 	}
-	if rerr := c.refresh(ctx, op.t.gen); rerr != nil && (ctx.Err() != nil || errors.Is(rerr, ErrClosed)) {
-		if errors.Is(rerr, ErrClosed) {
-			return false, rerr
-		}
-		return false, c.giveUp(ctx, op.retries, cause, err)
-	}
-	op.t = c.topo.Load()
+	op.t = t
 	if len(op.sc.node) != op.t.nodeSize {
 		op.sc.node = make([]byte, op.t.nodeSize)
 	}

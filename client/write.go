@@ -74,28 +74,10 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 				return nil
 			}
 		}
-		d, cause, ferr := classify(err, true)
-		if d == final {
-			if c.isClosed() && !isOutcomeUnknown(ferr) {
-				return ErrClosed
-			}
-			return ferr
-		}
-		if cause != causeRestart {
-			if derr := c.regionDown(t.failedRegion(err, ptr)); derr != nil {
-				return derr
-			}
-		}
-		c.countRetry(cause)
-		retries++
-		if gerr := c.giveUp(ctx, retries, cause, err); gerr != nil {
-			return gerr
-		}
+		d, cause, ferr := c.failure(ctx, t, ptr, err, true, &retries)
 		switch d {
-		case retrySame:
-			if c.backoff(ctx, retries) != nil {
-				return c.giveUp(ctx, retries, cause, err)
-			}
+		case final:
+			return ferr
 		case retryRestart:
 			c.paths.drop(ptr)
 			bypass, deep = true, true
@@ -104,13 +86,9 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 				continue // the server named the leaf's server: go there
 			}
 			c.paths.drop(ptr)
-			if cause == causeConnLost && c.backoff(ctx, retries) != nil {
-				return c.giveUp(ctx, retries, cause, err)
+			if t, err = c.refreshed(ctx, t, retries, cause, err); err != nil {
+				return err
 			}
-			if rerr := c.refresh(ctx, t.gen); rerr != nil && ctx.Err() != nil {
-				return c.giveUp(ctx, retries, cause, err)
-			}
-			t = c.topo.Load()
 		}
 	}
 }
