@@ -89,124 +89,176 @@ var errRestartHop = errors.New("cell: restart hop")
 
 // walk descends from h's local root to a leaf and ends the hop there.
 func (op *searchOp) walk(ctx context.Context, h *hopState, via source) (hopState, bool, error) {
-	c, t := op.c, op.t
-	p := h.root
-	level := h.level      // global level of the meganode(s) walked
-	local := h.height - 1 // expected local level of p; -1 unknown
-	crossed := false      // left h's meganode through a right link
-	bypassNode := false   // read p fresh, not from the cache
-	crcRetry := false     // re-reading a leaf after a CRC mismatch
+	w := walker{op: op, h: h, via: via, p: h.root, level: h.level, local: h.height - 1}
 	for {
-		view, cached, r, err := op.node(ctx, p, level, local, bypassNode || crcRetry)
+		view, cached, r, err := op.node(ctx, w.p, w.level, w.local, w.bypassNode || w.crcRetry)
 		if err != nil {
 			return hopState{}, false, err
 		}
-		bypassNode, crcRetry = false, false
+		w.bypassNode, w.crcRetry = false, false
 		if r != blink.OK {
-			// Invalid (freed or moved by a meganode split) or corrupt.
-			if err := op.corruptCopy(r, p); err != nil {
-				return hopState{}, false, err
-			}
-			op.dropSource(via)
-			c.countRetry(causeInvalid)
-			return hopState{}, false, errRestartHop
+			return hopState{}, false, w.invalid(r)
 		}
 		step := view.StepFor(op.key)
-		switch step.Covers {
-		case blink.OK:
-		case blink.AboveMax:
-			if step.Next.IsNil() {
-				if cached {
-					c.nodes.drop(p)
-					c.countRetry(causeStaleCache)
-					bypassNode = true
-					continue
-				}
-				c.countRetry(causeOutOfRange)
-				return hopState{}, false, errRestartHop
+		if step.Covers != blink.OK {
+			if err := w.notCovered(view, step, cached); err != nil {
+				return hopState{}, false, err
 			}
-			op.dropSource(via)
-			if !crossed && !t.inMeganode(step.Next, h.ptr) {
-				// The meganode split and the key now lies right of it:
-				// its cached range is stale.
-				crossed = true
-				c.paths.drop(h.ptr)
-			}
-			via = source{}
-			if cached {
-				via.node = p
-			}
-			p, local = step.Next, view.Level()
-			continue
-		case blink.OutOfRange:
-			if cached {
-				c.nodes.drop(p)
-				c.countRetry(causeStaleCache)
-				bypassNode = true
-				continue
-			}
-			op.dropSource(via)
-			c.countRetry(causeOutOfRange)
-			return hopState{}, false, errRestartHop
-		default: // Corrupt: an inner node without entries
-			op.dropSource(via)
-			c.countRetry(causeInvalid)
-			return hopState{}, false, errRestartHop
+			continue // right, or the same node again
 		}
-
-		if view.Level() > 0 {
-			if !cached && op.cacheable(level, view.Level()) {
-				c.nodes.put(p, view)
-				cached = true
-			}
-			via = source{}
-			if cached {
-				via.node = p
-			}
-			p, local = step.Next, view.Level()-1
-			continue
-		}
-
-		if view.Extents() {
-			if op.kind == opScan || op.kind == opLocate {
-				// opScan: the copy stays in op.sc.node. A deep locate
-				// ends here: p is a node of the key's leaf meganode.
-				op.res.leaf = p
-				return hopState{}, true, nil
-			}
-			done, err := op.leaf(ctx, view, step)
+		switch {
+		case view.Level() > 0:
+			w.down(view, step, cached)
+		case view.Extents():
+			done, err := w.extentLeaf(ctx, view, step)
 			if errors.Is(err, errCRC) {
-				crcRetry = true
-				op.restarts++
-				if op.restarts > c.cfg.MaxRestarts {
-					return hopState{}, false, errRestart
-				}
-				continue
+				continue // re-read the leaf and the record
 			}
 			return hopState{}, done, err
+		default:
+			return w.childHop(view, step, cached)
 		}
-
-		// A leaf of an inner meganode: its entry points to the child
-		// meganode covering the key (the last entry whose key <= key).
-		if view.Count() == 0 {
-			op.dropSource(via)
-			c.countRetry(causeInvalid)
-			return hopState{}, false, errRestartHop
-		}
-		child := view.Child(step.Index)
-		if !cached && op.cacheable(level, 0) {
-			c.nodes.put(p, view)
-			cached = true
-		}
-		next := hopState{meganodeInfo: meganodeInfo{ptr: child, level: -1}}
-		if level > 0 {
-			next.level = level - 1
-		}
-		if cached {
-			next.via = p
-		}
-		return next, false, nil
 	}
+}
+
+// walker is one descent of a client-side hop (walk): the node it is at
+// and what it knows of how it got there.
+type walker struct {
+	op         *searchOp
+	h          *hopState
+	via        source    // the cached information that led to p
+	p          blink.Ptr // the node to read next
+	level      int       // global level of the meganode(s) walked
+	local      int       // expected local level of p; -1 unknown
+	crossed    bool      // left h's meganode through a right link
+	bypassNode bool      // read p fresh, not from the cache
+	crcRetry   bool      // re-reading a leaf after a CRC mismatch
+}
+
+// invalid handles a copy of p that CheckCopy refused (freed or moved by
+// a meganode split, or corrupt): the hop restarts from its header.
+func (w *walker) invalid(r blink.Reason) error {
+	if err := w.op.corruptCopy(r, w.p); err != nil {
+		return err
+	}
+	w.op.dropSource(w.via)
+	w.op.c.countRetry(causeInvalid)
+	return errRestartHop
+}
+
+// notCovered handles a node that does not cover the key: above its max,
+// the walk follows its right link (out of the meganode, too, after a
+// split); a cached copy is read again fresh; otherwise the hop restarts
+// (errRestartHop).
+func (w *walker) notCovered(view blink.View, step blink.Step, cached bool) error {
+	op, c := w.op, w.op.c
+	switch step.Covers {
+	case blink.AboveMax:
+		if step.Next.IsNil() {
+			if cached {
+				return w.stale()
+			}
+			c.countRetry(causeOutOfRange)
+			return errRestartHop
+		}
+		op.dropSource(w.via)
+		if !w.crossed && !op.t.inMeganode(step.Next, w.h.ptr) {
+			// The meganode split and the key now lies right of it: its
+			// cached range is stale.
+			w.crossed = true
+			c.paths.drop(w.h.ptr)
+		}
+		w.from(cached)
+		w.p, w.local = step.Next, view.Level()
+		return nil
+	case blink.OutOfRange:
+		if cached {
+			return w.stale()
+		}
+		op.dropSource(w.via)
+		c.countRetry(causeOutOfRange)
+		return errRestartHop
+	default: // Corrupt: an inner node without entries
+		op.dropSource(w.via)
+		c.countRetry(causeInvalid)
+		return errRestartHop
+	}
+}
+
+// stale drops the cached copy of p, which proved stale, to read p fresh.
+func (w *walker) stale() error {
+	w.op.c.nodes.drop(w.p)
+	w.op.c.countRetry(causeStaleCache)
+	w.bypassNode = true
+	return nil
+}
+
+// from notes that the next node is reached from p: through the cache's
+// copy of p, if cached.
+func (w *walker) from(cached bool) {
+	w.via = source{}
+	if cached {
+		w.via.node = w.p
+	}
+}
+
+// down steps from inner node view to its child covering the key, caching
+// the view if it is high enough.
+func (w *walker) down(view blink.View, step blink.Step, cached bool) {
+	op := w.op
+	if !cached && op.cacheable(w.level, view.Level()) {
+		op.c.nodes.put(w.p, view)
+		cached = true
+	}
+	w.from(cached)
+	w.p, w.local = step.Next, view.Level()-1
+}
+
+// extentLeaf ends the search at extent leaf view (a leaf of a leaf
+// meganode): a scan or a deep locate stops at the leaf, a get reads the
+// record. errCRC: the leaf is to be read again, with its record.
+func (w *walker) extentLeaf(ctx context.Context, view blink.View, step blink.Step) (bool, error) {
+	op := w.op
+	if op.kind == opScan || op.kind == opLocate {
+		// opScan: the copy stays in op.sc.node. A deep locate ends here:
+		// p is a node of the key's leaf meganode.
+		op.res.leaf = w.p
+		return true, nil
+	}
+	done, err := op.leaf(ctx, view, step)
+	if errors.Is(err, errCRC) {
+		w.crcRetry = true
+		op.restarts++
+		if op.restarts > op.c.cfg.MaxRestarts {
+			return false, errRestart
+		}
+	}
+	return done, err
+}
+
+// childHop ends the hop at view, a leaf of an inner meganode: its entry
+// (the last whose key <= key) names the child meganode covering the key,
+// the next hop.
+func (w *walker) childHop(view blink.View, step blink.Step, cached bool) (hopState, bool, error) {
+	op := w.op
+	if view.Count() == 0 {
+		op.dropSource(w.via)
+		op.c.countRetry(causeInvalid)
+		return hopState{}, false, errRestartHop
+	}
+	child := view.Child(step.Index)
+	if !cached && op.cacheable(w.level, 0) {
+		op.c.nodes.put(w.p, view)
+		cached = true
+	}
+	next := hopState{meganodeInfo: meganodeInfo{ptr: child, level: -1}}
+	if w.level > 0 {
+		next.level = w.level - 1
+	}
+	if cached {
+		next.via = w.p
+	}
+	return next, false, nil
 }
 
 // maxCorrupt bounds the consistent copies that do not decode one operation
