@@ -122,49 +122,86 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 	}
 	endpoints := cfg.etcdEndpoints
 	if len(endpoints) == 0 {
-		e, err := embedded.Start(embedded.Options{
-			Dir:            filepath.Join(cfg.dataDir, "etcd"),
-			ClientAddr:     cfg.etcdListen,
-			PeerAddr:       cfg.etcdPeerListen,
-			Name:           cfg.etcdName,
-			InitialCluster: cfg.etcdCluster,
-			Logger:         log,
-			ClientTLS:      cfg.tls,
-			PeerTLS:        etcdPeerTLS(cfg),
-		})
+		e, err := startEtcd(cfg, log, cancel)
 		if err != nil {
 			return err
 		}
 		defer e.Close()
-		go func() {
-			if err, ok := <-e.Err(); ok && err != nil {
-				cancel(fmt.Errorf("embedded etcd failed: %w", err))
-			}
-		}()
 		endpoints = e.Endpoints()
 	}
 	tc, err := tlsConfigs(cfg)
 	if err != nil {
 		return err
 	}
-	store, err := regiontable.OpenEtcd(endpoints, regiontable.EtcdOptions{Prefix: cfg.etcdPrefix, LeaseTTL: cfg.leaseTTL, Logger: log,
-		TLS: tc.etcd(endpoints)})
+	store, err := openTable(ctx, cfg, endpoints, tc, log)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	srv, err := server.New(serverOptions(cfg, store, tc, knobs, log))
+	if err != nil {
+		return err
+	}
+	if err := srv.Serve(ctx); err != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// startEtcd starts the embedded etcd (no --etcd-endpoints); its failure
+// cancels the server with the cause.
+func startEtcd(cfg *config, log *slog.Logger, cancel context.CancelCauseFunc) (*embedded.Etcd, error) {
+	e, err := embedded.Start(embedded.Options{
+		Dir:            filepath.Join(cfg.dataDir, "etcd"),
+		ClientAddr:     cfg.etcdListen,
+		PeerAddr:       cfg.etcdPeerListen,
+		Name:           cfg.etcdName,
+		InitialCluster: cfg.etcdCluster,
+		Logger:         log,
+		ClientTLS:      cfg.tls,
+		PeerTLS:        etcdPeerTLS(cfg),
+	})
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		if err, ok := <-e.Err(); ok && err != nil {
+			cancel(fmt.Errorf("embedded etcd failed: %w", err))
+		}
+	}()
+	return e, nil
+}
+
+// openTable connects to the region table in etcd at endpoints, checks
+// that etcd answers within 10 s, and turns etcd's roles on (--etcd-auth).
+func openTable(ctx context.Context, cfg *config, endpoints []string, tc tlsConfs, log *slog.Logger) (*regiontable.Etcd, error) {
+	store, err := regiontable.OpenEtcd(endpoints, regiontable.EtcdOptions{Prefix: cfg.etcdPrefix, LeaseTTL: cfg.leaseTTL, Logger: log,
+		TLS: tc.etcd(endpoints)})
+	if err != nil {
+		return nil, err
+	}
 	pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
 	_, err = store.Root(pctx)
 	pcancel()
 	if err != nil {
-		return fmt.Errorf("etcd at %v does not answer: %w", endpoints, err)
+		store.Close()
+		return nil, fmt.Errorf("etcd at %v does not answer: %w", endpoints, err)
 	}
 	if cfg.etcdAuth {
 		if err := enableEtcdRoles(ctx, cfg, store, log); err != nil {
-			return err
+			store.Close()
+			return nil, err
 		}
 	}
-	srv, err := server.New(server.Options{
+	return store, nil
+}
+
+// serverOptions are the server's options from the flags.
+func serverOptions(cfg *config, store regiontable.Store, tc tlsConfs, knobs server.TestingKnobs, log *slog.Logger) server.Options {
+	return server.Options{
 		DataDir:          cfg.dataDir,
 		Listen:           cfg.listen,
 		AdvertiseAddr:    cfg.advertise,
@@ -209,17 +246,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 		ClientCertAuth: cfg.tls.ClientCertAuth,
 		PeerTLS:        tc.peer,
 		RaftTLS:        tc.raft,
-	})
-	if err != nil {
-		return err
 	}
-	if err := srv.Serve(ctx); err != nil {
-		return err
-	}
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause
-	}
-	return nil
 }
 
 // enableEtcdRoles turns etcd's roles on (--etcd-auth) unless they are on
