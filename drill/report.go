@@ -2,6 +2,7 @@ package drill
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"time"
 )
@@ -172,31 +173,46 @@ func Summarize(ops []Op, faults []FaultEvent, loadStart, loadEnd time.Duration, 
 		}
 	}
 	slices.SortFunc(load, func(a, b Op) int { return cmp.Compare(a.Return, b.Return) })
+	r.Timeline = timeline(load, loadStart)
+	r.Phases = phases(load, faults, loadStart, loadEnd)
+	r.Latency = latencies(okLatencies(load, nil))
+	byRegion := successesByRegion(load, pl)
+	r.Faults, r.Unavailability, r.Regions = faultStats(load, faults, loadStart, loadEnd, byRegion)
+	return r
+}
 
-	// Timeline.
+// timeline counts the load's outcomes per second from loadStart.
+func timeline(load []Op, loadStart time.Duration) []Second {
+	tl := []Second{}
 	for _, op := range load {
 		t := int((op.Return - loadStart) / time.Second)
-		for len(r.Timeline) <= t {
-			r.Timeline = append(r.Timeline, Second{T: len(r.Timeline)})
+		for len(tl) <= t {
+			tl = append(tl, Second{T: len(tl)})
 		}
-		r.Timeline[t].add(op.Outcome)
+		tl[t].add(op.Outcome)
 	}
+	return tl
+}
 
-	// Phases.
-	phases := []*Phase{{Name: PhaseBefore}, {Name: PhaseDuring}, {Name: PhaseBetween}, {Name: PhaseAfter}}
+// phases sums the load up in the phases the faults make: before the
+// first, during each, between two, after the last (only before without
+// faults); a phase of no time is left out.
+func phases(load []Op, faults []FaultEvent, loadStart, loadEnd time.Duration) []Phase {
+	ps := []*Phase{{Name: PhaseBefore}, {Name: PhaseDuring}, {Name: PhaseBetween}, {Name: PhaseAfter}}
 	if len(faults) == 0 {
-		phases[0].spans = []span{{loadStart, loadEnd}}
+		ps[0].spans = []span{{loadStart, loadEnd}}
 	} else {
-		phases[0].spans = []span{{loadStart, faults[0].Fault}}
+		ps[0].spans = []span{{loadStart, faults[0].Fault}}
 		for i, f := range faults {
-			phases[1].spans = append(phases[1].spans, span{f.Fault, f.Heal})
+			ps[1].spans = append(ps[1].spans, span{f.Fault, f.Heal})
 			if i+1 < len(faults) {
-				phases[2].spans = append(phases[2].spans, span{f.Heal, faults[i+1].Fault})
+				ps[2].spans = append(ps[2].spans, span{f.Heal, faults[i+1].Fault})
 			}
 		}
-		phases[3].spans = []span{{faults[len(faults)-1].Heal, loadEnd}}
+		ps[3].spans = []span{{faults[len(faults)-1].Heal, loadEnd}}
 	}
-	for _, p := range phases {
+	var out []Phase
+	for _, p := range ps {
 		var d time.Duration
 		for _, s := range p.spans {
 			d += s.len()
@@ -204,77 +220,88 @@ func Summarize(ops []Op, faults []FaultEvent, loadStart, loadEnd time.Duration, 
 		if d <= 0 {
 			continue
 		}
-		var lat []time.Duration
 		for _, op := range load {
-			for _, s := range p.spans {
-				if s.contains(op.Return) {
-					p.Counts.add(op.Outcome)
-					if op.Outcome == OK {
-						lat = append(lat, op.Latency())
-					}
-					break
-				}
+			if slices.ContainsFunc(p.spans, func(s span) bool { return s.contains(op.Return) }) {
+				p.Counts.add(op.Outcome)
 			}
 		}
 		p.Seconds = d.Seconds()
 		p.OpsPS = float64(p.Counts.OK) / p.Seconds
 		p.ErrPS = float64(p.Counts.Errors()) / p.Seconds
-		p.Latency = latencies(lat)
-		r.Phases = append(r.Phases, *p)
+		p.Latency = latencies(okLatencies(load, p.spans))
+		out = append(out, *p)
 	}
+	return out
+}
 
-	// Latency over the whole load.
+// okLatencies are the latencies of the successful operations that
+// returned within one of spans (all of them, for nil spans).
+func okLatencies(load []Op, spans []span) []time.Duration {
 	var lat []time.Duration
 	for _, op := range load {
-		if op.Outcome == OK {
+		if op.Outcome != OK {
+			continue
+		}
+		if spans == nil || slices.ContainsFunc(spans, func(s span) bool { return s.contains(op.Return) }) {
 			lat = append(lat, op.Latency())
 		}
 	}
-	r.Latency = latencies(lat)
+	return lat
+}
 
-	// Successes per region, by return time (load is sorted by it).
-	success := map[uint32][]time.Duration{}
-	keys := map[uint32]int{}
+// regionSuccesses are, per region, the number of keys placed in it and
+// the return times of its successful operations (sorted, as load is).
+type regionSuccesses struct {
+	regions []uint32 // sorted; {0} when nothing is known
+	keys    map[uint32]int
+	success map[uint32][]time.Duration
+}
+
+// successesByRegion groups the load's successes by the region of their
+// key (0 when unknown).
+func successesByRegion(load []Op, pl Placement) regionSuccesses {
+	rs := regionSuccesses{keys: map[uint32]int{}, success: map[uint32][]time.Duration{}}
 	for _, reg := range pl.Region {
-		keys[reg]++
+		rs.keys[reg]++
 	}
 	for _, op := range load {
 		if op.Outcome == OK {
 			reg := pl.Region[op.Key] // 0 when unknown
-			success[reg] = append(success[reg], op.Return)
+			rs.success[reg] = append(rs.success[reg], op.Return)
 		}
 	}
-	regions := slices.Sorted(func(yield func(uint32) bool) {
-		seen := map[uint32]bool{}
-		for reg := range keys {
-			seen[reg] = true
-		}
-		for reg := range success {
-			seen[reg] = true
-		}
-		for reg := range seen {
-			if !yield(reg) {
-				return
-			}
-		}
-	})
-	if len(regions) == 0 {
-		regions = []uint32{0}
+	seen := map[uint32]bool{}
+	for reg := range rs.keys {
+		seen[reg] = true
 	}
+	for reg := range rs.success {
+		seen[reg] = true
+	}
+	rs.regions = slices.Sorted(maps.Keys(seen))
+	if len(rs.regions) == 0 {
+		rs.regions = []uint32{0}
+	}
+	return rs
+}
 
-	// Faults.
+// faultStats measures each fault: the success rates before, during and
+// after it, and per region the unavailability it caused (the longest gap
+// between successes from the fault to the next one); then the spread of
+// the worst region's per fault, and of each region's.
+func faultStats(load []Op, faults []FaultEvent, loadStart, loadEnd time.Duration, rs regionSuccesses) ([]FaultStats, Spread, []RegionStats) {
 	okIn := func(s span) float64 {
+		if s.len() <= 0 {
+			return 0
+		}
 		n := 0
 		for _, op := range load {
 			if op.Outcome == OK && s.contains(op.Return) {
 				n++
 			}
 		}
-		if s.len() <= 0 {
-			return 0
-		}
 		return float64(n) / s.len().Seconds()
 	}
+	out := []FaultStats{}
 	perRegion := map[uint32][]time.Duration{}
 	var worst []time.Duration
 	for i, f := range faults {
@@ -287,22 +314,22 @@ func Summarize(ops []Op, faults []FaultEvent, loadStart, loadEnd time.Duration, 
 		}
 		fs := FaultStats{FaultEvent: f, ByRegion: map[uint32]time.Duration{},
 			Before: okIn(span{prev, f.Fault}), During: okIn(span{f.Fault, f.Heal}), After: okIn(span{f.Heal, end})}
-		for _, reg := range regions {
-			w := unavailable(success[reg], f.Fault, end)
+		for _, reg := range rs.regions {
+			w := unavailable(rs.success[reg], f.Fault, end)
 			fs.ByRegion[reg] = w
 			fs.Unavailable = max(fs.Unavailable, w)
 			perRegion[reg] = append(perRegion[reg], w)
 		}
 		worst = append(worst, fs.Unavailable)
-		r.Faults = append(r.Faults, fs)
+		out = append(out, fs)
 	}
-	r.Unavailability = spread(worst)
+	var regions []RegionStats
 	if len(faults) > 0 {
-		for _, reg := range regions {
-			r.Regions = append(r.Regions, RegionStats{Region: reg, Keys: keys[reg], Unavailable: spread(perRegion[reg])})
+		for _, reg := range rs.regions {
+			regions = append(regions, RegionStats{Region: reg, Keys: rs.keys[reg], Unavailable: spread(perRegion[reg])})
 		}
 	}
-	return r
+	return out, spread(worst), regions
 }
 
 // unavailable returns the longest gap between successes (sorted return
