@@ -125,44 +125,9 @@ check failed; porcupine's visualisation of an offending key is written to
 
 // runDrill sets up the target, runs the drill and prints its report.
 func runDrill(g *globals, p *drillParams) (err error) {
-	mix, err := drill.ParseMix(p.mix)
+	kind, err := p.prepare()
 	if err != nil {
-		return fmt.Errorf("--workload: %w", err)
-	}
-	p.workload.Mix = mix
-	if p.workload.Keys > 0 {
-		kc, err := newKeyChooser(p.distribution, p.workload.Keys)
-		if err != nil {
-			return err
-		}
-		p.workload.Choose, p.workload.Distribution = drillChooser{kc}, strings.ToLower(p.distribution)
-	}
-	p.workload.EnsureDefaults()
-	p.schedule.EnsureDefaults()
-	if err := errors.Join(p.workload.Validate(), p.schedule.Validate()); err != nil {
 		return err
-	}
-	kind, err := drill.ParseFaultKind(p.fault)
-	if err != nil {
-		return fmt.Errorf("--fault: %w", err)
-	}
-	if p.faultCmd != "" {
-		kind = drill.Command
-	}
-	targets := 0
-	for _, on := range []bool{p.local > 0, p.faultCmd != "", p.composeProject != ""} {
-		if on {
-			targets++
-		}
-	}
-	if targets > 1 {
-		return fmt.Errorf("--local, --fault-cmd and --compose-project: give one")
-	}
-	if p.local > 0 && kind == drill.Partition {
-		return fmt.Errorf("--fault partition: --local servers cannot be partitioned (use --compose-project, or --fault-cmd with iptables)")
-	}
-	if targets == 0 && p.schedule.Count != 0 {
-		return fmt.Errorf("no target to strike: give --local N, --fault-cmd, or --compose-project (or --faults 0)")
 	}
 	logger := slog.New(slog.DiscardHandler)
 	if !p.quiet {
@@ -177,38 +142,18 @@ func runDrill(g *globals, p *drillParams) (err error) {
 	o := drill.Options{
 		Workload: p.workload, Schedule: p.schedule, Fault: kind, Pick: drill.Pick(p.pick),
 		RecoveryTimeout: p.recoveryTimeout, CheckTimeout: p.checkTmo, ArtifactDir: p.artifacts, Logger: logger,
+		Locator: &clusterLocator{g: g},
 	}
-	var local *localCluster
-	switch {
-	case p.local > 0:
-		local, err = startLocal(ctx, g, p, logger)
-		if err != nil {
-			return err
-		}
+	target, local, err := drillTarget(ctx, g, p, logger)
+	if err != nil {
+		return err
+	}
+	if local != nil {
 		defer func() { err = errors.Join(err, local.close()) }()
-		o.Target = local.servers
-	case p.faultCmd != "":
-		o.Target = &drill.CommandTarget{FaultCmd: p.faultCmd, HealCmd: p.healCmd}
-	case p.composeProject != "":
-		ct, err := drill.NewComposeTarget(ctx, drill.ComposeOptions{Project: p.composeProject, Services: p.composeServices, Networks: p.composeNetworks})
-		if err != nil {
-			return err
-		}
-		o.Target = ct
 	}
-	o.Locator = &clusterLocator{g: g}
+	o.Target = target
 	if !p.noClusterCheck {
-		o.ClusterCheck = func(ctx context.Context) ([]string, error) {
-			ctx, cancel := context.WithTimeout(ctx, max(g.timeout, time.Minute))
-			defer cancel()
-			if local != nil {
-				if err := local.servers.WaitServing(ctx); err != nil {
-					return nil, err
-				}
-			}
-			res, err := runCheck(ctx, g, 100, 3)
-			return res.Violations, err
-		}
+		o.ClusterCheck = drillClusterCheck(g, local)
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, max(g.timeout, 30*time.Second))
@@ -219,6 +164,95 @@ func runDrill(g *globals, p *drillParams) (err error) {
 	}
 	defer c.Close()
 	r, err := drill.Run(ctx, c, o)
+	return reportDrill(g, p, r, err)
+}
+
+// prepare completes the workload and the schedule from the flags,
+// validates them and the choice of target, and returns the fault kind.
+func (p *drillParams) prepare() (drill.FaultKind, error) {
+	mix, err := drill.ParseMix(p.mix)
+	if err != nil {
+		return 0, fmt.Errorf("--workload: %w", err)
+	}
+	p.workload.Mix = mix
+	if p.workload.Keys > 0 {
+		kc, err := newKeyChooser(p.distribution, p.workload.Keys)
+		if err != nil {
+			return 0, err
+		}
+		p.workload.Choose, p.workload.Distribution = drillChooser{kc}, strings.ToLower(p.distribution)
+	}
+	p.workload.EnsureDefaults()
+	p.schedule.EnsureDefaults()
+	if err := errors.Join(p.workload.Validate(), p.schedule.Validate()); err != nil {
+		return 0, err
+	}
+	kind, err := drill.ParseFaultKind(p.fault)
+	if err != nil {
+		return 0, fmt.Errorf("--fault: %w", err)
+	}
+	if p.faultCmd != "" {
+		kind = drill.Command
+	}
+	targets := 0
+	for _, on := range []bool{p.local > 0, p.faultCmd != "", p.composeProject != ""} {
+		if on {
+			targets++
+		}
+	}
+	switch {
+	case targets > 1:
+		return 0, fmt.Errorf("--local, --fault-cmd and --compose-project: give one")
+	case p.local > 0 && kind == drill.Partition:
+		return 0, fmt.Errorf("--fault partition: --local servers cannot be partitioned (use --compose-project, or --fault-cmd with iptables)")
+	case targets == 0 && p.schedule.Count != 0:
+		return 0, fmt.Errorf("no target to strike: give --local N, --fault-cmd, or --compose-project (or --faults 0)")
+	}
+	return kind, nil
+}
+
+// drillTarget is what the drill strikes: local servers it starts (also
+// returned, for the caller to stop), a fault command, compose services,
+// or nothing (--faults 0).
+func drillTarget(ctx context.Context, g *globals, p *drillParams, logger *slog.Logger) (drill.Target, *localCluster, error) {
+	switch {
+	case p.local > 0:
+		local, err := startLocal(ctx, g, p, logger)
+		if err != nil {
+			return nil, nil, err
+		}
+		return local.servers, local, nil
+	case p.faultCmd != "":
+		return &drill.CommandTarget{FaultCmd: p.faultCmd, HealCmd: p.healCmd}, nil, nil
+	case p.composeProject != "":
+		ct, err := drill.NewComposeTarget(ctx, drill.ComposeOptions{Project: p.composeProject, Services: p.composeServices, Networks: p.composeNetworks})
+		if err != nil {
+			return nil, nil, err
+		}
+		return ct, nil, nil
+	}
+	return nil, nil, nil
+}
+
+// drillClusterCheck is the drill's cellctl check, run once the local
+// servers (if any) serve again.
+func drillClusterCheck(g *globals, local *localCluster) func(context.Context) ([]string, error) {
+	return func(ctx context.Context) ([]string, error) {
+		ctx, cancel := context.WithTimeout(ctx, max(g.timeout, time.Minute))
+		defer cancel()
+		if local != nil {
+			if err := local.servers.WaitServing(ctx); err != nil {
+				return nil, err
+			}
+		}
+		res, err := runCheck(ctx, g, 100, 3)
+		return res.Violations, err
+	}
+}
+
+// reportDrill writes the history (--history) and prints report r of a
+// drill that ended with err; it fails unless the drill passed.
+func reportDrill(g *globals, p *drillParams, r *drill.Report, err error) error {
 	if r == nil {
 		return err
 	}
