@@ -89,19 +89,7 @@ func runBench(g *globals, p *benchParams) (benchResult, error) {
 			series = append(series, s)
 		}
 	}
-	var workers []*benchWorker
-	for i := range p.Clients * p.InFlight {
-		w := &benchWorker{
-			c:   clients[i%p.Clients],
-			rng: rand.New(rand.NewPCG(p.Seed, uint64(i)+1)),
-			key: make([]byte, 0, len(p.KeyPrefix)+12),
-			buf: make([]byte, 0, p.ValueSize),
-		}
-		w.win.counts = make([]windowCounts, len(series))
-		w.val = make([]byte, p.ValueSize)
-		fillValue(w.rng, w.val)
-		workers = append(workers, w)
-	}
+	workers := newBenchWorkers(p, clients, len(series))
 	start := time.Now()
 	from, to := start.Add(p.Warmup), start.Add(p.Warmup+p.Duration)
 	runCtx, runCancel := context.WithDeadline(context.Background(), to.Add(max(g.timeout, time.Second)))
@@ -115,34 +103,10 @@ func runBench(g *globals, p *benchParams) (benchResult, error) {
 		}()
 	}
 
-	bar := newProgress(g, fmt.Sprintf("bench %s", p.Mode), p.NoProgress)
-	total := int(p.Warmup/time.Millisecond + p.Duration/time.Millisecond)
+	pr := newBenchProgress(g, p, workers, start, from)
+	defer pr.stop()
 	var snaps [2]benchSnapshot
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	// waitUntil sleeps until at, updating the progress bar.
-	waitUntil := func(at time.Time) {
-		timer := time.NewTimer(time.Until(at))
-		defer timer.Stop()
-		for {
-			select {
-			case <-timer.C:
-				return
-			case now := <-tick.C:
-				var n uint64
-				for _, w := range workers {
-					n += w.done.Load()
-				}
-				desc := fmt.Sprintf("bench %s: warming up", p.Mode)
-				if el := now.Sub(from); el > 0 {
-					desc = fmt.Sprintf("bench %s: %s", p.Mode, fmtOpsRate(float64(n)/el.Seconds()))
-				}
-				bar.describe(desc)
-				bar.set(int(now.Sub(start)/time.Millisecond), total)
-			}
-		}
-	}
-	waitUntil(from)
+	pr.waitUntil(from)
 	snaps[0] = takeSnapshot(clients, p.ServerPID)
 	if p.CPUProfile != "" {
 		stop, err := startCPUProfile(p.CPUProfile)
@@ -153,29 +117,10 @@ func runBench(g *globals, p *benchParams) (benchResult, error) {
 		}
 		defer stop()
 	}
-	// Close every window that ends before the run does; the last ones
-	// close with the run, once the workers have stopped.
-	for _, s := range series {
-		s.lastAt, s.lastStats = snaps[0].at, snaps[0].stats
-	}
-	for {
-		next, si := to, -1
-		for i, s := range series {
-			if n := len(s.out); n < len(s.ends)-1 {
-				if at := from.Add(s.ends[n]); at.Before(next) {
-					next, si = at, i
-				}
-			}
-		}
-		if si < 0 {
-			break
-		}
-		waitUntil(next)
-		series[si].closeWindow(si, workers, time.Now(), snaps[0].at, clientStats(clients))
-	}
-	waitUntil(to)
+	closeWindowsBefore(series, workers, clients, pr, snaps[0], from, to)
+	pr.waitUntil(to)
 	snaps[1] = takeSnapshot(clients, p.ServerPID)
-	bar.finish()
+	pr.finish()
 	wg.Wait()
 	for si, s := range series {
 		s.closeWindow(si, workers, snaps[1].at, snaps[0].at, snaps[1].stats)
@@ -189,6 +134,98 @@ func runBench(g *globals, p *benchParams) (benchResult, error) {
 	}
 	return r, nil
 }
+
+// newBenchWorkers makes the run's Clients × InFlight workers, each with
+// a random source of its own and window counts for nseries series.
+func newBenchWorkers(p *benchParams, clients []benchClient, nseries int) []*benchWorker {
+	var workers []*benchWorker
+	for i := range p.Clients * p.InFlight {
+		w := &benchWorker{
+			c:   clients[i%p.Clients],
+			rng: rand.New(rand.NewPCG(p.Seed, uint64(i)+1)),
+			key: make([]byte, 0, len(p.KeyPrefix)+12),
+			buf: make([]byte, 0, p.ValueSize),
+		}
+		w.win.counts = make([]windowCounts, nseries)
+		w.val = make([]byte, p.ValueSize)
+		fillValue(w.rng, w.val)
+		workers = append(workers, w)
+	}
+	return workers
+}
+
+// closeWindowsBefore closes, as their ends pass, every window of the
+// series that ends before the run does (at to); the last ones close with
+// the run, once the workers have stopped. first is the snapshot at from.
+func closeWindowsBefore(series []*windowSeries, workers []*benchWorker, clients []benchClient, pr *benchProgress, first benchSnapshot, from, to time.Time) {
+	for _, s := range series {
+		s.lastAt, s.lastStats = first.at, first.stats
+	}
+	for {
+		next, si := to, -1
+		for i, s := range series {
+			if n := len(s.out); n < len(s.ends)-1 {
+				if at := from.Add(s.ends[n]); at.Before(next) {
+					next, si = at, i
+				}
+			}
+		}
+		if si < 0 {
+			return
+		}
+		pr.waitUntil(next)
+		series[si].closeWindow(si, workers, time.Now(), first.at, clientStats(clients))
+	}
+}
+
+// benchProgress is the progress bar of a run: the workers' operations a
+// second, updated every 200 ms while the run waits.
+type benchProgress struct {
+	p           *benchParams
+	bar         *progress
+	tick        *time.Ticker
+	workers     []*benchWorker
+	start, from time.Time
+	total       int // the run's milliseconds, warm-up included
+}
+
+func newBenchProgress(g *globals, p *benchParams, workers []*benchWorker, start, from time.Time) *benchProgress {
+	return &benchProgress{
+		p: p, workers: workers, start: start, from: from,
+		bar:   newProgress(g, fmt.Sprintf("bench %s", p.Mode), p.NoProgress),
+		tick:  time.NewTicker(200 * time.Millisecond),
+		total: int(p.Warmup/time.Millisecond + p.Duration/time.Millisecond),
+	}
+}
+
+// waitUntil sleeps until at, updating the progress bar.
+func (pr *benchProgress) waitUntil(at time.Time) {
+	timer := time.NewTimer(time.Until(at))
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+			return
+		case now := <-pr.tick.C:
+			var n uint64
+			for _, w := range pr.workers {
+				n += w.done.Load()
+			}
+			desc := fmt.Sprintf("bench %s: warming up", pr.p.Mode)
+			if el := now.Sub(pr.from); el > 0 {
+				desc = fmt.Sprintf("bench %s: %s", pr.p.Mode, fmtOpsRate(float64(n)/el.Seconds()))
+			}
+			pr.bar.describe(desc)
+			pr.bar.set(int(now.Sub(pr.start)/time.Millisecond), pr.total)
+		}
+	}
+}
+
+// finish completes the bar.
+func (pr *benchProgress) finish() { pr.bar.finish() }
+
+// stop stops the ticker.
+func (pr *benchProgress) stop() { pr.tick.Stop() }
 
 // run is one worker's loop: operations until to, recording those that
 // complete in [from, to].
