@@ -228,3 +228,44 @@ func TestMetadataSplitFlags(t *testing.T) {
 		t.Fatalf("check after the split: %+v", rep)
 	}
 }
+
+// Check finds an inner entry that names a meganode by a key other than
+// its min (each entry's key is the child's min), and the left neighbour
+// whose right link does not lead to the meganode the next entry names:
+// the walk down the levels can fail, not only the orphan count.
+func TestCheckFindsMisnamedEntry(t *testing.T) {
+	s, _ := newTestServer(t, func(o *Options) {
+		o.MeganodeSize = 64 << 10
+		o.SplitFill = 1
+	})
+	c := dial(t, s)
+	x := s.meganodeAt(s.Root())
+	for i := 0; x.t.Fill() < 0.6; i++ {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		put(t, c, k, "v"+k)
+	}
+	if !s.runSplit(x) { // a root over x and its new right neighbour
+		t.Fatal("split failed")
+	}
+	if err := s.Check(); err != nil {
+		t.Fatalf("check of a sound tree: %v", err)
+	}
+	root := s.meganodeAt(s.Root())
+	if root == nil || root == x {
+		t.Fatal("no new root")
+	}
+	// Straight into the root's tree, past the log: an entry "zzz" naming
+	// x, whose min is -inf, after the entry of x's right neighbour.
+	if err := root.t.InsertChild([]byte("zzz"), x.m.Ptr()); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Check()
+	if err == nil {
+		t.Fatal("check passed a root entry that misnames its child")
+	}
+	for _, want := range []string{`entry "zzz" of ` + root.m.Ptr().String() + ` names ` + x.m.Ptr().String() + `, whose min is`, "left neighbour"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("check: %v\nwant a violation with %q", err, want)
+		}
+	}
+}
