@@ -301,7 +301,10 @@ func (s *Server) copyRemote(x *localMeganode, sep []byte, tgt *splitTarget) (bli
 
 // endRemoteTarget thaws (commit) or drops the remote target. A commit is
 // past the split's point of no return: it is retried until it is done,
-// the target's region changed hands, or the server stops.
+// the target's region changed hands, or the server stops, but not after a
+// refusal (refusedPeerOp): Y is no frozen target there, which asking
+// again cannot change (a target restored from a snapshot after it was
+// thawed answers so to a resumed split's commit).
 func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool) error {
 	req := wire.SplitEndRequest{Meganode: tgt.ptr, Commit: commit}
 	var err error
@@ -315,7 +318,7 @@ func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool) error {
 		if m, _, herr := s.hostOf(tgt.ptr.Region()); herr == nil {
 			addr = m.RPCAddr
 		}
-		if err = s.call(s.bgCtx, addr, wire.OpSplitEnd, &req, nil); err == nil || !commit {
+		if err = s.call(s.bgCtx, addr, wire.OpSplitEnd, &req, nil); err == nil || !commit || refusedPeerOp(err) {
 			break
 		}
 		s.log.Warn("server: thaw of a remote split's target failed; retrying", slog.String("target", tgt.ptr.String()), slog.Any("err", err))
@@ -329,6 +332,14 @@ func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool) error {
 		s.log.Error("server: remote split target left frozen", slog.Any("err", err))
 	}
 	return err
+}
+
+// refusedPeerOp reports whether a server-to-server request was refused
+// for what it asks (the target is no split target there, or this
+// server's certificate may not ask it): asking again would be refused
+// again.
+func refusedPeerOp(err error) bool {
+	return errors.Is(err, wire.ErrBadRequest) || errors.Is(err, wire.ErrPermissionDenied)
 }
 
 // insertChildRemote asks the server of next to insert the separator

@@ -467,3 +467,31 @@ func TestOrphanTargetDropped(t *testing.T) {
 		t.Errorf("%d targets left", left)
 	}
 }
+
+// A commit of a remote split's target is retried until it is done, but
+// a refusal ends it at once: the target server says the meganode is no
+// split target there (a resumed split whose target was thawed and then
+// restored from a snapshot gets that answer), and asking again 64 times,
+// holding the split loop for seconds, would change nothing.
+func TestEndRemoteTargetRefusedOnce(t *testing.T) {
+	s, _ := newTestServer(t)
+	c := dial(t, s)
+	put(t, c, "a", "va")
+	refusals := func() float64 {
+		// -1: no such series yet.
+		return max(metricValue(gather(t, s), "cell_server_ops_total", map[string]string{"op": "other", "status": "BadRequest"}), 0)
+	}
+	before := refusals()
+	// The root meganode, here: no split target.
+	tgt := &splitTarget{ptr: s.Root(), peer: regiontable.Member{ID: s.opts.ServerID, RPCAddr: s.rpcAddr}}
+	err := s.endRemoteTarget(tgt, true)
+	if wire.StatusOf(err) != wire.StatusBadRequest {
+		t.Fatalf("commit of a meganode that is no target: %v, want BadRequest", err)
+	}
+	// Counted once the reply is written; then no other comes.
+	waitFor(t, func() bool { return refusals()-before >= 1 }, "the refusal to be counted")
+	time.Sleep(100 * time.Millisecond)
+	if n := refusals() - before; n != 1 {
+		t.Errorf("the refused commit was asked %v times, want 1", n)
+	}
+}
