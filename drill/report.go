@@ -175,7 +175,7 @@ func Summarize(ops []Op, faults []FaultEvent, loadStart, loadEnd time.Duration, 
 	slices.SortFunc(load, func(a, b Op) int { return cmp.Compare(a.Return, b.Return) })
 	r.Timeline = timeline(load, loadStart)
 	r.Phases = phases(load, faults, loadStart, loadEnd)
-	r.Latency = latencies(okLatencies(load, nil))
+	r.Latency = latencies(okLatencies(load))
 	byRegion := successesByRegion(load, pl)
 	r.Faults, r.Unavailability, r.Regions = faultStats(load, faults, loadStart, loadEnd, byRegion)
 	return r
@@ -220,29 +220,30 @@ func phases(load []Op, faults []FaultEvent, loadStart, loadEnd time.Duration) []
 		if d <= 0 {
 			continue
 		}
+		var lat []time.Duration
 		for _, op := range load {
-			if slices.ContainsFunc(p.spans, func(s span) bool { return s.contains(op.Return) }) {
-				p.Counts.add(op.Outcome)
+			if !slices.ContainsFunc(p.spans, func(s span) bool { return s.contains(op.Return) }) {
+				continue
+			}
+			p.Counts.add(op.Outcome)
+			if op.Outcome == OK {
+				lat = append(lat, op.Latency())
 			}
 		}
 		p.Seconds = d.Seconds()
 		p.OpsPS = float64(p.Counts.OK) / p.Seconds
 		p.ErrPS = float64(p.Counts.Errors()) / p.Seconds
-		p.Latency = latencies(okLatencies(load, p.spans))
+		p.Latency = latencies(lat)
 		out = append(out, *p)
 	}
 	return out
 }
 
-// okLatencies are the latencies of the successful operations that
-// returned within one of spans (all of them, for nil spans).
-func okLatencies(load []Op, spans []span) []time.Duration {
+// okLatencies are the latencies of the load's successful operations.
+func okLatencies(load []Op) []time.Duration {
 	var lat []time.Duration
 	for _, op := range load {
-		if op.Outcome != OK {
-			continue
-		}
-		if spans == nil || slices.ContainsFunc(spans, func(s span) bool { return s.contains(op.Return) }) {
+		if op.Outcome == OK {
 			lat = append(lat, op.Latency())
 		}
 	}
