@@ -75,13 +75,24 @@ lint:
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 	test/govulncheck.sh
 
-# A short smoke run of every fuzz target, FUZZTIME each.
+# A short smoke run of every fuzz target, FUZZTIME each. Each package's
+# instrumented test binary is built once (go test -c -fuzz) and run per
+# target in the package's directory, as go test -fuzz would: new inputs go
+# to the same cache ($GOCACHE/fuzz/<package>), a failing one to the
+# package's testdata/fuzz/<Target>/. (go test -fuzz per target links the
+# binary again each time: 7 of the 10 s a 3 s run took.)
 fuzz:
-	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	@set -e; bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	cache=$$($(GO) env GOCACHE)/fuzz; \
+	for pkg in $$($(GO) list $(PKGS)); do \
 	  dir=$$($(GO) list -f '{{.Dir}}' $$pkg); \
-	  for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+	  targets=$$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); \
+	  [ -n "$$targets" ] || continue; \
+	  $(GO) test -c -fuzz . -o "$$bin/fuzz.test" $$pkg; \
+	  for f in $$targets; do \
 	    echo "fuzz $$pkg $$f"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	    (cd $$dir && "$$bin/fuzz.test" -test.paniconexit0 -test.run '^$$' -test.fuzz "^$$f$$" \
+	      -test.fuzztime $(FUZZTIME) -test.fuzzcachedir "$$cache/$$pkg"); \
 	  done; \
 	done
 
