@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,6 +69,7 @@ func TestReadme(t *testing.T) {
 	defer checkShmLeftovers(t, shmBefore)
 	ns := newNetns(t)
 	sh := startSession(t, ns, work)
+	warmBuild(t, sh, steps)
 
 	var terminals []*terminal
 	startedServers := false
@@ -119,6 +121,33 @@ func TestReadme(t *testing.T) {
 		term.interrupt(t)
 	}
 	sh.close(t)
+}
+
+// warmBuild compiles, in the session, every command the README's steps
+// go run, before the first step: the two minutes a step is retried are
+// for servers to start, not for the go command to build them. The
+// binaries of TestMain do not help: they are built without cgo, and
+// go run, with the machine's default, rebuilds everything that depends
+// on it (about half a minute on two idle cores, minutes on loaded ones).
+// A person on a fresh machine waits for that first go run too.
+func warmBuild(t *testing.T, sh *session, steps []readmeStep) {
+	t.Helper()
+	var pkgs []string
+	for _, st := range steps {
+		f := strings.Fields(stripComment(st.cmd))
+		if len(f) >= 3 && f[0] == "go" && f[1] == "run" && !slices.Contains(pkgs, f[2]) {
+			pkgs = append(pkgs, f[2])
+		}
+	}
+	if len(pkgs) == 0 {
+		return
+	}
+	start := time.Now()
+	cmd := fmt.Sprintf("go build -o %q %s", t.TempDir()+"/", strings.Join(pkgs, " "))
+	if rc, out := sh.run(t, cmd, 15*time.Minute); rc != 0 {
+		t.Fatalf("%s: exit status %d\n%s", cmd, rc, out)
+	}
+	t.Logf("built %s in %v", strings.Join(pkgs, " "), time.Since(start).Round(100*time.Millisecond))
 }
 
 // readmeStep is one command of the README to run, or a ctrl-c.
