@@ -131,8 +131,7 @@ func imageHash(rep *replica) [32]byte {
 func TestFollowersByteIdentical(t *testing.T) {
 	srvs, store := startReplicated(t, 3, 3, nil)
 	c := newClient(t, store, "server")
-	ctx := ctxT(t)
-	keys := putRange(t, ctx, c, 0, 2500)
+	keys := putRange(t, c, 0, 2500)
 	for _, s := range srvs {
 		waitSplitsIdle(t, s)
 	}
@@ -181,8 +180,7 @@ func TestFollowerCatchesUp(t *testing.T) {
 				o.SnapshotInterval = 100 * time.Millisecond
 			})
 			c := newClient(t, store, "server")
-			ctx := ctxT(t)
-			put := func(from, to int) []string { return putRange(t, ctx, c, from, to) }
+			put := func(from, to int) []string { return putRange(t, c, from, to) }
 			keys := put(0, 200)
 			// Stop the third server; it restarts on the same raft
 			// address (the group's configuration names it).
@@ -229,7 +227,7 @@ func TestFailover(t *testing.T) {
 	})
 	c := newClient(t, store, "server")
 	ctx := ctxT(t)
-	put := func(from, to int) []string { return putRange(t, ctx, c, from, to) }
+	put := func(from, to int) []string { return putRange(t, c, from, to) }
 	keys := put(0, 800)
 	host := srvs[0]
 	id := host.regionID
@@ -382,7 +380,7 @@ func restartServer(t *testing.T, opts Options) *Server {
 
 // putRange puts keys number from to to-1 (scattered: "key" and i*7919
 // mod 100003), each with "v" and the key as its value, and returns them.
-func putRange(t *testing.T, ctx context.Context, c *client.Client, from, to int) []string {
+func putRange(t *testing.T, c *client.Client, from, to int) []string {
 	t.Helper()
 	var keys []string
 	for i := from; i < to; i++ {
@@ -392,11 +390,14 @@ func putRange(t *testing.T, ctx context.Context, c *client.Client, from, to int)
 		// machine) is put again: the same value, so either outcome
 		// leaves the key as wanted.
 		for {
+			ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 			err := c.Put(ctx, []byte(k), []byte("v"+k))
+			expired := ctx.Err() != nil
+			cancel()
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, client.ErrOutcomeUnknown) || ctx.Err() != nil {
+			if !errors.Is(err, client.ErrOutcomeUnknown) || expired {
 				t.Fatalf("put %q: %v", k, err)
 			}
 			t.Logf("put %q: %v; putting it again", k, err)

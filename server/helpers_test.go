@@ -108,9 +108,22 @@ func newTestServer(t testing.TB, edit ...func(*Options)) (*Server, *regiontable.
 }
 
 func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// opTimeout bounds one operation of a test. A loop of many operations
+// gives each its own deadline, not one to all: thousands of replicated
+// puts under the race detector on a loaded machine outlast any deadline
+// short enough to report a hang.
+const opTimeout = 20 * time.Second
+
+// opCall runs f with a context of its own, opTimeout long.
+func opCall(f func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	return f(ctx)
 }
 
 // dial opens a wire connection to s, closed at cleanup.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -102,16 +103,23 @@ func TestRemoteSplit(t *testing.T) {
 // the key) and scans the whole key space both ways: exactly keys (sorted).
 func mustReadAll(t *testing.T, step string, clients map[string]*client.Client, keys []string) {
 	t.Helper()
-	ctx := ctxT(t)
 	for mode, c := range clients {
 		for _, k := range keys {
-			v, err := c.Get(ctx, []byte(k))
+			var v []byte
+			err := opCall(func(ctx context.Context) (err error) {
+				v, err = c.Get(ctx, []byte(k))
+				return err
+			})
 			if err != nil || string(v) != "v"+k {
 				t.Fatalf("%s: %s get %q = %q, %v", step, mode, k, v, err)
 			}
 		}
 		for _, rev := range []bool{false, true} {
-			pairs, _, err := c.Range(ctx, nil, nil, client.RangeOptions{Reverse: rev, KeysOnly: true})
+			var pairs []client.KV
+			err := opCall(func(ctx context.Context) (err error) {
+				pairs, _, err = c.Range(ctx, nil, nil, client.RangeOptions{Reverse: rev, KeysOnly: true})
+				return err
+			})
 			if err != nil {
 				t.Fatalf("%s: %s range: %v", step, mode, err)
 			}

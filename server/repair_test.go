@@ -106,7 +106,7 @@ func TestDeadServerReplaced(t *testing.T) {
 	})
 	ctx := repairCtx(t)
 	c := newClient(t, store, "server")
-	keys := putRange(t, ctx, c, 0, 400)
+	keys := putRange(t, c, 0, 400)
 
 	// The dead server: one that holds a replica of a region it does not
 	// host, and is not the coordinator.
@@ -120,7 +120,7 @@ func TestDeadServerReplaced(t *testing.T) {
 	rs := waitRegions(t, ctx, store, "replicas moved off "+id, fullyReplicatedWithout(3, id))
 	t.Logf("%s's replicas replaced %v after it stopped (dead-after 2s): %s", id, time.Since(start).Round(time.Millisecond), placement(rs))
 	slices.Sort(keys)
-	keys = append(keys, putRange(t, ctx, c, 400, 500)...)
+	keys = append(keys, putRange(t, c, 400, 500)...)
 	slices.Sort(keys)
 	mustReadAll(t, "after the repair", map[string]*client.Client{"server": c}, keys)
 
@@ -155,7 +155,7 @@ func TestMoveReplicaAndTransferLeader(t *testing.T) {
 	srvs, store := startReplicated(t, 4, 3, func(i int, o *Options) { o.BalanceInterval = -1 })
 	ctx := repairCtx(t)
 	c := newClient(t, store, "server")
-	keys := putRange(t, ctx, c, 0, 300)
+	keys := putRange(t, c, 0, 300)
 	slices.Sort(keys)
 
 	r, err := store.Region(ctx, srvs[0].regionID)
@@ -222,7 +222,7 @@ func TestMoveReplicaAndTransferLeader(t *testing.T) {
 	if transfers < 1 {
 		t.Errorf("leader transfers: %v, want at least 1", transfers)
 	}
-	keys = append(keys, putRange(t, ctx, c, 300, 400)...)
+	keys = append(keys, putRange(t, c, 300, 400)...)
 	slices.Sort(keys)
 	mustReadAll(t, "after the transfer", map[string]*client.Client{"server": c}, keys)
 }
@@ -233,7 +233,7 @@ func TestDrain(t *testing.T) {
 	srvs, store := startReplicated(t, 4, 3, func(i int, o *Options) { o.BalanceInterval = -1 })
 	ctx := repairCtx(t)
 	c := newClient(t, store, "server")
-	keys := putRange(t, ctx, c, 0, 300)
+	keys := putRange(t, c, 0, 300)
 	slices.Sort(keys)
 	// Drain a server that hosts a region: its leadership goes too.
 	d := srvs[1].opts.ServerID
@@ -246,7 +246,7 @@ func TestDrain(t *testing.T) {
 	if n := len(srvs[1].servedList()); n != 0 {
 		t.Errorf("the drained server serves %d regions", n)
 	}
-	keys = append(keys, putRange(t, ctx, c, 300, 400)...)
+	keys = append(keys, putRange(t, c, 300, 400)...)
 	slices.Sort(keys)
 	mustReadAll(t, "after the drain", map[string]*client.Client{"server": c}, keys)
 }
@@ -257,7 +257,7 @@ func TestLeadersBalanced(t *testing.T) {
 	srvs, store := startReplicated(t, 3, 3, func(i int, o *Options) { o.BalanceInterval = -1 })
 	ctx := repairCtx(t)
 	c := newClient(t, store, "server")
-	keys := putRange(t, ctx, c, 0, 200)
+	keys := putRange(t, c, 0, 200)
 	slices.Sort(keys)
 	// Gather every leadership on the first server.
 	first := srvs[0].opts.ServerID
@@ -372,7 +372,7 @@ func TestSlowRestartNotReplaced(t *testing.T) {
 	})
 	ctx := repairCtx(t)
 	c := newClient(t, store, "server")
-	keys := putRange(t, ctx, c, 0, 200)
+	keys := putRange(t, c, 0, 200)
 
 	victim := followingServer(t, srvs)
 	id := victim.opts.ServerID
