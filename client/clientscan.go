@@ -70,7 +70,7 @@ func (rs *rangeState) pageMethod(t *topology) locality.Method {
 	if !ok || reg == nil || reg.reader == nil {
 		return locality.ServerSide
 	}
-	rs.srv = srv
+	rs.srv, rs.loads = srv, reg.loads()
 	if !rs.c.sysClock {
 		return srv.est.ChoosePage().Method
 	}

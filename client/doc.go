@@ -303,6 +303,14 @@
 // the JSON form of one rdma.RemoteKey or of a list of them; etcd's region
 // records may add more (their ReadKey field).
 //
+// Reads over shm are loads from mapped memory: client-side work over shm
+// never blocks, and with more goroutines doing it than the process has Ps
+// the scheduler polls the network only every 10 ms, so the replies of
+// server-side operations wait that long in their sockets. Config.CPUSlots
+// (slots.go) bounds how many goroutines do it at once, across every
+// client sharing the same CPUSlots; fewer than GOMAXPROCS leaves a P to
+// poll. Off by default.
+//
 // # Memory
 //
 // The client-side get path reuses pooled buffers (a node buffer, a record

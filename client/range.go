@@ -196,8 +196,11 @@ type rangeState struct {
 	req    wire.RangeRequest
 	method locality.Method // of the last page
 	// srv is the server whose estimator chose the last client-side page.
-	srv  *server
-	done bool
+	srv *server
+	// loads: that page's region is read by loads (shm), bounded by
+	// Config.CPUSlots.
+	loads bool
+	done  bool
 	// last is the resume point the last reply gave.
 	last []byte
 }
@@ -243,7 +246,15 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 	t := c.topo.Load()
 	if rs.pageMethod(t) == locality.ClientSide {
 		start := c.mono()
+		slots := c.cfg.CPUSlots
+		if !rs.loads {
+			slots = nil
+		}
+		if err := slots.acquire(ctx); err != nil {
+			return out, err
+		}
 		got, err := rs.clientPage(ctx, t, want, out)
+		slots.release()
 		switch {
 		case err == nil:
 			c.observePage(rs.srv, locality.ClientSide, start, c.mono(), len(got)-len(out))

@@ -43,6 +43,13 @@ type region struct {
 	reader rdma.Client
 }
 
+// loads reports whether one-sided reads of r are loads from this host's
+// memory (shm): CPU work that never blocks, which Config.CPUSlots bound.
+// Reads over tcp wait for replies and are not bounded.
+func (r *region) loads() bool {
+	return r != nil && r.rk != nil && r.rk.Provider == rdma.ProviderSHM
+}
+
 // route returns the server to send a request about meganode p to, and p's
 // region (nil for the root as the server knows it, p == nil). ok is false
 // when p's region is unknown.

@@ -169,6 +169,13 @@ func (op *searchOp) hop(ctx context.Context, h *hopState) (hopState, bool, error
 	op.c.counters.hops[method].Add(1)
 	op.res.method = method
 	if method == locality.ClientSide {
+		// A scan's hops run inside its page, which holds the slot.
+		if op.kind != opScan && reg.loads() {
+			if err := op.c.cfg.CPUSlots.acquire(ctx); err != nil {
+				return hopState{}, false, err
+			}
+			defer op.c.cfg.CPUSlots.release()
+		}
 		next, done, err := op.clientHop(ctx, h)
 		op.flushReads()
 		return next, done, err

@@ -29,6 +29,7 @@ type benchParams struct {
 	Keys              int           `json:"keys"`
 	Keyspace          int           `json:"keyspace"`
 	Cache             string        `json:"cache"`
+	CPUSlots          int           `json:"cpu_slots,omitempty"`
 	Workload          string        `json:"workload"`
 	WritePercent      float64       `json:"write_percent"`
 	Distribution      string        `json:"distribution"`
@@ -48,6 +49,8 @@ type benchParams struct {
 	EtcdPrefix    string   `json:"etcd_prefix,omitempty"`
 
 	mode locality.Mode
+	// cpuSlots, shared by every client instance: --cpu-slots.
+	cpuSlots *client.CPUSlots
 	// keys picks the key of each operation (--distribution).
 	keys keyChooser
 	// mixed: each operation is a put with probability WritePercent,
@@ -209,6 +212,12 @@ func (p *benchParams) validateTarget() error {
 	default:
 		return fmt.Errorf("--cache %q: want on or off", p.Cache)
 	}
+	switch {
+	case p.CPUSlots < 0:
+		return fmt.Errorf("--cpu-slots %d: want 0 (no bound) or more", p.CPUSlots)
+	case p.CPUSlots > 0:
+		p.cpuSlots = client.NewCPUSlots(p.CPUSlots)
+	}
 	return nil
 }
 
@@ -223,6 +232,7 @@ func (p *benchParams) config(base client.Config) client.Config {
 		base.NodeCacheBytes = -1
 		base.PathCacheEntries = -1
 	}
+	base.CPUSlots = p.cpuSlots
 	return base
 }
 
@@ -309,6 +319,7 @@ client is its own etcd client (its own gRPC connection). --mode,
 	fs.IntVar(&p.Keys, "keys", 10000, "keys stored before the run (0: none; put only)")
 	fs.IntVar(&p.Keyspace, "keyspace", 0, "keys operations choose from (default: --keys, or 100000 without)")
 	fs.StringVar(&p.Cache, "cache", "on", "node and meganode path caches: on or off")
+	fs.IntVar(&p.CPUSlots, "cpu-slots", 0, "at most this many goroutines of all client instances do client-side work over shm at once (client.Config.CPUSlots; 0: no bound)")
 	fs.StringVar(&p.Workload, "workload", "get", "search, get, put, mixed, ycsb-a, ycsb-b, ycsb-c, ycsb-d, ycsb-e or ycsb-f")
 	fs.Float64Var(&p.WritePercent, "write-percent", 10, "mixed: percentage of puts")
 	fs.StringVar(&p.Distribution, "distribution", "", "key choice: uniform, zipfian (YCSB's scrambled zipfian) or latest (ycsb-d); default latest for ycsb-d, zipfian for the other ycsb-*, else uniform")
