@@ -178,12 +178,14 @@ type Config struct {
 	// Default 1024.
 	RangePageSize int
 
-	// CPUSlots, if set, bound how many goroutines do client-side work at
-	// once, this client's and those of every other client given the same
-	// CPUSlots (see CPUSlots: with fewer than GOMAXPROCS, the replies of
+	// CPUSlots, if set, bound how many goroutines do client-side work over
+	// shm at once while a server-side call waits for its reply, this
+	// client's and those of every other client given the same CPUSlots
+	// (see CPUSlots: with fewer than GOMAXPROCS, the replies of
 	// server-side operations are not left waiting for the scheduler to
-	// poll the network). A goroutine waits for a slot; the wait counts in
-	// the measured cost of a client-side range page. Default nil: no bound.
+	// poll the network; client-side throughput pays for it). A goroutine
+	// waits for a slot; the wait counts in the measured cost of a
+	// client-side range page. Default nil: no bound.
 	CPUSlots *CPUSlots
 
 	// Registerer, if set, receives the client's Prometheus metrics (see

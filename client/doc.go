@@ -307,9 +307,10 @@
 // never blocks, and with more goroutines doing it than the process has Ps
 // the scheduler polls the network only every 10 ms, so the replies of
 // server-side operations wait that long in their sockets. Config.CPUSlots
-// (slots.go) bounds how many goroutines do it at once, across every
-// client sharing the same CPUSlots; fewer than GOMAXPROCS leaves a P to
-// poll. Off by default.
+// (slots.go) bounds how many goroutines do it at once while a server-side
+// call waits, across every client sharing the same CPUSlots; fewer than
+// GOMAXPROCS leaves a P to poll. Off by default: it trades client-side
+// throughput for the latency of server-side operations.
 //
 // # Memory
 //

@@ -250,11 +250,12 @@ func (rs *rangeState) page(ctx context.Context, want int, out []KV) ([]KV, error
 		if !rs.loads {
 			slots = nil
 		}
-		if err := slots.acquire(ctx); err != nil {
+		held, err := slots.acquire(ctx)
+		if err != nil {
 			return out, err
 		}
 		got, err := rs.clientPage(ctx, t, want, out)
-		slots.release()
+		slots.release(held)
 		switch {
 		case err == nil:
 			c.observePage(rs.srv, locality.ClientSide, start, c.mono(), len(got)-len(out))

@@ -194,6 +194,9 @@ func (s *server) call(ctx context.Context, op wire.Op, body []byte) (wire.Frame,
 	if err != nil {
 		return wire.Frame{}, err
 	}
+	slots := s.c.cfg.CPUSlots
+	slots.callStart()
+	defer slots.callEnd()
 	return cn.Call(ctx, op, body)
 }
 

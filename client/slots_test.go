@@ -16,32 +16,43 @@ func TestCPUSlotsAcquire(t *testing.T) {
 	if s.Cap() != 1 || NewCPUSlots(0).Cap() != 1 {
 		t.Fatalf("caps %d, %d: want 1, 1", s.Cap(), NewCPUSlots(0).Cap())
 	}
-	if err := s.acquire(context.Background()); err != nil {
-		t.Fatal(err)
+	// No call waiting: no bound.
+	for range 3 {
+		if held, err := s.acquire(context.Background()); held || err != nil {
+			t.Fatalf("acquire with no call waiting: held %v, %v", held, err)
+		}
+	}
+	s.callStart()
+	if held, err := s.acquire(context.Background()); !held || err != nil {
+		t.Fatalf("acquire while a call waits: held %v, %v", held, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := s.acquire(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.acquire(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("acquire of a taken slot: %v, want the context's deadline", err)
 	}
-	s.release()
-	if err := s.acquire(context.Background()); err != nil || s.InUse() != 1 {
-		t.Fatalf("acquire after release: %v, %d in use", err, s.InUse())
+	s.release(true)
+	if held, err := s.acquire(context.Background()); !held || err != nil || s.InUse() != 1 {
+		t.Fatalf("acquire after release: held %v, %v, %d in use", held, err, s.InUse())
 	}
-	s.release()
+	s.release(true)
+	s.callEnd()
 	var none *CPUSlots
-	if err := none.acquire(ctx); err != nil {
-		t.Fatalf("nil slots: %v", err)
+	none.callStart()
+	if held, err := none.acquire(ctx); held || err != nil {
+		t.Fatalf("nil slots: held %v, %v", held, err)
 	}
-	none.release()
+	none.release(false)
+	none.callEnd()
 }
 
-// TestCPUSlotsBoundClientSideWork: with Config.CPUSlots, at most that many
-// goroutines of all the clients sharing them read one-sided over shm at
-// once (gets, and client-side range pages); reads over tcp are not
-// bounded; every slot is free again when the operations end. A hook that
-// sleeps in each node read makes the goroutines overlap, and the runs
-// without slots show that they do.
+// TestCPUSlotsBoundClientSideWork: with Config.CPUSlots and a server-side
+// call waiting, at most that many goroutines of all the clients sharing
+// them read one-sided over shm at once (gets, and client-side range
+// pages); with no call waiting, and over tcp, they are not bounded; every
+// slot is free again when the operations end. A hook that sleeps in each
+// node read makes the goroutines overlap, and the runs without slots show
+// that they do.
 func TestCPUSlotsBoundClientSideWork(t *testing.T) {
 	rc := startReal(t, 1, nil)
 	const keys, workers, slots = 200, 8, 2
@@ -49,7 +60,12 @@ func TestCPUSlotsBoundClientSideWork(t *testing.T) {
 		c := mustClient(t, realConfig(t, rc))
 		mustPut(t, c, keys)
 	}
-	run := func(provider string, s *CPUSlots) int64 {
+	run := func(provider string, s *CPUSlots, calling bool) int64 {
+		if calling {
+			// A call waiting for its reply all along (a put, say).
+			s.callStart()
+			defer s.callEnd()
+		}
 		var active, most atomic.Int64
 		mk := func() *Client {
 			cfg := realConfig(t, rc)
@@ -95,13 +111,16 @@ func TestCPUSlotsBoundClientSideWork(t *testing.T) {
 		}
 		return most.Load()
 	}
-	if got := run(ProviderSHM, nil); got <= slots {
+	if got := run(ProviderSHM, nil, false); got <= slots {
 		t.Fatalf("shm without slots: at most %d reads at once; the test needs more than %d to tell", got, slots)
 	}
-	if got := run(ProviderSHM, NewCPUSlots(slots)); got > slots {
-		t.Errorf("shm with %d slots: %d reads at once", slots, got)
+	if got := run(ProviderSHM, NewCPUSlots(slots), true); got > slots {
+		t.Errorf("shm with %d slots, a call waiting: %d reads at once", slots, got)
 	}
-	if got := run(ProviderTCP, NewCPUSlots(slots)); got <= slots {
-		t.Errorf("tcp with %d slots: at most %d reads at once; tcp reads wait for replies and are not bounded", slots, got)
+	if got := run(ProviderSHM, NewCPUSlots(slots), false); got <= slots {
+		t.Errorf("shm with %d slots, no call waiting: at most %d reads at once; with no call to wait for there is no bound", slots, got)
+	}
+	if got := run(ProviderTCP, NewCPUSlots(slots), true); got <= slots {
+		t.Errorf("tcp with %d slots, a call waiting: at most %d reads at once; tcp reads wait for replies and are not bounded", slots, got)
 	}
 }

@@ -171,10 +171,11 @@ func (op *searchOp) hop(ctx context.Context, h *hopState) (hopState, bool, error
 	if method == locality.ClientSide {
 		// A scan's hops run inside its page, which holds the slot.
 		if op.kind != opScan && reg.loads() {
-			if err := op.c.cfg.CPUSlots.acquire(ctx); err != nil {
+			held, err := op.c.cfg.CPUSlots.acquire(ctx)
+			if err != nil {
 				return hopState{}, false, err
 			}
-			defer op.c.cfg.CPUSlots.release()
+			defer op.c.cfg.CPUSlots.release(held)
 		}
 		next, done, err := op.clientHop(ctx, h)
 		op.flushReads()

@@ -319,7 +319,7 @@ client is its own etcd client (its own gRPC connection). --mode,
 	fs.IntVar(&p.Keys, "keys", 10000, "keys stored before the run (0: none; put only)")
 	fs.IntVar(&p.Keyspace, "keyspace", 0, "keys operations choose from (default: --keys, or 100000 without)")
 	fs.StringVar(&p.Cache, "cache", "on", "node and meganode path caches: on or off")
-	fs.IntVar(&p.CPUSlots, "cpu-slots", 0, "at most this many goroutines of all client instances do client-side work over shm at once (client.Config.CPUSlots; 0: no bound)")
+	fs.IntVar(&p.CPUSlots, "cpu-slots", 0, "while a server-side call waits, at most this many goroutines of all client instances do client-side work over shm (client.Config.CPUSlots; 0: no bound)")
 	fs.StringVar(&p.Workload, "workload", "get", "search, get, put, mixed, ycsb-a, ycsb-b, ycsb-c, ycsb-d, ycsb-e or ycsb-f")
 	fs.Float64Var(&p.WritePercent, "write-percent", 10, "mixed: percentage of puts")
 	fs.StringVar(&p.Distribution, "distribution", "", "key choice: uniform, zipfian (YCSB's scrambled zipfian) or latest (ycsb-d); default latest for ycsb-d, zipfian for the other ycsb-*, else uniform")
