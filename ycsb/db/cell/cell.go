@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/magiconair/properties"
@@ -39,6 +40,10 @@ const (
 	PropMode       = "cell.mode"
 	PropProvider   = "cell.provider"
 	PropTimeout    = "cell.timeout"
+	// PropCPUSlots is client.Config.CPUSlots: while a server-side call
+	// waits, at most this many threads do client-side work over shm at
+	// once (0, the default: no bound).
+	PropCPUSlots = "cell.cpuslots"
 )
 
 // Name is the binding's name on go-ycsb's command line.
@@ -87,6 +92,14 @@ func config(p *properties.Properties) (client.Config, error) {
 	}
 	if len(cfg.Endpoints) == 0 {
 		return cfg, &record.PropertyError{Name: PropEndpoints, Err: errors.New("no endpoint")}
+	}
+	slotsText := p.GetString(PropCPUSlots, "0")
+	slots, err := strconv.Atoi(slotsText)
+	if err != nil || slots < 0 {
+		return cfg, &record.PropertyError{Name: PropCPUSlots, Value: slotsText, Err: errors.New("want 0 (no bound) or more")}
+	}
+	if slots > 0 {
+		cfg.CPUSlots = client.NewCPUSlots(slots)
 	}
 	return cfg, nil
 }
