@@ -33,43 +33,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d -t cell-selector-XXXXXX)
 OUT=${OUT:-$work/out}
 mkdir -p "$OUT"
-server_pid=
-
-cleanup() {
-	if [[ -n $server_pid ]] && kill -0 "$server_pid" 2>/dev/null; then
-		kill -TERM "$server_pid"
-		for _ in $(seq 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.2; done
-		kill -KILL "$server_pid" 2>/dev/null || true
-	fi
-	[[ -x $work/bin/cellserver ]] && "$work/bin/cellserver" wipe --data-dir "$work/data" >/dev/null 2>&1 || true
-	rm -rf "$work/bin" "$work/data"
-}
-trap cleanup EXIT
-
-mkdir -p "$work/bin"
-if [[ -n ${BIN:-} ]]; then
-	cp "$BIN/cellserver" "$BIN/cellctl" "$work/bin/"
-else
-	echo "# building cellserver and cellctl" >&2
-	(cd "$root" && go build -o "$work/bin/" ./cmd/cellserver ./cmd/cellctl)
-fi
-
-etcd=127.0.0.1:$((BASE_PORT + 9))
-"$work/bin/cellserver" --data-dir "$work/data" --cores 1 \
-	--listen 127.0.0.1:$BASE_PORT --rdma-listen 127.0.0.1:$((BASE_PORT + 1)) --metrics-listen 127.0.0.1:$((BASE_PORT + 2)) --raft-listen 127.0.0.1:$((BASE_PORT + 3)) \
-	--etcd-listen "$etcd" --etcd-peer-listen 127.0.0.1:$((BASE_PORT + 10)) \
-	--region-size 1GiB --log-level warn 2>"$OUT/cellserver.log" &
-server_pid=$!
-ctl() { "$work/bin/cellctl" --endpoints "$etcd" "$@"; }
-deadline=$((SECONDS + 60))
-until ctl status --command-timeout 1s >/dev/null 2>&1; do
-	if ((SECONDS > deadline)) || ! kill -0 "$server_pid" 2>/dev/null; then
-		echo "cellserver did not start:" >&2
-		cat "$OUT/cellserver.log" >&2
-		exit 1
-	fi
-	sleep 0.2
-done
+# shellcheck source=one-server.bash
+source "$root/test/one-server.bash"
+one_server_start
 echo "# storing $KEYS keys" >&2
 ctl bench --workload put --keys "$KEYS" --keyspace "$KEYS" --duration 100ms --warmup 0s --no-progress >/dev/null
 
