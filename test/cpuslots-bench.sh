@@ -28,14 +28,10 @@ SLOTS=${SLOTS:-1}
 BASE_PORT=${BASE_PORT:-27270}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d -t cell-cpuslots-XXXXXX)
-OUT=${OUT:-$work/out}
-mkdir -p "$OUT"
 # shellcheck source=one-server.bash
 source "$root/test/one-server.bash"
-one_server_start
-echo "# storing $KEYS keys" >&2
-ctl bench --workload put --keys "$KEYS" --keyspace "$KEYS" --duration 100ms --warmup 0s --no-progress >/dev/null
+one_server_start cpuslots
+one_server_store
 
 runs=("shm 0" "shm $SLOTS" "tcp 0")
 start=$(date -u +%FT%TZ)

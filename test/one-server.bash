@@ -2,15 +2,17 @@
 # scripts that measure the client beside it (sourced by selector-bench.sh
 # and cpuslots-bench.sh; fig4.sh pins its server and stands alone).
 #
-# one_server_start copies cellserver and cellctl from $BIN (or builds
-# them from the working tree) into $work/bin, starts the server with
+# one_server_start NAME makes the scratch directory $work (cell-NAME-*)
+# and $OUT (default $work/out), copies cellserver and cellctl from $BIN
+# (or builds them from the working tree) into $work/bin, starts the server with
 # --cores 1, its embedded etcd and a 1 GiB region (RF 1, its log synced),
 # its log in $OUT/cellserver.log, and waits until it answers; it sets
 # server_pid and an EXIT trap (one_server_stop) that stops it and removes
-# its data. ctl runs cellctl against it.
+# its data. ctl runs cellctl against it; one_server_store stores $KEYS
+# keys (values of 64 bytes) for the runs to read.
 #
-# Variables read: root (the repository), work (a scratch directory), OUT,
-# BASE_PORT (the server uses BASE_PORT..+3, its etcd +9 and +10), BIN.
+# Variables read: root (the repository), OUT, BASE_PORT (the server uses
+# BASE_PORT..+3, its etcd +9 and +10), BIN, KEYS.
 
 server_pid=
 
@@ -27,6 +29,9 @@ one_server_stop() {
 ctl() { "$work/bin/cellctl" --endpoints "127.0.0.1:$((BASE_PORT + 9))" "$@"; }
 
 one_server_start() {
+	work=$(mktemp -d -t "cell-$1-XXXXXX")
+	OUT=${OUT:-$work/out}
+	mkdir -p "$OUT"
 	trap one_server_stop EXIT
 	mkdir -p "$work/bin"
 	if [[ -n ${BIN:-} ]]; then
@@ -49,4 +54,9 @@ one_server_start() {
 		fi
 		sleep 0.2
 	done
+}
+
+one_server_store() {
+	echo "# storing $KEYS keys" >&2
+	ctl bench --workload put --keys "$KEYS" --keyspace "$KEYS" --duration 100ms --warmup 0s --no-progress >/dev/null
 }

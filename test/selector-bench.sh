@@ -30,14 +30,10 @@ PROVIDERS=${PROVIDERS:-shm tcp}
 BASE_PORT=${BASE_PORT:-27170}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d -t cell-selector-XXXXXX)
-OUT=${OUT:-$work/out}
-mkdir -p "$OUT"
 # shellcheck source=one-server.bash
 source "$root/test/one-server.bash"
-one_server_start
-echo "# storing $KEYS keys" >&2
-ctl bench --workload put --keys "$KEYS" --keyspace "$KEYS" --duration 100ms --warmup 0s --no-progress >/dev/null
+one_server_start selector
+one_server_store
 
 modes=(server client adaptive)
 start=$(date -u +%FT%TZ)
