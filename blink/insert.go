@@ -175,6 +175,9 @@ func (t *Tree) writeExtentLocked(key, value []byte) (Ptr, int, uint64, error) {
 	}
 	crc := EncodeExtent(rec, key, value)
 	clear(rec[n:])
+	if t.opts.BeforeWrite != nil {
+		t.opts.BeforeWrite(off, uint64(padded))
+	}
 	atomicmem.Store(t.mem[off:off+uint64(padded)], rec)
 	return MakePtr(t.region, off), n, crc, nil
 }

@@ -36,6 +36,12 @@ type Options struct {
 	// MaxRestarts bounds how often a lock-free reader restarts or retries
 	// a torn copy before giving up with ErrRestart. Default 1<<20.
 	MaxRestarts int
+	// BeforeWrite, when set, is called with the writer's lock held before
+	// the tree changes bytes [off, off+n) of mem: every node it publishes
+	// and every extent record it stores. Whoever owns mem learns of every
+	// change before it happens (meganode's copy-on-write images save the
+	// old bytes there). The tree's extent allocator reports its own.
+	BeforeWrite func(off, n uint64)
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -339,6 +345,9 @@ func (t *Tree) checkKey(key []byte) error {
 func (t *Tree) publish(p Ptr, img node) {
 	live := t.nodeBytes(p)
 	n := len(live)
+	if t.opts.BeforeWrite != nil {
+		t.opts.BeforeWrite(p.Offset(), uint64(n))
+	}
 	v := live.headVersion()
 	if v&1 != 0 {
 		v++ // a node torn by a crash of an earlier incarnation: start even

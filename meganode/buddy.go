@@ -39,6 +39,9 @@ type Extents struct {
 	atoms   uint64
 	atomLog uint
 	maxLog  int // largest size class that fits in the heap
+	// beforeWrite is the region's (capture.go): told of every store
+	// before it is made. Nil while the area is formatted or opened.
+	beforeWrite func(off, n uint64)
 
 	// Locking notes: Region.mu < Extents.mu.
 	mu struct {
@@ -402,9 +405,14 @@ func (e *Extents) setCtrl(i uint64, c byte) {
 	shift := 8 * ((e.ctrlOff + i) & 7)
 	v := atomicmem.LoadUint64(e.mem, int(w))
 	v = v&^(0xff<<shift) | uint64(c)<<shift
-	atomicmem.StoreUint64(e.mem, int(w), v)
+	e.storeWord(w, v)
 }
 
 func (e *Extents) loadWord(off uint64) uint64 { return atomicmem.LoadUint64(e.mem, int(off)) }
 
-func (e *Extents) storeWord(off, v uint64) { atomicmem.StoreUint64(e.mem, int(off), v) }
+func (e *Extents) storeWord(off, v uint64) {
+	if e.beforeWrite != nil {
+		e.beforeWrite(off, 8)
+	}
+	atomicmem.StoreUint64(e.mem, int(off), v)
+}

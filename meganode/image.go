@@ -284,6 +284,25 @@ func scanAll(off, size uint64) (uint64, uint64, bool) { return off, size, off < 
 // writeImage writes the image of the region in mem (h.Size bytes), reading
 // only the ranges nextData returns.
 func writeImage(w io.Writer, mem []byte, h header, nextData nextDataFunc) (ImageStats, error) {
+	return writePages(w, h, nextData, func(dst []byte, p uint64) (bool, error) {
+		page := mem[p*imagePageSize : (p+1)*imagePageSize]
+		if isZero(page) {
+			return true, nil
+		}
+		copy(dst, page)
+		return false, nil
+	})
+}
+
+// pageFunc puts the bytes of page p (region offset p × imagePageSize) into
+// dst, imagePageSize bytes, or reports that they are all zero (dst is then
+// left as it is).
+type pageFunc func(dst []byte, p uint64) (zero bool, err error)
+
+// writePages writes the image of the region h describes: its header, then
+// the pages page gives in the ranges nextData returns, but for the zero
+// ones, in runs.
+func writePages(w io.Writer, h header, nextData nextDataFunc, page pageFunc) (ImageStats, error) {
 	iw := imageWriter{w: w, buf: make([]byte, runFrameSize+maxRunLength)}
 	iw.stats.RegionSize = h.Size
 	var hdr [imageHeaderSize]byte
@@ -305,12 +324,16 @@ func writeImage(w io.Writer, mem []byte, h header, nextData nextDataFunc) (Image
 			start, end = off, size
 		}
 		for p := start; p < end; p += imagePageSize {
-			page := mem[p : p+imagePageSize]
-			if isZero(page) {
-				continue
-			}
-			if err := iw.addPage(p, page); err != nil {
+			dst, err := iw.slot(p)
+			if err != nil {
 				return iw.stats, err
+			}
+			zero, err := page(dst, p/imagePageSize)
+			if err != nil {
+				return iw.stats, err
+			}
+			if !zero {
+				iw.fill(p)
 			}
 		}
 		off = end
@@ -340,21 +363,28 @@ func (iw *imageWriter) write(b []byte) error {
 	return err
 }
 
-// addPage appends the page at region offset off to the open run, or
-// writes the run and opens a new one when the page does not extend it.
-func (iw *imageWriter) addPage(off uint64, page []byte) error {
+// slot returns where the page at region offset off goes in the open run,
+// having written the run and started a new one when the page does not
+// extend it. (A page that turns out zero ends the run all the same: the
+// next page written does not extend it.)
+func (iw *imageWriter) slot(off uint64) ([]byte, error) {
 	if iw.runLen > 0 && (off != iw.runOff+iw.runLen || iw.runLen == maxRunLength) {
 		if err := iw.flush(); err != nil {
-			return err
+			return nil, err
 		}
 	}
+	b := iw.buf[runFrameSize+iw.runLen:]
+	return b[:imagePageSize:imagePageSize], nil
+}
+
+// fill adds the page slot(off) returned, now holding the page's bytes, to
+// the run.
+func (iw *imageWriter) fill(off uint64) {
 	if iw.runLen == 0 {
 		iw.runOff = off
 	}
-	copy(iw.buf[runFrameSize+iw.runLen:], page)
-	iw.runLen += uint64(len(page))
+	iw.runLen += imagePageSize
 	iw.stats.Pages++
-	return nil
 }
 
 // flush writes the open run, if any.

@@ -166,6 +166,7 @@ func (r *Region) treeOptions(opts blink.Options) (blink.Options, error) {
 	if opts.NodeSize != int(r.lay.NodeSize) {
 		return opts, fmt.Errorf("meganode: tree node size %d, region %d has %d-byte nodes: %w", opts.NodeSize, r.id, r.lay.NodeSize, ErrInvalidOptions)
 	}
+	opts.BeforeWrite = r.beforeWrite
 	return opts, nil
 }
 
@@ -201,7 +202,9 @@ func (r *Region) setSlotLocked(slot int, used bool) {
 	} else {
 		v &^= 1 << (slot % 64)
 	}
-	atomicmem.StoreUint64(r.mem, offSlotBitmap+8*(slot/64), v)
+	off := offSlotBitmap + 8*(slot/64)
+	r.beforeWrite(uint64(off), 8)
+	atomicmem.StoreUint64(r.mem, off, v)
 }
 
 func (r *Region) slotWords() int { return int(r.lay.Slots+63) / 64 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/atomicmem"
@@ -43,7 +44,14 @@ type Region struct {
 	id  uint32
 	ext *Extents
 
-	// Locking notes: Region.mu < Extents.mu < blink.Tree's lock.
+	// capture is the open copy-on-write image, if any (capture.go).
+	capture atomic.Pointer[Capture]
+	// testBeforeWrite, set by tests only, is called by beforeWrite.
+	testBeforeWrite func(off, n uint64)
+
+	// Locking notes: Region.mu < Extents.mu < blink.Tree's lock, and
+	// Region.mu < Capture.mu; beforeWrite takes Capture.mu under any of
+	// them.
 	mu struct {
 		sync.Mutex
 		closed bool
@@ -105,6 +113,7 @@ func Open(path string, opts OpenOptions) (*Region, error) {
 func newRegion(log *slog.Logger, m *mapping, mem []byte, h header, ext *Extents) *Region {
 	r := &Region{log: log, m: m, mem: mem, lay: h.Layout, id: h.ID, ext: ext}
 	r.mu.open = make(map[int]*Meganode)
+	ext.beforeWrite = r.beforeWrite
 	return r
 }
 
@@ -179,7 +188,9 @@ func (r *Region) HugePageSize() uint64 {
 
 // Bytes returns the region's memory, Layout().Size bytes, 8-byte aligned.
 // It is shared with blink trees and the allocator: read it with 8-byte
-// atomic loads, never write it. It is unmapped by Close.
+// atomic loads, never write it (every write goes through the region's
+// trees, extents and setters, which copy-on-write images rely on:
+// capture.go). It is unmapped by Close.
 func (r *Region) Bytes() []byte { return r.mem }
 
 // Layout returns where the header, node area and extent area are.
@@ -198,6 +209,7 @@ func (r *Region) Root() blink.Ptr {
 // SetRoot stores the root meganode pointer at offset 0, atomically.
 // REQUIRES: the region is open.
 func (r *Region) SetRoot(p blink.Ptr) {
+	r.beforeWrite(offRoot, 8)
 	atomicmem.StoreUint64(r.mem, offRoot, uint64(p))
 }
 
@@ -237,14 +249,18 @@ func (r *Region) Check() error {
 }
 
 // Close unmaps the region and releases its file; later calls on the region
-// (and its extents) return ErrClosed. REQUIRES: no meganode tree, extent or
-// Bytes of the region is in use, and no WriteImage runs. Closing twice is a
-// no-op.
+// (and its extents) return ErrClosed. An open capture is closed: its
+// WriteTo, running or not, fails with ErrClosed. REQUIRES: no meganode
+// tree, extent or Bytes of the region is in use, and no WriteImage runs.
+// Closing twice is a no-op.
 func (r *Region) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.mu.closed {
 		return nil
+	}
+	if c := r.capture.Load(); c != nil {
+		c.Close()
 	}
 	r.mu.closed = true
 	r.mu.open = nil
