@@ -117,12 +117,16 @@
 // inputs, then runs of consecutive non-zero 4 KiB pages (each framed with
 // its offset, length and a CRC-32C, at most 1 MiB), then an end run with a
 // trailer counting runs and bytes. Region.WriteImage writes one; the
-// caller excludes writers (the apply lock), readers may run on. It reads
-// only what may hold data: on tmpfs and plain files it asks lseek
-// (SEEK_DATA, SEEK_HOLE) for the file's data ranges, so a mostly empty
-// 1 GiB region is imaged without faulting its holes in (with read-ahead
-// off on a plain file's mapping meanwhile); hugetlbfs has no such answer
-// and is read whole. All-zero pages are left out. RestoreImage creates a
+// caller excludes writers (the apply lock), readers may run on.
+// Region.Capture takes the image's moment instead (writers excluded for
+// that call only) and Capture.WriteImage writes it while writers go on:
+// every store into the region is announced first, and the first store
+// into a page the capture has not written yet saves the page for it
+// (capture.go). Either reads only what may hold data: on tmpfs and plain
+// files it asks lseek (SEEK_DATA, SEEK_HOLE) for the file's data ranges,
+// so a mostly empty 1 GiB region is imaged without faulting its holes in
+// (with read-ahead off on a plain file's mapping meanwhile); hugetlbfs has
+// no such answer and is read whole. All-zero pages are left out. RestoreImage creates a
 // region file as Create does (opts pick the backing and name; the layout
 // comes from the image and must agree with the sizes opts set, and the ID
 // must be opts.ID, else ErrImageMismatch), writes the runs into it, and

@@ -167,13 +167,15 @@ func (c *conn) serve() {
 		reason = c.readLoop()
 	}
 	c.inflight.Wait()
+	// Counted before the close, so that a peer that saw the close also
+	// sees it counted.
+	s.metrics.conns.Dec()
+	s.metrics.closed.WithLabelValues(reason).Inc()
 	// Bound the final flush: a client that stopped reading must not hold
 	// up a shutdown.
 	_ = c.nc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 	_ = c.rw.Close()
 	_ = c.nc.Close()
-	s.metrics.conns.Dec()
-	s.metrics.closed.WithLabelValues(reason).Inc()
 	s.mu.Lock()
 	delete(s.mu.conns, c)
 	if s.mu.perHost[c.host]--; s.mu.perHost[c.host] <= 0 {

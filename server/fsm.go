@@ -191,8 +191,11 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 // Snapshot captures the region's state at the last applied index: raft
-// calls it between two Applies, so the copy is consistent; writes wait
-// meanwhile (the copy's time is the pause a snapshot causes).
+// calls it between two Applies, so the capture is consistent. It holds
+// writes only while it encodes the replicated state and starts a
+// copy-on-write capture of the region (meganode.Region.Capture); the
+// image is written by Persist while the group applies on, every page as
+// it was at this index (a writer saves a page before its first change).
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	rep := (*replica)(f)
 	rep.applyMu.Lock()
@@ -201,33 +204,19 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		return nil, fmt.Errorf("server: meganode %v is splitting; the snapshot waits for the split: %w", p, errSnapshotLater)
 	}
 	start := time.Now()
-	// One allocation of about the image's size: growing a buffer of a
-	// GiB by doubling copies it twice over, under the apply lock.
-	buf := bytes.NewBuffer(make([]byte, 0, rep.snapshotSizeHint()))
-	buf.Write(rep.repl.encode())
-	st, err := rep.region.WriteImage(buf)
+	c, err := rep.region.Capture()
+	if errors.Is(err, meganode.ErrCaptureOpen) {
+		return nil, fmt.Errorf("server: region %d: the last snapshot is still being written: %w", rep.regionID, errSnapshotLater)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("server: snapshot of region %d: %w", rep.regionID, err)
 	}
-	d := time.Since(start)
-	rep.lastSnapshot = buf.Len()
-	rep.srv.metrics.snapshotBytes.Set(float64(buf.Len()))
-	rep.srv.metrics.snapshotPause.Observe(d.Seconds())
-	rep.srv.log.Info("server: region snapshot taken", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", rep.repl.Applied),
-		slog.Int("bytes", buf.Len()), slog.Uint64("pages", st.Pages), slog.Duration("pause", d))
-	return &regionSnapshot{data: buf.Bytes()}, nil
-}
-
-// snapshotSizeHint guesses the size of the next snapshot: the last one's
-// and a little, or before the first the region's meganodes and extents in
-// use. REQUIRES: rep.applyMu held.
-func (rep *replica) snapshotSizeHint() int {
-	if rep.lastSnapshot > 0 {
-		return rep.lastSnapshot + rep.lastSnapshot/8
+	snap := &regionSnapshot{rep: rep, state: rep.repl.encode(), capture: c, applied: rep.repl.Applied}
+	rep.srv.metrics.snapshotPause.Observe(time.Since(start).Seconds())
+	if k := rep.srv.opts.TestingKnobs.OnSnapshot; k != nil {
+		k(rep.region)
 	}
-	lay := rep.region.Layout()
-	used := uint64(len(rep.region.Meganodes()))*lay.MeganodeSize + rep.region.Extents().Stats().InUse
-	return int(min(used+used/8+1<<20, lay.Size+1<<20))
+	return snap, nil
 }
 
 // errSnapshotLater: a snapshot cannot be taken now (a split is in
@@ -321,16 +310,40 @@ func (rep *replica) restoreRegionLocked(img io.Reader) (*meganode.Region, error)
 	return r, nil
 }
 
-// regionSnapshot is a snapshot's bytes, written out by Persist while the
-// group applies on.
-type regionSnapshot struct{ data []byte }
+// regionSnapshot is a snapshot taken by Snapshot: the replicated state's
+// encoding and the capture of the region's image, written out by Persist
+// while the group applies on.
+type regionSnapshot struct {
+	rep     *replica
+	state   []byte
+	capture *meganode.Capture
+	applied uint64
+}
 
 func (r *regionSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := sink.Write(r.data); err != nil {
+	rep := r.rep
+	start := time.Now()
+	if _, err := sink.Write(r.state); err != nil {
 		_ = sink.Cancel()
 		return err
 	}
+	st, err := r.capture.WriteImage(sink)
+	saved, _ := r.capture.Saved()
+	r.capture.Close()
+	if err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("server: snapshot of region %d: %w", rep.regionID, err)
+	}
+	size := uint64(len(r.state)) + st.Bytes
+	rep.srv.metrics.snapshotBytes.Set(float64(size))
+	rep.srv.metrics.snapshotSaved.Set(float64(saved * pageSize))
+	rep.srv.log.Info("server: region snapshot taken", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", r.applied),
+		slog.Uint64("bytes", size), slog.Uint64("pages", st.Pages), slog.Uint64("saved_pages", saved), slog.Duration("took", time.Since(start)))
 	return sink.Close()
 }
 
-func (r *regionSnapshot) Release() { r.data = nil }
+// pageSize is the unit writers save while a snapshot is written
+// (meganode's image pages).
+const pageSize = 4096
+
+func (r *regionSnapshot) Release() { r.capture.Close() }

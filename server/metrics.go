@@ -50,6 +50,7 @@ type Metrics struct {
 	proposals          prometheus.Histogram
 	snapshotBytes      prometheus.Gauge
 	snapshotPause      prometheus.Histogram
+	snapshotSaved      prometheus.Gauge
 	coordinator        prometheus.Gauge
 	regionsUnavailable prometheus.Gauge
 	takeovers          prometheus.Counter
@@ -146,8 +147,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		snapshotPause: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "cell_server_snapshot_pause_seconds",
-			Help:    "Time a snapshot held the apply path while it copied the region image (buckets 1µs..4.2s).",
+			Help:    "Time a snapshot held the apply path: the replicated state encoded and the region's copy-on-write capture started (buckets 1µs..4.2s).",
 			Buckets: LatencyBuckets,
+		}),
+		snapshotSaved: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cell_server_snapshot_saved_bytes",
+			Help: "Bytes of region pages that writes saved (copy-on-write) while the last snapshot was written.",
 		}),
 		coordinator: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "cell_coordinator",
@@ -179,7 +184,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.ops, m.searches, m.queue, m.service, m.conns, m.accepted, m.closed, m.malformed, m.refusals, m.applies, m.splits, m.splitTime, m.waits,
-		m.proposals, m.snapshotBytes, m.snapshotPause, m.coordinator, m.regionsUnavailable, m.takeovers, m.replicasRemoved, m.leaderTransfers, m.leaseRenewals, m.leaseLapses, (*stateCollector)(m)} {
+		m.proposals, m.snapshotBytes, m.snapshotPause, m.snapshotSaved, m.coordinator, m.regionsUnavailable, m.takeovers, m.replicasRemoved, m.leaderTransfers, m.leaseRenewals, m.leaseLapses, (*stateCollector)(m)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -282,6 +282,10 @@ type TestingKnobs struct {
 	// served as if their read lease never ended. The partition tests run
 	// with it to show that they catch a stale host.
 	IgnoreLease bool
+	// OnSnapshot fires in fsm.Snapshot under the apply lock, once the
+	// region's capture started: tests take the image the snapshot must
+	// hold with it.
+	OnSnapshot func(region *meganode.Region)
 }
 
 // MaxReplicas bounds Options.Replicas.

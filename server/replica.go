@@ -51,9 +51,6 @@ type replica struct {
 	// targetSeen is when this server, leading the region, first saw
 	// each target frozen (sweepTargets). Used by the replica loop only.
 	targetSeen map[blink.Ptr]time.Time
-	// lastSnapshot is the size of the last snapshot taken (fsm.go).
-	// Guarded by applyMu.
-	lastSnapshot int
 
 	// Set when the server starts serving the region (it leads it), then
 	// read-only until it stops serving it (serve.go).
