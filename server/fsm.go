@@ -212,7 +212,10 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		return nil, fmt.Errorf("server: snapshot of region %d: %w", rep.regionID, err)
 	}
 	snap := &regionSnapshot{rep: rep, state: rep.repl.encode(), capture: c, applied: rep.repl.Applied}
-	rep.srv.metrics.snapshotPause.Observe(time.Since(start).Seconds())
+	d := time.Since(start)
+	rep.srv.metrics.snapshotPause.Observe(d.Seconds())
+	rep.srv.log.Info("server: region snapshot taken", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", rep.repl.Applied),
+		slog.Duration("pause", d))
 	if k := rep.srv.opts.TestingKnobs.OnSnapshot; k != nil {
 		k(rep.region)
 	}
@@ -337,7 +340,7 @@ func (r *regionSnapshot) Persist(sink raft.SnapshotSink) error {
 	size := uint64(len(r.state)) + st.Bytes
 	rep.srv.metrics.snapshotBytes.Set(float64(size))
 	rep.srv.metrics.snapshotSaved.Set(float64(saved * pageSize))
-	rep.srv.log.Info("server: region snapshot taken", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", r.applied),
+	rep.srv.log.Info("server: region snapshot written", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", r.applied),
 		slog.Uint64("bytes", size), slog.Uint64("pages", st.Pages), slog.Uint64("saved_pages", saved), slog.Duration("took", time.Since(start)))
 	return sink.Close()
 }

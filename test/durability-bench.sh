@@ -299,8 +299,9 @@ snapshots_settle() {
 bytes() { numfmt --from=iec-i "${1%B}"; }
 
 # snapshot_spans LOG FROM: JSON lines of the snapshots the log records
-# from line FROM on: start (raft asks for it), the pause (the region copy
-# that holds writes) and the end of persisting it, in Unix seconds.
+# from line FROM on: start (raft asks for it), the pause (the start of the
+# region's capture, which holds writes), its image's size, and the end of
+# persisting it, in Unix seconds.
 snapshot_spans() {
 	tail -n +"$2" "$1" | awk '
 		function t(line,   s) { s = line; sub(/^time=/, "", s); sub(/ .*/, "", s); return s }
@@ -311,8 +312,8 @@ snapshot_spans() {
 			if (d ~ /m[0-9.]+s$/) { split(d, a, "m"); sub(/s$/, "", a[2]); return a[1] * 60 + a[2] }
 			sub(/s$/, "", d); return d + 0 }
 		/raft: starting snapshot up to/ { start = t($0) }
-		/msg="server: region snapshot taken"/ { taken = t($0); p = $0; sub(/.* pause=/, "", p); sub(/ .*/, "", p); pause = dur(p)
-			b = $0; sub(/.* bytes=/, "", b); sub(/ .*/, "", b); bytes = b }
+		/msg="server: region snapshot taken"/ { taken = t($0); p = $0; sub(/.* pause=/, "", p); sub(/ .*/, "", p); pause = dur(p) }
+		/msg="server: region snapshot written"/ { b = $0; sub(/.* bytes=/, "", b); sub(/ .*/, "", b); bytes = b }
 		/raft: snapshot complete up to/ && taken != "" { printf "{\"start\":\"%s\",\"taken\":\"%s\",\"pause\":%s,\"bytes\":%s,\"done\":\"%s\"}\n", start, taken, pause, bytes, t($0); taken = "" }
 	' | while read -r line; do
 		jq -c '.start |= (sub("Z$"; "") | split(".") | (.[0] + "Z" | fromdateiso8601) + ("0." + .[1] | tonumber))
@@ -549,7 +550,7 @@ if has_part snapshot; then
 	echo
 	echo "Snapshot pause: puts of the stored keys, 16 clients, $RESTART_VALUE_SIZE-byte values, $SNAP_DURATION after $WARMUP, windows of $SNAP_INTERVAL;"
 	echo "snapshots off, then on (one every $SNAP_THRESHOLD log entries). Each window of the run with snapshots is \"pause\" if it overlaps"
-	echo "a region copy (writes wait), \"persist\" if it overlaps raft writing the snapshot to disk, else \"clear\"; per kind the"
+	echo "a capture's start (writes wait), \"persist\" if it overlaps raft writing the snapshot to disk, else \"clear\"; per kind the"
 	echo "median (max) of the windows' p99 in µs, and how many windows (of which no put completed in)."
 	echo
 	echo "| data | snapshots | puts/s off / on | p99 µs off / on | max µs off / on | clear windows: p99 | pause windows: p99 | persist windows: p99 | pause ms (each) | persist s (each) | image MiB |"
@@ -571,12 +572,12 @@ if has_part snapshot; then
 			"| \($size) | \($s | length) | \($off[0].throughput | floor) / \($on[0].throughput | floor) | \($off[0].p99_ns | us) / \($on[0].p99_ns | us) | \($off[0].max_ns | us) / \($on[0].max_ns | us) | \(kind("clear")) | \(kind("pause")) | \(kind("persist")) | \([$s[].pause * 1000 | floor] | join(", ")) | \([$s[] | (.done - .taken) * 100 | floor / 100] | join(", ")) | \([$s[].bytes / 1048576 | floor] | unique | join(", ")) |"'
 	done
 	echo
-	echo "Every snapshot of the subject servers (restart and snapshot parts): image MiB, pause ms"
+	echo "Every snapshot of the subject servers (restart and snapshot parts): pause µs (writes held), then image MiB"
 	for size in $RESTART_SIZES; do
-		echo "  $size: $(grep -h 'msg="server: region snapshot taken"' "$OUT/restart-$size.log" | awk '
-			function dur(d) { if (d ~ /ms$/) { sub(/ms$/, "", d); return d } if (d ~ /µs$/) { sub(/µs$/, "", d); return d / 1e3 } sub(/s$/, "", d); return d * 1e3 }
-			{ b = $0; sub(/.* bytes=/, "", b); sub(/ .*/, "", b); p = $0; sub(/.* pause=/, "", p); sub(/ .*/, "", p)
-			  printf "%s%d MiB %d ms", (NR > 1 ? ", " : ""), b / 1048576, dur(p) }')"
+		echo "  $size: pauses $(grep -h 'msg="server: region snapshot taken"' "$OUT/restart-$size.log" | awk '
+			function dur(d) { if (d ~ /ms$/) { sub(/ms$/, "", d); return d * 1e3 } if (d ~ /µs$/) { sub(/µs$/, "", d); return d } if (d ~ /ns$/) { sub(/ns$/, "", d); return d / 1e3 } sub(/s$/, "", d); return d * 1e6 }
+			{ p = $0; sub(/.* pause=/, "", p); sub(/ .*/, "", p); printf "%s%d", (NR > 1 ? ", " : ""), dur(p) }'); images $(grep -h 'msg="server: region snapshot written"' "$OUT/restart-$size.log" | awk '
+			{ b = $0; sub(/.* bytes=/, "", b); sub(/ .*/, "", b); printf "%s%d", (NR > 1 ? ", " : ""), b / 1048576 }')"
 	done
 fi
 echo

@@ -17,7 +17,10 @@
 # which kind of machine each run had.
 #
 # Environment: EXECS (10000000), CAP (1800 s), OUT (fuzz-long.out),
-# JOBS (1) targets at a time with PARALLEL (2) workers each, GO (go).
+# JOBS (1) targets at a time with PARALLEL (2) workers each, GO (go),
+# MINIMIZE (60s, go test's -fuzzminimizetime: how long each new
+# interesting input is minimized; a target that finds one every few
+# thousand inputs spends its run minimizing at the default).
 # On two cores JOBS=2 PARALLEL=1 made about as many inputs a second in
 # all as one target with two workers.
 set -uo pipefail
@@ -28,6 +31,7 @@ OUT=${OUT:-fuzz-long.out}
 PARALLEL=${PARALLEL:-2}
 JOBS=${JOBS:-1}
 GO=${GO:-go}
+MINIMIZE=${MINIMIZE:-60s}
 
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
 cd "$(dirname "$0")/.."
@@ -49,7 +53,7 @@ if [ $# -eq 0 ]; then
 	set -- $(targets)
 fi
 if [ "$JOBS" -gt 1 ]; then
-	printf '%s\n' "$@" | EXECS=$EXECS CAP=$CAP OUT=$OUT PARALLEL=$PARALLEL GO=$GO JOBS=1 xargs -P "$JOBS" -n 1 "$self"
+	printf '%s\n' "$@" | EXECS=$EXECS CAP=$CAP OUT=$OUT PARALLEL=$PARALLEL GO=$GO MINIMIZE=$MINIMIZE JOBS=1 xargs -P "$JOBS" -n 1 "$self"
 	exit
 fi
 
@@ -59,7 +63,7 @@ for t in "$@"; do
 	log="$OUT/${pkg//\//_}-$f.log"
 	start=$(date +%s)
 	timeout --signal=INT "$CAP" $GO test -timeout 0 -run '^$' -fuzz "^$f\$" \
-		-fuzztime "${EXECS}x" -parallel "$PARALLEL" "./$pkg/" >"$log" 2>&1
+		-fuzztime "${EXECS}x" -fuzzminimizetime "$MINIMIZE" -parallel "$PARALLEL" "./$pkg/" >"$log" 2>&1
 	rc=$?
 	secs=$(($(date +%s) - start))
 	inputs=$(grep -o 'execs: [0-9]*' "$log" | tail -1 | awk '{print $2}')
