@@ -50,10 +50,11 @@ type Capture struct {
 	// saved holds the pages writers saved before changing them, by page
 	// index; nil for a page that was all zero.
 	saved map[uint64][]byte
-	// savedBytes counts the bytes in saved; savedPages every page a
-	// writer saved, written out or not.
-	savedBytes uint64
+	// savedPages counts every page a writer settled, savedBytes the
+	// bytes it copied for them (a page that was all zero costs none),
+	// written out since or not.
 	savedPages uint64
+	savedBytes uint64
 }
 
 // Capture starts a copy-on-write image of the region as it is now.
@@ -112,7 +113,7 @@ func (c *Capture) save(off, n uint64) {
 			continue
 		}
 		c.saved[p] = append([]byte(nil), page...)
-		c.savedBytes += uint64(len(page))
+		c.savedBytes += imagePageSize
 	}
 }
 
@@ -138,7 +139,6 @@ func (c *Capture) copyPage(dst []byte, p uint64) (zero bool, err error) {
 		}
 		copy(dst, saved)
 		delete(c.saved, p)
-		c.savedBytes -= uint64(len(saved))
 		return false, nil
 	}
 	c.settle(p)
@@ -187,9 +187,9 @@ func (c *Capture) WriteImage(w io.Writer) (ImageStats, error) {
 }
 
 // Saved returns how many pages writers have saved since the capture
-// began, and the bytes of those WriteImage has not written yet (what the
-// capture costs in memory now).
-func (c *Capture) Saved() (pages, heldBytes uint64) {
+// began, and the bytes they copied to do so (pages that were all zero
+// cost none): at most what the capture held in memory beyond the region.
+func (c *Capture) Saved() (pages, bytes uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.savedPages, c.savedBytes
@@ -201,7 +201,6 @@ func (c *Capture) Close() {
 	c.mu.Lock()
 	c.ended = true
 	c.saved = nil
-	c.savedBytes = 0
 	c.mu.Unlock()
 	c.r.capture.CompareAndSwap(c, nil)
 }

@@ -331,7 +331,7 @@ func (r *regionSnapshot) Persist(sink raft.SnapshotSink) error {
 		return err
 	}
 	st, err := r.capture.WriteImage(sink)
-	saved, _ := r.capture.Saved()
+	saved, savedBytes := r.capture.Saved()
 	r.capture.Close()
 	if err != nil {
 		_ = sink.Cancel()
@@ -339,14 +339,10 @@ func (r *regionSnapshot) Persist(sink raft.SnapshotSink) error {
 	}
 	size := uint64(len(r.state)) + st.Bytes
 	rep.srv.metrics.snapshotBytes.Set(float64(size))
-	rep.srv.metrics.snapshotSaved.Set(float64(saved * pageSize))
+	rep.srv.metrics.snapshotSaved.Set(float64(savedBytes))
 	rep.srv.log.Info("server: region snapshot written", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", r.applied),
-		slog.Uint64("bytes", size), slog.Uint64("pages", st.Pages), slog.Uint64("saved_pages", saved), slog.Duration("took", time.Since(start)))
+		slog.Uint64("bytes", size), slog.Uint64("pages", st.Pages), slog.Uint64("saved_pages", saved), slog.Uint64("saved_bytes", savedBytes), slog.Duration("took", time.Since(start)))
 	return sink.Close()
 }
-
-// pageSize is the unit writers save while a snapshot is written
-// (meganode's image pages).
-const pageSize = 4096
 
 func (r *regionSnapshot) Release() { r.capture.Close() }
