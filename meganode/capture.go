@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 )
 
@@ -33,8 +34,10 @@ import (
 // never being written. What the capture holds is bounded by the pages
 // changed while it is open: at most the region's data.
 //
-// One capture is open per region at a time; Close ends it. Closing the
-// region ends an open capture too: its WriteImage then fails with ErrClosed.
+// Captures of a region may be open together (a snapshot being written
+// and a replica hash, say): each writer saves for each. Close ends one.
+// Closing the region ends every open capture too: their WriteImage then
+// fails with ErrClosed.
 
 // Capture is an image of a region at one moment, written out while the
 // region's writers go on. Its methods are safe for concurrent use.
@@ -60,8 +63,8 @@ type Capture struct {
 // Capture starts a copy-on-write image of the region as it is now.
 //
 // REQUIRES: no writer changes the region during the call (the caller holds
-// its apply lock); from its return writers may go on. It returns an error
-// when a capture is already open (ErrCaptureOpen) or the region is closed.
+// its apply lock); from its return writers may go on. It returns
+// ErrClosed when the region is closed.
 func (r *Region) Capture() (*Capture, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -70,10 +73,25 @@ func (r *Region) Capture() (*Capture, error) {
 	}
 	pages := (r.lay.Size + imagePageSize - 1) / imagePageSize
 	c := &Capture{r: r, h: header{Layout: r.lay, ID: r.id}, settled: make([]uint64, (pages+63)/64), saved: make(map[uint64][]byte)}
-	if !r.capture.CompareAndSwap(nil, c) {
-		return nil, fmt.Errorf("meganode: capture of region %d: %w", r.id, ErrCaptureOpen)
-	}
+	r.setCapturesLocked(append(slices.Clone(r.captures()), c))
 	return c, nil
+}
+
+// captures returns the open captures (the slice is never changed).
+func (r *Region) captures() []*Capture {
+	if cs := r.openCaptures.Load(); cs != nil {
+		return *cs
+	}
+	return nil
+}
+
+// setCapturesLocked publishes the open captures. REQUIRES: r.mu held.
+func (r *Region) setCapturesLocked(cs []*Capture) {
+	if len(cs) == 0 {
+		r.openCaptures.Store(nil)
+		return
+	}
+	r.openCaptures.Store(&cs)
 }
 
 // beforeWrite is told of every change to bytes [off, off+n) of the region
@@ -84,8 +102,10 @@ func (r *Region) beforeWrite(off, n uint64) {
 	if r.testBeforeWrite != nil {
 		r.testBeforeWrite(off, n)
 	}
-	if c := r.capture.Load(); c != nil {
-		c.save(off, n)
+	if cs := r.openCaptures.Load(); cs != nil {
+		for _, c := range *cs {
+			c.save(off, n)
+		}
 	}
 }
 
@@ -195,12 +215,22 @@ func (c *Capture) Saved() (pages, bytes uint64) {
 	return c.savedPages, c.savedBytes
 }
 
-// Close ends the capture: writers stop saving pages, and the saved ones
-// are dropped. Closing twice is a no-op.
+// Close ends the capture: writers stop saving pages for it, and the saved
+// ones are dropped. Closing twice is a no-op.
 func (c *Capture) Close() {
+	r := c.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c.endLocked()
+}
+
+// endLocked ends the capture and takes it off the region's open ones.
+// REQUIRES: c.r.mu held.
+func (c *Capture) endLocked() {
 	c.mu.Lock()
 	c.ended = true
 	c.saved = nil
 	c.mu.Unlock()
-	c.r.capture.CompareAndSwap(c, nil)
+	r := c.r
+	r.setCapturesLocked(slices.DeleteFunc(slices.Clone(r.captures()), func(o *Capture) bool { return o == c }))
 }

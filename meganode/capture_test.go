@@ -303,19 +303,38 @@ func TestCaptureAnnouncesEveryWrite(t *testing.T) {
 	}
 }
 
-// TestCaptureOneAtATime: a second capture waits for the first's Close.
-func TestCaptureOneAtATime(t *testing.T) {
-	r := newMemRegion(t, mustLayout(t, 1<<20, 16*512, 512, 16, 4), 5)
-	c, err := r.Capture()
-	must(t, err)
-	if _, err := r.Capture(); !errors.Is(err, ErrCaptureOpen) {
-		t.Fatalf("second capture: %v, want ErrCaptureOpen", err)
+// TestCapturesTogether: captures taken at two moments are open together,
+// the region changed before, between and while they write; each image is
+// the region at its own moment.
+func TestCapturesTogether(t *testing.T) {
+	r := newMemRegion(t, mustLayout(t, 8<<20, 256<<10, 1024, 64, 4), 0x53)
+	load := newCaptureLoad(t, r, rand.Uint64())
+	for range 300 {
+		load.step()
 	}
-	c.Close()
-	c.Close()
+	want1, _ := mustImage(t, r)
+	c1, err := r.Capture()
+	must(t, err)
+	for range 100 {
+		load.step()
+	}
+	want2, _ := mustImage(t, r)
 	c2, err := r.Capture()
 	must(t, err)
+	var got1, got2 bytes.Buffer
+	_, err = c2.WriteImage(&stepWriter{w: &got2, load: load, steps: 3})
+	must(t, err)
 	c2.Close()
+	_, err = c1.WriteImage(&stepWriter{w: &got1, load: load, steps: 3})
+	must(t, err)
+	c1.Close()
+	c1.Close()
+	if !bytes.Equal(got1.Bytes(), want1) || !bytes.Equal(got2.Bytes(), want2) {
+		t.Fatalf("images of two open captures: first matches %v, second %v", bytes.Equal(got1.Bytes(), want1), bytes.Equal(got2.Bytes(), want2))
+	}
+	if cs := r.captures(); len(cs) != 0 {
+		t.Fatalf("%d captures open after both closed", len(cs))
+	}
 }
 
 // TestCaptureRegionClosed: closing the region ends its capture; the

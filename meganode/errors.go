@@ -40,7 +40,4 @@ var (
 	// (ID) or of another layout than its options ask for. The image may be
 	// sound; it is not the one wanted.
 	ErrImageMismatch = errors.New("meganode: image does not match the options")
-	// ErrCaptureOpen: Region.Capture was called while another capture of
-	// the region is open.
-	ErrCaptureOpen = errors.New("meganode: a capture of the region is open")
 )

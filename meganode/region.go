@@ -44,8 +44,9 @@ type Region struct {
 	id  uint32
 	ext *Extents
 
-	// capture is the open copy-on-write image, if any (capture.go).
-	capture atomic.Pointer[Capture]
+	// openCaptures are the open copy-on-write images (capture.go), nil
+	// when none; changed under mu, read by writers.
+	openCaptures atomic.Pointer[[]*Capture]
 	// testBeforeWrite, set by tests only, is called by beforeWrite.
 	testBeforeWrite func(off, n uint64)
 
@@ -259,8 +260,8 @@ func (r *Region) Close() error {
 	if r.mu.closed {
 		return nil
 	}
-	if c := r.capture.Load(); c != nil {
-		c.Close()
+	for _, c := range r.captures() {
+		c.endLocked()
 	}
 	r.mu.closed = true
 	r.mu.open = nil

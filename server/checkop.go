@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -130,12 +131,12 @@ func violations(err error) []string {
 
 // serveReplicaHash answers one OpReplicaHash request: the SHA-256 of this
 // server's replica of the region (served or followed), hashed as a
-// snapshot image (meganode.Region.WriteImage: the layout and every page
-// that is not all zero) under the replica's apply lock, so that it is the
-// region exactly as of its applied index. Replicas at one applied index
-// are byte-identical (apply is deterministic), so their hashes are equal.
-// The apply lock holds the region's writes while it hashes (about as long
-// as a snapshot's copy). REQUIRES: c.inflight counts the request;
+// snapshot image (the layout and every page that is not all zero) of the
+// region exactly as of its applied index: a copy-on-write capture
+// (meganode.Region.Capture) started under the replica's apply lock, then
+// hashed while writes go on, as a snapshot is written. Replicas at one
+// applied index are byte-identical (apply is deterministic), so their
+// hashes are equal. REQUIRES: c.inflight counts the request;
 // serveReplicaHash releases it and the frame.
 func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 	s := c.s
@@ -152,17 +153,17 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 		if r == nil {
 			return &wire.StatusError{Status: wire.StatusUnknownRegion, Region: req.Region, Message: fmt.Sprintf("no replica of region %d here", req.Region)}
 		}
-		sum := sha256.New()
-		r.applyMu.Lock()
-		defer r.applyMu.Unlock()
-		if r.dropped {
-			return &wire.StatusError{Status: wire.StatusUnknownRegion, Region: req.Region, Message: fmt.Sprintf("the replica of region %d here was dropped", req.Region)}
+		capture, applied, err := r.captureRegion()
+		if err != nil {
+			return err
 		}
-		st, err := r.region.WriteImage(sum)
+		defer capture.Close()
+		sum := sha256.New()
+		st, err := capture.WriteImage(sum)
 		if err != nil {
 			return fmt.Errorf("server: hash region %d: %w", req.Region, err)
 		}
-		rep = wire.ReplicaHashReply{Region: req.Region, Applied: r.repl.Applied, Pages: st.Pages}
+		rep = wire.ReplicaHashReply{Region: req.Region, Applied: applied, Pages: st.Pages}
 		copy(rep.Hash[:], sum.Sum(nil))
 		return nil
 	}()
@@ -178,4 +179,19 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 		_ = c.rw.WriteError(h, err, 0, service)
 	}
 	s.metrics.observe(h.Op, st, 0, service)
+}
+
+// captureRegion starts a capture of the replica's region at its applied
+// index, which it returns: writes wait for the start only.
+func (rep *replica) captureRegion() (*meganode.Capture, uint64, error) {
+	rep.applyMu.Lock()
+	defer rep.applyMu.Unlock()
+	if rep.dropped {
+		return nil, 0, &wire.StatusError{Status: wire.StatusUnknownRegion, Region: rep.regionID, Message: fmt.Sprintf("the replica of region %d here was dropped", rep.regionID)}
+	}
+	c, err := rep.region.Capture()
+	if err != nil {
+		return nil, 0, fmt.Errorf("server: hash region %d: %w", rep.regionID, err)
+	}
+	return c, rep.repl.Applied, nil
 }

@@ -205,9 +205,6 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	}
 	start := time.Now()
 	c, err := rep.region.Capture()
-	if errors.Is(err, meganode.ErrCaptureOpen) {
-		return nil, fmt.Errorf("server: region %d: the last snapshot is still being written: %w", rep.regionID, errSnapshotLater)
-	}
 	if err != nil {
 		return nil, fmt.Errorf("server: snapshot of region %d: %w", rep.regionID, err)
 	}
