@@ -40,6 +40,17 @@ func newCaptureLoad(t *testing.T, r *Region, seed uint64) *captureLoad {
 	return l
 }
 
+// loadedMemRegion is a region over heap memory that a captureLoad has
+// already changed steps times, and that load.
+func loadedMemRegion(t *testing.T, id uint32, steps int) (*Region, *captureLoad) {
+	r := newMemRegion(t, mustLayout(t, 8<<20, 256<<10, 1024, 64, 4), id)
+	load := newCaptureLoad(t, r, rand.Uint64())
+	for range steps {
+		load.step()
+	}
+	return r, load
+}
+
 // step runs one operation.
 func (l *captureLoad) step() {
 	t := l.t
@@ -228,11 +239,7 @@ func TestCaptureIsTheImageAtItsMoment(t *testing.T) {
 // goroutine, over heap memory (which the race detector watches): a capture
 // reads a page only while no writer can be writing it.
 func TestCaptureConcurrentWriter(t *testing.T) {
-	r := newMemRegion(t, mustLayout(t, 8<<20, 256<<10, 1024, 64, 4), 0x52)
-	load := newCaptureLoad(t, r, rand.Uint64())
-	for range 400 {
-		load.step()
-	}
+	r, load := loadedMemRegion(t, 0x52, 400)
 	for round := range 4 {
 		want, _ := mustImage(t, r)
 		c, err := r.Capture()
@@ -307,11 +314,7 @@ func TestCaptureAnnouncesEveryWrite(t *testing.T) {
 // the region changed before, between and while they write; each image is
 // the region at its own moment.
 func TestCapturesTogether(t *testing.T) {
-	r := newMemRegion(t, mustLayout(t, 8<<20, 256<<10, 1024, 64, 4), 0x53)
-	load := newCaptureLoad(t, r, rand.Uint64())
-	for range 300 {
-		load.step()
-	}
+	r, load := loadedMemRegion(t, 0x53, 300)
 	want1, _ := mustImage(t, r)
 	c1, err := r.Capture()
 	must(t, err)
