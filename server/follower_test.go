@@ -406,3 +406,85 @@ func putRange(t *testing.T, c *client.Client, from, to int) []string {
 	}
 	return keys
 }
+
+// A server that restarts on another raft address (a container given a new
+// IP, a port chosen anew) is still a member of its groups: its member
+// entry, written before its groups start, names the new address, and the
+// others' transports look members up there (memberRaftAddrs) rather than
+// at the address the groups' configurations still hold. With the moved
+// server one of only two live voters, nothing commits unless the leader
+// reaches it at its new address; with the leader then gone too, the two
+// left elect one of themselves across it.
+func TestRestartOnNewRaftAddress(t *testing.T) {
+	srvs, store := startReplicated(t, 3, 3, func(i int, o *Options) {
+		o.SplitPlacement = PlaceLocal // every meganode in the first server's region
+	})
+	c := newClient(t, store, "server")
+	ctx := ctxT(t)
+	put := func(from, to int) []string { return putRange(t, c, from, to) }
+	keys := put(0, 300)
+	id := srvs[0].regionID
+
+	moved := srvs[2]
+	old := moved.mux.Addr().String()
+	opts := moved.opts
+	opts.RaftListen = testutil.FreeAddrs(t, 1)[0]
+	opts.Registry = nil
+	if err := moved.Close(); err != nil {
+		t.Fatal(err)
+	}
+	keys = append(keys, put(300, 500)...)
+	srvs[2] = restartServer(t, opts)
+	if got := srvs[2].mux.Addr().String(); got == old {
+		t.Fatalf("restarted on its old raft address %s", old)
+	}
+	m, err := store.Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mem := range m {
+		if mem.ID == srvs[2].opts.ServerID && mem.RaftAddr != opts.RaftListen {
+			t.Fatalf("member %s lists raft address %s, want %s", mem.ID, mem.RaftAddr, opts.RaftListen)
+		}
+	}
+
+	// The other follower stops: every commit now needs the moved server.
+	second := srvs[1]
+	secondOpts := restartOptions(second)
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	keys = append(keys, put(500, 800)...)
+	srvs[1] = restartServer(t, secondOpts)
+	for id, reps := range waitConverged(t, srvs) {
+		want := imageHash(reps[0])
+		for _, rep := range reps[1:] {
+			if got := imageHash(rep); got != want {
+				t.Errorf("region %d: replica on %s differs from its leader's at index %d", id, rep.srv.opts.ServerID, rep.applied.Load())
+			}
+		}
+	}
+
+	// The leader stops: the two left hold an election, one of them
+	// reached at its new address, and take the region over.
+	hostOpts := restartOptions(srvs[0])
+	if err := srvs[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	keys = append(keys, put(800, 1000)...)
+	after, err := store.Region(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Host == hostOpts.ServerID {
+		t.Fatalf("region %d still hosted by its stopped leader: %+v", id, after)
+	}
+	srvs[0] = restartServer(t, hostOpts)
+	slices.Sort(keys)
+	mustReadAll(t, "after the restart on a new address", map[string]*client.Client{"server": c, "client": newClient(t, store, "client")}, keys)
+	for _, s := range srvs {
+		if err := s.Check(); err != nil {
+			t.Errorf("%s: %v", s.opts.ServerID, err)
+		}
+	}
+}
