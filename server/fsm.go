@@ -274,9 +274,15 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 
 // restoreRegionLocked makes the region anew from an image: restored under
 // a temporary name first, so that a torn or corrupt image leaves the
-// region as it was, then put in the region's place. REQUIRES: rep.applyMu
-// held.
-func (rep *replica) restoreRegionLocked(img io.Reader) (*meganode.Region, error) {
+// region as it was, then put in the region's place.
+//
+// A region nothing was applied to yet (a restart's, a new follower's) has
+// nothing to keep: it is dropped before the image is read, so that the
+// two never hold memory together (with Options.Prefault, or on
+// hugetlbfs, whose pages are reserved when a region is mapped, each holds
+// its whole size). If the image then fails, an empty region of the same
+// layout takes its place again. REQUIRES: rep.applyMu held.
+func (rep *replica) restoreRegionLocked(img io.Reader) (_ *meganode.Region, err error) {
 	final := rep.srv.dir.regionFileName(rep.regionID)
 	opts := rep.regionOptions(rep.regionID, regionBody{}) // sizes from the image
 	opts.Name = final + ".restoring"
@@ -285,18 +291,35 @@ func (rep *replica) restoreRegionLocked(img io.Reader) (*meganode.Region, error)
 			return nil, err
 		}
 	}
-	r, err := meganode.RestoreImage(opts, img)
-	if err != nil {
-		return nil, fmt.Errorf("server: restore region %d: %w", rep.regionID, err)
+	pristine := rep.pristineLocked()
+	if pristine {
+		empty := rep.regionOptions(rep.regionID, layoutBody(rep.region.Layout()))
+		if err := rep.dropRegionLocked(); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				rep.remakeEmptyLocked(empty)
+			}
+		}()
+	}
+	if k := rep.srv.opts.TestingKnobs.BeforeRestoreImage; k != nil {
+		k(rep.regionID)
+	}
+	r, rerr := meganode.RestoreImage(opts, img)
+	if rerr != nil {
+		return nil, fmt.Errorf("server: restore region %d: %w", rep.regionID, rerr)
 	}
 	tmp := r.Path()
 	if err := r.Close(); err != nil {
 		_ = r.Remove()
 		return nil, fmt.Errorf("server: restore region %d: %w", rep.regionID, err)
 	}
-	if err := rep.dropRegionLocked(); err != nil {
-		_ = os.Remove(tmp)
-		return nil, err
+	if !pristine {
+		if err := rep.dropRegionLocked(); err != nil {
+			_ = os.Remove(tmp)
+			return nil, err
+		}
 	}
 	path := filepath.Join(filepath.Dir(tmp), final)
 	if err := os.Rename(tmp, path); err != nil {
@@ -308,6 +331,34 @@ func (rep *replica) restoreRegionLocked(img io.Reader) (*meganode.Region, error)
 		return nil, fmt.Errorf("server: open restored region %d: %w", rep.regionID, err)
 	}
 	return r, nil
+}
+
+// pristineLocked reports whether nothing was ever applied to the region
+// nor served from it: it is as the replica made it, empty. REQUIRES:
+// rep.applyMu held.
+func (rep *replica) pristineLocked() bool {
+	return rep.applied.Load() == 0 && !rep.wasServed.Load() && len(rep.region.Meganodes()) == 0
+}
+
+// remakeEmptyLocked puts an empty region of the given options in the
+// place of a pristine one dropped for an image that then failed, so that
+// the replica is whole for raft to try again. Failing that, the replica
+// keeps the closed region (whose uses fail with meganode.ErrClosed) and
+// the failure is logged. REQUIRES: rep.applyMu held.
+func (rep *replica) remakeEmptyLocked(opts meganode.Options) {
+	for _, dir := range rep.srv.regionDirs() {
+		// A restored image renamed into place but not opened.
+		if _, err := removeStaleRegionFile(dir, opts.Name); err != nil {
+			rep.srv.log.Error("server: could not remove a region file after a failed restore", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+			return
+		}
+	}
+	r, err := meganode.Create(opts)
+	if err != nil {
+		rep.srv.log.Error("server: could not make region's empty file again after a failed restore", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+		return
+	}
+	rep.setRegion(r)
 }
 
 // regionSnapshot is a snapshot taken by Snapshot: the replicated state's

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/testutil"
+	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
@@ -191,6 +192,139 @@ func TestRestartReplaysTheLog(t *testing.T) {
 	}
 	if err := rootTree(t, s2).CheckErr(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// regionFiles lists the region files of s's data directory, wherever
+// they are, with the bytes of storage each holds.
+func regionFiles(t testing.TB, s *Server) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	prefix := regionFilePrefix(s.dir.dir)
+	for _, dir := range s.regionDirs() {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), prefix) {
+				continue
+			}
+			var st unix.Stat_t
+			if err := unix.Stat(filepath.Join(dir, e.Name()), &st); err == nil {
+				out[e.Name()] = st.Blocks * 512
+			}
+		}
+	}
+	return out
+}
+
+// A restart restores its region from the last snapshot into a new file,
+// and the empty file it made at the start is gone by then: with
+// --prefault (and on hugetlbfs, which reserves a region's pages when it
+// is mapped) the two would each hold the region's whole size. Before,
+// a restart briefly held twice the region's memory.
+func TestRestartRestoresWithOneRegionFile(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	opts.Prefault = true
+	s1 := startUnclosed(t, opts)
+	c := dial(t, s1)
+	for i := range 200 {
+		put(t, c, fmt.Sprintf("k%04d", i), fmt.Sprintf("v%d", i))
+	}
+	if err := s1.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 200; i < 300; i++ {
+		put(t, c, fmt.Sprintf("k%04d", i), fmt.Sprintf("v%d", i))
+	}
+	s1.crashForTest(t)
+
+	var atRestore map[string]int64
+	var s2 *Server
+	opts.Registry, opts.Logger = nil, testLogger(t)
+	opts.TestingKnobs.BeforeRestoreImage = func(uint32) { atRestore = regionFiles(t, s2) }
+	s2, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if atRestore == nil {
+		t.Fatal("the restart restored no snapshot")
+	}
+	if len(atRestore) != 0 {
+		t.Fatalf("region files when the image is read: %v, want none (the empty one dropped)", atRestore)
+	}
+	after := regionFiles(t, s2)
+	if len(after) != 1 {
+		t.Fatalf("region files after the restart: %v, want one", after)
+	}
+	c2 := dial(t, s2)
+	for i := range 300 {
+		k := fmt.Sprintf("k%04d", i)
+		if v, ok := get(t, c2, k); !ok || v != fmt.Sprintf("v%d", i) {
+			t.Fatalf("after restart %s = %q, %v", k, v, ok)
+		}
+	}
+}
+
+// An image that fails to restore into a replica nothing was applied to
+// leaves it an empty region of its layout again, for raft to try once
+// more; a replica that holds data keeps it.
+func TestFailedRestoreKeepsTheReplicaWhole(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	s := startServer(t, testOptions(t, store))
+	rep := s.replica
+	bad := func() error {
+		rep.applyMu.Lock()
+		defer rep.applyMu.Unlock()
+		_, err := rep.restoreRegionLocked(strings.NewReader("not an image"))
+		return err
+	}
+
+	// A replica with data (the root meganode, a key): kept as it was.
+	put(t, dial(t, s), "a", "1")
+	rep.applyMu.Lock()
+	before := rep.region
+	rep.applyMu.Unlock()
+	if err := bad(); err == nil {
+		t.Fatal("a bad image restored")
+	}
+	if rep.region != before || len(rep.region.Meganodes()) == 0 {
+		t.Fatalf("the replica's region changed on a failed restore")
+	}
+	if v, ok := get(t, dial(t, s), "a"); !ok || v != "1" {
+		t.Fatalf("a = %q, %v after a failed restore", v, ok)
+	}
+
+	// A pristine replica: dropped first, then made again, empty.
+	rep.applyMu.Lock()
+	layout := rep.region.Layout()
+	pristine := rep.pristineLocked()
+	rep.applyMu.Unlock()
+	if pristine {
+		t.Fatal("a replica with data counted as pristine")
+	}
+	p := newPristineReplica(t, s)
+	p.applyMu.Lock()
+	old := p.region
+	_, err := p.restoreRegionLocked(strings.NewReader("not an image"))
+	got := p.region
+	p.applyMu.Unlock()
+	if err == nil {
+		t.Fatal("a bad image restored")
+	}
+	if got == old || got.Layout() != layout || len(got.Meganodes()) != 0 {
+		t.Fatalf("after a failed restore the pristine replica's region is %p (was %p), layout %+v (want %+v), %d meganodes", got, old, got.Layout(), layout, len(got.Meganodes()))
+	}
+	if _, err := os.Stat(got.Path()); err != nil {
+		t.Fatalf("its region file: %v", err)
 	}
 }
 
@@ -484,4 +618,25 @@ func TestRootInUnpublishedRegionIsWaitedFor(t *testing.T) {
 	if got, err := store.Root(ctx); err != nil || got != other {
 		t.Fatalf("the table's root is %v (%v), want %v", got, err, other)
 	}
+}
+
+// newPristineReplica makes a replica of s for an unused region ID with an
+// empty region file of s's layout and no raft group, as openFollower
+// makes one before its group starts; the test's cleanup removes it.
+func newPristineReplica(t *testing.T, s *Server) *replica {
+	t.Helper()
+	rep := newReplica(s)
+	id := s.regionID + 1000
+	r, err := meganode.Create(rep.regionOptions(id, layoutBody(s.region.Layout())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.setRegion(r)
+	t.Cleanup(func() {
+		rep.applyMu.Lock()
+		defer rep.applyMu.Unlock()
+		_ = rep.region.Close()
+		_ = rep.region.Remove()
+	})
+	return rep
 }

@@ -286,6 +286,10 @@ type TestingKnobs struct {
 	// region's capture started: tests take the image the snapshot must
 	// hold with it.
 	OnSnapshot func(region *meganode.Region)
+	// BeforeRestoreImage fires in fsm.Restore under the apply lock, just
+	// before the image is read into a new region file: tests look at the
+	// region files there are then.
+	BeforeRestoreImage func(region uint32)
 }
 
 // MaxReplicas bounds Options.Replicas.
