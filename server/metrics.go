@@ -356,15 +356,33 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRetries, float64(crc), "crc")
 	counter(descRetries, float64(restarts), "restart")
 
-	id := s.region.ID()
-	rid := formatUint(uint64(id))
-	gauge(descRegion, float64(s.region.Layout().Size), rid, s.region.Backing().String())
-	es := s.region.Extents().Stats()
+	if s.wal != nil {
+		wm := s.wal.Metrics()
+		counter(descWALWrites, float64(wm.Writes))
+		counter(descWALCommits, float64(wm.Commits))
+		counter(descWALCommitT, wm.CommitTime.Seconds())
+		counter(descWALSyncs, float64(wm.WALSyncs))
+		counter(descWALSyncT, wm.WALSyncTime.Seconds())
+		failed := 0.0
+		if s.wal.Err() != nil {
+			failed = 1
+		}
+		gauge(descWALFailed, failed)
+	}
+
+	// The region and its group, read without the apply lock (a restore
+	// replaces the region under it).
+	region := s.shown.region.Load()
+	if region == nil {
+		return // not made yet
+	}
+	rid := formatUint(uint64(region.ID()))
+	gauge(descRegion, float64(region.Layout().Size), rid, region.Backing().String())
+	es := region.Extents().Stats()
 	gauge(descExtents, float64(es.InUse), rid, "in_use")
 	gauge(descExtents, float64(es.Capacity), rid, "capacity")
-	gauge(descEpoch, float64(s.epoch), rid)
-
-	if r := s.raft; r != nil {
+	gauge(descEpoch, float64(s.shown.epoch.Load()), rid)
+	if r := s.raftGroup(); r != nil {
 		st := r.State()
 		for _, name := range []string{"follower", "candidate", "leader", "shutdown"} {
 			v := 0.0
@@ -379,19 +397,6 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if term, err := strconv.ParseUint(r.Stats()["term"], 10, 64); err == nil {
 			gauge(descRaftTerm, float64(term), rid)
 		}
-	}
-	if s.wal != nil {
-		wm := s.wal.Metrics()
-		counter(descWALWrites, float64(wm.Writes))
-		counter(descWALCommits, float64(wm.Commits))
-		counter(descWALCommitT, wm.CommitTime.Seconds())
-		counter(descWALSyncs, float64(wm.WALSyncs))
-		counter(descWALSyncT, wm.WALSyncTime.Seconds())
-		failed := 0.0
-		if s.wal.Err() != nil {
-			failed = 1
-		}
-		gauge(descWALFailed, failed)
 	}
 }
 

@@ -262,6 +262,7 @@ func (s *Server) chooseRegionID(ctx context.Context, haveState bool, st dataStat
 
 func (rep *replica) setRegion(r *meganode.Region) {
 	rep.region = r
+	rep.shown.region.Store(r)
 	if rep.regionID == 0 {
 		rep.regionID = r.ID() // fixed for the replica's life
 	}

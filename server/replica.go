@@ -54,7 +54,14 @@ type replica struct {
 
 	// Set when the server starts serving the region (it leads it), then
 	// read-only until it stops serving it (serve.go).
-	epoch    uint64           // the region's epoch in the table
+	epoch uint64 // the region's epoch in the table
+	// shown is the region and epoch as the metrics collector reads them,
+	// at any time (region and epoch are not, outside the apply lock and
+	// serving).
+	shown struct {
+		region atomic.Pointer[meganode.Region]
+		epoch  atomic.Uint64
+	}
 	readKeys []rdma.RemoteKey // its one-sided read registrations; guarded by readMu
 	// readMu guards readKeys: the lease loop reads them while the
 	// replica stops being served (a transfer, a takeover elsewhere).

@@ -250,6 +250,7 @@ func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
 		return fmt.Errorf("server: publish region %d: %w", id, err)
 	}
 	rep.epoch = epoch
+	rep.shown.epoch.Store(epoch)
 	return nil
 }
 
