@@ -28,8 +28,9 @@
 //     wait in the listen backlog until it accepts them (step 8);
 //  5. reopens a follower replica for every other region its log holds
 //     (follower.go), and starts its own region's raft group (group.go):
-//     raft restores the newest snapshot into the region (fsm.go), a new
-//     directory bootstraps a group of one voter, and Start waits until
+//     raft restores the newest snapshot into the region (fsm.go: the
+//     empty file of step 3 is removed first, so that a prefaulted or
+//     hugetlbfs region is not held twice), a new directory bootstraps a group of one voter, and Start waits until
 //     this server leads and a barrier committed, so that every record
 //     committed before a restart is applied; a new region's first record
 //     pins its layout. When the region table names another host for the
