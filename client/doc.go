@@ -310,7 +310,11 @@
 // (slots.go) bounds how many goroutines do it at once while a server-side
 // call waits, across every client sharing the same CPUSlots; fewer than
 // GOMAXPROCS leaves a P to poll. Off by default: it trades client-side
-// throughput for the latency of server-side operations.
+// throughput for the latency of server-side operations. The time a
+// client-side hop or range page waits for its slot counts in what the
+// selector learns of client-side work (a hop's wait is added to its first
+// read's latency, a page is timed from before its slot), so that slots
+// too few for the load turn hops server-side.
 //
 // # Memory
 //

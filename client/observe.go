@@ -42,6 +42,12 @@ type hopReads struct {
 	n     int
 	end   time.Duration // mono reading at the end of the last read
 	bytes uint64        // bytes read, for the counters
+	// wait is how long the hop waited for a CPU slot (Config.CPUSlots)
+	// before its first read: added to that read's latency, so that the
+	// selector sees what a client-side hop costs while slots are short,
+	// as a client-side range page's latency does (it is timed from
+	// before its slot).
+	wait time.Duration
 }
 
 // mono returns a monotonic clock reading: the time since the client's
@@ -74,7 +80,8 @@ func (op *searchOp) observeRead(est *locality.Estimator, start, end time.Duratio
 		op.flushReads()
 		r.est = est
 	}
-	r.lat[r.n] = end - start
+	r.lat[r.n] = end - start + r.wait
+	r.wait = 0
 	r.n++
 	r.end = end
 	r.bytes += uint64(n)

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync/atomic"
+	"time"
 )
 
 // CPUSlots bound how many goroutines of a process do client-side work
@@ -48,19 +49,27 @@ func (s *CPUSlots) InUse() int { return len(s.ch) }
 // ends; held reports whether it took one (then release it). A nil
 // CPUSlots never bounds.
 func (s *CPUSlots) acquire(ctx context.Context) (held bool, _ error) {
+	held, _, err := s.acquireTimed(ctx, func() time.Duration { return 0 })
+	return held, err
+}
+
+// acquireTimed is acquire that also reports how long it waited for a
+// slot, read with clock (a monotonic reading) only when it had to wait.
+func (s *CPUSlots) acquireTimed(ctx context.Context, clock func() time.Duration) (held bool, wait time.Duration, _ error) {
 	if s == nil || s.calls.Load() == 0 {
-		return false, nil
+		return false, 0, nil
 	}
 	select {
 	case s.ch <- struct{}{}:
-		return true, nil
+		return true, 0, nil
 	default:
 	}
+	start := clock()
 	select {
 	case s.ch <- struct{}{}:
-		return true, nil
+		return true, clock() - start, nil
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return false, 0, ctx.Err()
 	}
 }
 

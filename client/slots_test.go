@@ -124,3 +124,49 @@ func TestCPUSlotsBoundClientSideWork(t *testing.T) {
 		t.Errorf("tcp with %d slots, a call waiting: at most %d reads at once; tcp reads wait for replies and are not bounded", slots, got)
 	}
 }
+
+// A client-side hop that waited for a CPU slot counts the wait in the
+// read latency the selector learns (l_r), as a client-side range page's
+// latency does: the selector weighs what a client-side hop costs while
+// slots are short, not only its loads. The test holds the only slot
+// while a call waits, so a client-side get waits for it.
+func TestCPUSlotsWaitInHopCost(t *testing.T) {
+	rc := startReal(t, 1, nil)
+	mustPut(t, mustClient(t, realConfig(t, rc)), 20)
+	const held = 40 * time.Millisecond
+	get := func(s *CPUSlots, hold bool) locality.EstimateSnapshot {
+		cfg := realConfig(t, rc)
+		cfg.Mode, cfg.Provider, cfg.CPUSlots = locality.Mode{Kind: locality.ClientOnly}, ProviderSHM, s
+		cfg.NodeCacheBytes, cfg.PathCacheEntries = -1, -1
+		c := mustClient(t, cfg)
+		ctx := testCtx(t, time.Minute)
+		if _, err := c.Get(ctx, key(0)); err != nil { // topology and estimator
+			t.Fatal(err)
+		}
+		if hold {
+			s.callStart()
+			defer s.callEnd()
+			if ok, err := s.acquire(ctx); !ok || err != nil {
+				t.Fatalf("take the slot: %v, %v", ok, err)
+			}
+			time.AfterFunc(held, func() { s.release(true) })
+		}
+		if v, err := c.Get(ctx, key(7)); err != nil || string(v) != string(value(7, 0)) {
+			t.Fatalf("get %s = %q, %v", key(7), v, err)
+		}
+		st := c.Stats()
+		if st.ServerHops != 0 || len(st.Selector.Servers) != 1 {
+			t.Fatalf("%d server-side hops, %d estimators: want a client-side get on one server", st.ServerHops, len(st.Selector.Servers))
+		}
+		return st.Selector.Servers[0].LR
+	}
+	free := get(NewCPUSlots(1), false)
+	waited := get(NewCPUSlots(1), true)
+	// l_r's mean over its samples: one of them holds the wait.
+	if min := held / time.Duration(waited.Samples); waited.Mean < min {
+		t.Errorf("l_r after a hop that waited %v for its slot: mean %v over %d reads, want at least %v (free slots: %v)", held, waited.Mean, waited.Samples, min, free.Mean)
+	}
+	if free.Mean >= held/time.Duration(max(free.Samples, 1)) {
+		t.Errorf("l_r with free slots: mean %v over %d reads: the test cannot tell", free.Mean, free.Samples)
+	}
+}

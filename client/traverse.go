@@ -171,14 +171,16 @@ func (op *searchOp) hop(ctx context.Context, h *hopState) (hopState, bool, error
 	if method == locality.ClientSide {
 		// A scan's hops run inside its page, which holds the slot.
 		if op.kind != opScan && reg.loads() {
-			held, err := op.c.cfg.CPUSlots.acquire(ctx)
+			held, wait, err := op.c.cfg.CPUSlots.acquireTimed(ctx, op.c.mono)
 			if err != nil {
 				return hopState{}, false, err
 			}
+			op.reads.wait = wait
 			defer op.c.cfg.CPUSlots.release(held)
 		}
 		next, done, err := op.clientHop(ctx, h)
 		op.flushReads()
+		op.reads.wait = 0 // a hop that read nothing one-sided
 		return next, done, err
 	}
 	return op.serverHop(ctx, h, srv, reg)
