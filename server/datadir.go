@@ -292,6 +292,17 @@ func removeFile(path string) error {
 	return nil
 }
 
+// removeRegionFileNamed removes the region file called name from every
+// directory a region file of s may be in, unless another process holds it.
+func (s *Server) removeRegionFileNamed(name string) error {
+	for _, dir := range s.regionDirs() {
+		if _, err := removeStaleRegionFile(dir, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // removeStaleRegionFile removes a region file named name in dir that no
 // process holds: one left by an earlier incarnation of this data directory
 // whose region.json is gone (the directory was deleted and made again; the

@@ -30,8 +30,8 @@
 //     (follower.go), and starts its own region's raft group (group.go):
 //     raft restores the newest snapshot into the region (fsm.go: the
 //     empty file of step 3 is removed first, so that a prefaulted or
-//     hugetlbfs region is not held twice), a new directory bootstraps a group of one voter, and Start waits until
-//     this server leads and a barrier committed, so that every record
+//     hugetlbfs region is not held twice), a new directory bootstraps a
+//     group of one voter, and Start waits until this server leads and a barrier committed, so that every record
 //     committed before a restart is applied; a new region's first record
 //     pins its layout. When the region table names another host for the
 //     region (it was taken over while this server was down), the server

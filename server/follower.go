@@ -97,10 +97,8 @@ func (s *Server) openFollower(id uint32) error {
 	}
 	rep := newReplica(s)
 	name := s.dir.regionFileName(id)
-	for _, dir := range s.regionDirs() {
-		if _, err := removeStaleRegionFile(dir, name); err != nil {
-			return err
-		}
+	if err := s.removeRegionFileNamed(name); err != nil {
+		return err
 	}
 	r, err := meganode.Create(rep.regionOptions(id, regionBody{Size: s.opts.RegionSize, MeganodeSize: s.opts.MeganodeSize, NodeSize: uint32(s.opts.NodeSize)}))
 	if err != nil {

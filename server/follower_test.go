@@ -116,6 +116,20 @@ func waitConverged(t *testing.T, srvs []*Server) map[uint32][]*replica {
 	return out
 }
 
+// checkIdenticalReplicas waits until srvs' replicas converged and reports
+// every follower whose region differs from its leader's, byte for byte.
+func checkIdenticalReplicas(t *testing.T, srvs []*Server) {
+	t.Helper()
+	for id, reps := range waitConverged(t, srvs) {
+		want := imageHash(reps[0])
+		for _, rep := range reps[1:] {
+			if got := imageHash(rep); got != want {
+				t.Errorf("region %d: replica on %s differs from its leader's at index %d", id, rep.srv.opts.ServerID, rep.applied.Load())
+			}
+		}
+	}
+}
+
 // imageHash is the SHA-256 of a replica's whole region.
 func imageHash(rep *replica) [32]byte {
 	rep.applyMu.Lock()
@@ -203,14 +217,7 @@ func TestFollowerCatchesUp(t *testing.T) {
 			}
 			srvs[2] = restartServer(t, opts)
 			waitVoters(t, srvs[2], 3)
-			for id, reps := range waitConverged(t, srvs) {
-				want := imageHash(reps[0])
-				for _, rep := range reps[1:] {
-					if got := imageHash(rep); got != want {
-						t.Errorf("region %d: a follower's image differs from its leader's at index %d", id, rep.applied.Load())
-					}
-				}
-			}
+			checkIdenticalReplicas(t, srvs)
 			slices.Sort(keys)
 			mustReadAll(t, tc.name, map[string]*client.Client{"server": c}, keys)
 		})
@@ -269,14 +276,7 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("the old host serves region %d again", id)
 	}
 	keys = append(keys, put(1200, 1400)...)
-	for id, reps := range waitConverged(t, srvs) {
-		want := imageHash(reps[0])
-		for _, rep := range reps[1:] {
-			if got := imageHash(rep); got != want {
-				t.Errorf("region %d: replica on %s differs from its leader's at index %d", id, rep.srv.opts.ServerID, rep.applied.Load())
-			}
-		}
-	}
+	checkIdenticalReplicas(t, srvs)
 	for _, s := range srvs {
 		if err := s.Check(); err != nil {
 			t.Errorf("%s: %v", s.opts.ServerID, err)
@@ -456,14 +456,7 @@ func TestRestartOnNewRaftAddress(t *testing.T) {
 	}
 	keys = append(keys, put(500, 800)...)
 	srvs[1] = restartServer(t, secondOpts)
-	for id, reps := range waitConverged(t, srvs) {
-		want := imageHash(reps[0])
-		for _, rep := range reps[1:] {
-			if got := imageHash(rep); got != want {
-				t.Errorf("region %d: replica on %s differs from its leader's at index %d", id, rep.srv.opts.ServerID, rep.applied.Load())
-			}
-		}
-	}
+	checkIdenticalReplicas(t, srvs)
 
 	// The leader stops: the two left hold an election, one of them
 	// reached at its new address, and take the region over.

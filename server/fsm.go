@@ -286,10 +286,8 @@ func (rep *replica) restoreRegionLocked(img io.Reader) (_ *meganode.Region, err 
 	final := rep.srv.dir.regionFileName(rep.regionID)
 	opts := rep.regionOptions(rep.regionID, regionBody{}) // sizes from the image
 	opts.Name = final + ".restoring"
-	for _, dir := range rep.srv.regionDirs() {
-		if _, err := removeStaleRegionFile(dir, opts.Name); err != nil {
-			return nil, err
-		}
+	if err := rep.srv.removeRegionFileNamed(opts.Name); err != nil {
+		return nil, err
 	}
 	pristine := rep.pristineLocked()
 	if pristine {
@@ -346,12 +344,10 @@ func (rep *replica) pristineLocked() bool {
 // keeps the closed region (whose uses fail with meganode.ErrClosed) and
 // the failure is logged. REQUIRES: rep.applyMu held.
 func (rep *replica) remakeEmptyLocked(opts meganode.Options) {
-	for _, dir := range rep.srv.regionDirs() {
-		// A restored image renamed into place but not opened.
-		if _, err := removeStaleRegionFile(dir, opts.Name); err != nil {
-			rep.srv.log.Error("server: could not remove a region file after a failed restore", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
-			return
-		}
+	// A restored image renamed into place but not opened.
+	if err := rep.srv.removeRegionFileNamed(opts.Name); err != nil {
+		rep.srv.log.Error("server: could not remove a region file after a failed restore", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+		return
 	}
 	r, err := meganode.Create(opts)
 	if err != nil {

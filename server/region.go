@@ -130,10 +130,8 @@ func (s *Server) openRegion(ctx context.Context) error {
 		s.log.Warn("server: region files named after this data directory are held by another process", slog.Any("paths", held))
 	}
 	name := d.regionFileName(id)
-	for _, dir := range s.regionDirs() {
-		if _, err := removeStaleRegionFile(dir, name); err != nil {
-			return err
-		}
+	if err := s.removeRegionFileNamed(name); err != nil {
+		return err
 	}
 	r, err := meganode.Create(s.regionOptions(id, regionBody{Size: s.opts.RegionSize, MeganodeSize: s.opts.MeganodeSize, NodeSize: uint32(s.opts.NodeSize)}))
 	if err != nil {
