@@ -124,7 +124,7 @@ func BenchmarkGetLogSequential(b *testing.B) {
 		get  func(uint64, *raft.Log) error
 	}{
 		{"readahead", ls.GetLog},
-		{"point", func(i uint64, l *raft.Log) error { return ls.getPoint(i, l, bnd) }},
+		{"point", func(i uint64, l *raft.Log) error { return ls.getPoint(i, l, bnd, ls.gen.Load()) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()

@@ -144,7 +144,10 @@
 // StableStore.wmu are held across the synced commit), so raft's main loop
 // and its snapshot goroutine (which deletes a log prefix) take turns;
 // writes of different regions overlap and group-commit. Reads take no
-// region lock. Lock order: DB.life (read) < LogStore.mu < StableStore.wmu
+// region lock: GetLog checks the index against the published bounds, then
+// reads pebble, and calls a missing entry corruption only if no deletion
+// or overwrite ran in between (LogStore.gen, bumped before and after each,
+// tells it). Lock order: DB.life (read) < LogStore.mu < StableStore.wmu
 // < StableStore.mu < the commit queue's mutex. Close waits for operations
 // in flight; anything after it returns ErrClosed. DropRegion (both DB's and
 // Snapshots') requires the region's raft group to be shut down.

@@ -36,9 +36,11 @@ type LogStore struct {
 	// corruption.
 	b atomic.Pointer[bounds]
 
-	// gen counts the deletions and overwrites of log entries (bumped
-	// before the shrunk bounds are published and after the commit): the
-	// entries read ahead (ahead) of an older generation are dropped.
+	// gen counts the deletions and overwrites of log entries, twice each:
+	// bumped before the shrunk bounds are published and after the commit,
+	// so it is odd while one is in flight. The entries read ahead (ahead)
+	// of an older generation are dropped, and GetLog tells a deleted entry
+	// from a lost one by it.
 	gen   atomic.Uint64
 	ahead readAhead
 
@@ -178,6 +180,7 @@ func (s *LogStore) publish(b bounds) { s.b.Store(&b) }
 // log, and an error wrapping ErrCorruption for a record that does not
 // decode or does not carry its key's index.
 func (s *LogStore) GetLog(index uint64, l *raft.Log) error {
+	gen := s.gen.Load() // before the bounds: see getPoint
 	b, err := s.bounds()
 	if err != nil {
 		return err
@@ -192,18 +195,24 @@ func (s *LogStore) GetLog(index uint64, l *raft.Log) error {
 	if ok, err := s.fromReadAhead(index, l, b); ok || err != nil {
 		return err
 	}
-	return s.getPoint(index, l, b)
+	return s.getPoint(index, l, b, gen)
 }
 
 // getPoint reads the entry at index with one pebble Get (GetLog's read
-// when nothing was read ahead).
+// when nothing was read ahead). gen is the log's generation loaded before
+// b: a missing entry is corruption only if no deletion or overwrite was in
+// flight then (gen even) or has started since (gen unchanged). Comparing
+// with the bounds published now would not do: an overwrite that cut the
+// log below index and an append that grew it back can both land between
+// b and the Get, so the entry is missing and yet inside the bounds again.
 // REQUIRES: the DB acquired, b.contains(index).
-func (s *LogStore) getPoint(index uint64, l *raft.Log, b bounds) error {
+func (s *LogStore) getPoint(index uint64, l *raft.Log, b bounds, gen uint64) error {
 	v, closer, err := s.db.pdb.Get(logKey(s.region, index))
 	if errors.Is(err, pebble.ErrNotFound) {
-		// Deleted since b was read (deletes shrink the bounds before they
-		// commit), or hidden by a write that failed: not found either way.
-		if now := s.b.Load(); now == nil || !now.contains(index) || s.db.Err() != nil {
+		// Deleted since b was read (deletes bump gen before they shrink the
+		// bounds and again after they commit), or hidden by a write that
+		// failed: not found either way.
+		if gen%2 == 1 || s.gen.Load() != gen || s.db.Err() != nil {
 			return raft.ErrLogNotFound
 		}
 		return fmt.Errorf("%w: region %d: log index %d missing inside [%d, %d]", ErrCorruption, s.region, index, b.first, b.last)
@@ -303,6 +312,9 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 		copy(op.Key, key)
 		encodeLog(op.Value, l)
 		if err := op.Finish(); err != nil {
+			if overwrite {
+				s.gen.Add(1) // nothing in flight any more; the bounds stay shrunk
+			}
 			return fmt.Errorf("wal: region %d: batch set: %w", s.region, err)
 		}
 	}
