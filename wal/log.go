@@ -48,6 +48,10 @@ type LogStore struct {
 	// none); commitIndex the last one a StoreLogs made durable (loaded
 	// with the bounds).
 	staged, commitIndex atomic.Uint64
+
+	// afterMiss, for this package's tests, runs when getPoint's Get finds
+	// no entry, before it decides what that means; nil otherwise.
+	afterMiss func()
 }
 
 // bounds are a log's first and last index; the zero value is the empty log.
@@ -209,6 +213,9 @@ func (s *LogStore) GetLog(index uint64, l *raft.Log) error {
 func (s *LogStore) getPoint(index uint64, l *raft.Log, b bounds, gen uint64) error {
 	v, closer, err := s.db.pdb.Get(logKey(s.region, index))
 	if errors.Is(err, pebble.ErrNotFound) {
+		if s.afterMiss != nil {
+			s.afterMiss()
+		}
 		// Deleted since b was read (deletes bump gen before they shrink the
 		// bounds and again after they commit), or hidden by a write that
 		// failed: not found either way.
