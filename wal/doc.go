@@ -122,7 +122,10 @@
 // A SnapshotStore (one per region, from Snapshots.Region) writes each
 // snapshot into Dir/<region as %08x>/<id>.tmp/: a data file streamed in
 // checksummed chunks (ChunkSize each, so a 1 GiB region image never sits in
-// memory) ending in a trailer with the stream's length and CRC, and a meta
+// memory; every BytesPerSync bytes its dirty pages are handed to the disk
+// without waiting, so that Close's sync, and the log's syncs queued behind
+// it, do not wait for the whole image) ending in a trailer with the
+// stream's length and CRC, and a meta
 // file (raft.SnapshotMeta with its Configuration, plus chunk size and
 // stream CRC) behind its own checksum (snapformat.go draws both). Close
 // syncs both files and the directory, renames it to Dir/<region>/<id>,

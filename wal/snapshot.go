@@ -164,6 +164,11 @@ func (st *SnapshotStore) Create(version raft.SnapshotVersion, index, term uint64
 		_ = fs.RemoveAll(tmp)
 		return nil, fmt.Errorf("wal: region %d: create snapshot data: %w", st.region, err)
 	}
+	if bps := st.s.opts.BytesPerSync; bps > 0 {
+		// The sink syncs before a successful Close; an abandoned file
+		// needs no sync (NoSyncOnClose) before it is removed.
+		f = vfs.NewSyncingFile(f, vfs.SyncingFileOptions{BytesPerSync: bps, NoSyncOnClose: true})
+	}
 	cs := st.s.opts.ChunkSize
 	k := &sink{
 		st:  st,
