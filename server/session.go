@@ -149,15 +149,17 @@ func readSessions(r io.Reader) (sessions, error) {
 		return corrupt(fmt.Sprintf("%d clients", count))
 	}
 	t := sessions{clients: make(map[uint64]*session, count)}
-	for range count {
+	var prev uint64
+	for i := range count {
 		var h [sessionHeaderSize]byte
 		if _, err := io.ReadFull(r, h[:]); err != nil {
 			return corrupt(err.Error())
 		}
 		id, seqs := le.Uint64(h[:]), le.Uint32(h[16:])
-		if seqs == 0 || seqs > sessionWindow || t.clients[id] != nil {
+		if seqs == 0 || seqs > sessionWindow || i > 0 && id <= prev { // appendTo writes ids ascending
 			return corrupt(fmt.Sprintf("client %d with %d sequences", id, seqs))
 		}
+		prev = id
 		s := &session{last: le.Uint64(h[8:]), found: make(map[uint64]bool, seqs)}
 		buf := make([]byte, int(seqs)*sessionEntrySize)
 		if _, err := io.ReadFull(r, buf); err != nil {
