@@ -59,9 +59,12 @@ func (l *captureLoad) step() {
 	switch c := l.rng.IntN(100); {
 	case c < 2 && len(l.ms) < 3:
 		l.split(m)
-	case c < 4:
+	case c < 3:
 		l.r.SetRoot(m.Ptr())
 		l.ops["root"]++
+	case c < 4:
+		l.r.SetApplied(uint64(l.n))
+		l.ops["applied"]++
 	case c < 10:
 		size := 1 + l.rng.IntN(9000)
 		off, err := l.r.Extents().Alloc(size)

@@ -39,7 +39,9 @@
 // meganode's pointer lives at offset 0 of the lowest region), then the
 // magic, format version, region ID, sizes, the node and extent area
 // offsets and sizes, a CRC-32C of those static fields, the allocator's free
-// list heads and a bitmap of the meganode slots in use. Slots are whole
+// list heads, the applied index (Region.SetApplied: the raft log index of
+// the last record applied, so that an image says where it is in the log)
+// and a bitmap of the meganode slots in use. Slots are whole
 // meganodes aligned to the node size; the node area starts on a 4 KiB (and
 // node size) boundary. The layout is a pure function of the region size,
 // meganode size, node size, atom size and slot count, recorded in the

@@ -70,6 +70,7 @@ func dumpHeader(w io.Writer, b []byte) error {
 			fmt.Fprintf(w, "%4d  free list %-6d %#x (blocks of %d bytes)\n", offFreeLists+8*k, k, off, h.AtomSize<<k)
 		}
 	}
+	fmt.Fprintf(w, "%4d  %-16s %d\n", offApplied, "applied index", le.Uint64(b[offApplied:]))
 	fmt.Fprintf(w, "%4d  slots in use    ", offSlotBitmap)
 	for i := uint64(0); i < h.Slots; i++ {
 		if b[offSlotBitmap+i/8]&(1<<(i%8)) != 0 {

@@ -37,16 +37,25 @@ package meganode
 //	 64 extent area offset u64    72 extent area size u64
 //	 80 heap offset u64           88 atom count u64
 //	 96 reserved, zero (28 bytes) 124 CRC-32C (Castagnoli) of bytes [8, 124) u32
-//	128 free list heads: 48 × u64, head k = region offset of the first free
+//	128 free list heads: 47 × u64, head k = region offset of the first free
 //	    block of 2^k atoms, 0 when the list is empty
+//	504 applied index u64: the raft log index of the last record applied to
+//	    the region (0 before the first; version 1 headers hold 0 here)
 //	512 slot bitmap: 3584 bytes; bit i%64 of word i/64 is set when slot i
 //	    holds a meganode
 //	4096 end of header
 //
 // Bytes [8, 128) are written once, when the region is formatted. The root
 // pointer (word 0: the root meganode, meaningful in the cluster's lowest
-// region, DESIGN §4), the free list heads and the slot bitmap change while
-// the region is live, always with 8-byte atomic stores.
+// region, DESIGN §4), the free list heads, the applied index and the slot
+// bitmap change while the region is live, always with 8-byte atomic
+// stores.
+//
+// Version 2 added the applied index, in what was the head of free list 47
+// (a list no region can use: 2^47 atoms of at least 16 bytes exceed
+// MaxRegionSize, and version 1 decoders refused a non-zero head there).
+// Version 1 regions are read as well, their applied index 0, and a
+// region restored from a version 1 image is rewritten as version 2.
 //
 // Extent control byte (one per atom, at ExtentOff + atom index):
 //
@@ -89,6 +98,7 @@ const (
 	offReserved     = 96
 	offHeaderCRC    = 124
 	offFreeLists    = 128
+	offApplied      = 504
 	offSlotBitmap   = 512
 
 	// staticEnd ends the part of the header written once at format time.
@@ -96,13 +106,15 @@ const (
 	// headerSize is the size of the region header.
 	headerSize = 4096
 
-	// maxBins is the number of free lists: blocks of 2^0 .. 2^47 atoms.
-	maxBins = (offSlotBitmap - offFreeLists) / 8
+	// maxBins is the number of free lists: blocks of 2^0 .. 2^46 atoms.
+	maxBins = (offApplied - offFreeLists) / 8
 	// MaxSlots is the largest number of meganode slots a region can have.
 	MaxSlots = (headerSize - offSlotBitmap) * 8
 
 	regionMagic   = 0x524c4543 // "CELR" little-endian
-	formatVersion = 1
+	formatVersion = 2
+	// formatVersion1 is the format before the applied index, still read.
+	formatVersion1 = 1
 
 	// pageAlign aligns the region size, the node area and the extent area.
 	pageAlign = 4096
@@ -201,6 +213,9 @@ func computeLayout(size, megaSize, nodeSize, atom, slots uint64) (Layout, error)
 type header struct {
 	Layout
 	ID uint32
+	// version is the format version decoded (0 in a header to be
+	// written: encode writes formatVersion).
+	version uint32
 }
 
 // encode writes the static part of the header, bytes [8, 128), into b (at
@@ -209,7 +224,11 @@ type header struct {
 func (h *header) encode(b []byte) {
 	le := binary.LittleEndian
 	le.PutUint32(b[offMagic:], regionMagic)
-	le.PutUint32(b[offVersion:], formatVersion)
+	v := h.version
+	if v == 0 {
+		v = formatVersion
+	}
+	le.PutUint32(b[offVersion:], v)
 	le.PutUint32(b[offRegionID:], h.ID)
 	le.PutUint32(b[offNodeSize:], uint32(h.NodeSize))
 	le.PutUint64(b[offRegionSize:], h.Size)
@@ -245,8 +264,8 @@ func decodeHeader(b []byte) (header, error) {
 	if m := le.Uint32(b[offMagic:]); m != regionMagic {
 		return header{}, fmt.Errorf("meganode: bad region magic %#08x: %w", m, ErrCorruption)
 	}
-	if v := le.Uint32(b[offVersion:]); v != formatVersion {
-		return header{}, fmt.Errorf("meganode: region format version %d, want %d: %w", v, formatVersion, ErrCorruption)
+	if v := le.Uint32(b[offVersion:]); v != formatVersion && v != formatVersion1 {
+		return header{}, fmt.Errorf("meganode: region format version %d, want %d or %d: %w", v, formatVersion1, formatVersion, ErrCorruption)
 	}
 	if got, want := le.Uint32(b[offHeaderCRC:]), crc32.Checksum(b[offMagic:offHeaderCRC], castagnoli); got != want {
 		return header{}, fmt.Errorf("meganode: region header CRC %#08x, computed %#08x: %w", got, want, ErrCorruption)
@@ -256,7 +275,7 @@ func decodeHeader(b []byte) (header, error) {
 			return header{}, fmt.Errorf("meganode: reserved region header bytes are not zero: %w", ErrCorruption)
 		}
 	}
-	var h header
+	h := header{version: le.Uint32(b[offVersion:])}
 	h.ID = le.Uint32(b[offRegionID:])
 	if h.ID > blink.MaxRegionID {
 		return header{}, fmt.Errorf("meganode: region ID %d out of range: %w", h.ID, ErrCorruption)

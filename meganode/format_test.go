@@ -147,7 +147,7 @@ func TestHeaderDecodeErrors(t *testing.T) {
 		{"empty", func(b []byte) []byte { return nil }, "smaller than its"},
 		{"zeroed", func(b []byte) []byte { clear(b); return b }, "bad region magic"},
 		{"magic", func(b []byte) []byte { b[offMagic] ^= 1; return b }, "bad region magic"},
-		{"version", func(b []byte) []byte { le.PutUint32(b[offVersion:], 2); refreshCRC(b); return b }, "format version 2"},
+		{"version", func(b []byte) []byte { le.PutUint32(b[offVersion:], 3); refreshCRC(b); return b }, "format version 3"},
 		{"crc", func(b []byte) []byte { b[offRegionSize+1] ^= 1; return b }, "CRC"},
 		{"crc field", func(b []byte) []byte { b[offHeaderCRC] ^= 1; return b }, "CRC"},
 		{"reserved", func(b []byte) []byte { b[offReserved+3] = 1; refreshCRC(b); return b }, "reserved"},

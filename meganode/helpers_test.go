@@ -62,7 +62,7 @@ func mustCheck(t testing.TB, e *Extents) {
 // heads and control bytes.
 func extentState(mem []byte, l Layout) []byte {
 	var b bytes.Buffer
-	b.Write(mem[offFreeLists:offSlotBitmap])
+	b.Write(mem[offFreeLists:offApplied])
 	b.Write(mem[l.ExtentOff:l.HeapOff])
 	return b.Bytes()
 }

@@ -573,9 +573,17 @@ func openRestored(mem []byte, h header) (*Extents, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rh != h {
+	if rh.Layout != h.Layout || rh.ID != h.ID {
 		return nil, fmt.Errorf("meganode: region header of region %d with layout %s in an image of region %d with layout %s: %w",
 			rh.ID, layoutInputs(rh.Layout), h.ID, layoutInputs(h.Layout), ErrCorruption)
 	}
-	return openExtents(mem, h.Layout)
+	ext, err := openExtents(mem, h.Layout)
+	if err == nil && rh.version == formatVersion1 {
+		// An image of an older server: the region is rewritten in this
+		// version (applied index 0 until the caller sets it), as a
+		// region made here from its log would be.
+		rh.version = formatVersion
+		rh.store(mem)
+	}
+	return ext, err
 }

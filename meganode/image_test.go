@@ -969,3 +969,69 @@ func BenchmarkWriteImage(b *testing.B) {
 		})
 	}
 }
+
+// The applied index is part of the region (DESIGN §9: "same records,
+// byte-identical region images (node and extent allocation, slot choice,
+// root word, applied index)"): an image carries it, and a region restored
+// from it has it back.
+func TestAppliedIndexInImage(t *testing.T) {
+	r := mustCreateBacking(t, imageOptions(t, "shm"), "shm")
+	if got := r.Applied(); got != 0 {
+		t.Fatalf("a new region's applied index is %d, want 0", got)
+	}
+	r.SetApplied(1<<40 + 7)
+	img, _ := mustImage(t, r)
+	got := mustRestore(t, imageOptions(t, "shm"), img)
+	if a := got.Applied(); a != 1<<40+7 {
+		t.Fatalf("restored applied index %d, want %d", a, uint64(1<<40+7))
+	}
+	mustSameBytes(t, r, got)
+}
+
+// A version 1 image (before the applied index) restores, its applied
+// index 0, and the region is rewritten as this version: byte for byte the
+// region a server of this version would have made.
+func TestRestoreVersion1Image(t *testing.T) {
+	r := mustCreateBacking(t, imageOptions(t, "shm"), "shm")
+	if _, err := r.Extents().Alloc(100); err != nil {
+		t.Fatal(err)
+	}
+	img, _ := mustImage(t, r)
+	// The same region as a version 1 server wrote it: only the version
+	// and the header's CRC differ.
+	old := atomicmem.Alloc(headerSize)
+	atomicmem.Load(old, r.Bytes()[:headerSize])
+	binary.LittleEndian.PutUint32(old[offVersion:], formatVersion1)
+	refreshCRC(old)
+	v1 := bytes.Clone(img)
+	at := bytes.Index(v1, r.Bytes()[:staticEnd])
+	if at < 0 {
+		t.Fatal("the region header is not in its image")
+	}
+	copy(v1[at:], old[:staticEnd])
+	fixRunCRC(t, v1, at)
+
+	got := mustRestore(t, imageOptions(t, "shm"), v1)
+	if v := binary.LittleEndian.Uint32(got.Bytes()[offVersion:]); v != formatVersion {
+		t.Fatalf("restored region of version %d, want %d", v, formatVersion)
+	}
+	if a := got.Applied(); a != 0 {
+		t.Fatalf("applied index %d from a version 1 image", a)
+	}
+	mustSameBytes(t, r, got)
+	if err := got.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fixRunCRC recomputes the CRC of the image's first run, whose data
+// starts at at, after a test changed its bytes.
+func fixRunCRC(t *testing.T, img []byte, at int) {
+	t.Helper()
+	frame := img[imageHeaderSize : imageHeaderSize+runFrameSize]
+	if at != imageHeaderSize+runFrameSize {
+		t.Fatalf("the region header at image byte %d, not in the first run", at)
+	}
+	n := int(binary.LittleEndian.Uint32(frame[8:]))
+	binary.LittleEndian.PutUint32(frame[12:], frameCRC(frame[:12], img[at:at+n]))
+}

@@ -214,6 +214,21 @@ func (r *Region) SetRoot(p blink.Ptr) {
 	atomicmem.StoreUint64(r.mem, offRoot, uint64(p))
 }
 
+// Applied returns the applied index stored in the header: the raft log
+// index of the last record applied to the region (0 before the first).
+// Safe for concurrent use. REQUIRES: the region is open.
+func (r *Region) Applied() uint64 {
+	return atomicmem.LoadUint64(r.mem, offApplied)
+}
+
+// SetApplied stores the applied index in the header, atomically, so that
+// the region's image says at which log index it was taken. REQUIRES: the
+// region is open; called by the region's one writer (an apply path).
+func (r *Region) SetApplied(index uint64) {
+	r.beforeWrite(offApplied, 8)
+	atomicmem.StoreUint64(r.mem, offApplied, index)
+}
+
 // Sync flushes the mapping to its file (msync). Memory-backed files
 // (hugetlbfs, tmpfs) have nothing to flush; a plain file is then durable
 // up to the moment Sync was called.
