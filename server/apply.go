@@ -534,6 +534,14 @@ func (rep *replica) apply(index uint64, rec []byte) (applyResult, error) {
 	defer rep.applyMu.Unlock()
 	rep.applied.Store(index)
 	rep.repl.Applied = index
+	// The index in the region too, whatever the outcome, in the region
+	// the record leaves (a region record may make it anew): its image
+	// then says which log index it is at.
+	defer func() {
+		if rep.region != nil {
+			rep.region.SetApplied(index)
+		}
+	}()
 	var res applyResult
 	kind := "put"
 	if !rep.repl.Formatted && r.Kind != recRegion {
@@ -588,7 +596,7 @@ func (rep *replica) apply(index uint64, rec []byte) (applyResult, error) {
 	}
 	rep.srv.metrics.applies.WithLabelValues(kind, wire.StatusOf(wireError(err)).String()).Inc()
 	if hook := rep.srv.opts.TestingKnobs.OnApply; hook != nil {
-		hook(rec, err)
+		hook(index, rec, err)
 	}
 	return res, err
 }

@@ -256,7 +256,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	rep.applyMu.Lock()
 	defer rep.applyMu.Unlock()
 	start := time.Now()
-	r, err := rep.restoreRegionLocked(br)
+	r, err := rep.restoreRegionLocked(br, st.Applied)
 	if err != nil {
 		return err
 	}
@@ -272,7 +272,23 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// restoreRegionLocked makes the region anew from an image: restored under
+// checkImageIndex checks that a restored region is at the snapshot's
+// applied index: the region records the index of the last record applied
+// to it, and the snapshot's head the same, written together. A region
+// from an image older than the index in the region (version 1, index 0)
+// is given the snapshot's.
+func checkImageIndex(r *meganode.Region, applied uint64) error {
+	switch got := r.Applied(); {
+	case got == 0:
+		r.SetApplied(applied)
+	case got != applied:
+		return fmt.Errorf("server: snapshot of region %d at applied index %d holds an image at index %d: %w", r.ID(), applied, got, meganode.ErrCorruption)
+	}
+	return nil
+}
+
+// restoreRegionLocked makes the region anew from an image at log index
+// applied (checkImageIndex): restored under
 // a temporary name first, so that a torn or corrupt image leaves the
 // region as it was, then put in the region's place.
 //
@@ -282,7 +298,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 // hugetlbfs, whose pages are reserved when a region is mapped, each holds
 // its whole size). If the image then fails, an empty region of the same
 // layout takes its place again. REQUIRES: rep.applyMu held.
-func (rep *replica) restoreRegionLocked(img io.Reader) (_ *meganode.Region, err error) {
+func (rep *replica) restoreRegionLocked(img io.Reader, applied uint64) (_ *meganode.Region, err error) {
 	final := rep.srv.dir.regionFileName(rep.regionID)
 	opts := rep.regionOptions(rep.regionID, regionBody{}) // sizes from the image
 	opts.Name = final + ".restoring"
@@ -307,6 +323,11 @@ func (rep *replica) restoreRegionLocked(img io.Reader) (_ *meganode.Region, err 
 	r, rerr := meganode.RestoreImage(opts, img)
 	if rerr != nil {
 		return nil, fmt.Errorf("server: restore region %d: %w", rep.regionID, rerr)
+	}
+	if err := checkImageIndex(r, applied); err != nil {
+		_ = r.Close()
+		_ = r.Remove()
+		return nil, err
 	}
 	tmp := r.Path()
 	if err := r.Close(); err != nil {

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -271,6 +273,12 @@ func TestRestartRestoresWithOneRegionFile(t *testing.T) {
 			t.Fatalf("after restart %s = %q, %v", k, v, ok)
 		}
 	}
+	s2.applyMu.Lock()
+	inRegion, applied := s2.region.Applied(), s2.repl.Applied
+	s2.applyMu.Unlock()
+	if inRegion != applied || applied == 0 {
+		t.Fatalf("after restart the region records applied index %d, the replica %d", inRegion, applied)
+	}
 }
 
 // An image that fails to restore into a replica nothing was applied to
@@ -284,7 +292,7 @@ func TestFailedRestoreKeepsTheReplicaWhole(t *testing.T) {
 	bad := func() error {
 		rep.applyMu.Lock()
 		defer rep.applyMu.Unlock()
-		_, err := rep.restoreRegionLocked(strings.NewReader("not an image"))
+		_, err := rep.restoreRegionLocked(strings.NewReader("not an image"), 1)
 		return err
 	}
 
@@ -314,7 +322,7 @@ func TestFailedRestoreKeepsTheReplicaWhole(t *testing.T) {
 	p := newPristineReplica(t, s)
 	p.applyMu.Lock()
 	old := p.region
-	_, err := p.restoreRegionLocked(strings.NewReader("not an image"))
+	_, err := p.restoreRegionLocked(strings.NewReader("not an image"), 1)
 	got := p.region
 	p.applyMu.Unlock()
 	if err == nil {
@@ -639,4 +647,49 @@ func newPristineReplica(t *testing.T, s *Server) *replica {
 		_ = rep.region.Remove()
 	})
 	return rep
+}
+
+// A snapshot whose head and image disagree on the log index (the head
+// says one index, the region in the image recorded another) is refused
+// as corrupt, and the replica keeps its region.
+func TestRestoreRefusesAnImageAtAnotherIndex(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	s := startServer(t, testOptions(t, store))
+	rep := s.replica
+	put(t, dial(t, s), "a", "1")
+	snap, err := (*fsm)(rep).Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &slowSink{}
+	err = snap.Persist(sink)
+	snap.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bytes.NewReader(sink.Bytes())
+	st, err := readReplState(br)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _ := io.ReadAll(br)
+
+	rep.applyMu.Lock()
+	before := rep.region
+	inRegion := rep.region.Applied()
+	_, err = rep.restoreRegionLocked(bytes.NewReader(img), st.Applied+1)
+	rep.applyMu.Unlock()
+	if inRegion < st.Applied || st.Applied == 0 {
+		t.Fatalf("the region's applied index %d, the snapshot's %d", inRegion, st.Applied)
+	}
+	if !errors.Is(err, meganode.ErrCorruption) {
+		t.Fatalf("an image at index %d restored as %d: %v", st.Applied, st.Applied+1, err)
+	}
+	if rep.region != before {
+		t.Fatal("the replica's region changed on a refused restore")
+	}
+	if v, ok := get(t, dial(t, s), "a"); !ok || v != "1" {
+		t.Fatalf("a = %q, %v after a refused restore", v, ok)
+	}
 }

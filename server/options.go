@@ -252,9 +252,10 @@ type TestingKnobs struct {
 	// it is handled. Tests block in it to fill the queue.
 	BeforeHandle func(op wire.Op)
 	// OnApply fires in apply, under the apply lock, after each record was
-	// applied, with the record (valid only during the call) and the
-	// error the apply returned. Tests record the log with it.
-	OnApply func(rec []byte, err error)
+	// applied, with its log index, the record (valid only during the
+	// call) and the error the apply returned. Tests record the log with
+	// it.
+	OnApply func(index uint64, rec []byte, err error)
 	// AckBeforeCommit breaks durability on purpose: a write from a client
 	// is answered OK at once, and its record proposed 100 ms later (a
 	// kill in between loses it). The durability tests run with it to show that

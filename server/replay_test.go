@@ -13,15 +13,21 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// recordLog keeps a copy of every record apply applied, in log order.
+// recordLog keeps a copy of every record apply applied, in log order,
+// with its log index.
 type recordLog struct {
 	mu   sync.Mutex
-	recs [][]byte
+	recs []indexedRecord
 }
 
-func (l *recordLog) record(rec []byte, _ error) {
+type indexedRecord struct {
+	index uint64
+	rec   []byte
+}
+
+func (l *recordLog) record(index uint64, rec []byte, _ error) {
 	l.mu.Lock()
-	l.recs = append(l.recs, bytes.Clone(rec))
+	l.recs = append(l.recs, indexedRecord{index, bytes.Clone(rec)})
 	l.mu.Unlock()
 }
 
@@ -83,10 +89,14 @@ func TestReplayByteIdentical(t *testing.T) {
 	log.mu.Lock()
 	recs := slices.Clone(log.recs)
 	log.mu.Unlock()
+	applied := s.region.Applied()
 	s.applyMu.Unlock()
+	if last := recs[len(recs)-1].index; applied != last {
+		t.Fatalf("the region's applied index is %d, the last record's %d", applied, last)
+	}
 	splits := 0
-	for _, rec := range recs {
-		if r, err := decodeRecord(rec); err == nil && r.Kind == recSplit {
+	for _, ir := range recs {
+		if r, err := decodeRecord(ir.rec); err == nil && r.Kind == recSplit {
 			if b, _ := decodeSplitBody(r.Value); b.Phase == phaseEnd {
 				splits++
 			}
@@ -108,7 +118,7 @@ func TestReplayByteIdentical(t *testing.T) {
 
 // replayOnto applies recs to a fresh region of a server that never starts
 // (no raft, no listeners) and returns a copy of the region's bytes.
-func replayOnto(t *testing.T, recs [][]byte) []byte {
+func replayOnto(t *testing.T, recs []indexedRecord) []byte {
 	t.Helper()
 	store := regiontable.NewMemory()
 	t.Cleanup(func() { _ = store.Close() })
@@ -129,8 +139,8 @@ func replayOnto(t *testing.T, recs [][]byte) []byte {
 		_ = r.region.Remove()
 		_ = r.dir.close()
 	})
-	for i, rec := range recs {
-		_, _ = r.apply(uint64(i+1), rec) // errors are outcomes too, the same ones
+	for _, ir := range recs {
+		_, _ = r.apply(ir.index, ir.rec) // errors are outcomes too, the same ones
 	}
 	return bytes.Clone(r.region.Bytes())
 }

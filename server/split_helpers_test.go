@@ -31,7 +31,7 @@ type loggedRecord struct {
 	err   error
 }
 
-func (l *applyLog) record(rec []byte, err error) {
+func (l *applyLog) record(_ uint64, rec []byte, err error) {
 	r, derr := decodeRecord(rec)
 	if derr != nil {
 		return
