@@ -225,6 +225,9 @@ func FuzzDecodeHeader(f *testing.F) {
 		mem, _ := newImage(f, l, 9)
 		f.Add(mem[:headerSize], false)
 		f.Add(mem[:headerSize], true)
+		v1 := bytes.Clone(mem[:headerSize]) // a format 1 header, still read
+		binary.LittleEndian.PutUint32(v1[offVersion:], formatVersion1)
+		f.Add(v1, true)
 	}
 	f.Add([]byte{}, false)
 	f.Add(make([]byte, headerSize), true)
