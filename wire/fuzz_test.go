@@ -119,3 +119,30 @@ func FuzzInsertChildRequest(f *testing.F) {
 func FuzzMeganodeReply(f *testing.F) { fuzzMessage(f, func() Message { return new(MeganodeReply) }) }
 func FuzzCheckRequest(f *testing.F)  { fuzzMessage(f, func() Message { return new(CheckRequest) }) }
 func FuzzCheckReply(f *testing.F)    { fuzzMessage(f, func() Message { return new(CheckReply) }) }
+func FuzzMeganodeRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(MeganodeRequest) })
+}
+func FuzzInsertChildReply(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(InsertChildReply) })
+}
+func FuzzSplitBeginReply(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(SplitBeginReply) })
+}
+func FuzzSplitAppendReply(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(SplitAppendReply) })
+}
+func FuzzSplitEndRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(SplitEndRequest) })
+}
+func FuzzReplicaHashRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(ReplicaHashRequest) })
+}
+func FuzzReplicaHashReply(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(ReplicaHashReply) })
+}
+func FuzzMoveReplicaRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(MoveReplicaRequest) })
+}
+func FuzzTransferLeaderRequest(f *testing.F) {
+	fuzzMessage(f, func() Message { return new(TransferLeaderRequest) })
+}
