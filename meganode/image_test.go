@@ -1035,3 +1035,21 @@ func fixRunCRC(t *testing.T, img []byte, at int) {
 	n := int(binary.LittleEndian.Uint32(frame[8:]))
 	binary.LittleEndian.PutUint32(frame[12:], frameCRC(frame[:12], img[at:at+n]))
 }
+
+// The header words a writer stores without a lock (the root, the applied
+// index) are not stored into a closed region's unmapped pages: a replica
+// left holding a closed region (a failed restore whose empty region could
+// not be made again) may still apply a record, and that must not fault.
+func TestHeaderWordsOfAClosedRegion(t *testing.T) {
+	r := mustCreateBacking(t, imageOptions(t, "shm"), "shm")
+	r.SetApplied(9)
+	r.SetRoot(blink.MakePtr(r.ID(), r.Layout().NodeOff))
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r.SetApplied(10)
+	r.SetRoot(0)
+	if a, p := r.Applied(), r.Root(); a != 0 || p != 0 {
+		t.Fatalf("a closed region reads applied index %d, root %v; want 0, 0", a, p)
+	}
+}

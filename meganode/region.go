@@ -49,6 +49,11 @@ type Region struct {
 	openCaptures atomic.Pointer[[]*Capture]
 	// testBeforeWrite, set by tests only, is called by beforeWrite.
 	testBeforeWrite func(off, n uint64)
+	// unmapped is set by Close before it unmaps the region: the header
+	// word accessors (Root, Applied and their setters) take no lock, and
+	// read 0 and store nothing once it is set instead of touching an
+	// unmapped page.
+	unmapped atomic.Bool
 
 	// Locking notes: Region.mu < Extents.mu < blink.Tree's lock, and
 	// Region.mu < Capture.mu; beforeWrite takes Capture.mu under any of
@@ -201,32 +206,51 @@ func (r *Region) Layout() Layout { return r.lay }
 func (r *Region) Extents() *Extents { return r.ext }
 
 // Root returns the root meganode pointer stored at offset 0 (DESIGN §4:
-// meaningful in the cluster's lowest region). Safe for concurrent use.
-// REQUIRES: the region is open (like Bytes, it reads the mapping).
+// meaningful in the cluster's lowest region), 0 once the region is
+// closed. Safe for concurrent use, but not with Close.
 func (r *Region) Root() blink.Ptr {
-	return blink.Ptr(atomicmem.LoadUint64(r.mem, offRoot))
+	return blink.Ptr(r.loadWord(offRoot))
 }
 
-// SetRoot stores the root meganode pointer at offset 0, atomically.
-// REQUIRES: the region is open.
+// SetRoot stores the root meganode pointer at offset 0, atomically;
+// nothing once the region is closed. Not concurrent with Close.
 func (r *Region) SetRoot(p blink.Ptr) {
-	r.beforeWrite(offRoot, 8)
-	atomicmem.StoreUint64(r.mem, offRoot, uint64(p))
+	r.storeWord(offRoot, uint64(p))
 }
 
 // Applied returns the applied index stored in the header: the raft log
-// index of the last record applied to the region (0 before the first).
-// Safe for concurrent use. REQUIRES: the region is open.
+// index of the last record applied to the region (0 before the first,
+// and once the region is closed). Safe for concurrent use, but not with
+// Close.
 func (r *Region) Applied() uint64 {
-	return atomicmem.LoadUint64(r.mem, offApplied)
+	return r.loadWord(offApplied)
 }
 
 // SetApplied stores the applied index in the header, atomically, so that
-// the region's image says at which log index it was taken. REQUIRES: the
-// region is open; called by the region's one writer (an apply path).
+// the region's image says at which log index it was taken; nothing once
+// the region is closed. Called by the region's one writer (an apply
+// path), not concurrently with Close.
 func (r *Region) SetApplied(index uint64) {
-	r.beforeWrite(offApplied, 8)
-	atomicmem.StoreUint64(r.mem, offApplied, index)
+	r.storeWord(offApplied, index)
+}
+
+// loadWord loads the header word at off; 0 once the region is closed.
+func (r *Region) loadWord(off int) uint64 {
+	if r.unmapped.Load() {
+		return 0
+	}
+	return atomicmem.LoadUint64(r.mem, off)
+}
+
+// storeWord stores the header word at off, told to open captures first;
+// nothing once the region is closed (its writer's later stores are lost
+// with the region, as the trees' and extents' fail with ErrClosed).
+func (r *Region) storeWord(off int, v uint64) {
+	if r.unmapped.Load() {
+		return
+	}
+	r.beforeWrite(uint64(off), 8)
+	atomicmem.StoreUint64(r.mem, off, v)
 }
 
 // Sync flushes the mapping to its file (msync). Memory-backed files
@@ -279,6 +303,7 @@ func (r *Region) Close() error {
 		c.endLocked()
 	}
 	r.mu.closed = true
+	r.unmapped.Store(true)
 	r.mu.open = nil
 	r.ext.close()
 	if r.m == nil {
