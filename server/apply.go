@@ -537,11 +537,7 @@ func (rep *replica) apply(index uint64, rec []byte) (applyResult, error) {
 	// The index in the region too, whatever the outcome, in the region
 	// the record leaves (a region record may make it anew): its image
 	// then says which log index it is at.
-	defer func() {
-		if rep.region != nil {
-			rep.region.SetApplied(index)
-		}
-	}()
+	defer func() { rep.region.SetApplied(index) }()
 	var res applyResult
 	kind := "put"
 	if !rep.repl.Formatted && r.Kind != recRegion {
