@@ -9,8 +9,11 @@
 # $DURATION after $WARMUP, with caching on, $CLIENTS clients x $IN_FLIGHT
 # in flight. Modes of one workload and provider run back to back, in an
 # order that rotates with the repeat, so that a disturbance hits them
-# alike. Prints every run, then per workload and provider the medians and
-# adaptive / best fixed.
+# alike. Prints every run, then per workload and provider the medians,
+# adaptive / best fixed of the medians, each repeat's adaptive / best fixed
+# (the modes of a repeat ran within 21 s of each other) and the median of
+# those: the paired figure, which a machine whose speed drifts between
+# repeats disturbs less.
 #
 # Usage: test/selector-bench.sh
 # Environment: DURATION (5s), WARMUP (2s), KEYS (100000), CLIENTS (8),
@@ -56,8 +59,8 @@ echo
 echo "Selector against fixed modes: YCSB A-E (cellctl bench --workload ycsb-X), $KEYS keys, $CLIENTS clients x $IN_FLIGHT in flight,"
 echo "$DURATION measured after $WARMUP, one cellserver --cores 1 (RF 1, log synced), unpinned; started $start, load average $load0 at the start, $(cut -d' ' -f1 /proc/loadavg) at the end; $REPEAT repeats."
 echo
-echo "| workload | provider | server ops/s | client ops/s | adaptive ops/s | adaptive ÷ best fixed | adaptive: server-side hops | each repeat's ratio |"
-echo "|---|---|---:|---:|---:|---:|---:|---|"
+echo "| workload | provider | server ops/s | client ops/s | adaptive ops/s | adaptive ÷ best fixed | adaptive: server-side hops | each repeat's ratio | median of the repeats' ratios |"
+echo "|---|---|---:|---:|---:|---:|---:|---|---:|"
 for w in $WORKLOADS; do
 	for p in $PROVIDERS; do
 		jq -rs --arg w "$w" --arg p "$p" '
@@ -67,7 +70,8 @@ for w in $WORKLOADS; do
 			(tp("server")) as $s | (tp("client")) as $c | (tp("adaptive")) as $a | ([$s, $c] | max) as $best |
 			([.[] | select(.params.mode == "adaptive") | .server_side_fraction] | median) as $ssf |
 			([.[] | .rep] | unique) as $reps |
-			"| \($w | ascii_upcase) | \($p) | \($s|floor) | \($c|floor) | \($a|floor) | **\($a / $best * 100 | floor / 100)×** | \(if $ssf < 0 then "-" else "\($ssf*1000|floor/10)%" end) | \([$reps[] as $r | (rep($r; "adaptive") / ([rep($r; "server"), rep($r; "client")] | max) * 100 | floor / 100 | tostring)] | join(", ")) |"' \
+			[$reps[] as $r | rep($r; "adaptive") / ([rep($r; "server"), rep($r; "client")] | max)] as $ratios |
+			"| \($w | ascii_upcase) | \($p) | \($s|floor) | \($c|floor) | \($a|floor) | **\($a / $best * 100 | floor / 100)×** | \(if $ssf < 0 then "-" else "\($ssf*1000|floor/10)%" end) | \([$ratios[] | . * 100 | floor / 100 | tostring] | join(", ")) | \($ratios | median * 100 | floor / 100)× |"' \
 			<(for f in "$OUT"/*-"$w"-"$p"-*.json; do jq --arg rep "$(basename "$f" | cut -d- -f1)" '. + {rep: $rep}' "$f"; done)
 	done
 done
