@@ -11,9 +11,10 @@
 # order that rotates with the repeat, so that a disturbance hits them
 # alike. Prints every run, then per workload and provider the medians,
 # adaptive / best fixed of the medians, each repeat's adaptive / best fixed
-# (the modes of a repeat ran within 21 s of each other) and the median of
-# those: the paired figure, which a machine whose speed drifts between
-# repeats disturbs less.
+# (the modes of a repeat run back to back) and the median of those: the
+# paired figure, which a machine whose speed drifts between repeats
+# disturbs less; and the median client plus server CPU per operation of
+# adaptive over that of the best fixed mode.
 #
 # Usage: test/selector-bench.sh
 # Environment: DURATION (5s), WARMUP (2s), KEYS (100000), CLIENTS (8),
@@ -59,19 +60,21 @@ echo
 echo "Selector against fixed modes: YCSB A-E (cellctl bench --workload ycsb-X), $KEYS keys, $CLIENTS clients x $IN_FLIGHT in flight,"
 echo "$DURATION measured after $WARMUP, one cellserver --cores 1 (RF 1, log synced), unpinned; started $start, load average $load0 at the start, $(cut -d' ' -f1 /proc/loadavg) at the end; $REPEAT repeats."
 echo
-echo "| workload | provider | server ops/s | client ops/s | adaptive ops/s | adaptive ÷ best fixed | adaptive: server-side hops | each repeat's ratio | median of the repeats' ratios |"
-echo "|---|---|---:|---:|---:|---:|---:|---|---:|"
+echo "| workload | provider | server ops/s | client ops/s | adaptive ops/s | adaptive ÷ best fixed | adaptive: server-side hops | each repeat's ratio | median of the repeats' ratios | CPU per op: adaptive ÷ best fixed |"
+echo "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"
 for w in $WORKLOADS; do
 	for p in $PROVIDERS; do
 		jq -rs --arg w "$w" --arg p "$p" '
 			def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 			def tp(m): [.[] | select(.params.mode == m) | .throughput] | median;
 			def rep(r; m): [.[] | select(.rep == r and .params.mode == m) | .throughput][0];
+			def cpu(m): [.[] | select(.params.mode == m) | .server_cpu_us_per_op + .client_cpu_us_per_op] | median;
 			(tp("server")) as $s | (tp("client")) as $c | (tp("adaptive")) as $a | ([$s, $c] | max) as $best |
+			(if $s >= $c then "server" else "client" end) as $bestmode |
 			([.[] | select(.params.mode == "adaptive") | .server_side_fraction] | median) as $ssf |
 			([.[] | .rep] | unique) as $reps |
 			[$reps[] as $r | rep($r; "adaptive") / ([rep($r; "server"), rep($r; "client")] | max)] as $ratios |
-			"| \($w | ascii_upcase) | \($p) | \($s|floor) | \($c|floor) | \($a|floor) | **\($a / $best * 100 | floor / 100)×** | \(if $ssf < 0 then "-" else "\($ssf*1000|floor/10)%" end) | \([$ratios[] | . * 100 | floor / 100 | tostring] | join(", ")) | \($ratios | median * 100 | floor / 100)× |"' \
+			"| \($w | ascii_upcase) | \($p) | \($s|floor) | \($c|floor) | \($a|floor) | **\($a / $best * 100 | floor / 100)×** | \(if $ssf < 0 then "-" else "\($ssf*1000|floor/10)%" end) | \([$ratios[] | . * 100 | floor / 100 | tostring] | join(", ")) | \($ratios | median * 100 | floor / 100)× | \(cpu("adaptive") / cpu($bestmode) * 100 | round / 100) |"' \
 			<(for f in "$OUT"/*-"$w"-"$p"-*.json; do jq --arg rep "$(basename "$f" | cut -d- -f1)" '. + {rep: $rep}' "$f"; done)
 	done
 done
