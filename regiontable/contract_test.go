@@ -45,6 +45,7 @@ var contractTests = []struct {
 	{"LoadAndWatch", testLoadAndWatch},
 	{"WatchCancel", testWatchCancel},
 	{"Draining", testDraining},
+	{"Missing", testMissing},
 	{"Close", testClose},
 	{"Election", testElection},
 	{"ElectionSessionLost", testElectionSessionLost},
@@ -863,6 +864,82 @@ func testDraining(t *testing.T, im impl) {
 		got = append(got, fmt.Sprintf("%s=%v", ev.Member.ID, ev.Draining))
 	}
 	if want := []string{"s2=true", "s1=true", "s3=true", "s3=false"}; !slices.Equal(got, want) {
+		t.Fatalf("watched %v, want %v", got, want)
+	}
+}
+
+// testMissing: MarkMissing writes and rewrites the mark of a server that
+// is not a member, never of a member; RegisterMember clears the member's
+// mark; ClearMissing clears one. Load lists the marks with their
+// durations and Watch delivers their changes.
+func testMissing(t *testing.T, im impl) {
+	s := im.open(t)
+	ctx := ctxT(t)
+	st0, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkMissing(ctx, "../x", time.Second); !errors.Is(err, regiontable.ErrInvalid) {
+		t.Fatalf("MarkMissing(bad id) = %v, want ErrInvalid", err)
+	}
+	if _, err := s.MarkMissing(ctx, "x", -time.Second); !errors.Is(err, regiontable.ErrInvalid) {
+		t.Fatalf("MarkMissing(d < 0) = %v, want ErrInvalid", err)
+	}
+	if err := s.ClearMissing(ctx, "../x"); !errors.Is(err, regiontable.ErrInvalid) {
+		t.Fatalf("ClearMissing(bad id) = %v, want ErrInvalid", err)
+	}
+	mark := func(id string, d time.Duration, want bool) {
+		t.Helper()
+		ok, err := s.MarkMissing(ctx, id, d)
+		if err != nil || ok != want {
+			t.Fatalf("MarkMissing(%s, %v) = %v, %v; want %v", id, d, ok, err, want)
+		}
+	}
+	live := mustRegister(t, s, member("live"))
+	defer live.Close(ctx)
+	mark("live", time.Second, false) // a member is not missing
+	mark("a", 0, true)
+	mark("a", 5*time.Second+7, true) // rewritten as the count goes on
+	mark("b", time.Minute, true)
+	mark("c", time.Second, true)
+	if err := s.ClearMissing(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ClearMissing(ctx, "never-marked"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]time.Duration{"a": 5*time.Second + 7, "b": time.Minute}; !reflect.DeepEqual(st.Missing, want) {
+		t.Fatalf("Load().Missing = %v, want %v", st.Missing, want)
+	}
+	// b comes back: its registration clears its mark.
+	back := mustRegister(t, s, member("b"))
+	defer back.Close(ctx)
+	if st, err = s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]time.Duration{"a": 5*time.Second + 7}; !reflect.DeepEqual(st.Missing, want) {
+		t.Fatalf("after b registered, Load().Missing = %v, want %v", st.Missing, want)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := s.Watch(wctx, st0.Revision)
+	var got []string
+	for len(got) < 6 {
+		ev := nextEvent(t, ch)
+		if ev.Kind != regiontable.MissingSet {
+			continue
+		}
+		at := "cleared"
+		if ev.Missing {
+			at = ev.MissingFor.String()
+		}
+		got = append(got, ev.Member.ID+"="+at)
+	}
+	if want := []string{"a=0s", "a=5.000000007s", "b=1m0s", "c=1s", "c=cleared", "b=cleared"}; !slices.Equal(got, want) {
 		t.Fatalf("watched %v, want %v", got, want)
 	}
 }

@@ -9,6 +9,10 @@
 // Every key lives under a prefix (EtcdOptions.Prefix, default "/cell"):
 //
 //	<prefix>/members/<serverID>     JSON Member, bound to the member's lease
+//	<prefix>/draining/<serverID>    "1": the server is marked draining
+//	<prefix>/missing/<serverID>     how long the server, a member no
+//	                                more, has been missing, as the
+//	                                coordinator counted it (ns, decimal)
 //	<prefix>/regions/<%08d id>      JSON Region
 //	<prefix>/root                   the root meganode pointer (blink.Ptr),
 //	                                written as "0x%016x"; decimal is read too
@@ -38,6 +42,13 @@
 //     expires; the caller waits it out). When the lease is lost anyway
 //     (etcd unreachable for longer than the TTL), Registration.Done is
 //     closed and Err says why; the member must register again.
+//   - Marks: SetDraining marks a server draining or not, member or not.
+//     MarkMissing records how long a server that is not a member has
+//     been missing (none is written for a member: one compare in etcd);
+//     RegisterMember deletes the member's mark in the same transaction
+//     as it writes the entry, so a live member never has one.
+//     ClearMissing deletes a mark. Load lists the
+//     marks and Watch delivers their changes (DrainSet, MissingSet).
 //   - Regions: PutRegion stores a region's entry unless the stored one
 //     supersedes it (Region.Supersedes; ErrStaleEpoch): the leader of a
 //     region's raft group publishes itself with its term, a higher term

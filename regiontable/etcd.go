@@ -384,7 +384,7 @@ func (s *Etcd) RegisterMember(ctx context.Context, m Member) (Registration, erro
 	}
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease.ID))).
+		Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease.ID)), clientv3.OpDelete(s.key(missingDir+m.ID))).
 		Commit()
 	if err != nil {
 		revoke()
@@ -757,6 +757,11 @@ func (s *Etcd) Load(ctx context.Context) (State, error) {
 			st.Root = ev.Root
 		case DrainSet:
 			st.Draining = append(st.Draining, ev.Member.ID)
+		case MissingSet:
+			if st.Missing == nil {
+				st.Missing = make(map[string]time.Duration)
+			}
+			st.Missing[ev.Member.ID] = ev.MissingFor
 		}
 	}
 	return st, nil
@@ -797,6 +802,15 @@ func (s *Etcd) decodeEvent(typ mvccpb.Event_EventType, kv *mvccpb.KeyValue) (Eve
 	case strings.HasPrefix(rel, drainingDir):
 		ev.Kind, ev.Member, ev.Draining = DrainSet, Member{ID: rel[len(drainingDir):]}, !del
 		return ev, nil
+	case strings.HasPrefix(rel, missingDir):
+		id := rel[len(missingDir):]
+		ev.Kind, ev.Member = MissingSet, Member{ID: id}
+		if del {
+			return ev, nil
+		}
+		d, err := decodeMissing(key, id, kv.Value)
+		ev.Missing, ev.MissingFor = true, d
+		return ev, err
 	case rel == rootKey:
 		ev.Kind = RootSet
 		if del {
@@ -825,6 +839,39 @@ func (s *Etcd) SetDraining(ctx context.Context, id string, on bool) error {
 	}
 	if err != nil {
 		return s.wrap("set draining", err)
+	}
+	return nil
+}
+
+// MarkMissing implements Store: one transaction that writes the mark if
+// id's member entry does not exist.
+func (s *Etcd) MarkMissing(ctx context.Context, id string, d time.Duration) (bool, error) {
+	if s.isClosed() {
+		return false, ErrClosed
+	}
+	if err := validMissing(id, d); err != nil {
+		return false, err
+	}
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.key(membersDir+id)), "=", 0)).
+		Then(clientv3.OpPut(s.key(missingDir+id), formatMissing(d))).
+		Commit()
+	if err != nil {
+		return false, s.wrap("mark missing", err)
+	}
+	return resp.Succeeded, nil
+}
+
+// ClearMissing implements Store.
+func (s *Etcd) ClearMissing(ctx context.Context, id string) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	if err := ValidServerID(id); err != nil {
+		return err
+	}
+	if _, err := s.cli.Delete(ctx, s.key(missingDir+id)); err != nil {
+		return s.wrap("clear missing", err)
 	}
 	return nil
 }

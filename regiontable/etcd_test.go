@@ -278,6 +278,32 @@ func TestEtcdCorruptEntry(t *testing.T) {
 	}
 }
 
+// A missing mark that is not a decimal ≥ 0, or names a bad server ID, is
+// corruption too.
+func TestEtcdCorruptMissingMark(t *testing.T) {
+	e := startEtcd(t)
+	for i, kv := range [][2]string{
+		{"missing/s1", "yesterday"},
+		{"missing/s1", "-5"},
+		{"missing/s1", "1e9"},
+		{"missing/s1", ""},
+		{"missing/a b", "1000000000"},
+	} {
+		prefix := fmt.Sprintf("/corrupt-missing-%d", i)
+		s, err := regiontable.OpenEtcd(e.Endpoints(), regiontable.EtcdOptions{Prefix: prefix, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.Client().Put(ctxT(t), prefix+"/"+kv[0], kv[1]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Load(ctxT(t)); !errors.Is(err, regiontable.ErrCorruption) {
+			t.Errorf("%s = %q: Load = %v, want ErrCorruption", kv[0], kv[1], err)
+		}
+	}
+}
+
 func TestEtcdOptionsValidate(t *testing.T) {
 	for _, o := range []regiontable.EtcdOptions{
 		{Prefix: "cell"}, {Prefix: "/cell/"}, {LeaseTTL: 1500 * time.Millisecond}, {LeaseTTL: -time.Second},

@@ -3,10 +3,12 @@ package regiontable
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cellstore/cell/blink"
 )
@@ -24,6 +26,7 @@ type Memory struct {
 		regions map[uint32]Region
 		root    blink.Ptr
 		drain   map[string]bool
+		missing map[string]time.Duration
 		lastID  uint32
 		events  []Event       // every change, in revision order
 		changed chan struct{} // closed and replaced at every change
@@ -84,6 +87,10 @@ func (s *Memory) RegisterMember(ctx context.Context, m Member) (Registration, er
 	r := &memRegistration{s: s, id: m.ID, done: make(chan struct{})}
 	s.mu.members[m.ID] = memberEntry{m: m, reg: r}
 	s.emitLocked(Event{Kind: MemberUp, Member: m})
+	if _, ok := s.mu.missing[m.ID]; ok {
+		delete(s.mu.missing, m.ID)
+		s.emitLocked(Event{Kind: MissingSet, Member: Member{ID: m.ID}})
+	}
 	return r, nil
 }
 
@@ -285,7 +292,50 @@ func (s *Memory) Load(ctx context.Context) (State, error) {
 		drain = append(drain, id)
 	}
 	slices.Sort(drain)
-	return State{Members: s.membersLocked(), Regions: s.regionsLocked(), Root: s.mu.root, Draining: drain, Revision: s.mu.rev}, nil
+	var missing map[string]time.Duration
+	if len(s.mu.missing) > 0 {
+		missing = maps.Clone(s.mu.missing)
+	}
+	return State{Members: s.membersLocked(), Regions: s.regionsLocked(), Root: s.mu.root, Draining: drain, Missing: missing, Revision: s.mu.rev}, nil
+}
+
+// MarkMissing implements Store.
+func (s *Memory) MarkMissing(ctx context.Context, id string, d time.Duration) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return false, err
+	}
+	if err := validMissing(id, d); err != nil {
+		return false, err
+	}
+	if _, member := s.mu.members[id]; member {
+		return false, nil
+	}
+	if s.mu.missing == nil {
+		s.mu.missing = make(map[string]time.Duration)
+	}
+	s.mu.missing[id] = d
+	s.emitLocked(Event{Kind: MissingSet, Member: Member{ID: id}, Missing: true, MissingFor: d})
+	return true, nil
+}
+
+// ClearMissing implements Store.
+func (s *Memory) ClearMissing(ctx context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := ValidServerID(id); err != nil {
+		return err
+	}
+	if _, marked := s.mu.missing[id]; !marked {
+		return nil
+	}
+	delete(s.mu.missing, id)
+	s.emitLocked(Event{Kind: MissingSet, Member: Member{ID: id}})
+	return nil
 }
 
 // SetDraining implements Store.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cellstore/cell/blink"
 )
@@ -100,6 +101,10 @@ type State struct {
 	// Draining lists the servers marked draining (SetDraining), sorted:
 	// live or not, they are to be left by every replica.
 	Draining []string
+	// Missing holds the missing marks (MarkMissing): how long each
+	// server, absent from the members, had been missing when its mark
+	// was last written.
+	Missing map[string]time.Duration
 	// Revision is the store's revision of the snapshot: Watch(Revision)
 	// delivers every later change.
 	Revision int64
@@ -124,9 +129,12 @@ const (
 	// DrainSet: a server was marked draining, or unmarked
 	// (Event.Draining). Only Member.ID is set.
 	DrainSet
+	// MissingSet: a server's missing mark was written or cleared
+	// (Event.Missing, Event.MissingFor). Only Member.ID is set.
+	MissingSet
 )
 
-var eventKindNames = [...]string{"", "member-up", "member-down", "region-put", "region-delete", "root-set", "drain-set"}
+var eventKindNames = [...]string{"", "member-up", "member-down", "region-put", "region-delete", "root-set", "drain-set", "missing-set"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventKindNames) && k != 0 {
@@ -145,7 +153,11 @@ type Event struct {
 	Root     blink.Ptr
 	// Draining is DrainSet's new mark.
 	Draining bool
-	Err      error
+	// Missing is MissingSet's new state (false: cleared), MissingFor
+	// the mark's duration.
+	Missing    bool
+	MissingFor time.Duration
+	Err        error
 }
 
 // Registration keeps a member registered. Close it to deregister.
@@ -226,6 +238,18 @@ type Store interface {
 	// stop (cellctl drain). The mark outlives the server's membership.
 	// Errors: ErrInvalid (a bad server ID).
 	SetDraining(ctx context.Context, id string, on bool) error
+	// MarkMissing records that server id has been missing from the
+	// members for d, as the coordinator counted it toward --dead-after,
+	// so that a coordinator elected later goes on from there rather than
+	// from its own start. It writes (or rewrites) the mark only if id is
+	// not a member, and reports whether it did. RegisterMember clears
+	// id's mark in the same step as it writes the member entry.
+	// Errors: ErrInvalid (a bad server ID or d < 0).
+	MarkMissing(ctx context.Context, id string, d time.Duration) (bool, error)
+	// ClearMissing deletes server id's missing mark, if any (its
+	// replicas were all replaced: it is no longer counted). Errors:
+	// ErrInvalid (a bad server ID).
+	ClearMissing(ctx context.Context, id string) error
 	// Campaign joins the coordinator election as server id and blocks
 	// until it is elected, returning the Leadership, or until ctx ends
 	// (ctx's error, wrapped; the campaign is withdrawn). Campaigners are
@@ -245,6 +269,7 @@ type Store interface {
 const (
 	membersDir  = "/members/"
 	drainingDir = "/draining/"
+	missingDir  = "/missing/"
 	regionsDir  = "/regions/"
 	rootKey     = "/root"
 	idsKey      = "/ids/region"
@@ -359,6 +384,34 @@ func ParseRoot(s string) (blink.Ptr, error) {
 		return 0, fmt.Errorf("regiontable: root %q: %w", s, ErrCorruption)
 	}
 	return blink.Ptr(v), nil
+}
+
+// formatMissing is the stored form of a missing mark: its duration in
+// nanoseconds, decimal.
+func formatMissing(d time.Duration) string { return strconv.FormatInt(int64(d), 10) }
+
+// decodeMissing parses the missing mark of server id stored under key.
+// A bad server ID or a value that is not a decimal ≥ 0 is ErrCorruption.
+func decodeMissing(key, id string, b []byte) (time.Duration, error) {
+	if err := ValidServerID(id); err != nil {
+		return 0, fmt.Errorf("regiontable: %s: %w: %w", key, err, ErrCorruption)
+	}
+	ns, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil || ns < 0 {
+		return 0, fmt.Errorf("regiontable: %s = %q: %w", key, b, ErrCorruption)
+	}
+	return time.Duration(ns), nil
+}
+
+// validMissing checks MarkMissing's arguments.
+func validMissing(id string, d time.Duration) error {
+	if err := ValidServerID(id); err != nil {
+		return err
+	}
+	if d < 0 {
+		return fmt.Errorf("regiontable: missing mark of %s: duration %v < 0: %w", id, d, ErrInvalid)
+	}
+	return nil
 }
 
 // decodeMember parses the member entry stored under key. An entry that

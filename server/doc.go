@@ -289,7 +289,9 @@
 // (repair.go): the replicas of a server missing longer than
 // Options.DeadAfter, or marked draining, are moved by the regions' hosts
 // onto live servers, and leaderships are spread every
-// Options.BalanceInterval. When its leadership
+// Options.BalanceInterval. It writes how long it has counted each missing
+// server into the table (regiontable.Store.MarkMissing), so that the next
+// coordinator, or any server that starts, goes on from that count. When its leadership
 // ends (the session lease was lost, e.g. etcd was unreachable for longer
 // than the TTL) it stops, sets both gauges to 0 and campaigns again;
 // Close resigns, so that the next server takes over at once.

@@ -279,6 +279,10 @@ type TestingKnobs struct {
 	// leaves it alone (the old host keeps its table entry), so tests see
 	// what an isolated host does on its own.
 	NoTakeover bool
+	// MissingMarkEvery, when set, replaces missingMarkEvery: how far the
+	// coordinator's count of a missing server may run ahead of the
+	// table's mark of it.
+	MissingMarkEvery time.Duration
 	// IgnoreLease breaks fencing on purpose: the server's regions are
 	// served as if their read lease never ended. The partition tests run
 	// with it to show that they catch a stale host.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -85,7 +86,13 @@ type replicaMove struct {
 }
 
 // goneServers tracks since when each server was missing from the members,
-// as this server saw it (followTable).
+// as this server saw it (followTable), or as the table's missing marks
+// say, whichever is earlier. The coordinator marks how long it has
+// counted each (recordMissing), so a server that starts, or becomes the
+// coordinator, goes on from that count rather than from its own start.
+// A mark holds a duration, not a time: no two servers' clocks are
+// compared, and while no coordinator runs (a full-cluster restart)
+// nobody counts.
 type goneServers struct {
 	mu    sync.Mutex
 	since map[string]time.Time
@@ -93,7 +100,8 @@ type goneServers struct {
 
 // note records the members and regions of v at now: a member present is
 // not gone; a server a region lists that is not a member is gone since
-// now, unless it was already.
+// now, or since now less its missing mark, unless it was already gone
+// earlier.
 func (g *goneServers) note(v *tableView, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -105,17 +113,69 @@ func (g *goneServers) note(v *tableView, now time.Time) {
 			delete(g.since, id)
 		}
 	}
+	for _, id := range listedServers(v) {
+		if _, ok := v.members[id]; ok {
+			continue
+		}
+		at := now.Add(-v.missing[id])
+		if old, seen := g.since[id]; !seen || at.Before(old) {
+			g.since[id] = at
+		}
+	}
+}
+
+// listedServers returns every server a region of v lists (host, voter or
+// learner), each once.
+func listedServers(v *tableView) []string {
+	seen := make(map[string]bool)
+	var ids []string
 	for _, r := range v.regions {
-		for _, ids := range [][]string{r.Replicas, r.Learners, {r.Host}} {
-			for _, id := range ids {
-				if _, ok := v.members[id]; !ok && id != "" {
-					if _, seen := g.since[id]; !seen {
-						g.since[id] = now
-					}
+		for _, list := range [][]string{r.Replicas, r.Learners, {r.Host}} {
+			for _, id := range list {
+				if id != "" && !seen[id] {
+					seen[id] = true
+					ids = append(ids, id)
 				}
 			}
 		}
 	}
+	return ids
+}
+
+// missingMarkEvery is how far a server's count may run ahead of its
+// missing mark before the coordinator writes the mark again: a
+// coordinator elected after this one loses at most this much of it.
+const missingMarkEvery = 5 * time.Second
+
+// marks returns what the table's missing marks lack against this count
+// at now: the servers counted as gone that v marks not at all or at
+// least every short, with how long each has been gone; and the
+// marked servers v no longer counts (members again, or listed by no
+// region: their replicas were all replaced).
+func (g *goneServers) marks(v *tableView, now time.Time, every time.Duration) (add map[string]time.Duration, clear []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	add = make(map[string]time.Duration)
+	for id, t := range g.since {
+		if _, member := v.members[id]; member {
+			continue
+		}
+		d := max(now.Sub(t), 0)
+		if stored, marked := v.missing[id]; !marked || d-stored >= every {
+			add[id] = d
+		}
+	}
+	listed := make(map[string]bool)
+	for _, id := range listedServers(v) {
+		listed[id] = true
+	}
+	for id := range v.missing {
+		if _, member := v.members[id]; member || !listed[id] {
+			clear = append(clear, id)
+		}
+	}
+	slices.Sort(clear)
+	return add, clear
 }
 
 // dead returns the servers gone for at least after at now.
@@ -424,11 +484,45 @@ func (s *Server) repairLoop(ctx context.Context) {
 			continue
 		}
 		now := time.Now()
+		s.recordMissing(ctx, v, now)
 		dead := s.gone.dead(now, s.opts.DeadAfter)
 		s.repairRegions(ctx, v, dead, asked)
 		if s.opts.BalanceInterval > 0 && now.Sub(lastBalance) >= s.opts.BalanceInterval {
 			lastBalance = now
 			s.balanceLeaders(ctx, v, dead)
+		}
+	}
+}
+
+// recordMissing brings the table's missing marks in step with the
+// coordinator's count of gone servers (goneServers.marks): a coordinator
+// elected after this one, or a server started later, then goes on from
+// that count. A mark is written only while its server is not a member
+// (one compare in the store), and a member's registration clears its
+// own.
+func (s *Server) recordMissing(ctx context.Context, v *tableView, now time.Time) {
+	every := missingMarkEvery
+	if s.opts.TestingKnobs.MissingMarkEvery > 0 {
+		every = s.opts.TestingKnobs.MissingMarkEvery
+	}
+	add, clear := s.gone.marks(v, now, every)
+	for _, id := range slices.Sorted(maps.Keys(add)) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ok, err := s.opts.Store.MarkMissing(cctx, id, add[id])
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("server: coordinator: mark a server missing", slog.String("server", id), slog.Any("err", err))
+		case ok:
+			s.log.Debug("server: coordinator: marked a server missing", slog.String("server", id), slog.Duration("for", add[id]))
+		}
+	}
+	for _, id := range clear {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := s.opts.Store.ClearMissing(cctx, id)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("server: coordinator: clear a missing mark", slog.String("server", id), slog.Any("err", err))
 		}
 	}
 }

@@ -119,6 +119,21 @@ func TestDeadServerReplaced(t *testing.T) {
 	start := time.Now()
 	rs := waitRegions(t, ctx, store, "replicas moved off "+id, fullyReplicatedWithout(3, id))
 	t.Logf("%s's replicas replaced %v after it stopped (dead-after 2s): %s", id, time.Since(start).Round(time.Millisecond), placement(rs))
+	// Listed by no region now, it is counted no more: its missing mark
+	// goes.
+	for {
+		st, err := store.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := st.Missing[id]; !ok {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s, replaced, is still marked missing", id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	slices.Sort(keys)
 	keys = append(keys, putRange(t, c, 400, 500)...)
 	slices.Sort(keys)

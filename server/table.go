@@ -22,11 +22,15 @@ type tableView struct {
 	members  map[string]regiontable.Member
 	regions  map[uint32]regiontable.Region
 	draining map[string]bool // servers marked draining (cellctl drain)
+	// missing holds the table's missing marks: how long a server no more
+	// a member had been missing, as the coordinator counted, when its
+	// mark was written.
+	missing map[string]time.Duration
 }
 
 // newTableView returns the view of a loaded table.
 func newTableView(st regiontable.State) *tableView {
-	v := &tableView{members: make(map[string]regiontable.Member), regions: make(map[uint32]regiontable.Region), draining: make(map[string]bool)}
+	v := &tableView{members: make(map[string]regiontable.Member), regions: make(map[uint32]regiontable.Region), draining: make(map[string]bool), missing: make(map[string]time.Duration)}
 	for _, m := range st.Members {
 		v.members[m.ID] = m
 	}
@@ -36,6 +40,7 @@ func newTableView(st regiontable.State) *tableView {
 	for _, id := range st.Draining {
 		v.draining[id] = true
 	}
+	maps.Copy(v.missing, st.Missing)
 	return v
 }
 
@@ -44,7 +49,14 @@ func (v *tableView) with(ev regiontable.Event) *tableView {
 	maps.Copy(nv.members, v.members)
 	maps.Copy(nv.regions, v.regions)
 	maps.Copy(nv.draining, v.draining)
+	maps.Copy(nv.missing, v.missing)
 	switch ev.Kind {
+	case regiontable.MissingSet:
+		if ev.Missing {
+			nv.missing[ev.Member.ID] = ev.MissingFor
+		} else {
+			delete(nv.missing, ev.Member.ID)
+		}
 	case regiontable.DrainSet:
 		if ev.Draining {
 			nv.draining[ev.Member.ID] = true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cellstore/cell/regiontable"
 )
@@ -81,6 +82,7 @@ func TestMembersAndRegionsOutput(t *testing.T) {
 			{ID: 4, Kind: regiontable.KindData, Size: 64 << 20, Host: "gone", Epoch: 1},
 			{ID: 5, Kind: regiontable.KindData, Size: 64 << 20, Host: "s2", Epoch: 2, Term: 3, Replicas: []string{"s1", "s2", "s3"}, Learners: []string{"s4"}}},
 		Draining: []string{"s2"},
+		Missing:  map[string]time.Duration{"s3": 12*time.Second + 400*time.Millisecond},
 	}
 	out := squeeze(render(t, []*table{membersTable(membersOutput(st.Members, st.Draining))}))
 	for _, want := range []string{"MEMBER  RPC ADDRESS  READ ADDRESS  HOST  VERSION  DRAINING", "s1  10.0.0.1:7070  10.0.0.1:7071  h1  v1  no", "s2  10.0.0.2:7070  -  -  yes"} {
@@ -94,10 +96,14 @@ func TestMembersAndRegionsOutput(t *testing.T) {
 	}
 	out = squeeze(render(t, []*table{regionsTable(rs)}))
 	for _, want := range []string{"REGION  KIND  SIZE  LEADER  TERM  EPOCH  REPLICAS  LIVE", "1  data  1GiB  s1  7  3  s1,s2  yes", "4  data  64MiB  gone  0  1  -  no", "1 of 3 regions are hosted by no live member.",
-		"5  data  64MiB  s2  3  2  s1,s2,s3! +s4!  yes", "1 regions have replicas on servers that are not live members (marked !)"} {
+		"5  data  64MiB  s2  3  2  s1,s2,s3! +s4!  yes", "1 regions have replicas on servers that are not live members (marked !)",
+		"s3: missing for 12s by the coordinator's count."} {
 		if !strings.Contains(out, want) {
 			t.Errorf("regions table lacks %q:\n%s", want, out)
 		}
+	}
+	if js, _ := json.Marshal(rs[2]); !strings.Contains(string(js), `"down_replicas":["s3","s4"],"missing_for":{"s3":"12s"}`) {
+		t.Errorf("region 5 JSON: %s", js)
 	}
 	if js, _ := json.Marshal(membersOutput(nil, nil)); string(js) != "[]" {
 		t.Errorf("no members: %s", js)

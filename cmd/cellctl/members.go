@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,6 +46,11 @@ type regionJSON struct {
 	// DownReplicas are the replicas and learners on servers that are not
 	// live members.
 	DownReplicas []string `json:"down_replicas,omitempty"`
+	// MissingFor is, for each down replica's server the coordinator has
+	// marked missing, how long it had counted it gone (Go duration) when
+	// it wrote the mark: its replicas are replaced once that reaches
+	// --dead-after.
+	MissingFor map[string]string `json:"missing_for,omitempty"`
 }
 
 func newMembersCommand(g *globals) *cobra.Command {
@@ -128,6 +135,12 @@ func regionsOutput(st regiontable.State) []regionJSON {
 		for _, id := range append(slices.Clone(r.Replicas), r.Learners...) {
 			if !live[id] {
 				rj.DownReplicas = append(rj.DownReplicas, id)
+				if d, ok := st.Missing[id]; ok {
+					if rj.MissingFor == nil {
+						rj.MissingFor = make(map[string]string)
+					}
+					rj.MissingFor[id] = d.Round(time.Second).String()
+				}
 			}
 		}
 		out = append(out, rj)
@@ -138,7 +151,9 @@ func regionsOutput(st regiontable.State) []regionJSON {
 func regionsTable(rs []regionJSON) *table {
 	t := &table{header: []string{"REGION", "KIND", "SIZE", "LEADER", "TERM", "EPOCH", "REPLICAS", "LIVE"}}
 	dead, down := 0, 0
+	missing := make(map[string]string)
 	for _, r := range rs {
+		maps.Copy(missing, r.MissingFor)
 		live := "yes"
 		if !r.Live {
 			live, dead = "no", dead+1
@@ -160,6 +175,9 @@ func regionsTable(rs []regionJSON) *table {
 	}
 	if down > 0 {
 		t.notes = append(t.notes, fmt.Sprintf("%d regions have replicas on servers that are not live members (marked !): they are replaced after the servers' --dead-after.", down))
+	}
+	for _, id := range slices.Sorted(maps.Keys(missing)) {
+		t.notes = append(t.notes, fmt.Sprintf("%s: missing for %s by the coordinator's count.", id, missing[id]))
 	}
 	return t
 }
