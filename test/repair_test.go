@@ -143,7 +143,15 @@ func TestCellctlMovesAndRepair(t *testing.T) {
 	if _, out, _ := ctl.cellctl(t, "regions"); !strings.Contains(out, victim.id+"!") {
 		t.Logf("regions right after the kill (the victim's member entry may outlive it for its lease):\n%s", out)
 	}
+	// While it is counted, the coordinator's count is in the table
+	// (docs/durability.md, "The count outlives the coordinator").
+	marked := time.Duration(-1)
 	regionsUntil(t, store, 90*time.Second, "replicas moved off the killed "+victim.id, func(rs []regiontable.Region) bool {
+		if st, err := store.Load(context.Background()); err == nil {
+			if d, ok := st.Missing[victim.id]; ok {
+				marked = max(marked, d)
+			}
+		}
 		for _, r := range rs {
 			if holdsAny(r, victim.id) || len(r.Replicas) != 3 || len(r.Learners) > 0 {
 				return false
@@ -152,6 +160,21 @@ func TestCellctlMovesAndRepair(t *testing.T) {
 		return true
 	})
 	t.Logf("the killed server's replicas were replaced %v after SIGKILL (--dead-after 3s, membership lease 5s)", time.Since(killed).Round(100*time.Millisecond))
+	if marked < 0 {
+		t.Errorf("the table never marked the killed %s missing", victim.id)
+	}
+	// Replaced, it is listed by no region: its mark goes.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		st, err := store.Load(context.Background())
+		if _, ok := st.Missing[victim.id]; err == nil && !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replaced %s is still marked missing (%v)", victim.id, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("marked missing for up to %v, the mark cleared once replaced", marked.Round(time.Millisecond))
 	putKeys(400, 450)
 	readAll("after the repair")
 	if code, out, errOut := ctl.cellctl(t, "check"); code != 0 {
