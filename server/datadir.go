@@ -25,7 +25,8 @@ import (
 //	             written when the region file is made at each start
 //	wal/         the raft log and stable state of the server's regions
 //	             (package wal, one pebble instance)
-//	snapshots/   the regions' raft snapshots (package wal)
+//	snapshots/   the regions' raft snapshots (package wal), or a symbolic
+//	             link to <Options.SnapshotDir>/cell-<hash>-snapshots
 //
 // region.json is written to a temporary name, synced, renamed and the
 // directory synced, so a crash leaves the old or the new file, never a
@@ -80,6 +81,93 @@ func openDataDir(dir string) (*dataDir, error) {
 }
 
 func (d *dataDir) path(name string) string { return filepath.Join(d.dir, name) }
+
+// snapshotTarget is the directory of the data directory abs's snapshots
+// under the snapshot directory dir (Options.SnapshotDir): named after
+// abs, like its region files, so data directories sharing dir never mix.
+func snapshotTarget(dir, abs string) (string, error) {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("server: snapshot directory %s: %w", dir, err)
+	}
+	return filepath.Join(d, regionFilePrefix(abs)+"snapshots"), nil
+}
+
+// linkSnapshots makes the data directory's snapshots/ a link to the
+// snapshot directory dir's part for it (Options.SnapshotDir), or checks
+// that it is one already; with dir empty, it checks only that a link
+// found there leads somewhere.
+func (d *dataDir) linkSnapshots(dir string) error {
+	link := d.path(snapshotsDir)
+	fi, err := os.Lstat(link)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("server: %s: %w", link, err)
+	}
+	exists := err == nil
+	isLink := exists && fi.Mode()&fs.ModeSymlink != 0
+	if isLink {
+		cur, err := os.Readlink(link)
+		if err != nil {
+			return fmt.Errorf("server: %s: %w", link, err)
+		}
+		if dir != "" {
+			want, err := snapshotTarget(dir, d.dir)
+			if err != nil {
+				return err
+			}
+			if cur != want {
+				return fmt.Errorf("%w: the data directory's snapshots are in %s (an earlier --snapshot-dir %s), not %s: start with that one, or move the directory and the link %s with the server stopped", ErrSnapshotDir, cur, filepath.Dir(cur), want, link)
+			}
+		}
+		if st, err := os.Stat(cur); err != nil || !st.IsDir() {
+			return fmt.Errorf("%w: the data directory's snapshots are in %s, which is missing or not a directory (an unmounted disk?): without them the log, truncated after them, is not enough to recover (%v)", ErrSnapshotDir, cur, err)
+		}
+		return nil
+	}
+	if dir == "" {
+		return nil // snapshots/ in the data directory, made by the store
+	}
+	want, err := snapshotTarget(dir, d.dir)
+	if err != nil {
+		return err
+	}
+	if exists {
+		// A snapshots/ directory of its own: moved only if empty.
+		ents, rerr := os.ReadDir(link)
+		if rerr != nil {
+			return fmt.Errorf("server: %s: %w", link, rerr)
+		}
+		if len(ents) > 0 {
+			return fmt.Errorf("%w: the data directory keeps its snapshots in %s; to use --snapshot-dir, stop the server, move that directory to %s and leave a symbolic link to it in its place", ErrSnapshotDir, link, want)
+		}
+		if err := os.Remove(link); err != nil {
+			return fmt.Errorf("server: %s: %w", link, err)
+		}
+	}
+	if err := os.MkdirAll(want, 0o755); err != nil {
+		return fmt.Errorf("server: create snapshot directory: %w", err)
+	}
+	if err := syncPath(filepath.Dir(want)); err != nil {
+		return err
+	}
+	if err := os.Symlink(want, link); err != nil {
+		return fmt.Errorf("server: link the snapshot directory: %w", err)
+	}
+	return d.syncDir()
+}
+
+// syncPath fsyncs the directory dir (a new entry in it is then durable).
+func syncPath(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("server: sync %s: %w", dir, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("server: sync %s: %w", dir, err)
+	}
+	return nil
+}
 
 // regionFileName names the region file of region id for this directory.
 // The name is unique per data directory, so servers with different data
@@ -201,6 +289,16 @@ func Wipe(dir, shmDir string) ([]string, error) {
 	if err != nil {
 		return removed, err
 	}
+	// Snapshots on a disk of their own (Options.SnapshotDir): the link
+	// leads to them.
+	if target, err := os.Readlink(filepath.Join(abs, snapshotsDir)); err == nil {
+		if _, err := os.Stat(target); err == nil {
+			if err := os.RemoveAll(target); err != nil {
+				return removed, fmt.Errorf("server: remove %s: %w", target, err)
+			}
+			removed = append(removed, target)
+		}
+	}
 	if _, err := os.Stat(abs); err == nil {
 		if err := os.RemoveAll(abs); err != nil {
 			return removed, fmt.Errorf("server: remove %s: %w", abs, err)
@@ -269,14 +367,7 @@ func (d *dataDir) writeJSON(name string, v any) error {
 	return nil
 }
 
-func (d *dataDir) syncDir() error {
-	f, err := os.Open(d.dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
+func (d *dataDir) syncDir() error { return syncPath(d.dir) }
 
 // close releases the lock.
 func (d *dataDir) close() error {

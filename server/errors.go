@@ -17,6 +17,9 @@ var (
 	// ErrDataDirLocked: another process runs a server on the data
 	// directory.
 	ErrDataDirLocked = errors.New("server: data directory in use")
+	// ErrSnapshotDir: Options.SnapshotDir disagrees with where the data
+	// directory keeps its snapshots, or that directory is missing.
+	ErrSnapshotDir = errors.New("server: snapshot directory")
 	// ErrDataDirOwned: the data directory belongs to another server ID.
 	ErrDataDirOwned = errors.New("server: data directory belongs to another server")
 	// ErrRegionOwned: the region table says another server hosts the

@@ -33,6 +33,17 @@ type Options struct {
 	// they are; Wipe removes them with the directory. Created if missing.
 	// Required.
 	DataDir string
+	// SnapshotDir, when set, holds the regions' raft snapshots instead of
+	// DataDir/snapshots (a disk of their own, so that writing a snapshot
+	// does not share the log's): they go in a directory of it named after
+	// DataDir's absolute path ("cell-<hash>-snapshots"), and
+	// DataDir/snapshots becomes a symbolic link to that directory, so
+	// that later starts (with the same SnapshotDir or none) and Wipe find
+	// them. A start whose SnapshotDir names another place than the link,
+	// or a link whose directory is missing (an unmounted disk), fails
+	// with ErrSnapshotDir: the log was truncated after those snapshots.
+	// Default: DataDir/snapshots.
+	SnapshotDir string
 	// Listen is the RPC address (wire protocol). Default 127.0.0.1:7070;
 	// port 0 picks a free port (Server.Addr reports it).
 	Listen string

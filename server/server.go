@@ -203,6 +203,9 @@ func (s *Server) start(ctx context.Context) error {
 	if s.dir, err = openDataDir(s.opts.DataDir); err != nil {
 		return err
 	}
+	if err := s.dir.linkSnapshots(s.opts.SnapshotDir); err != nil {
+		return err
+	}
 	if err := s.openLog(); err != nil {
 		return err
 	}

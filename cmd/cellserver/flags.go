@@ -39,6 +39,7 @@ type config struct {
 	nodeSize       int
 	hugepages      meganode.HugepageMode
 	shmDir         string
+	snapshotDir    string
 	prefault       bool
 	shmGroup       int
 	serverID       string
@@ -117,6 +118,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		fs.StringVar(p, name, def, usage+" (env "+envName(name)+")")
 	}
 	str(&cfg.dataDir, "data-dir", "./cell-data", "directory of the server's state: the log (wal/), snapshots, region file, embedded etcd's data")
+	str(&cfg.snapshotDir, "snapshot-dir", "", "directory of the regions' raft snapshots, a disk apart from the log's (they go in cell-<hash of --data-dir>-snapshots/ there, linked from <data-dir>/snapshots, and later starts must name the same one or none); default <data-dir>/snapshots")
 	str(&cfg.listen, "listen", server.DefaultListen, "RPC address (wire protocol)")
 	str(&cfg.advertise, "advertise", "", "RPC address published to clients (default: the listen address; a wildcard host becomes the host name)")
 	str(&cfg.rdmaListen, "rdma-listen", server.DefaultRDMAListen, "address of the tcp one-sided read responder")

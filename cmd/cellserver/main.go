@@ -214,6 +214,7 @@ func serverOptions(cfg *config, store regiontable.Store, tc tlsConfs, knobs serv
 		NodeSize:         cfg.nodeSize,
 		Hugepages:        cfg.hugepages,
 		ShmDir:           cfg.shmDir,
+		SnapshotDir:      cfg.snapshotDir,
 		Prefault:         cfg.prefault,
 		ShmGroup:         cfg.shmGroup,
 		SplitPlacement:   cfg.splitPlacement,
