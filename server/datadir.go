@@ -131,6 +131,9 @@ func (d *dataDir) linkSnapshots(dir string) error {
 	if err != nil {
 		return err
 	}
+	if rel, err := filepath.Rel(d.dir, want); err == nil && !strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("%w: %s is inside the data directory %s, where the snapshots are by default: --snapshot-dir is for another disk", ErrSnapshotDir, dir, d.dir)
+	}
 	if exists {
 		// A snapshots/ directory of its own: moved only if empty.
 		ents, rerr := os.ReadDir(link)

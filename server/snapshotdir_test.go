@@ -72,6 +72,17 @@ func TestLinkSnapshots(t *testing.T) {
 	if err := d2.linkSnapshots(snap); err != nil {
 		t.Fatalf("over an empty snapshots/: %v", err)
 	}
+	// A snapshot directory inside the data directory is a mistake.
+	d3, err := openDataDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d3.close()
+	for _, inside := range []string{d3.dir, d3.path(snapshotsDir), d3.path("x")} {
+		if err := d3.linkSnapshots(inside); !errors.Is(err, ErrSnapshotDir) {
+			t.Errorf("a snapshot directory %s inside the data directory: %v, want ErrSnapshotDir", inside, err)
+		}
+	}
 	// Two data directories share the snapshot directory without mixing.
 	want2, _ := snapshotTarget(snap, d2.dir)
 	if want2 == want {
