@@ -173,6 +173,9 @@ func (d *tableDiscovery) discover(ctx context.Context) (discovery, error) {
 
 // watch follows the table from a fresh snapshot, and starts over from a
 // new one when a watch fails (a compacted revision, etcd unreachable).
+// Changes to the servers' marks (draining, and the coordinator's count of
+// a missing server, rewritten every few seconds while it is missing) say
+// nothing of where regions are: they make no refresh.
 func (d *tableDiscovery) watch(ctx context.Context, changed func()) {
 	for first := true; ctx.Err() == nil; first = false {
 		st, err := d.load(ctx)
@@ -183,6 +186,9 @@ func (d *tableDiscovery) watch(ctx context.Context, changed func()) {
 			for ev := range d.store.Watch(ctx, st.Revision) {
 				if ev.Err != nil {
 					break
+				}
+				if ev.Kind == regiontable.DrainSet || ev.Kind == regiontable.MissingSet {
+					continue
 				}
 				changed()
 			}

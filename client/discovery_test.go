@@ -2,7 +2,10 @@ package client
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,4 +111,53 @@ func startEtcd(t *testing.T) *embedded.Etcd {
 	}
 	t.Fatalf("start embedded etcd: %v", lastErr)
 	return nil
+}
+
+// The servers' marks (draining; the coordinator's count of a missing
+// server, rewritten every few seconds while it is missing) do not change
+// where regions are: the watch does not make every client refresh for
+// them. A member's arrival does.
+func TestDiscoveryIgnoresServerMarks(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	d := &tableDiscovery{store: store, retry: time.Second, timeout: time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var changes atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.watch(ctx, func() { changes.Add(1) })
+	}()
+	// Members until the watch reports one: the watch is then past its
+	// Load, so what follows comes as events.
+	for i := 0; changes.Load() == 0; i++ {
+		reg, err := store.RegisterMember(ctx, regiontable.Member{ID: fmt.Sprintf("early-%d", i), RPCAddr: "127.0.0.1:2"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reg.Close(ctx)
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := changes.Load()
+	for i := range 3 {
+		if _, err := store.MarkMissing(ctx, "gone", time.Duration(i)*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := store.SetDraining(ctx, "s1", true); err != nil {
+		t.Fatal(err)
+	}
+	reg, err := store.RegisterMember(ctx, regiontable.Member{ID: "s2", RPCAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close(ctx)
+	waitFor(t, 10*time.Second, "the member's arrival", func() bool { return changes.Load() > before })
+	time.Sleep(50 * time.Millisecond)
+	if n := changes.Load() - before; n != 1 {
+		t.Fatalf("%d changes reported for four marks and a member, want 1 (the member)", n)
+	}
+	cancel()
+	<-done
 }
