@@ -76,10 +76,25 @@ func TestGoneServersCountFromMarks(t *testing.T) {
 	if add, clear := g.marks(back, t0.Add(12*time.Second), 5*time.Second); len(add) != 0 || !slices.Equal(clear, []string{"d"}) {
 		t.Fatalf("marks with d a member: add %v clear %v, want clear [d]", add, clear)
 	}
-	// e, listed by no region (its replicas were replaced), loses its mark.
-	_, clear = g.marks(viewOf([]string{"a", "b", "c", "d"}, regions, map[string]time.Duration{"e": time.Minute}), t0.Add(13*time.Second), 5*time.Second)
-	if !slices.Equal(clear, []string{"e"}) {
-		t.Fatalf("marks with e listed nowhere: clear %v, want [e]", clear)
+	// e goes, is marked, and its replicas are replaced: listed by no
+	// region, it is counted no more and loses its mark, once.
+	withE := [][]string{{"a", "b", "e"}, {"b", "c", "d"}}
+	g.note(viewOf([]string{"a", "b", "c", "d"}, withE, nil), t0.Add(14*time.Second))
+	if add, _ := g.marks(viewOf([]string{"a", "b", "c", "d"}, withE, nil), t0.Add(15*time.Second), 5*time.Second); add["e"] != time.Second {
+		t.Fatalf("marks while e is missing: add %v, want e=1s", add)
+	}
+	replaced := viewOf([]string{"a", "b", "c", "d"}, regions, map[string]time.Duration{"e": time.Second})
+	g.note(replaced, t0.Add(16*time.Second))
+	if got := g.dead(t0.Add(time.Hour), 10*time.Second); len(got) != 0 {
+		t.Fatalf("e, listed nowhere, is counted: dead %v", got)
+	}
+	if add, clear := g.marks(replaced, t0.Add(17*time.Second), 5*time.Second); len(add) != 0 || !slices.Equal(clear, []string{"e"}) {
+		t.Fatalf("marks with e listed nowhere: add %v clear %v, want clear [e]", add, clear)
+	}
+	cleared := viewOf([]string{"a", "b", "c", "d"}, regions, nil)
+	g.note(cleared, t0.Add(18*time.Second))
+	if add, clear := g.marks(cleared, t0.Add(30*time.Second), 5*time.Second); len(add) != 0 || len(clear) != 0 {
+		t.Fatalf("marks once e's mark went: add %v clear %v, want nothing (no mark written again)", add, clear)
 	}
 }
 

@@ -98,30 +98,25 @@ type goneServers struct {
 	since map[string]time.Time
 }
 
-// note records the members and regions of v at now: a member present is
-// not gone; a server a region lists that is not a member is gone since
-// now, or since now less its missing mark, unless it was already gone
-// earlier.
+// note records the members and regions of v at now: a server a region
+// lists that is not a member is gone since now, or since now less its
+// missing mark, unless it was already gone earlier; a member, or a server
+// no region lists (its replicas were all replaced), is not counted.
 func (g *goneServers) note(v *tableView, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.since == nil {
-		g.since = make(map[string]time.Time)
-	}
-	for id := range g.since {
-		if _, ok := v.members[id]; ok {
-			delete(g.since, id)
-		}
-	}
+	since := make(map[string]time.Time)
 	for _, id := range listedServers(v) {
 		if _, ok := v.members[id]; ok {
 			continue
 		}
 		at := now.Add(-v.missing[id])
-		if old, seen := g.since[id]; !seen || at.Before(old) {
-			g.since[id] = at
+		if old, seen := g.since[id]; seen && old.Before(at) {
+			at = old
 		}
+		since[id] = at
 	}
+	g.since = since
 }
 
 // listedServers returns every server a region of v lists (host, voter or

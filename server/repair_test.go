@@ -134,6 +134,12 @@ func TestDeadServerReplaced(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	time.Sleep(2 * repairInterval) // and none is written again
+	if st, err := store.Load(ctx); err != nil {
+		t.Fatal(err)
+	} else if d, ok := st.Missing[id]; ok {
+		t.Fatalf("%s, replaced and its mark cleared, is marked missing again (%v)", id, d)
+	}
 	slices.Sort(keys)
 	keys = append(keys, putRange(t, c, 400, 500)...)
 	slices.Sort(keys)
