@@ -98,47 +98,33 @@ func snapshotTarget(dir, abs string) (string, error) {
 // that it is one already; with dir empty, it checks only that a link
 // found there leads somewhere.
 func (d *dataDir) linkSnapshots(dir string) error {
+	var want string // the link's target dir asks for; "" without dir
+	if dir != "" {
+		var err error
+		if want, err = snapshotTarget(dir, d.dir); err != nil {
+			return err
+		}
+	}
 	link := d.path(snapshotsDir)
 	fi, err := os.Lstat(link)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("server: %s: %w", link, err)
 	}
 	exists := err == nil
-	isLink := exists && fi.Mode()&fs.ModeSymlink != 0
-	if isLink {
-		cur, err := os.Readlink(link)
-		if err != nil {
-			return fmt.Errorf("server: %s: %w", link, err)
-		}
-		if dir != "" {
-			want, err := snapshotTarget(dir, d.dir)
-			if err != nil {
-				return err
-			}
-			if cur != want {
-				return fmt.Errorf("%w: the data directory's snapshots are in %s (an earlier --snapshot-dir %s), not %s: start with that one, or move the directory and the link %s with the server stopped", ErrSnapshotDir, cur, filepath.Dir(cur), want, link)
-			}
-		}
-		if st, err := os.Stat(cur); err != nil || !st.IsDir() {
-			return fmt.Errorf("%w: the data directory's snapshots are in %s, which is missing or not a directory (an unmounted disk?): without them the log, truncated after them, is not enough to recover (%v)", ErrSnapshotDir, cur, err)
-		}
-		return nil
+	if exists && fi.Mode()&fs.ModeSymlink != 0 {
+		return d.checkSnapshotLink(link, want)
 	}
-	if dir == "" {
+	if want == "" {
 		return nil // snapshots/ in the data directory, made by the store
-	}
-	want, err := snapshotTarget(dir, d.dir)
-	if err != nil {
-		return err
 	}
 	if rel, err := filepath.Rel(d.dir, want); err == nil && !strings.HasPrefix(rel, "..") {
 		return fmt.Errorf("%w: %s is inside the data directory %s, where the snapshots are by default: --snapshot-dir is for another disk", ErrSnapshotDir, dir, d.dir)
 	}
 	if exists {
 		// A snapshots/ directory of its own: moved only if empty.
-		ents, rerr := os.ReadDir(link)
-		if rerr != nil {
-			return fmt.Errorf("server: %s: %w", link, rerr)
+		ents, err := os.ReadDir(link)
+		if err != nil {
+			return fmt.Errorf("server: %s: %w", link, err)
 		}
 		if len(ents) > 0 {
 			return fmt.Errorf("%w: the data directory keeps its snapshots in %s; to use --snapshot-dir, stop the server, move that directory to %s and leave a symbolic link to it in its place", ErrSnapshotDir, link, want)
@@ -157,6 +143,22 @@ func (d *dataDir) linkSnapshots(dir string) error {
 		return fmt.Errorf("server: link the snapshot directory: %w", err)
 	}
 	return d.syncDir()
+}
+
+// checkSnapshotLink checks the existing snapshots/ link: it leads to want
+// (when want is set) and to a directory that is there.
+func (d *dataDir) checkSnapshotLink(link, want string) error {
+	cur, err := os.Readlink(link)
+	if err != nil {
+		return fmt.Errorf("server: %s: %w", link, err)
+	}
+	if want != "" && cur != want {
+		return fmt.Errorf("%w: the data directory's snapshots are in %s (an earlier --snapshot-dir %s), not %s: start with that one, or move the directory and the link %s with the server stopped", ErrSnapshotDir, cur, filepath.Dir(cur), want, link)
+	}
+	if st, err := os.Stat(cur); err != nil || !st.IsDir() {
+		return fmt.Errorf("%w: the data directory's snapshots are in %s, which is missing or not a directory (an unmounted disk?): without them the log, truncated after them, is not enough to recover (%v)", ErrSnapshotDir, cur, err)
+	}
+	return nil
 }
 
 // syncPath fsyncs the directory dir (a new entry in it is then durable).

@@ -106,7 +106,7 @@ func (g *goneServers) note(v *tableView, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	since := make(map[string]time.Time)
-	for _, id := range listedServers(v) {
+	for id := range listedServers(v) {
 		if _, ok := v.members[id]; ok {
 			continue
 		}
@@ -119,17 +119,15 @@ func (g *goneServers) note(v *tableView, now time.Time) {
 	g.since = since
 }
 
-// listedServers returns every server a region of v lists (host, voter or
-// learner), each once.
-func listedServers(v *tableView) []string {
-	seen := make(map[string]bool)
-	var ids []string
+// listedServers returns the set of servers a region of v lists (host,
+// voter or learner).
+func listedServers(v *tableView) map[string]bool {
+	ids := make(map[string]bool)
 	for _, r := range v.regions {
 		for _, list := range [][]string{r.Replicas, r.Learners, {r.Host}} {
 			for _, id := range list {
-				if id != "" && !seen[id] {
-					seen[id] = true
-					ids = append(ids, id)
+				if id != "" {
+					ids[id] = true
 				}
 			}
 		}
@@ -160,10 +158,7 @@ func (g *goneServers) marks(v *tableView, now time.Time, every time.Duration) (a
 			add[id] = d
 		}
 	}
-	listed := make(map[string]bool)
-	for _, id := range listedServers(v) {
-		listed[id] = true
-	}
+	listed := listedServers(v)
 	for id := range v.missing {
 		if _, member := v.members[id]; member || !listed[id] {
 			clear = append(clear, id)
