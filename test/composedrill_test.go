@@ -85,9 +85,14 @@ func TestComposeDrills(t *testing.T) {
 		for i, s := range c.Cells {
 			ids[i] = c.Container(t, s)
 		}
-		// Every server crashes at once, and starts again.
+		// Every server crashes at once, and all start again together:
+		// one docker start of them all starts them one after the
+		// other, half a second each on a quiet machine and more on a
+		// busy one, and the drill would time docker, not the store.
 		all := strings.Join(ids, " ")
-		restart := "docker kill " + all + " >/dev/null && sleep 1 && docker start " + all + " >/dev/null"
+		restart := "docker kill " + all + " >/dev/null || exit 1; sleep 1; pids=; " +
+			"for id in " + all + "; do docker start $id >/dev/null & pids=\"$pids $!\"; done; " +
+			"for p in $pids; do wait $p || exit 1; done"
 		r := runDrill(t, append(common, "--fault-cmd", restart, "--target", c.Cells[0],
 			"--fault-at", "3s", "--fault-duration", "1s", "--after", "8s", "--recovery-timeout", "90s")...)
 		drillFigures("full-cluster restart", r)
