@@ -87,8 +87,8 @@ func TestComposeDrills(t *testing.T) {
 		}
 		// Every server crashes at once, and all start again together:
 		// one docker start of them all starts them one after the
-		// other, half a second each on a quiet machine and more on a
-		// busy one, and the drill would time docker, not the store.
+		// other (2.2 s for the five on a quiet machine), which the
+		// drill would count against the store.
 		all := strings.Join(ids, " ")
 		restart := "docker kill " + all + " >/dev/null || exit 1; sleep 1; pids=; " +
 			"for id in " + all + "; do docker start $id >/dev/null & pids=\"$pids $!\"; done; " +
