@@ -24,7 +24,8 @@ import (
 //     loop retries it later), then the end record.
 //
 // A root meganode made and not published (replState.NewRoot) is published
-// when the region table names it, and dropped otherwise.
+// when the region table names it, and dropped otherwise, before the splits
+// are resumed: the split that made it is one of them.
 
 // resumeSplits resumes or undoes every split in progress in rep's region
 // and settles an unpublished root. The split loop runs it first for the
@@ -40,15 +41,18 @@ func (s *Server) resumeSplits(rep *replica) {
 	s.splitMu.Lock()
 	defer s.splitMu.Unlock()
 	defer s.splitEvent()
+	// The root first: a split of the root's level that grew it is
+	// resumed over the root the table names, and it grows another only
+	// once no root is left unpublished (apply refuses a second).
+	if np := st.NewRoot; !np.IsNil() {
+		if err := s.settleNewRootLocked(rep, np); err != nil {
+			s.log.Error("server: an unpublished root meganode could not be settled", slog.String("meganode", np.String()), slog.Any("err", err))
+		}
+	}
 	for _, p := range st.Splits {
 		if err := s.resumeSplitLocked(p); err != nil {
 			s.log.Error("server: an interrupted split could not be resumed", slog.String("meganode", p.X.String()),
 				slog.String("new", p.Y.String()), slog.Any("err", err))
-		}
-	}
-	if np := st.NewRoot; !np.IsNil() {
-		if err := s.settleNewRootLocked(rep, np); err != nil {
-			s.log.Error("server: an unpublished root meganode could not be settled", slog.String("meganode", np.String()), slog.Any("err", err))
 		}
 	}
 }

@@ -32,6 +32,10 @@ const (
 	FailpointSplitLinked      = "server/split/linked"      // X's boundary links to Y's root
 	FailpointSplitInvalidated = "server/split/invalidated" // X's old right half freed, X and Y thawed
 	FailpointSplitParent      = "server/split/parent"      // separator in the parent (or new root published)
+	// Evaluated while a split of the root's level grows the root
+	// (growRootLocked), past the link: logged and ignored.
+	FailpointRootMade = "server/split/root/made" // new root meganode formatted, the region table not yet naming it
+	FailpointRootSet  = "server/split/root/set"  // the region table names the new root, the server does not publish it yet
 	// FailpointSeparator is evaluated before each try to insert a
 	// separator: an error fails the try (the parent is unreachable), and
 	// the split loop tries again later.
@@ -456,6 +460,7 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 		return err
 	}
 	np := res.New
+	s.failpointAfterLink(FailpointRootMade)
 	ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
 	defer cancel()
 	if cur, err := s.opts.Store.SetRoot(ctx, root, np); err != nil {
@@ -469,6 +474,7 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 		}
 		return fmt.Errorf("server: publish the new root meganode %v: %w", np, err)
 	}
+	s.failpointAfterLink(FailpointRootSet)
 	if err := s.publishRoot(x.rep, np); err != nil {
 		return err
 	}
