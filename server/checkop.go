@@ -75,11 +75,20 @@ func (c *conn) serveCheck(f wire.Frame, arrived time.Time) {
 	s.metrics.observe(h.Op, st, queued, service)
 }
 
-// lockSplitsUntil takes s.splitMu, waiting for a split in progress to end
-// until deadline (zero: no limit; then Expired) and while the server runs
-// (then Unavailable).
+// lockSplitsUntil takes s.splitMu with the splits at rest
+// (splitsAtRestLocked), waiting for a split in progress to end until
+// deadline (zero: no limit; then Expired) and while the server runs (then
+// Unavailable). A split holds s.splitMu while its driver runs, but not
+// while its separator waits for the split loop's retry, nor before a
+// restart or a takeover resumes it.
 func (s *Server) lockSplitsUntil(deadline time.Time) error {
-	for wait := 100 * time.Microsecond; !s.splitMu.TryLock(); wait = min(2*wait, 10*time.Millisecond) {
+	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
+		if s.splitMu.TryLock() {
+			if s.splitsAtRestLocked() {
+				return nil
+			}
+			s.splitMu.Unlock()
+		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return wireErrorf(wire.StatusExpired, "a meganode split was still in progress at the deadline")
 		}
@@ -91,7 +100,25 @@ func (s *Server) lockSplitsUntil(deadline time.Time) error {
 			return wireErrorf(wire.StatusUnavailable, "server stopping")
 		}
 	}
-	return nil
+}
+
+// splitsAtRestLocked reports whether no split of this server is in
+// progress: no separator left for the split loop to retry, no split in
+// progress in the applied state of a region it serves, no root meganode
+// unpublished. REQUIRES: s.splitMu held.
+func (s *Server) splitsAtRestLocked() bool {
+	if len(s.pendingSeps) > 0 {
+		return false
+	}
+	for _, rep := range s.servedList() {
+		rep.applyMu.Lock()
+		busy := len(rep.repl.Splits) > 0 || !rep.repl.NewRoot.IsNil()
+		rep.applyMu.Unlock()
+		if busy {
+			return false
+		}
+	}
+	return true
 }
 
 // checkReply lists the violations that err (Check's result) joins: at most

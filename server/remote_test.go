@@ -335,14 +335,37 @@ func waitSplitsSettled(t *testing.T, s *Server, x *localMeganode) {
 
 // TestSeparatorRetried: a separator that cannot reach its parent (the
 // parent's server unreachable) leaves the split done and its new meganode
-// reachable through right links; the split loop inserts it later.
+// reachable through right links; the split loop inserts it later. A check
+// waits for it (the split is not over), and answers once it is in.
 func TestSeparatorRetried(t *testing.T) {
 	s, c, x, keys, unblock := separatorPending(t)
 	if n := pendingSeparators(s); n != 1 {
 		t.Fatalf("%d separators pending, want 1", n)
 	}
 	mustServeAll(t, s, c, keys) // through X's right link
+	wantStatus(t, s.lockSplitsUntil(time.Now().Add(50*time.Millisecond)), wire.StatusExpired)
+	checked := make(chan error, 1)
+	go func() {
+		var rep wire.CheckReply
+		f, err := c.CallMessage(ctxT(t), wire.OpCheck, &wire.CheckRequest{})
+		if err == nil {
+			err = rep.Decode(f.Body)
+		}
+		f.Release()
+		if err == nil && rep.Count != 0 {
+			err = fmt.Errorf("%d violations: %q", rep.Count, rep.Violations)
+		}
+		checked <- err
+	}()
+	select {
+	case err := <-checked:
+		t.Fatalf("check answered with a separator pending: %v", err)
+	case <-time.After(300 * time.Millisecond): // past a retry of the split loop
+	}
 	unblock()
+	if err := <-checked; err != nil {
+		t.Fatalf("check that waited for the separator: %v", err)
+	}
 	waitSplitsSettled(t, s, x)
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
