@@ -2,7 +2,6 @@ package server
 
 import (
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -53,26 +52,11 @@ func (c *conn) serveCheck(f wire.Frame, arrived time.Time) {
 		return nil
 	}()
 	service := time.Since(started)
-	st := wire.StatusOK
-	if err == nil {
-		rh := h.Reply(wire.StatusOK)
-		rh.SetTiming(queued, service)
-		if werr := c.rw.WriteMessage(rh, &rep); errors.Is(werr, wire.ErrFrameTooLarge) {
-			// checkReply sizes the reply below the frame limit; a bug.
-			s.log.Error("server: check reply over the frame limit", slog.Any("err", werr))
-			err = wireErrorf(wire.StatusInternal, "reply too large")
-		}
-	}
-	if err != nil {
-		err = wireError(err)
-		st = wire.StatusOf(err)
-		_ = c.rw.WriteError(h, err, queued, service)
-	}
 	if len(rep.Violations) > 0 {
 		s.log.Warn("server: check found invariant violations", slog.Int("count", int(rep.Count)),
 			slog.String("first", rep.Violations[0]))
 	}
-	s.metrics.observe(h.Op, st, queued, service)
+	s.respond(c, h, &rep, err, queued, service)
 }
 
 // lockSplitsUntil takes s.splitMu with the splits at rest
@@ -194,18 +178,7 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 		copy(rep.Hash[:], sum.Sum(nil))
 		return nil
 	}()
-	service := time.Since(arrived)
-	st := wire.StatusOK
-	if err == nil {
-		rh := h.Reply(wire.StatusOK)
-		rh.SetTiming(0, service)
-		_ = c.rw.WriteMessage(rh, &rep) // a failed write fails the connection, which its reader sees
-	} else {
-		err = wireError(err)
-		st = wire.StatusOf(err)
-		_ = c.rw.WriteError(h, err, 0, service)
-	}
-	s.metrics.observe(h.Op, st, 0, service)
+	s.respond(c, h, &rep, err, 0, time.Since(arrived))
 }
 
 // captureRegion starts a capture of the replica's region at its applied

@@ -339,8 +339,8 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 	if need := opRoles[h.Op]; need > c.role && s.authz {
 		// Before the body is decoded: the role is the connection's.
 		s.metrics.refusals.WithLabelValues(refusePermission).Inc()
-		_ = c.rw.WriteError(h, wireErrorf(wire.StatusPermissionDenied, "%v needs a certificate of role %v or higher, this connection's is %v", h.Op, need, c.role), 0, 0)
 		s.metrics.observe(h.Op, wire.StatusPermissionDenied, 0, time.Since(arrived))
+		_ = c.rw.WriteError(h, wireErrorf(wire.StatusPermissionDenied, "%v needs a certificate of role %v or higher, this connection's is %v", h.Op, need, c.role), 0, 0)
 		f.Release()
 		c.release()
 		return
@@ -351,8 +351,8 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		// that it measures the network and not the queue.
 		rh := h.Reply(wire.StatusOK)
 		rh.SetTiming(0, time.Since(arrived))
-		_ = c.rw.Write(rh, f.Body)
 		s.metrics.observe(h.Op, wire.StatusOK, 0, time.Since(arrived))
+		_ = c.rw.Write(rh, f.Body)
 		f.Release()
 		c.release()
 		return
@@ -385,8 +385,8 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 	select {
 	case s.queue <- job{c: c, f: f, arrived: arrived}:
 	default:
-		_ = c.rw.WriteError(h, wire.ErrOverloaded, 0, 0)
 		s.metrics.observe(h.Op, wire.StatusOverloaded, 0, 0)
+		_ = c.rw.WriteError(h, wire.ErrOverloaded, 0, 0)
 		f.Release()
 		c.done()
 	}

@@ -136,8 +136,8 @@ func (s *Server) requeue(j job) {
 	case s.queue <- j:
 	default:
 		h := &j.f.Header
-		_ = j.c.rw.WriteError(h, wire.ErrOverloaded, time.Since(j.arrived), 0)
 		s.metrics.observe(h.Op, wire.StatusOverloaded, time.Since(j.arrived), 0)
+		_ = j.c.rw.WriteError(h, wire.ErrOverloaded, time.Since(j.arrived), 0)
 		j.f.Release()
 		j.c.done()
 	}

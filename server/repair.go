@@ -761,16 +761,5 @@ func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
 			return s.transferLeader(rep, req.To)
 		}
 	}()
-	service := time.Since(arrived)
-	st := wire.StatusOK
-	if err == nil {
-		rh := h.Reply(wire.StatusOK)
-		rh.SetTiming(0, service)
-		_ = c.rw.WriteMessage(rh, &wire.EmptyMessage{}) // a failed write fails the connection, which its reader sees
-	} else {
-		err = wireError(err)
-		st = wire.StatusOf(err)
-		_ = c.rw.WriteError(h, err, 0, service)
-	}
-	s.metrics.observe(h.Op, st, 0, service)
+	s.respond(c, h, &wire.EmptyMessage{}, err, 0, time.Since(arrived))
 }

@@ -80,33 +80,8 @@ func (w *worker) run(j job) {
 // service time, and ends the job.
 func (s *Server) answer(j job, msg wire.Message, err error, queued, service time.Duration) {
 	h := &j.f.Header
-	st := wire.StatusOK
-	if err == nil {
-		rh := h.Reply(wire.StatusOK)
-		rh.SetTiming(queued, service)
-		if msg == nil {
-			err = j.c.rw.Write(rh, nil)
-		} else {
-			err = j.c.rw.WriteMessage(rh, msg)
-		}
-		if errors.Is(err, wire.ErrFrameTooLarge) {
-			// Replies are sized below the frame limit; this is a bug.
-			s.log.Error("server: reply over the frame limit", slog.String("op", h.Op.String()), slog.Any("err", err))
-			err = wireErrorf(wire.StatusInternal, "reply too large")
-		} else {
-			err = nil // a write error closes the connection; nothing to answer
-		}
-	}
-	if err != nil {
-		err = wireError(err)
-		st = wire.StatusOf(err)
-		if st == wire.StatusInternal {
-			s.log.Error("server: internal error", slog.String("op", h.Op.String()), slog.Any("err", err))
-		}
-		_ = j.c.rw.WriteError(h, err, queued, service)
-	}
+	s.respond(j.c, h, msg, err, queued, service)
 	j.f.Release()
-	s.metrics.observe(h.Op, st, queued, service)
 	ewmaAdd(&s.queueEWMA, int64(queued))
 	if h.Op == wire.OpSearch {
 		ewmaAdd(&s.serviceEWMA, int64(service))
@@ -161,5 +136,36 @@ func (s *Server) hints() wire.SelectorHints {
 		Queued:       uint32(len(s.queue)),
 		QueueNanos:   sat(s.queueEWMA.Load()),
 		ServiceNanos: sat(s.serviceEWMA.Load()),
+	}
+}
+
+// respond answers request h on c with msg (err nil; a nil msg is an empty
+// body) or with err's status. The reply is
+// counted in the metrics before it is queued, so that a client holding
+// a reply finds it in /metrics. A reply over the frame limit is a bug
+// (replies are sized below it): logged, and answered Internal.
+func (s *Server) respond(c *conn, h *wire.Header, msg wire.Message, err error, queued, service time.Duration) {
+	var r wire.Reply
+	if err == nil {
+		rh := h.Reply(wire.StatusOK)
+		rh.SetTiming(queued, service)
+		var eerr error
+		if r, eerr = c.rw.Encode(rh, msg); eerr != nil {
+			s.log.Error("server: reply over the frame limit", slog.String("op", h.Op.String()), slog.Any("err", eerr))
+			err = wireErrorf(wire.StatusInternal, "reply too large")
+		}
+	}
+	st := wire.StatusOK
+	if err != nil {
+		err = wireError(err)
+		if st = wire.StatusOf(err); st == wire.StatusInternal {
+			s.log.Error("server: internal error", slog.String("op", h.Op.String()), slog.Any("err", err))
+		}
+	}
+	s.metrics.observe(h.Op, st, queued, service)
+	if err == nil {
+		_ = c.rw.Send(r) // a failed write fails the connection, which its reader sees
+	} else {
+		_ = c.rw.WriteError(h, err, queued, service)
 	}
 }

@@ -77,12 +77,48 @@ func (w *ReplyWriter) Write(h Header, body []byte) error {
 // reply buffer. m escapes to the heap (it is called through an interface):
 // keep one per worker.
 func (w *ReplyWriter) WriteMessage(h Header, m Message) error {
-	p := encodeBody(m)
+	r, err := w.Encode(h, m)
+	if err != nil {
+		return err
+	}
+	return w.Send(r)
+}
+
+var errNotEncoded = errors.New("wire: Send of a Reply that Encode did not make")
+
+// Reply is a reply frame encoded and checked against the frame limit
+// (Encode) but not yet queued (Send). A server that counts its replies
+// counts each between the two, so that a client holding a reply finds it
+// counted.
+type Reply struct{ p *[]byte }
+
+// Encode encodes the reply h with m's body (nil: an empty body) as
+// WriteMessage would, and refuses a reply larger than MaxFrameSize with
+// ErrFrameTooLarge; the reply is not queued until Send.
+func (w *ReplyWriter) Encode(h Header, m Message) (Reply, error) {
+	var p *[]byte
+	if m == nil {
+		p = getBuf(HeaderSize)
+	} else {
+		p = encodeBody(m)
+	}
 	if n := len(*p); n > w.max {
 		putBuf(p)
-		return fmt.Errorf("%w: %d-byte %v reply > %d", ErrFrameTooLarge, n, h.Op, w.max)
+		return Reply{}, fmt.Errorf("%w: %d-byte %v reply > %d", ErrFrameTooLarge, n, h.Op, w.max)
 	}
-	return w.write(h, p)
+	h.Flags |= FlagReply
+	h.BudgetMicros = 0
+	h.put(*p, uint32(len(*p)))
+	return Reply{p: p}, nil
+}
+
+// Send queues a reply that Encode made, once: it returns without waiting
+// for the socket. Sending the zero Reply is an error.
+func (w *ReplyWriter) Send(r Reply) error {
+	if r.p == nil {
+		return errNotEncoded
+	}
+	return w.bw.enqueue(r.p)
 }
 
 func (w *ReplyWriter) write(h Header, p *[]byte) error {

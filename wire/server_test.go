@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"math/rand/v2"
 	"net"
@@ -231,3 +232,65 @@ func TestReplyWriterRefusesLargeReply(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// Encode makes a reply without queueing it, so that a server can count it
+// before the client can see it; Send queues it, byte for byte what
+// WriteMessage writes.
+func TestReplyWriterEncodeThenSend(t *testing.T) {
+	req := Header{Op: OpGet, ID: 7, BudgetMicros: 5}
+	var unsent bytes.Buffer
+	rw, err := NewReplyWriter(&unsent, &Options{MaxFrameSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Encode(req.Reply(StatusOK), &GetReply{Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Encode(req.Reply(StatusOK), &NodeDumpReply{Data: make([]byte, 40)}); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("oversized Encode: %v", err)
+	}
+	if err := rw.Send(Reply{}); err == nil {
+		t.Fatal("Send of the zero Reply succeeded")
+	}
+	if err := rw.Close(); err != nil { // writes what was queued
+		t.Fatal(err)
+	}
+	if n := unsent.Len(); n != 0 {
+		t.Fatalf("%d bytes written without a Send", n)
+	}
+
+	var out bytes.Buffer
+	if rw, err = NewReplyWriter(&out, &Options{MaxFrameSize: 64}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []Message{&GetReply{Value: []byte("v")}, nil} {
+		r, err := rw.Encode(req.Reply(StatusOK), m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rw.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rw.WriteMessage(req.Reply(StatusOK), &GetReply{Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rd := mustReader(t, bytes.NewReader(out.Bytes()), nil)
+	var bodies [][]byte
+	for range 3 {
+		f, err := rd.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !f.Header.IsReply() || f.Header.ID != 7 || f.Header.BudgetMicros != 0 {
+			t.Fatalf("header %v", f.Header)
+		}
+		bodies = append(bodies, bytes.Clone(f.Body))
+	}
+	if len(bodies[1]) != 0 || !bytes.Equal(bodies[0], bodies[2]) {
+		t.Fatalf("bodies %q", bodies)
+	}
+}
