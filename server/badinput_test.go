@@ -198,3 +198,44 @@ func TestGarbageConnections(t *testing.T) {
 		t.Fatalf("keep = %q, %v", v, ok)
 	}
 }
+
+// A request whose pointer names a split's target not yet in the tree (an
+// empty inner meganode, which a client can name but no search reaches) is
+// refused OutOfBounds, not answered Internal as if the tree were corrupt;
+// the server goes on and the tree is sound. FuzzHandle found it (the input
+// in testdata/fuzz/FuzzHandle/79b4153b82e6a796, after a split begin that
+// the fuzzer had made earlier in the same process).
+func TestRequestAtEmptyTargetRefused(t *testing.T) {
+	s, _ := newTestServer(t)
+	c := dial(t, s)
+	put(t, c, "keep", "me")
+	var begun wire.SplitBeginReply
+	if _, err := call(t, c, wire.OpSplitBegin, &wire.SplitBeginRequest{Source: s.Root(), Epoch: s.Epoch(), Level: 1,
+		Range: wire.KeyRange{Min: []byte("0"), MaxInf: true}}, &begun); err != nil {
+		t.Fatal(err)
+	}
+	y, key := begun.Meganode, []byte("0")
+	for _, tc := range []struct {
+		op  wire.Op
+		req wire.Message
+	}{
+		{wire.OpGet, &wire.GetRequest{Ptr: y, Key: key}},
+		{wire.OpContains, &wire.GetRequest{Ptr: y, Key: key}},
+		{wire.OpSearch, &wire.SearchRequest{Ptr: y, Key: key, WantValue: true}},
+		{wire.OpPut, &wire.PutRequest{Ptr: y, Key: key, Value: []byte("v")}},
+		{wire.OpDelete, &wire.DeleteRequest{Ptr: y, Key: key}},
+		{wire.OpRange, &wire.RangeRequest{Ptr: y, Start: key, EndUnbounded: true}},
+		{wire.OpRange, &wire.RangeRequest{Ptr: y, StartUnbounded: true, End: []byte("9"), Reverse: true}},
+	} {
+		_, err := call(t, c, tc.op, tc.req, nil)
+		if got := wire.StatusOf(err); got != wire.StatusOutOfBounds {
+			t.Errorf("%v at the empty target %v: status %v (%v), want OutOfBounds", tc.op, y, got, err)
+		}
+	}
+	if v, ok := get(t, c, "keep"); !ok || v != "me" {
+		t.Fatalf("keep = %q, %v", v, ok)
+	}
+	if err := rootTree(t, s).CheckErr(); err != nil {
+		t.Fatal(err)
+	}
+}

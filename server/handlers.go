@@ -176,6 +176,7 @@ type hop struct {
 // to search within meganode(s) until it reaches a pointer that is not local
 // to the machine").
 func (w *worker) descend(lm *localMeganode, key []byte) (hop, error) {
+	start := lm
 	for range maxHops {
 		res, err := lm.t.Search(key)
 		if err != nil {
@@ -184,7 +185,7 @@ func (w *worker) descend(lm *localMeganode, key []byte) (hop, error) {
 		next := res.Next
 		if next.IsNil() && lm.level > 0 {
 			if next = res.Child; next.IsNil() {
-				return hop{lm: lm}, fmt.Errorf("server: inner meganode %v has no child for %q: %w", lm.m.Ptr(), key, blink.ErrCorruption)
+				return hop{lm: lm}, noChild(lm, lm == start, fmt.Sprintf("%q", key))
 			}
 		}
 		if next.IsNil() {
@@ -197,6 +198,20 @@ func (w *worker) descend(lm *localMeganode, key []byte) (hop, error) {
 		return hop{lm: lm, res: res, next: next}, nil
 	}
 	return hop{}, fmt.Errorf("server: search for %q crossed %d meganodes: %w", key, maxHops, blink.ErrCorruption)
+}
+
+// noChild is the error for an inner meganode lm that holds no child for
+// a request's key (what). In the tree an inner meganode always holds one:
+// a split's target is filled before it is linked. A request whose own
+// start pointer names lm (first) is refused, OutOfBounds: that pointer
+// came from no search (it names a split's target still empty, say, which
+// a client can name but no search reaches). One that came to lm from
+// another meganode found the tree corrupt.
+func noChild(lm *localMeganode, first bool, what string) error {
+	if first {
+		return wireErrorf(wire.StatusOutOfBounds, "meganode %v holds no child for %s: no place to start a request (a split's target, not yet in the tree?)", lm.m.Ptr(), what)
+	}
+	return fmt.Errorf("server: inner meganode %v has no child for %s: %w", lm.m.Ptr(), what, blink.ErrCorruption)
 }
 
 // header copies lm's header into w.hdr and decodes it, lock-free and

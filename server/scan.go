@@ -162,8 +162,8 @@ func (w *worker) rootMeganode() *localMeganode {
 
 func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 	w := sc.w
-	for range maxHops {
-		leaf, next, err := w.edgeLeaf(lm, cur, false)
+	for i := range maxHops {
+		leaf, next, err := w.edgeLeaf(lm, cur, false, i == 0)
 		if err != nil {
 			return err
 		}
@@ -213,8 +213,8 @@ func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 
 func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 	w := sc.w
-	for range maxHops {
-		leaf, next, err := w.edgeLeaf(lm, upper, true)
+	for i := range maxHops {
+		leaf, next, err := w.edgeLeaf(lm, upper, true, i == 0)
 		if err != nil {
 			return err
 		}
@@ -280,8 +280,10 @@ func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 // edgeLeaf descends from lm through this server's meganodes to the leaf
 // meganode where a scan goes on: forward, the one holding key (nil: the
 // first key); backward, the one holding the last key below key (nil: the
-// last key). A non-nil pointer means that meganode is elsewhere.
-func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward bool) (*localMeganode, blink.Ptr, error) {
+// last key). A non-nil pointer means that meganode is elsewhere. first
+// says lm is the request's own start (noChild).
+func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward, first bool) (*localMeganode, blink.Ptr, error) {
+	start := lm
 	for range maxHops {
 		if lm.level == 0 {
 			return lm, 0, nil
@@ -325,7 +327,7 @@ func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward bool) (*localM
 			}
 		}
 		if child.IsNil() {
-			return nil, 0, fmt.Errorf("server: inner meganode %v has no child for a scan: %w", lm.m.Ptr(), blink.ErrCorruption)
+			return nil, 0, noChild(lm, first && lm == start, "a scan")
 		}
 		if nl := w.s.meganodeAt(child); nl != nil {
 			lm = nl
