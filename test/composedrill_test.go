@@ -96,6 +96,11 @@ func TestComposeDrills(t *testing.T) {
 		r := runDrill(t, append(common, "--fault-cmd", restart, "--target", c.Cells[0],
 			"--fault-at", "3s", "--fault-duration", "1s", "--after", "8s", "--recovery-timeout", "90s")...)
 		drillFigures("full-cluster restart", r)
+		if len(r.Faults) == 1 {
+			line := restartTimeline(t, c, r.Start.Add(time.Duration(r.Faults[0].FaultNS)))
+			t.Logf("full-cluster restart, %s", line)
+			appendFigures("drill full-cluster restart, " + line)
+		}
 		waitReplicated(t, store, 3)
 	})
 	t.Run("dead-until-replaced", func(t *testing.T) {

@@ -46,9 +46,11 @@ func TestDrillLocal(t *testing.T) {
 
 // drillReport is the part of cellctl drill's JSON report the tests read.
 type drillReport struct {
+	Start      time.Time // the recorder's start: the faults' times count from it
 	Operations struct{ OK, Failed, Unknown int }
 	Faults     []struct {
 		Server        string
+		FaultNS       int64 `json:"fault_ns"`
 		UnavailableNS int64 `json:"unavailable_ns"`
 	}
 	Phases []struct {
