@@ -11,7 +11,7 @@ import (
 
 // restartTimeline says where a full-cluster restart's time went: from
 // the kill (killedAt) to each container's start, each server's first log
-// line, its "serving" line, and the lines that say a region has a leader
+// line after it, its "serving" line, and the lines that say a region has a leader
 // again. A drill's unavailability is one number; these are its parts, so
 // that a slow run says whether docker, the servers' start or the raft
 // elections took the time.
@@ -64,8 +64,8 @@ func timelineOf(killedAt time.Time, starts map[string]time.Time, logs string) st
 		}
 		stamp, text, _ := strings.Cut(strings.TrimSpace(rest), " ")
 		at, err := time.Parse(time.RFC3339Nano, stamp)
-		if err != nil || at.Before(killedAt) {
-			continue
+		if err != nil || at.Before(killedAt) || at.Before(starts[service]) {
+			continue // the crashed process's, or before the restart
 		}
 		if _, ok := first[service]; !ok {
 			first[service] = since(at)
@@ -103,6 +103,7 @@ func TestTimelineOf(t *testing.T) {
 	logs := strings.Join([]string{
 		`p_cell1_1  | 2026-12-03T09:59:59.000000000Z time=x level=INFO msg="server: serving"`, // before the kill
 		`p_cell1_1  | 2026-12-03T10:00:01.200000000Z time=x level=INFO msg="raft: starting"`,
+		`p_cell2_1  | 2026-12-03T10:00:01.250000000Z time=x level=INFO msg="raft: stopping"`, // before its container's start
 		`p_cell2_1  | 2026-12-03T10:00:01.400000000Z time=x level=INFO msg="raft: starting"`,
 		`p_cell1_1  | 2026-12-03T10:00:01.500000000Z time=x level=INFO msg="server: serving" server=cell1`,
 		`p_cell2_1  | 2026-12-03T10:00:01.900000000Z time=x level=INFO msg="server: serving" server=cell2`,
