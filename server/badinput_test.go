@@ -232,6 +232,12 @@ func TestRequestAtEmptyTargetRefused(t *testing.T) {
 			t.Errorf("%v at the empty target %v: status %v (%v), want OutOfBounds", tc.op, y, got, err)
 		}
 	}
+	// A separator's insertion whose start lies below the parent level it
+	// names: no search led there either.
+	ins := &wire.InsertChildRequest{Start: s.Root(), Level: 1, Child: s.Root(), Key: []byte("m")}
+	if _, err := call(t, c, wire.OpInsertChild, ins, &wire.InsertChildReply{}); wire.StatusOf(err) != wire.StatusOutOfBounds {
+		t.Errorf("insert child starting below its level: status %v (%v), want OutOfBounds", wire.StatusOf(err), err)
+	}
 	if v, ok := get(t, c, "keep"); !ok || v != "me" {
 		t.Fatalf("keep = %q, %v", v, ok)
 	}

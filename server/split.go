@@ -13,6 +13,7 @@ import (
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
 )
 
 // Local meganode splits (paper §2.2, DESIGN §4; the protocol is drawn in
@@ -341,8 +342,12 @@ func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*localMeganod
 	if lm == nil {
 		return nil, start, nil
 	}
-	for range maxHops {
+	for i := range maxHops {
 		if lm.level < level {
+			if i == 0 {
+				// The request's own start: no search led there.
+				return nil, 0, wireErrorf(wire.StatusOutOfBounds, "start %v is in a meganode of level %d, below the parent level %d", start, lm.level, level)
+			}
 			return nil, 0, fmt.Errorf("server: search for level %d reached meganode %v at level %d: %w", level, lm.m.Ptr(), lm.level, blink.ErrCorruption)
 		}
 		res, err := lm.t.Search(key)
