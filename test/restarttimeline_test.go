@@ -56,12 +56,12 @@ func timelineOf(killedAt time.Time, starts map[string]time.Time, logs string) st
 			continue
 		}
 		service = strings.TrimSpace(service)
-		// docker-compose names a service's container project_service_1.
+		// docker-compose prefixes a line with the container's name,
+		// project_service_1, or with service_1 when that is long.
 		if i := strings.LastIndex(service, "_"); i > 0 {
-			if j := strings.LastIndex(service[:i], "_"); j >= 0 {
-				service = service[j+1 : i]
-			}
+			service = service[:i]
 		}
+		service = service[strings.LastIndex(service, "_")+1:]
 		stamp, text, _ := strings.Cut(strings.TrimSpace(rest), " ")
 		at, err := time.Parse(time.RFC3339Nano, stamp)
 		if err != nil || at.Before(killedAt) || at.Before(starts[service]) {
@@ -103,7 +103,7 @@ func TestTimelineOf(t *testing.T) {
 	logs := strings.Join([]string{
 		`p_cell1_1  | 2026-12-03T09:59:59.000000000Z time=x level=INFO msg="server: serving"`, // before the kill
 		`p_cell1_1  | 2026-12-03T10:00:01.200000000Z time=x level=INFO msg="raft: starting"`,
-		`p_cell2_1  | 2026-12-03T10:00:01.250000000Z time=x level=INFO msg="raft: stopping"`, // before its container's start
+		`cell2_1  | 2026-12-03T10:00:01.250000000Z time=x level=INFO msg="raft: stopping"`, // before its container's start
 		`p_cell2_1  | 2026-12-03T10:00:01.400000000Z time=x level=INFO msg="raft: starting"`,
 		`p_cell1_1  | 2026-12-03T10:00:01.500000000Z time=x level=INFO msg="server: serving" server=cell1`,
 		`p_cell2_1  | 2026-12-03T10:00:01.900000000Z time=x level=INFO msg="server: serving" server=cell2`,
