@@ -202,12 +202,7 @@ func TestMetadataSplitFlags(t *testing.T) {
 		if step == FailpointSplitCopied {
 			wantStatus(t, s.lockSplitsUntil(time.Now().Add(50*time.Millisecond)), wire.StatusExpired)
 			go func() {
-				var rep wire.CheckReply
-				f, err := c.CallMessage(ctxT(t), wire.OpCheck, &wire.CheckRequest{})
-				if err == nil {
-					err = rep.Decode(f.Body)
-				}
-				f.Release()
+				rep, err := callCheck(t, c)
 				checked <- checkResult{rep, err}
 			}()
 			select {
@@ -268,4 +263,15 @@ func TestCheckFindsMisnamedEntry(t *testing.T) {
 			t.Errorf("check: %v\nwant a violation with %q", err, want)
 		}
 	}
+}
+
+// callCheck sends c an OpCheck and decodes its reply.
+func callCheck(t testing.TB, c *wire.Conn) (wire.CheckReply, error) {
+	var rep wire.CheckReply
+	f, err := c.CallMessage(ctxT(t), wire.OpCheck, &wire.CheckRequest{})
+	if err == nil {
+		err = rep.Decode(f.Body)
+	}
+	f.Release()
+	return rep, err
 }

@@ -346,12 +346,7 @@ func TestSeparatorRetried(t *testing.T) {
 	wantStatus(t, s.lockSplitsUntil(time.Now().Add(50*time.Millisecond)), wire.StatusExpired)
 	checked := make(chan error, 1)
 	go func() {
-		var rep wire.CheckReply
-		f, err := c.CallMessage(ctxT(t), wire.OpCheck, &wire.CheckRequest{})
-		if err == nil {
-			err = rep.Decode(f.Body)
-		}
-		f.Release()
+		rep, err := callCheck(t, c)
 		if err == nil && rep.Count != 0 {
 			err = fmt.Errorf("%d violations: %q", rep.Count, rep.Violations)
 		}

@@ -140,10 +140,10 @@ func (s *Server) hints() wire.SelectorHints {
 }
 
 // respond answers request h on c with msg (err nil; a nil msg is an empty
-// body) or with err's status. The reply is
-// counted in the metrics before it is queued, so that a client holding
-// a reply finds it in /metrics. A reply over the frame limit is a bug
-// (replies are sized below it): logged, and answered Internal.
+// body) or with err's status. The reply is counted in the metrics before
+// it is queued, so that a client holding a reply finds it in /metrics. A
+// reply over the frame limit is a bug (replies are sized below it):
+// logged, and answered Internal.
 func (s *Server) respond(c *conn, h *wire.Header, msg wire.Message, err error, queued, service time.Duration) {
 	var r wire.Reply
 	if err == nil {
