@@ -74,9 +74,9 @@
 //   - ErrEmptyKey, ErrKeyTooLarge, ErrValueTooLarge: the arguments; not
 //     sent.
 //   - ErrOutcomeUnknown: a Put or Delete was sent but its answer was lost
-//     (the connection failed, the context ended in flight): it may or may
-//     not have been applied; read the key to know. The client never
-//     retries such a write.
+//     (the context ended in flight, the server failed, or a retry of it
+//     could not be settled: see Retries below): it may or may not have
+//     been applied; read the key to know.
 //   - ErrUnavailable: no server holding the data answered within the
 //     retries or the context's deadline (the cause is wrapped); the
 //     operation was not applied. A context that ends first gives its own
@@ -257,12 +257,19 @@
 // connections; if it does not answer within 500 ms they are closed, so
 // that requests waiting on a paused or cut-off server are retried on the
 // new host instead of waiting for their deadlines.
-// A write is retried only when the error proves it was not executed; when
-// it may have been (the connection failed after sending, the context ended
-// in flight, the server said OutcomeUnknown or Internal), the write fails
-// with ErrOutcomeUnknown and is never retried by the client. Writes carry
-// a client id and a sequence number for the servers' at-most-once
-// application (DESIGN §9); a retry keeps them.
+// Writes carry a client id and a sequence number for the servers'
+// at-most-once application (DESIGN §9); a retry keeps them. A write is
+// retried as it was when the error proves it was not executed. When its
+// outcome was lost (the connection failed after sending, or the server
+// said OutcomeUnknown: its leadership ended under the write), it is sent
+// again within the context's deadline flagged as a retry
+// (wire.FlagRetry): the key's region answers as the first attempt did if
+// that applied, applies it if its at-most-once table proves the first
+// attempt did not, and otherwise answers Unverifiable (the table forgot
+// the client, or the key moved in from another region since), which ends
+// the write with ErrOutcomeUnknown. So does a context that ends, the
+// client closing, or a server error (Internal) while the outcome is open
+// (docs/durability.md, "At most once").
 //
 // # Caches (paper §3)
 //

@@ -72,8 +72,11 @@ func TestDeadlineRespected(t *testing.T) {
 }
 
 // TestWriteOutcomeUnknown: a write whose connection breaks after it was
-// sent fails with ErrOutcomeUnknown (it may have been applied: here it
-// was) and is not retried.
+// sent is sent again once, flagged as a retry; a server that cannot vouch
+// that the first attempt was not applied (this one keeps no session
+// table) answers Unverifiable, and the write fails with ErrOutcomeUnknown
+// wrapping both (it may have been applied: with exec it was), never
+// applied by the retry.
 func TestWriteOutcomeUnknown(t *testing.T) {
 	cl := newTestCluster(t, clusterSpec{})
 	c := mustClient(t, testConfig(t, cl))
@@ -91,10 +94,14 @@ func TestWriteOutcomeUnknown(t *testing.T) {
 			once.Do(func() { drop = true; puts.Done() })
 			return drop, exec
 		}})
+		retries := cl.servers[0].retries.Load()
 		err := c.Put(ctx, key(1), []byte("new"))
 		cl.servers[0].knobs.Store(&serverKnobs{})
-		if !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, wire.ErrConnLost) {
-			t.Fatalf("exec=%v: Put = %v, want ErrOutcomeUnknown wrapping wire.ErrConnLost", exec, err)
+		if !errors.Is(err, ErrOutcomeUnknown) || !errors.Is(err, wire.ErrConnLost) || !errors.Is(err, wire.ErrUnverifiable) {
+			t.Fatalf("exec=%v: Put = %v, want ErrOutcomeUnknown wrapping wire.ErrConnLost and wire.ErrUnverifiable", exec, err)
+		}
+		if n := cl.servers[0].retries.Load() - retries; n != 1 {
+			t.Fatalf("exec=%v: %d retries sent, want 1", exec, n)
 		}
 		v, err := c.Get(ctx, key(1))
 		if err != nil {

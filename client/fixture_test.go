@@ -74,6 +74,8 @@ type testServer struct {
 	keys   []rdma.RemoteKey
 	knobs  atomic.Pointer[serverKnobs]
 	served atomic.Uint64 // requests answered
+	// retries counts writes flagged wire.FlagRetry, answered Unverifiable.
+	retries atomic.Uint64
 
 	wg     sync.WaitGroup
 	mu     sync.Mutex
@@ -289,6 +291,12 @@ func (s *testServer) handle(rw *wire.ReplyWriter, f wire.Frame, arrived time.Tim
 	defer f.Release()
 	if k := s.knobs.Load(); k.delay != nil {
 		time.Sleep(k.delay(f.Header.Op))
+	}
+	if f.Header.Flags&wire.FlagRetry != 0 {
+		// No session table here: a retried write cannot be vouched for.
+		s.retries.Add(1)
+		_ = rw.WriteError(&f.Header, wire.ErrUnverifiable, 0, 0)
+		return
 	}
 	begin := time.Now()
 	body, err := s.dispatch(f.Header.Op, f.Body)

@@ -190,6 +190,11 @@ func (s *server) dial(ctx context.Context, i int) (*wire.Conn, error) {
 // call sends one request and waits for its reply. The caller releases the
 // frame.
 func (s *server) call(ctx context.Context, op wire.Op, body []byte) (wire.Frame, error) {
+	return s.callFlags(ctx, op, 0, body)
+}
+
+// callFlags is call with the request's header flags (wire.FlagRetry).
+func (s *server) callFlags(ctx context.Context, op wire.Op, flags wire.Flags, body []byte) (wire.Frame, error) {
 	cn, err := s.conn(ctx)
 	if err != nil {
 		return wire.Frame{}, err
@@ -197,7 +202,7 @@ func (s *server) call(ctx context.Context, op wire.Op, body []byte) (wire.Frame,
 	slots := s.c.cfg.CPUSlots
 	slots.callStart()
 	defer slots.callEnd()
-	return cn.Call(ctx, op, body)
+	return cn.CallFlags(ctx, op, flags, body)
 }
 
 // hasConns reports whether the server has a connection open.

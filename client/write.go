@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/cellstore/cell/blink"
@@ -16,12 +17,63 @@ import (
 // leaf, it lets the server find the leaf (Ptr 0) instead of searching
 // first.
 //
-// Retries: only after errors that prove the write was not executed
-// (connection failed before sending, NeedsRetry, Unavailable, Overloaded,
-// Expired, WrongServer, StaleEpoch, UnknownRegion, KeyOutOfRange), with
-// the same client id and sequence number. Anything else that follows the
-// request's sending is ErrOutcomeUnknown, never retried.
+// Retries, always with the same client id and sequence number: after
+// errors that prove the write was not executed (connection failed before
+// sending, NeedsRetry, Unavailable, Overloaded, Expired, WrongServer,
+// StaleEpoch, UnknownRegion, KeyOutOfRange), and after a lost outcome (the
+// connection failed after sending, or the server answered OutcomeUnknown:
+// its leadership ended under the write). From a lost outcome on, every
+// attempt carries wire.FlagRetry: the region applies it only if its
+// at-most-once table proves the first attempt was not applied, answers
+// as the first attempt did if it was, and otherwise answers Unverifiable,
+// which ends the write with ErrOutcomeUnknown. So does any other end of a
+// write whose outcome was once lost (the caller's context, the client
+// closing, an error of the server): only the region's answer to a
+// flagged attempt settles it.
 func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) error {
+	var w writeAttempts
+	err := c.writeOnce(ctx, kind, key, value, &w)
+	if err != nil && w.lost != nil {
+		return w.settle(err)
+	}
+	return err
+}
+
+// writeAttempts is what a write's attempts learned: the error of the
+// first attempt whose outcome was lost (nil while none was).
+type writeAttempts struct {
+	lost error
+}
+
+// flags returns the header flags of the next attempt.
+func (w *writeAttempts) flags() wire.Flags {
+	if w.lost != nil {
+		return wire.FlagRetry
+	}
+	return 0
+}
+
+// settle returns the error a write whose outcome was once lost ends with:
+// NotFound (a delete the region applied, or vouched for and applied, that
+// found no key), else ErrOutcomeUnknown.
+func (w *writeAttempts) settle(err error) error {
+	if errors.Is(err, ErrNotFound) || isOutcomeUnknown(err) {
+		return err
+	}
+	return &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (after: %w)", err, w.lost)}
+}
+
+// lostOutcome reports whether err leaves a sent write's outcome unknown
+// in a way a flagged retry can settle: the connection failed after
+// sending, or the server answered OutcomeUnknown. Not the caller's
+// context ending (nothing can be sent after it) nor Internal (a server
+// error that would most likely repeat).
+func lostOutcome(err error) bool {
+	var ce *wire.ConnError
+	return errors.As(err, &ce) && ce.Sent || errors.Is(err, wire.ErrOutcomeUnknown)
+}
+
+func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, w *writeAttempts) error {
 	if c.isClosed() {
 		return ErrClosed
 	}
@@ -68,10 +120,32 @@ func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) erro
 				return err // not sent
 			}
 			var f wire.Frame
-			f, err = srv.call(ctx, op, sc.body)
+			f, err = srv.callFlags(ctx, op, w.flags(), sc.body)
 			if err == nil {
 				f.Release()
 				return nil
+			}
+			if errors.Is(err, wire.ErrUnverifiable) {
+				return &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (first attempt: %w)", err, w.lost)}
+			}
+			if lostOutcome(err) && ctx.Err() == nil && !c.isClosed() {
+				if w.lost == nil {
+					w.lost = err
+				}
+				c.countRetry(causeConnLost)
+				retries++
+				if gerr := c.giveUp(ctx, retries, causeConnLost, err); gerr != nil {
+					return gerr
+				}
+				if c.backoff(ctx, retries) != nil {
+					return ctx.Err()
+				}
+				c.paths.drop(ptr)
+				redirect = nil
+				if t, err = c.refreshed(ctx, t, retries, causeConnLost, err); err != nil {
+					return err
+				}
+				continue
 			}
 		}
 		d, cause, ferr := c.failure(ctx, t, ptr, err, true, &retries)

@@ -22,7 +22,7 @@ import (
 // A write record, little-endian at fixed offsets (a format that log
 // entries will keep):
 //
-//	0  version u8 (1)        1 kind u8                   2 reserved u16 (0)
+//	0  version u8 (1)        1 kind u8                   2 flags u16 (bit0 retry)
 //	4  key length u32
 //	8  meganode Ptr u64      the header of the meganode to change
 //	16 client id u64         24 sequence u64   (at-most-once application,
@@ -82,7 +82,8 @@ import (
 //	  4  reserved u32 (0)
 //	  8  right Ptr u64            Y's right link (begin)
 //	  16 source Ptr u64           X, for the operator (begin)
-//	  24 begin: Y's max key; append: the entries (below)
+//	  24 begin: Y's max key; append: the entries (below); commit: the
+//	     source region's session digest (session.go), or empty
 //
 // A target append's entries, X's entries in key order:
 //
@@ -119,7 +120,13 @@ import (
 //
 // Put and delete records carry the client's id and the write's sequence
 // number (0 and 0 for writes of the server's own): a pair applied before
-// is not applied again (the session table, session.go).
+// is not applied again (the session table, session.go). One flagged retry
+// (recRetry: the client sent it again after losing the first attempt's
+// answer) is applied only if the table vouches that the first attempt was
+// not; otherwise it fails with errUnverifiable and changes nothing. A
+// target commit record's value may carry, after the target body, the
+// source region's session digest (session.go), merged into this region's
+// table.
 const (
 	recVersion    = 1
 	recHeaderSize = 40
@@ -136,6 +143,8 @@ const (
 	targetBodySize = 24
 	regionBodySize = 24
 	rootBodySize   = 8
+
+	recRetry = 1 << 0 // record flags: a retry after an unknown outcome
 )
 
 // rootPhase is the step of a root record.
@@ -252,6 +261,10 @@ func decodeTargetBody(v []byte) (targetBody, error) {
 		return targetBody{}, fmt.Errorf("server: target phase %d: %w", v[0], ErrBadRecord)
 	case v[1]&^targetMaxInf != 0 || le.Uint32(v[4:]) != 0:
 		return targetBody{}, fmt.Errorf("server: target body reserved bits: %w", ErrBadRecord)
+	case b.Phase == targetCommit && len(b.Payload) > 0:
+		if err := checkDigest(b.Payload); err != nil {
+			return targetBody{}, err
+		}
 	case b.Phase != targetBegin && b.Phase != targetAppend && len(b.Payload) > 0:
 		return targetBody{}, fmt.Errorf("server: target %v record with a payload: %w", b.Phase, ErrBadRecord)
 	}
@@ -433,6 +446,7 @@ func decodeRootEntries(body []byte) ([]levelEntry, error) {
 // writeRecord is a decoded write record; Key and Value alias the record.
 type writeRecord struct {
 	Kind     uint8
+	Flags    uint16
 	Meganode blink.Ptr
 	ClientID uint64
 	Seq      uint64
@@ -447,6 +461,7 @@ func appendRecord(dst []byte, r *writeRecord) []byte {
 	var h [recHeaderSize]byte
 	h[0] = recVersion
 	h[1] = r.Kind
+	le.PutUint16(h[2:], r.Flags)
 	le.PutUint32(h[4:], uint32(len(r.Key)))
 	le.PutUint64(h[8:], uint64(r.Meganode))
 	le.PutUint64(h[16:], r.ClientID)
@@ -462,11 +477,12 @@ func decodeRecord(b []byte) (writeRecord, error) {
 	if len(b) < recHeaderSize {
 		return writeRecord{}, fmt.Errorf("server: %d-byte record: %w", len(b), ErrBadRecord)
 	}
-	if b[0] != recVersion || le.Uint16(b[2:]) != 0 || le.Uint32(b[36:]) != 0 {
+	if b[0] != recVersion || le.Uint16(b[2:])&^recRetry != 0 || le.Uint32(b[36:]) != 0 {
 		return writeRecord{}, fmt.Errorf("server: record version %d or reserved bits: %w", b[0], ErrBadRecord)
 	}
 	r := writeRecord{
 		Kind:     b[1],
+		Flags:    le.Uint16(b[2:]),
 		Meganode: blink.Ptr(le.Uint64(b[8:])),
 		ClientID: le.Uint64(b[16:]),
 		Seq:      le.Uint64(b[24:]),
@@ -480,6 +496,8 @@ func decodeRecord(b []byte) (writeRecord, error) {
 	switch {
 	case r.Kind < recPut || r.Kind > recRoot:
 		return writeRecord{}, fmt.Errorf("server: record kind %d: %w", r.Kind, ErrBadRecord)
+	case r.Flags&recRetry != 0 && (r.Kind != recPut && r.Kind != recDelete || r.ClientID == 0):
+		return writeRecord{}, fmt.Errorf("server: retry flag on a %d record of client %d: %w", r.Kind, r.ClientID, ErrBadRecord)
 	case r.Kind == recDelete && vl != 0:
 		return writeRecord{}, fmt.Errorf("server: delete record with a value: %w", ErrBadRecord)
 	case r.Kind == recChild && vl != 8:
@@ -556,6 +574,11 @@ func (rep *replica) apply(index uint64, rec []byte) (applyResult, error) {
 		if found, dup := rep.repl.Sessions.lookup(r.ClientID, r.Seq); dup && r.ClientID != 0 {
 			kind += "_duplicate" // applied before: at most once
 			res.Found = found
+			break
+		}
+		if r.Flags&recRetry != 0 && !rep.repl.Sessions.vouches(r.ClientID, r.Seq) {
+			kind += "_unverifiable"
+			err = errUnverifiable
 			break
 		}
 		if r.Kind == recPut {

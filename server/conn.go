@@ -336,6 +336,13 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		c.release()
 		return
 	}
+	if h.Flags&wire.FlagRetry != 0 && h.Op != wire.OpPut && h.Op != wire.OpDelete {
+		s.metrics.malformed.WithLabelValues("not_a_request").Inc()
+		_ = c.rw.WriteError(h, wireErrorf(wire.StatusBadRequest, "the retry flag on a %v request: only writes are retried", h.Op), 0, 0)
+		f.Release()
+		c.release()
+		return
+	}
 	if need := opRoles[h.Op]; need > c.role && s.authz {
 		// Before the body is decoded: the role is the connection's.
 		s.metrics.refusals.WithLabelValues(refusePermission).Inc()

@@ -41,6 +41,12 @@ const (
 	msgNoRoot      = "the cluster has no root meganode yet"
 )
 
+// errUnverifiable is the outcome of a retried write (recRetry) whose
+// first attempt the region's session table cannot prove unapplied
+// (session.go): it changes nothing.
+var errUnverifiable error = &wire.StatusError{Status: wire.StatusUnverifiable,
+	Message: "the region cannot prove that the write's first attempt was not applied (its at-most-once table forgot the client, or the key moved in since); the outcome stays unknown"}
+
 // wireError maps an error of the tree, the region or the server to what the
 // reply says: a wire sentinel for routine outcomes, a *wire.StatusError
 // where detail helps the client, and the error itself (StatusInternal, its

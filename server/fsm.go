@@ -37,7 +37,7 @@ import (
 //
 // replState's encoding, little-endian:
 //
-//	0  magic u32 "CELS"   4 version u32 (1)   8 flags u32 (bit0 formatted)
+//	0  magic u32 "CELS"   4 version u32 (2; 1 read too)   8 flags u32 (bit0 formatted)
 //	12 split count u32    16 applied index u64   24 unpublished root Ptr u64
 //	32 splits in progress, each:
 //	   0 X Ptr u64   8 Y Ptr u64   16 flags u32 (bit0 linked, bit1 freed)
@@ -45,7 +45,7 @@ import (
 //	then the session table (session.go), then the region image
 const (
 	replMagic      = 0x534c4543 // "CELS" little-endian
-	replVersion    = 1
+	replVersion    = 2          // 1: sessions without floors and evicted filter
 	replStateSize  = 32
 	replFormatted  = 1 << 0
 	splitEntrySize = 24
@@ -143,7 +143,8 @@ func readReplState(r io.Reader) (replState, error) {
 	if _, err := io.ReadFull(r, b); err != nil {
 		return corrupt(err.Error())
 	}
-	if le.Uint32(b) != replMagic || le.Uint32(b[4:]) != replVersion || le.Uint32(b[8:])&^replFormatted != 0 {
+	version := le.Uint32(b[4:])
+	if le.Uint32(b) != replMagic || version < 1 || version > replVersion || le.Uint32(b[8:])&^replFormatted != 0 {
 		return corrupt("header")
 	}
 	st := replState{Formatted: le.Uint32(b[8:])&replFormatted != 0, Applied: le.Uint64(b[16:]), NewRoot: blink.Ptr(le.Uint64(b[24:]))}
@@ -168,7 +169,7 @@ func readReplState(r io.Reader) (replState, error) {
 		st.Splits = append(st.Splits, p)
 	}
 	var err error
-	st.Sessions, err = readSessions(r)
+	st.Sessions, err = readSessions(r, version)
 	return st, err
 }
 

@@ -381,8 +381,12 @@ func (w *worker) put(body []byte) error {
 	if len(req.Value) > wire.MaxValueSize {
 		return wireErrorf(wire.StatusValueTooLarge, "value of %d bytes, limit %d", len(req.Value), wire.MaxValueSize)
 	}
-	_, err := w.write(req.Ptr, req.Epoch, req.Key, "put", func(lm *localMeganode) []byte {
-		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recPut, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: req.Value})
+	flags, err := w.retryFlags(req.ClientID)
+	if err != nil {
+		return err
+	}
+	_, err = w.write(req.Ptr, req.Epoch, req.Key, "put", func(lm *localMeganode) []byte {
+		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recPut, Flags: flags, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: req.Value})
 		return w.rec
 	})
 	return err
@@ -393,14 +397,31 @@ func (w *worker) del(body []byte) error {
 	if err := req.Decode(body); err != nil {
 		return err
 	}
+	flags, err := w.retryFlags(req.ClientID)
+	if err != nil {
+		return err
+	}
 	res, err := w.write(req.Ptr, req.Epoch, req.Key, "delete", func(lm *localMeganode) []byte {
-		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recDelete, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key})
+		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recDelete, Flags: flags, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key})
 		return w.rec
 	})
 	if err == nil && !res.Found {
 		return wire.ErrNotFound
 	}
 	return err
+}
+
+// retryFlags returns the record flags of the write request being served:
+// recRetry when the request came with wire.FlagRetry, which needs a client
+// id (the session table vouches per client).
+func (w *worker) retryFlags(client uint64) (uint16, error) {
+	if w.job == nil || w.job.f.Header.Flags&wire.FlagRetry == 0 {
+		return 0, nil
+	}
+	if client == 0 {
+		return 0, wireErrorf(wire.StatusBadRequest, "a retried write without a client id")
+	}
+	return recRetry, nil
 }
 
 // ackBeforeCommitDelay is how long TestingKnobs.AckBeforeCommit holds an

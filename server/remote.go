@@ -305,8 +305,16 @@ func (s *Server) copyRemote(x *localMeganode, sep []byte, tgt *splitTarget) (bli
 // refusal (refusedPeerOp): Y is no frozen target there, which asking
 // again cannot change (a target restored from a snapshot after it was
 // thawed answers so to a resumed split's commit).
-func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool) error {
+//
+// A commit carries the digest of the source region's session table
+// (sessions, session.go), taken after the split froze the keys that move:
+// the target merges it, so that no retry of a write to them is vouched
+// for there that the source applied.
+func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool, sessions []byte) error {
 	req := wire.SplitEndRequest{Meganode: tgt.ptr, Commit: commit}
+	if commit {
+		req.Sessions = sessions
+	}
 	var err error
 	for attempt := 0; attempt < commitTries; attempt++ {
 		if attempt > 0 {
@@ -476,7 +484,7 @@ func (w *worker) splitEnd(body []byte) error {
 	}
 	b := targetBody{Phase: targetAbort}
 	if req.Commit {
-		b.Phase = targetCommit
+		b.Phase, b.Payload = targetCommit, req.Sessions
 	}
 	_, err := tr.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
 	err = badRequest(err)
@@ -615,6 +623,9 @@ func (rep *replica) applyTargetLocked(r *writeRecord, b *targetBody) (applyResul
 		}
 		return applyResult{Root: y.t.Root()}, nil
 	case targetCommit:
+		if len(b.Payload) > 0 {
+			rep.repl.Sessions.merge(b.Payload, rep.repl.Applied)
+		}
 		delete(rep.targets, y.m.Ptr())
 		rep.noteEnded(y.m.Ptr(), true)
 		return applyResult{}, y.t.Thaw()

@@ -510,7 +510,7 @@ func TestEndRemoteTargetRefusedOnce(t *testing.T) {
 	before := refusals()
 	// The root meganode, here: no split target.
 	tgt := &splitTarget{ptr: s.Root(), peer: regiontable.Member{ID: s.opts.ServerID, RPCAddr: s.rpcAddr}}
-	err := s.endRemoteTarget(tgt, true)
+	err := s.endRemoteTarget(tgt, true, nil)
 	if wire.StatusOf(err) != wire.StatusBadRequest {
 		t.Fatalf("commit of a meganode that is no target: %v, want BadRequest", err)
 	}

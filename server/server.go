@@ -480,6 +480,10 @@ func (s *Server) failed(err error) {
 // the other accessors it is valid once Start returned.
 func (s *Server) Addr() string { return s.rpcAddr }
 
+// ListenAddr returns the address the RPC listener is bound to (Addr
+// differs when Options.AdvertiseAddr is set).
+func (s *Server) ListenAddr() string { return s.rpcLn.Addr().String() }
+
 // ReadAddr returns the tcp one-sided responder's address.
 func (s *Server) ReadAddr() string {
 	if s.responder == nil {

@@ -26,14 +26,32 @@ import (
 // within seconds of the first try, with far fewer writes in between), and
 // at most maxSessions clients, the one whose last write is oldest (by log
 // index) forgotten first.
+//
+// What the table forgot it must not deny. A retry after an unknown
+// outcome (a record flagged recRetry) is applied only when the table can
+// vouch that the first attempt did not apply (vouches): the pair is not
+// remembered, its sequence is above every sequence the client's window
+// forgot (the session's floor), and the client was never forgotten here
+// (a forgotten client's id goes into the evicted filter, a Bloom filter:
+// a false positive only makes a retry's outcome unknown). Keys that enter
+// the region in a remote split bring what the source region's table knew
+// of their writes, as floors (a digest, merge): a write applied to a key
+// before the key moved is then never vouched for by the region it moved
+// to.
 const (
 	sessionWindow = 256
 	maxSessions   = 4096
+
+	evictedFilterBits   = 1 << 16 // 8 KiB
+	evictedFilterHashes = 3
 )
 
 // sessions is the table. Guarded by applyMu.
 type sessions struct {
 	clients map[uint64]*session
+	// evicted holds the ids of forgotten clients (nil while none was):
+	// evictedFilterBits bits, evictedFilterHashes set per id.
+	evicted []byte
 }
 
 // session is one client's remembered writes.
@@ -41,6 +59,9 @@ type session struct {
 	last  uint64          // log index of its last write
 	found map[uint64]bool // sequence → a delete found its key
 	order []uint64        // sequences, oldest first
+	// floor: no sequence at or below it can be vouched for (the highest
+	// sequence the window forgot, or a source region's digest named).
+	floor uint64
 }
 
 // lookup reports whether (client, seq) was applied, and what it found.
@@ -51,8 +72,32 @@ func (t *sessions) lookup(client, seq uint64) (found, dup bool) {
 	return found, dup
 }
 
+// vouches reports whether the table proves that (client, seq) was never
+// applied in this region: REQUIRES lookup found no duplicate.
+func (t *sessions) vouches(client, seq uint64) bool {
+	if client == 0 || t.wasEvicted(client) {
+		return false
+	}
+	s := t.clients[client]
+	return s == nil || seq > s.floor
+}
+
 // record remembers that (client, seq) applied at log index, finding found.
 func (t *sessions) record(client, seq uint64, found bool, index uint64) {
+	s := t.session(client)
+	s.last = index
+	s.found[seq] = found
+	s.order = append(s.order, seq)
+	if len(s.order) > sessionWindow {
+		s.floor = max(s.floor, s.order[0])
+		delete(s.found, s.order[0])
+		s.order = slices.Delete(s.order, 0, 1)
+	}
+}
+
+// session returns client's session, made (forgetting the oldest when the
+// table is full) if it has none.
+func (t *sessions) session(client uint64) *session {
 	if t.clients == nil {
 		t.clients = make(map[uint64]*session)
 	}
@@ -64,17 +109,12 @@ func (t *sessions) record(client, seq uint64, found bool, index uint64) {
 		s = &session{found: make(map[uint64]bool)}
 		t.clients[client] = s
 	}
-	s.last = index
-	s.found[seq] = found
-	s.order = append(s.order, seq)
-	if len(s.order) > sessionWindow {
-		delete(s.found, s.order[0])
-		s.order = slices.Delete(s.order, 0, 1)
-	}
+	return s
 }
 
 // evictOldest forgets the client whose last write is oldest (the lowest
-// client id among equals: log indices are unique, so there are none).
+// client id among equals: a digest's floors have none), and notes its id
+// in the evicted filter.
 func (t *sessions) evictOldest() {
 	var victim uint64
 	var oldest uint64
@@ -85,13 +125,51 @@ func (t *sessions) evictOldest() {
 		}
 	}
 	delete(t.clients, victim)
+	t.markEvicted(victim)
+}
+
+// markEvicted notes client in the evicted filter.
+func (t *sessions) markEvicted(client uint64) {
+	if t.evicted == nil {
+		t.evicted = make([]byte, evictedFilterBits/8)
+	}
+	for _, b := range filterBits(client) {
+		t.evicted[b/8] |= 1 << (b % 8)
+	}
+}
+
+// wasEvicted reports whether client may have been forgotten.
+func (t *sessions) wasEvicted(client uint64) bool {
+	if t.evicted == nil {
+		return false
+	}
+	for _, b := range filterBits(client) {
+		if t.evicted[b/8]&(1<<(b%8)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// filterBits returns the evicted filter's bits for client id: slices of
+// a splitmix64 mix of the id, so that ids a client chooses still spread.
+func filterBits(id uint64) [evictedFilterHashes]uint32 {
+	z := id + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	var bits [evictedFilterHashes]uint32
+	for i := range bits {
+		bits[i] = uint32(z>>(16*i)) % evictedFilterBits
+	}
+	return bits
 }
 
 // clone returns a deep copy.
 func (t *sessions) clone() sessions {
-	c := sessions{clients: make(map[uint64]*session, len(t.clients))}
+	c := sessions{clients: make(map[uint64]*session, len(t.clients)), evicted: slices.Clone(t.evicted)}
 	for id, s := range t.clients {
-		ns := &session{last: s.last, found: make(map[uint64]bool, len(s.found)), order: slices.Clone(s.order)}
+		ns := &session{last: s.last, found: make(map[uint64]bool, len(s.found)), order: slices.Clone(s.order), floor: s.floor}
 		for k, v := range s.found {
 			ns.found[k] = v
 		}
@@ -100,30 +178,152 @@ func (t *sessions) clone() sessions {
 	return c
 }
 
+// A digest is what a remote split's target learns of the source region's
+// table (the value of a target commit record, after the target body),
+// little-endian:
+//
+//	0 flags u32 (bit0: an evicted filter follows the floors)
+//	4 client count u32
+//	8 per client, by ascending id: client id u64, floor u64 (the highest
+//	  sequence of the client the source remembers or forgot)
+//	then the evicted filter, evictedFilterBits/8 bytes
+//
+// The target raises each client's floor to the digest's and ORs the
+// filters (merge): the moving keys were frozen from the split's start, so
+// every write applied to them is in the source's table, or forgotten there
+// and so below a floor or in the filter.
+const (
+	digestHeaderSize = 8
+	digestEntrySize  = 16
+	digestFiltered   = 1 << 0
+)
+
+// appendDigest appends t's digest to b.
+func (t *sessions) appendDigest(b []byte) []byte {
+	var flags uint32
+	if t.evicted != nil {
+		flags |= digestFiltered
+	}
+	b = le.AppendUint32(b, flags)
+	b = le.AppendUint32(b, uint32(len(t.clients)))
+	for _, id := range t.sortedIDs() {
+		s := t.clients[id]
+		hi := s.floor
+		for _, seq := range s.order {
+			hi = max(hi, seq)
+		}
+		b = le.AppendUint64(b, id)
+		b = le.AppendUint64(b, hi)
+	}
+	return append(b, t.evicted...)
+}
+
+// checkDigest reports whether d is a well-formed digest.
+func checkDigest(d []byte) error {
+	_, _, _, err := parseDigest(d)
+	return err
+}
+
+func parseDigest(d []byte) (flags uint32, n int, ents []byte, err error) {
+	bad := func(what string) (uint32, int, []byte, error) {
+		return 0, 0, nil, fmt.Errorf("server: session digest: %s: %w", what, ErrBadRecord)
+	}
+	if len(d) < digestHeaderSize {
+		return bad("truncated header")
+	}
+	flags, count := le.Uint32(d), le.Uint32(d[4:])
+	if flags&^digestFiltered != 0 || count > maxSessions {
+		return bad(fmt.Sprintf("flags %#x, %d clients", flags, count))
+	}
+	want := digestHeaderSize + int(count)*digestEntrySize
+	if flags&digestFiltered != 0 {
+		want += evictedFilterBits / 8
+	}
+	if len(d) != want {
+		return bad(fmt.Sprintf("%d bytes, want %d", len(d), want))
+	}
+	ents = d[digestHeaderSize : digestHeaderSize+int(count)*digestEntrySize]
+	for i := 1; i < int(count); i++ {
+		if le.Uint64(ents[i*digestEntrySize:]) <= le.Uint64(ents[(i-1)*digestEntrySize:]) {
+			return bad("client ids out of order")
+		}
+	}
+	return flags, int(count), ents, nil
+}
+
+// merge folds a source region's digest d (checked by checkDigest) into t
+// at log index: a client's floor rises to the digest's (a session made
+// for it if it has none and the table has room, else it is noted as
+// evicted), and the evicted filters are ORed.
+func (t *sessions) merge(d []byte, index uint64) {
+	flags, n, ents, err := parseDigest(d)
+	if err != nil {
+		return // decodeRecord checked it
+	}
+	for i := range n {
+		e := ents[i*digestEntrySize:]
+		id, floor := le.Uint64(e), le.Uint64(e[8:])
+		if id == 0 || floor == 0 {
+			continue
+		}
+		switch s := t.clients[id]; {
+		case s != nil:
+			s.floor = max(s.floor, floor)
+		case len(t.clients) < maxSessions:
+			if t.clients == nil {
+				t.clients = make(map[uint64]*session)
+			}
+			t.clients[id] = &session{last: index, found: make(map[uint64]bool), floor: floor}
+		default:
+			// No room: the client is noted as forgotten rather than
+			// forgetting one of this region's own.
+			t.markEvicted(id)
+		}
+	}
+	if flags&digestFiltered != 0 {
+		if t.evicted == nil {
+			t.evicted = make([]byte, evictedFilterBits/8)
+		}
+		for i, b := range d[len(d)-evictedFilterBits/8:] {
+			t.evicted[i] |= b
+		}
+	}
+}
+
+func (t *sessions) sortedIDs() []uint64 {
+	ids := make([]uint64, 0, len(t.clients))
+	for id := range t.clients {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // The table's encoding in a snapshot, after the splits (fsm.go),
 // little-endian:
 //
 //	0 client count u32
 //	then per client, by ascending id:
 //	  0 client id u64   8 last index u64   16 sequence count u32
+//	  20 floor u64 (snapshot version 2 on)
 //	  then per sequence, oldest first: seq u64, found u8
+//	then (version 2 on) the evicted filter's length u32 (0, or
+//	evictedFilterBits/8) and the filter
 const (
-	sessionHeaderSize = 20
-	sessionEntrySize  = 9
+	sessionHeaderSizeV1 = 20
+	sessionHeaderSize   = 28
+	sessionEntrySize    = 9
 )
 
 func (t *sessions) appendTo(b []byte) []byte {
-	ids := make([]uint64, 0, len(t.clients))
-	for id := range t.clients {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	ids := t.sortedIDs()
 	b = le.AppendUint32(b, uint32(len(ids)))
 	for _, id := range ids {
 		s := t.clients[id]
 		b = le.AppendUint64(b, id)
 		b = le.AppendUint64(b, s.last)
 		b = le.AppendUint32(b, uint32(len(s.order)))
+		b = le.AppendUint64(b, s.floor)
 		for _, seq := range s.order {
 			b = le.AppendUint64(b, seq)
 			f := byte(0)
@@ -133,10 +333,12 @@ func (t *sessions) appendTo(b []byte) []byte {
 			b = append(b, f)
 		}
 	}
-	return b
+	b = le.AppendUint32(b, uint32(len(t.evicted)))
+	return append(b, t.evicted...)
 }
 
-func readSessions(r io.Reader) (sessions, error) {
+// readSessions reads the table of a snapshot of state version version.
+func readSessions(r io.Reader, version uint32) (sessions, error) {
 	corrupt := func(what string) (sessions, error) {
 		return sessions{}, fmt.Errorf("server: snapshot session table: %s: %w", what, meganode.ErrCorruption)
 	}
@@ -148,19 +350,28 @@ func readSessions(r io.Reader) (sessions, error) {
 	if count > maxSessions {
 		return corrupt(fmt.Sprintf("%d clients", count))
 	}
+	hsize := sessionHeaderSize
+	if version < 2 {
+		hsize = sessionHeaderSizeV1
+	}
 	t := sessions{clients: make(map[uint64]*session, count)}
 	var prev uint64
 	for i := range count {
 		var h [sessionHeaderSize]byte
-		if _, err := io.ReadFull(r, h[:]); err != nil {
+		if _, err := io.ReadFull(r, h[:hsize]); err != nil {
 			return corrupt(err.Error())
 		}
 		id, seqs := le.Uint64(h[:]), le.Uint32(h[16:])
-		if seqs == 0 || seqs > sessionWindow || i > 0 && id <= prev { // appendTo writes ids ascending
+		// appendTo writes ids ascending; a digest's client may have no
+		// sequences, only a floor.
+		if seqs > sessionWindow || i > 0 && id <= prev || version < 2 && seqs == 0 {
 			return corrupt(fmt.Sprintf("client %d with %d sequences", id, seqs))
 		}
 		prev = id
 		s := &session{last: le.Uint64(h[8:]), found: make(map[uint64]bool, seqs)}
+		if version >= 2 {
+			s.floor = le.Uint64(h[20:])
+		}
 		buf := make([]byte, int(seqs)*sessionEntrySize)
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return corrupt(err.Error())
@@ -176,5 +387,29 @@ func readSessions(r io.Reader) (sessions, error) {
 		}
 		t.clients[id] = s
 	}
+	if version < 2 {
+		return t, nil
+	}
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return corrupt(err.Error())
+	}
+	switch fl := le.Uint32(n[:]); fl {
+	case 0:
+	case evictedFilterBits / 8:
+		t.evicted = make([]byte, fl)
+		if _, err := io.ReadFull(r, t.evicted); err != nil {
+			return corrupt(err.Error())
+		}
+	default:
+		return corrupt(fmt.Sprintf("a %d-byte evicted filter", fl))
+	}
 	return t, nil
+}
+
+// sessionDigest returns the digest of the region's session table, as a
+// remote split's commit carries it.
+func (rep *replica) sessionDigest() []byte {
+	rep.applyMu.Lock()
+	defer rep.applyMu.Unlock()
+	return rep.repl.Sessions.appendDigest(nil)
 }

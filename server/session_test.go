@@ -2,9 +2,11 @@ package server
 
 import (
 	"bytes"
+	"fmt"
 	"reflect"
 	"testing"
 
+	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -94,7 +96,7 @@ func TestSessionsBounds(t *testing.T) {
 		t.Fatalf("%d clients", len(tab.clients))
 	}
 	b := tab.appendTo(nil)
-	got, err := readSessions(bytes.NewReader(b))
+	got, err := readSessions(bytes.NewReader(b), replVersion)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,8 +104,280 @@ func TestSessionsBounds(t *testing.T) {
 		t.Fatal("the session table does not round-trip")
 	}
 	for _, cut := range []int{0, 3, 4, 20, len(b) - 1} {
-		if _, err := readSessions(bytes.NewReader(b[:cut])); err == nil {
+		if _, err := readSessions(bytes.NewReader(b[:cut]), replVersion); err == nil {
 			t.Fatalf("a table cut at %d bytes decoded", cut)
 		}
 	}
+}
+
+// A retry after an unknown outcome is vouched for only while the table
+// remembers everything of its client below it: not below what the
+// client's window forgot, not for a forgotten client (the evicted
+// filter), not below a source region's digest merged after a split.
+func TestSessionsVouch(t *testing.T) {
+	var tab sessions
+	if !tab.vouches(7, 1) {
+		t.Fatal("an empty table does not vouch for a client it never saw")
+	}
+	if tab.vouches(0, 1) {
+		t.Fatal("the table vouches for a write without a client id")
+	}
+	for seq := uint64(1); seq <= sessionWindow+10; seq++ {
+		tab.record(7, seq, false, seq)
+	}
+	if tab.vouches(7, 10) || tab.vouches(7, 1) {
+		t.Fatal("the table vouches for sequences its window forgot")
+	}
+	if !tab.vouches(7, sessionWindow+11) {
+		t.Fatal("the table does not vouch for a sequence above its window")
+	}
+	for id := uint64(100); id < 100+maxSessions; id++ {
+		tab.record(id, 1, false, 1000+id)
+	}
+	if _, ok := tab.clients[7]; ok {
+		t.Fatal("client 7 was not forgotten")
+	}
+	if tab.vouches(7, sessionWindow+11) {
+		t.Fatal("the table vouches for a forgotten client")
+	}
+	tab.record(7, sessionWindow+20, false, 9000) // back, with a new session
+	if tab.vouches(7, sessionWindow+11) {
+		t.Fatal("the table vouches for a forgotten client that came back")
+	}
+	if !tab.vouches(5, 1) {
+		t.Fatal("the table does not vouch for a client it never forgot (or the filter is full)")
+	}
+
+	// A digest raises the target's floors and carries the filter.
+	var src, dst sessions
+	src.record(1, 40, false, 1)
+	src.record(1, 30, false, 2)
+	src.record(2, 5, false, 3)
+	dst.record(2, 9, false, 1)
+	d := src.appendDigest(nil)
+	if err := checkDigest(d); err != nil {
+		t.Fatal(err)
+	}
+	dst.merge(d, 10)
+	switch {
+	case dst.vouches(1, 40), dst.vouches(1, 30), dst.vouches(1, 35):
+		t.Fatal("the target vouches for a sequence the source may have applied")
+	case dst.vouches(2, 5):
+		t.Fatal("the target vouches for client 2's sequence 5")
+	case !dst.vouches(1, 41), !dst.vouches(2, 6), !dst.vouches(3, 1):
+		t.Fatal("the target refuses sequences the source never applied")
+	}
+	if _, dup := dst.lookup(2, 9); !dup {
+		t.Fatal("the merge lost the target's own sequences")
+	}
+	if !dst.vouches(7, 1) {
+		t.Fatal("the digest brought a filter the source did not have")
+	}
+	dst.merge(tab.appendDigest(nil), 20001)
+	if dst.vouches(7, sessionWindow+30) {
+		t.Fatal("the target vouches for a client the source forgot")
+	}
+	for _, bad := range [][]byte{nil, d[:7], d[:len(d)-1], append(bytes.Clone(d), 0)} {
+		if checkDigest(bad) == nil {
+			t.Fatalf("a %d-byte digest passed", len(bad))
+		}
+	}
+	swapped := bytes.Clone(d)
+	copy(swapped[digestHeaderSize:], d[digestHeaderSize+digestEntrySize:digestHeaderSize+2*digestEntrySize])
+	copy(swapped[digestHeaderSize+digestEntrySize:], d[digestHeaderSize:digestHeaderSize+digestEntrySize])
+	if checkDigest(swapped) == nil {
+		t.Fatal("a digest with its clients out of order passed")
+	}
+
+	// Snapshots keep floors and the filter; version 1 tables still read.
+	got, err := readSessions(bytes.NewReader(dst.appendTo(nil)), replVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, dst) {
+		t.Fatal("floors or the filter do not round-trip")
+	}
+	v1 := le.AppendUint32(nil, 1)
+	v1 = le.AppendUint64(v1, 9)  // client
+	v1 = le.AppendUint64(v1, 4)  // last index
+	v1 = le.AppendUint32(v1, 1)  // one sequence
+	v1 = le.AppendUint64(v1, 12) // seq 12, found
+	v1 = append(v1, 1)
+	old, err := readSessions(bytes.NewReader(v1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found, dup := old.lookup(9, 12); !dup || !found || !old.vouches(9, 13) {
+		t.Fatalf("version 1 table: found %v dup %v", found, dup)
+	}
+}
+
+// callRetry sends a write flagged as a retry after an unknown outcome.
+func callRetry(t *testing.T, c *wire.Conn, op wire.Op, req wire.Message) error {
+	t.Helper()
+	f, err := c.CallFlags(ctxT(t), op, wire.FlagRetry, req.AppendTo(nil))
+	f.Release()
+	return err
+}
+
+// A write flagged as a retry (wire.FlagRetry) is applied when the region
+// proves its first attempt was not, answers as the first attempt did
+// when it was applied, and is refused Unverifiable, changing nothing,
+// when the region cannot tell; the flag needs a client id and a write,
+// and the table's floors survive a restart.
+func TestRetryFlag(t *testing.T) {
+	store := regiontable.NewMemory()
+	defer store.Close()
+	opts := testOptions(t, store)
+	s1 := startUnclosed(t, opts)
+	c := dial(t, s1)
+	putReq := func(client, seq uint64, k, v string) *wire.PutRequest {
+		return &wire.PutRequest{ClientID: client, Seq: seq, Key: []byte(k), Value: []byte(v)}
+	}
+	// The first attempt never arrived: applied.
+	if err := callRetry(t, c, wire.OpPut, putReq(1, 1, "k", "first")); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := get(t, c, "k"); v != "first" {
+		t.Fatalf("k = %q", v)
+	}
+	// Applied before: answered, not applied again around a later write.
+	put(t, c, "k", "later")
+	if err := callRetry(t, c, wire.OpPut, putReq(1, 1, "k", "first")); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := get(t, c, "k"); v != "later" {
+		t.Fatalf("after a duplicate retry k = %q", v)
+	}
+	// A delete retried after it applied answers "found" again.
+	put(t, c, "d", "x")
+	if _, err := call(t, c, wire.OpDelete, &wire.DeleteRequest{ClientID: 1, Seq: 2, Key: []byte("d")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := callRetry(t, c, wire.OpDelete, &wire.DeleteRequest{ClientID: 1, Seq: 2, Key: []byte("d")}); err != nil {
+		t.Fatalf("retried delete: %v", err)
+	}
+	// Past the window the table cannot tell: refused, nothing changed.
+	for seq := uint64(3); seq < 3+sessionWindow; seq++ {
+		if _, err := call(t, c, wire.OpPut, putReq(1, seq, fmt.Sprintf("w%03d", seq), "v"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantStatus(t, callRetry(t, c, wire.OpPut, putReq(1, 1, "k", "first")), wire.StatusUnverifiable)
+	wantStatus(t, callRetry(t, c, wire.OpDelete, &wire.DeleteRequest{ClientID: 1, Seq: 2, Key: []byte("k")}), wire.StatusUnverifiable)
+	if v, _ := get(t, c, "k"); v != "later" {
+		t.Fatalf("after an unverifiable retry k = %q", v)
+	}
+	// Bad uses of the flag.
+	wantStatus(t, callRetry(t, c, wire.OpPut, putReq(0, 0, "k", "anonymous")), wire.StatusBadRequest)
+	wantStatus(t, callRetry(t, c, wire.OpGet, &wire.GetRequest{Key: []byte("k")}), wire.StatusBadRequest)
+
+	// The floor survives a snapshot and a restart.
+	if err := s1.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	s1.crashForTest(t)
+	opts.Registry, opts.Logger = nil, testLogger(t)
+	s2 := startServer(t, opts)
+	c2 := dial(t, s2)
+	wantStatus(t, callRetry(t, c2, wire.OpPut, putReq(1, 1, "k", "first")), wire.StatusUnverifiable)
+	if err := callRetry(t, c2, wire.OpPut, putReq(1, 1000, "k", "new")); err != nil {
+		t.Fatalf("a retry above the floor after a restart: %v", err)
+	}
+	if v, _ := get(t, c2, "k"); v != "new" {
+		t.Fatalf("k = %q", v)
+	}
+}
+
+// leafOn returns the leaf meganode of s's own region covering key, or 0.
+func leafOn(s *Server, key []byte) blink.Ptr {
+	for _, lm := range s.servedReplica(s.regionID).megas.Load().bySlot {
+		if lm == nil || lm.level != 0 {
+			continue
+		}
+		if h, err := lm.t.Header(); err == nil && h.Bounds.Contains(key) {
+			return lm.m.Ptr()
+		}
+	}
+	return 0
+}
+
+// A key that moved to another region in a remote split takes what the
+// source's table knew of its writes along (the digest in the target's
+// commit): a retry of a write the source applied is never applied again
+// where the key went, while the source still answers the retries it
+// remembers.
+func TestRetryAfterKeyMoved(t *testing.T) {
+	srvs, _ := startCluster(t, 2, func(i int, o *Options) {
+		o.SplitFill = 1 // no split unless the test asks
+		o.SplitPlacement = PlaceRemote
+	})
+	s, target := srvs[0], srvs[1]
+	x := s.meganodeAt(s.Root())
+	c := dial(t, s)
+	var keys []string
+	for i := 0; x.t.Fill() < 0.6; i++ {
+		k := fmt.Sprintf("key%06d", i*7919%100003)
+		if _, err := call(t, c, wire.OpPut, &wire.PutRequest{ClientID: 77, Seq: uint64(i + 1), Key: []byte(k), Value: []byte("v" + k)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) <= sessionWindow {
+		t.Fatalf("%d keys: the test needs more than a window", len(keys))
+	}
+	if !s.runSplit(x) {
+		t.Fatal("the split failed")
+	}
+	waitSplitsIdle(t, s)
+	c2 := dial(t, target)
+	moved, stayed := 0, 0
+	for i, k := range keys {
+		seq := uint64(i + 1)
+		retry := &wire.PutRequest{ClientID: 77, Seq: seq, Key: []byte(k), Value: []byte("again")}
+		var err error
+		if leaf := leafOn(target, []byte(k)); !leaf.IsNil() {
+			moved++
+			retry.Ptr = leaf
+			wantStatus(t, callRetry(t, c2, wire.OpPut, retry), wire.StatusUnverifiable)
+			var rep wire.GetReply
+			if _, err := call(t, c2, wire.OpGet, &wire.GetRequest{Ptr: leaf, Key: []byte(k)}, &rep); err != nil || string(rep.Value) != "v"+k {
+				t.Fatalf("%s after its retry where it moved = %q, %v", k, rep.Value, err)
+			}
+			continue
+		}
+		stayed++
+		err = callRetry(t, c, wire.OpPut, retry)
+		if seq > uint64(len(keys))-sessionWindow {
+			if err != nil {
+				t.Fatalf("retry of a remembered write of %s: %v", k, err)
+			}
+		} else {
+			wantStatus(t, err, wire.StatusUnverifiable)
+		}
+		if v, _ := get(t, c, k); v != "v"+k {
+			t.Fatalf("%s after its retry = %q", k, v)
+		}
+	}
+	if moved == 0 || stayed == 0 {
+		t.Fatalf("%d keys moved, %d stayed", moved, stayed)
+	}
+	// Where the key went, writes the source never saw are vouched for.
+	k := []byte(keys[0])
+	for _, kk := range keys {
+		if leafOn(target, []byte(kk)) != 0 {
+			k = []byte(kk)
+			break
+		}
+	}
+	leaf := leafOn(target, k)
+	for _, r := range []*wire.PutRequest{
+		{Ptr: leaf, ClientID: 78, Seq: 1, Key: k, Value: []byte("other client")},
+		{Ptr: leaf, ClientID: 77, Seq: uint64(len(keys) + 1), Key: k, Value: []byte("above the floor")},
+	} {
+		if err := callRetry(t, c2, wire.OpPut, r); err != nil {
+			t.Fatalf("retry (%d, %d) where the key moved: %v", r.ClientID, r.Seq, err)
+		}
+	}
+	t.Logf("%d keys moved, %d stayed", moved, stayed)
 }

@@ -121,7 +121,7 @@ func (d *splitDriver) start() error {
 	res, err := d.s.applySplit(d.x, d.sep, b)
 	if err != nil {
 		if d.tgt != nil {
-			d.s.endRemoteTarget(d.tgt, false)
+			d.s.endRemoteTarget(d.tgt, false, nil)
 		}
 		return err
 	}
@@ -210,7 +210,7 @@ func (d *splitDriver) thawTarget() error {
 	if d.tgt == nil {
 		return nil
 	}
-	return d.s.endRemoteTarget(d.tgt, true)
+	return d.s.endRemoteTarget(d.tgt, true, d.x.rep.sessionDigest())
 }
 
 // separator inserts the separator one level up and reports whether it
@@ -274,7 +274,7 @@ func (d *splitDriver) abort() error {
 		s.log.Error("server: abort of a meganode split failed", slog.String("meganode", d.x.m.Ptr().String()), slog.Any("err", err))
 	}
 	if d.tgt != nil {
-		if terr := s.endRemoteTarget(d.tgt, false); terr != nil {
+		if terr := s.endRemoteTarget(d.tgt, false, nil); terr != nil {
 			s.log.Warn("server: the split's remote target was not dropped", slog.String("new", d.y.String()), slog.Any("err", terr))
 		}
 	}

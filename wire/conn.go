@@ -161,13 +161,21 @@ func NewConn(nc net.Conn, opts *Options) (*Conn, error) {
 // ErrFrameTooLarge when the reply exceeds MaxFrameSize (the connection
 // stays usable); ErrProtocol when the server answers with another op.
 func (c *Conn) Call(ctx context.Context, op Op, body []byte) (Frame, error) {
+	return c.CallFlags(ctx, op, 0, body)
+}
+
+// CallFlags is Call with the request's header flags (FlagRetry).
+func (c *Conn) CallFlags(ctx context.Context, op Op, flags Flags, body []byte) (Frame, error) {
 	n := HeaderSize + len(body)
 	if err := c.check(op, n); err != nil {
 		return Frame{}, err
 	}
+	if flags&^FlagRetry != 0 {
+		return Frame{}, fmt.Errorf("wire: request flags %v", flags)
+	}
 	p := getBuf(n)
 	copy((*p)[HeaderSize:], body)
-	return c.roundTrip(ctx, op, p)
+	return c.roundTrip(ctx, op, flags, p)
 }
 
 // CallMessage is Call with the body encoded from req straight into the
@@ -183,7 +191,7 @@ func (c *Conn) CallMessage(ctx context.Context, op Op, req Message) (Frame, erro
 		putBuf(p)
 		return Frame{}, err
 	}
-	return c.roundTrip(ctx, op, p)
+	return c.roundTrip(ctx, op, 0, p)
 }
 
 // encodeBody returns a pooled buffer holding HeaderSize bytes of room for
@@ -206,12 +214,12 @@ func (c *Conn) check(op Op, n int) error {
 
 // roundTrip sends the frame in p (header room + body) and waits for its
 // reply. It owns p.
-func (c *Conn) roundTrip(ctx context.Context, op Op, p *[]byte) (Frame, error) {
+func (c *Conn) roundTrip(ctx context.Context, op Op, flags Flags, p *[]byte) (Frame, error) {
 	if err := ctx.Err(); err != nil {
 		putBuf(p)
 		return Frame{}, err
 	}
-	h := Header{Op: op}
+	h := Header{Op: op, Flags: flags}
 	if dl, ok := ctx.Deadline(); ok {
 		d := time.Until(dl)
 		if d <= 0 {

@@ -28,7 +28,10 @@
 //   - length: the whole frame's size, header included (so >= 32).
 //   - magic: 0xCE. version: 1 (Version).
 //   - op: the operation (Op); a reply carries its request's op.
-//   - flags: bit 0 FlagReply, set on every server reply; other bits zero.
+//   - flags: bit 0 FlagReply, set on every server reply; bit 1 FlagRetry,
+//     on a Put or Delete sent again after its first attempt's outcome was
+//     lost (the server applies it only if it can prove the first attempt
+//     was not applied, else answers Unverifiable); other bits zero.
 //   - request id: chosen by the client, unique among its requests in
 //     flight on the connection (Conn counts from 1); echoed by the reply.
 //   - status: the outcome (Status), in replies; zero in requests.
@@ -105,6 +108,8 @@
 //	19 Overloaded      ErrOverloaded     (queue full; not executed)
 //	20 PermissionDenied ErrPermissionDenied (the peer's certificate does
 //	                   not allow the op; not executed)
+//	21 Unverifiable    ErrUnverifiable   (a retried write whose first
+//	                   attempt may have applied; not executed)
 //
 // A non-OK reply's body is empty or an ErrorReply (region, epoch, message,
 // leader address); the client returns the sentinel or a *StatusError that

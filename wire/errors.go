@@ -86,6 +86,9 @@ var (
 	// ErrPermissionDenied: the peer's certificate does not allow the op,
 	// or TLS was required and the connection is plain TCP.
 	ErrPermissionDenied = errors.New("wire: permission denied")
+	// ErrUnverifiable: a retried write (FlagRetry) whose first attempt
+	// the region cannot prove unapplied; not executed.
+	ErrUnverifiable = errors.New("wire: retried write unverifiable")
 	// ErrUnknownStatus: a reply carried a status this version does not
 	// define.
 	ErrUnknownStatus = errors.New("wire: unknown status")
@@ -114,6 +117,7 @@ var statusErrs = [...]error{
 	StatusOverloaded:     ErrOverloaded,
 
 	StatusPermissionDenied: ErrPermissionDenied,
+	StatusUnverifiable:     ErrUnverifiable,
 }
 
 // Err returns the sentinel error of s: nil for StatusOK, an error wrapping

@@ -63,8 +63,11 @@ type Flags uint8
 const (
 	// FlagReply marks a frame sent by the server in answer to a request.
 	FlagReply Flags = 1 << 0
+	// FlagRetry marks a write sent again, with the same client id and
+	// sequence number, after its first attempt's outcome was lost.
+	FlagRetry Flags = 1 << 1
 
-	knownFlags = FlagReply
+	knownFlags = FlagReply | FlagRetry
 )
 
 // String lists the set flags, e.g. "reply", or "0" for none.
@@ -74,6 +77,8 @@ func (f Flags) String() string {
 		return "0"
 	case FlagReply:
 		return "reply"
+	case FlagRetry:
+		return "retry"
 	}
 	return "0x" + strconv.FormatUint(uint64(f), 16)
 }

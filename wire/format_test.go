@@ -33,6 +33,8 @@ func TestHeaderEncoding(t *testing.T) {
 			"20000000 ce 01 01 00 0100000000000000 0000 0000 00000000 00000000 00000000"},
 		{"request with budget", Header{Op: OpGet, ID: 0x0102030405060708, BudgetMicros: 10000}, []byte{0xaa},
 			"21000000 ce 01 11 00 0807060504030201 0000 0000 00000000 00000000 10270000 aa"},
+		{"retried write", Header{Op: OpPut, Flags: FlagRetry, ID: 2}, nil,
+			"20000000 ce 01 20 02 0200000000000000 0000 0000 00000000 00000000 00000000"},
 		{"reply with timing", Header{Op: OpSearch, Flags: FlagReply, ID: 9, Status: StatusWrongServer,
 			QueueNanos: 1500, ServiceNanos: 0xfffffffe}, nil,
 			"20000000 ce 01 10 01 0900000000000000 0900 0000 dc050000 feffffff 00000000"},

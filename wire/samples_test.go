@@ -133,7 +133,7 @@ func samples() []sample {
 			&SplitAppendReply{Root: ptrB + 1024},
 			func() Message { return new(SplitAppendReply) }},
 		{"split end request", OpSplitEnd, false,
-			&SplitEndRequest{Meganode: ptrB, Commit: true},
+			&SplitEndRequest{Meganode: ptrB, Commit: true, Sessions: []byte{1, 2, 3}},
 			func() Message { return new(SplitEndRequest) }},
 		{"insert child request", OpInsertChild, false,
 			&InsertChildRequest{Level: 1, Child: ptrB, Key: []byte("m")},

@@ -106,7 +106,7 @@ func (w *ReplyWriter) Encode(h Header, m Message) (Reply, error) {
 		putBuf(p)
 		return Reply{}, fmt.Errorf("%w: %d-byte %v reply > %d", ErrFrameTooLarge, n, h.Op, w.max)
 	}
-	h.Flags |= FlagReply
+	h.Flags = FlagReply // a request's FlagRetry is not echoed
 	h.BudgetMicros = 0
 	h.put(*p, uint32(len(*p)))
 	return Reply{p: p}, nil
@@ -122,7 +122,7 @@ func (w *ReplyWriter) Send(r Reply) error {
 }
 
 func (w *ReplyWriter) write(h Header, p *[]byte) error {
-	h.Flags |= FlagReply
+	h.Flags = FlagReply // a request's FlagRetry is not echoed
 	h.BudgetMicros = 0
 	h.put(*p, uint32(len(*p)))
 	return w.bw.enqueue(p)

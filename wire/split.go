@@ -200,16 +200,20 @@ func (m *SplitAppendReply) decode(d *decoder) {
 
 // SplitEndRequest ends the target's part in a split: with Commit, Y is
 // thawed (X's old right half is gone, Y takes writes); without, Y is
-// dropped (the split was aborted before X linked to Y).
+// dropped (the split was aborted before X linked to Y). Sessions is, with
+// Commit, what the source region's at-most-once table knows of the writes
+// to the keys that moved (the server's session digest, opaque here;
+// empty: nothing).
 //
-//	[meganode u64][commit bool]
+//	[meganode u64][commit bool][sessions bytes]
 type SplitEndRequest struct {
 	Meganode blink.Ptr
 	Commit   bool
+	Sessions []byte
 }
 
 func (m *SplitEndRequest) AppendTo(b []byte) []byte {
-	return appendBool(appendU64(b, uint64(m.Meganode)), m.Commit)
+	return appendBytes(appendBool(appendU64(b, uint64(m.Meganode)), m.Commit), m.Sessions)
 }
 
 func (m *SplitEndRequest) Decode(body []byte) error {
@@ -221,6 +225,10 @@ func (m *SplitEndRequest) Decode(body []byte) error {
 func (m *SplitEndRequest) decode(d *decoder) {
 	m.Meganode = blink.Ptr(d.u64("meganode"))
 	m.Commit = d.bool("commit")
+	m.Sessions = d.bytes("sessions")
+	if d.err == nil && !m.Commit && len(m.Sessions) > 0 {
+		d.failf("an abort with %d bytes of sessions", len(m.Sessions))
+	}
 }
 
 // InsertChildRequest puts Key → Child into the meganode of global level

@@ -73,6 +73,12 @@ const (
 	// is plain TCP. Not executed; the connection stays usable unless the
 	// reply is a refusal frame. Not retryable.
 	StatusPermissionDenied Status = 20
+	// StatusUnverifiable: a write retried after an unknown outcome
+	// (FlagRetry) whose first attempt the region cannot prove was never
+	// applied (its at-most-once table forgot the client, or the key moved
+	// in from another region since). Not executed; the write's outcome
+	// stays unknown. Not retryable.
+	StatusUnverifiable Status = 21
 )
 
 var statusNames = [...]string{
@@ -98,6 +104,7 @@ var statusNames = [...]string{
 	StatusOverloaded:     "Overloaded",
 
 	StatusPermissionDenied: "PermissionDenied",
+	StatusUnverifiable:     "Unverifiable",
 }
 
 // Known reports whether s is defined by this protocol version.
