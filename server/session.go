@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"slices"
@@ -338,6 +339,9 @@ func (t *sessions) appendTo(b []byte) []byte {
 }
 
 // readSessions reads the table of a snapshot of state version version.
+// A version 1 table kept no floors nor filter: a full window gets its
+// highest sequence as floor, and a full table a filter with every bit set
+// (what they may have forgotten is never vouched for).
 func readSessions(r io.Reader, version uint32) (sessions, error) {
 	corrupt := func(what string) (sessions, error) {
 		return sessions{}, fmt.Errorf("server: snapshot session table: %s: %w", what, meganode.ErrCorruption)
@@ -385,9 +389,19 @@ func readSessions(r io.Reader, version uint32) (sessions, error) {
 			s.found[seq] = e[8] == 1
 			s.order = append(s.order, seq)
 		}
+		if version < 2 && len(s.order) == sessionWindow {
+			// Version 1 kept no floor: a full window may have forgotten
+			// any of the client's sequences so far.
+			s.floor = slices.Max(s.order)
+		}
 		t.clients[id] = s
 	}
 	if version < 2 {
+		if count == maxSessions {
+			// A full version 1 table may have forgotten clients, and
+			// did not note which: none is vouched for if absent.
+			t.evicted = bytes.Repeat([]byte{0xff}, evictedFilterBits/8)
+		}
 		return t, nil
 	}
 	if _, err := io.ReadFull(r, n[:]); err != nil {

@@ -207,9 +207,47 @@ func TestSessionsVouch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if found, dup := old.lookup(9, 12); !dup || !found || !old.vouches(9, 13) {
+	if found, dup := old.lookup(9, 12); !dup || !found || !old.vouches(9, 13) || !old.vouches(10, 1) {
 		t.Fatalf("version 1 table: found %v dup %v", found, dup)
 	}
+	// A version 1 table whose bounds were reached may have forgotten
+	// sequences and clients without noting them.
+	var full sessions
+	for seq := uint64(1); seq <= sessionWindow+5; seq++ {
+		full.record(1, seq, false, seq)
+	}
+	for id := uint64(2); id <= maxSessions; id++ {
+		full.record(id, 1, false, 1000+id)
+	}
+	v1 = stripToV1(t, full.appendTo(nil))
+	old, err = readSessions(bytes.NewReader(v1), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.vouches(1, sessionWindow+1) || old.vouches(1, 3) || old.vouches(maxSessions+1, 1) {
+		t.Fatal("a full version 1 table vouches for what it may have forgotten")
+	}
+}
+
+// stripToV1 rewrites a table's version 2 encoding as version 1: no
+// floors, no filter.
+func stripToV1(t *testing.T, b []byte) []byte {
+	t.Helper()
+	count := le.Uint32(b)
+	out := le.AppendUint32(nil, count)
+	b = b[4:]
+	for range count {
+		seqs := le.Uint32(b[16:])
+		out = append(out, b[:sessionHeaderSizeV1]...)
+		b = b[sessionHeaderSize:]
+		n := int(seqs) * sessionEntrySize
+		out = append(out, b[:n]...)
+		b = b[n:]
+	}
+	if le.Uint32(b) != 0 {
+		t.Fatal("the table has a filter: version 1 had none")
+	}
+	return out
 }
 
 // callRetry sends a write flagged as a retry after an unknown outcome.
