@@ -129,22 +129,10 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 				return &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (first attempt: %w)", err, w.lost)}
 			}
 			if lostOutcome(err) && ctx.Err() == nil && !c.isClosed() {
-				if w.lost == nil {
-					w.lost = err
-				}
-				c.countRetry(causeConnLost)
-				retries++
-				if gerr := c.giveUp(ctx, retries, causeConnLost, err); gerr != nil {
-					return gerr
-				}
-				if c.backoff(ctx, retries) != nil {
-					return ctx.Err()
-				}
-				c.paths.drop(ptr)
-				redirect = nil
-				if t, err = c.refreshed(ctx, t, retries, causeConnLost, err); err != nil {
+				if t, err = c.afterLost(ctx, t, ptr, err, w, &retries); err != nil {
 					return err
 				}
+				redirect = nil
 				continue
 			}
 		}
@@ -165,6 +153,28 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 			}
 		}
 	}
+}
+
+// afterLost prepares the next attempt of a write whose attempt at ptr
+// lost its outcome (err, lostOutcome): the later attempts are flagged
+// retries, sent after a backoff on a refreshed topology (the region's
+// leader may have changed), within the retry bounds of any lost
+// connection. It returns the topology to go on with, or the error that
+// ends the write.
+func (c *Client) afterLost(ctx context.Context, t *topology, ptr blink.Ptr, err error, w *writeAttempts, retries *int) (*topology, error) {
+	if w.lost == nil {
+		w.lost = err
+	}
+	c.countRetry(causeConnLost)
+	*retries++
+	if gerr := c.giveUp(ctx, *retries, causeConnLost, err); gerr != nil {
+		return nil, gerr
+	}
+	if c.backoff(ctx, *retries) != nil {
+		return nil, ctx.Err()
+	}
+	c.paths.drop(ptr)
+	return c.refreshed(ctx, t, *retries, causeConnLost, err)
 }
 
 // writeTarget returns the meganode to send a write of key to: the cached
