@@ -121,7 +121,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}, []string{"reason"}),
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cell_server_applied_total",
-			Help: "Write records applied to the region, by kind (put, delete, child, split_<phase>) and result (the status the write was answered with).",
+			Help: "Write records applied to the region, by kind (put, delete, child, split_<phase>; put_duplicate, delete_duplicate: applied before, answered as then; put_unverifiable, delete_unverifiable: a retry the region could not vouch for) and result (the status the write was answered with).",
 		}, []string{"kind", "result"}),
 		splits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cell_server_meganode_splits_total",
