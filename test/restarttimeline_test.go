@@ -33,10 +33,12 @@ func restartTimeline(t *testing.T, c *composeCluster, killedAt time.Time) string
 }
 
 // timelineMarks are the log lines restartTimeline times, by a name of
-// its own.
+// its own: a region is led once its group elects a server, whether the
+// server leads it as it starts or takes it over after an election.
 var timelineMarks = []struct{ name, msg string }{
 	{"serving", `msg="server: serving"`},
-	{"led", `msg="server: region's raft group leads and has applied everything committed"`},
+	{"led", `msg="server: region's raft group leads and has applied everything committed"`}, // at start
+	{"led", `msg="server: took the region over`},                                            // elected later
 }
 
 // timelineOf computes restartTimeline's line from the containers' start
@@ -108,7 +110,7 @@ func TestTimelineOf(t *testing.T) {
 		`p_cell1_1  | 2026-12-03T10:00:01.500000000Z time=x level=INFO msg="server: serving" server=cell1`,
 		`p_cell2_1  | 2026-12-03T10:00:01.900000000Z time=x level=INFO msg="server: serving" server=cell2`,
 		`p_cell2_1  | 2026-12-03T10:00:02.500000000Z time=x level=INFO msg="server: region's raft group leads and has applied everything committed" region=2`,
-		`p_cell1_1  | 2026-12-03T10:00:03.250000000Z time=x level=INFO msg="server: region's raft group leads and has applied everything committed" region=1`,
+		`p_cell1_1  | 2026-12-03T10:00:03.250000000Z time=x level=WARN msg="server: took the region over (its group elected this server)" region=1`,
 		`Attaching to p_cell1_1, p_cell2_1`,
 	}, "\n")
 	got := timelineOf(kill, starts, logs)
