@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
@@ -89,6 +91,13 @@ func (rc *realCluster) add(t testing.TB) *cellserver.Server {
 // counterSum sums the samples of a counter family in reg.
 func counterSum(t testing.TB, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
+	return counterSumWhere(t, reg, name, "", "")
+}
+
+// counterSumWhere sums the samples of a counter family in reg whose label
+// label is value (every sample when label is "").
+func counterSumWhere(t testing.TB, reg prometheus.Gatherer, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +108,9 @@ func counterSum(t testing.TB, reg prometheus.Gatherer, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
+			if label == "" || slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == label && l.GetValue() == value }) {
+				sum += m.GetCounter().GetValue()
+			}
 		}
 	}
 	return sum

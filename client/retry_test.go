@@ -107,24 +107,7 @@ func (p *replyDropper) close() {
 // appliedAs returns the server's count of applied records of kind.
 func appliedAs(t *testing.T, reg *prometheus.Registry, kind string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "cell_server_applied_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "kind" && l.GetValue() == kind {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
+	return counterSumWhere(t, reg, "cell_server_applied_total", "kind", kind)
 }
 
 // A write whose reply is lost after the server applied it is sent again,
