@@ -213,6 +213,10 @@ type TestingKnobs struct {
 	// AfterExtentRead fires after every one-sided read of an extent
 	// record, before its CRC is checked.
 	AfterExtentRead func(p uint64, buf []byte)
+	// BeforeWriteSend fires before each attempt of a put or delete is
+	// sent, with the key and the attempt's sequence number; a test may
+	// hold it there.
+	BeforeWriteSend func(key []byte, seq uint64)
 }
 
 // discardLogger is Config.Logger's default.

@@ -217,6 +217,9 @@
 //     Unavailable, Overloaded or Expired (retry after a backoff),
 //     WrongServer, StaleEpoch or UnknownRegion (refresh), KeyOutOfRange or
 //     OutOfBounds (drop the cached start point, restart from the root).
+//   - seq-passed: the server answered Unverifiable to a write sent once
+//     with nothing lost (its region forgot sequences past it): send it
+//     again at once with a new sequence number.
 //
 // Retries after errors stop at Config.MaxRetries (cheap traversal
 // restarts and torn re-reads at Config.MaxRestarts) or when the caller's
@@ -269,7 +272,11 @@
 // the client, or the key moved in from another region since), which ends
 // the write with ErrOutcomeUnknown. So does a context that ends, the
 // client closing, or a server error (Internal) while the outcome is open
-// (docs/durability.md, "At most once").
+// (docs/durability.md, "At most once"). A first attempt is refused
+// Unverifiable too when its sequence is below what the region's table
+// forgot of the client (it arrived after the client's window moved past
+// it: its retry may have applied); nothing was lost then, so the write
+// is sent again with a new sequence number (the seq-passed retry).
 //
 // # Caches (paper §3)
 //

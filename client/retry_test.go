@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -162,3 +163,53 @@ func TestWriteRetriedAfterLostReply(t *testing.T) {
 		t.Fatalf("after the delete: %v", err)
 	}
 }
+
+// A write held back while 256 later writes of the same client applied is
+// refused when it arrives (its sequence is below what the region's
+// at-most-once table forgot of the client, so the region cannot tell
+// whether a retry of it applied) and, since nothing of it was lost, sent
+// again with a new sequence number: it applies once.
+func TestWriteSeqPassed(t *testing.T) {
+	rc := startReal(t, 1, nil)
+	reg := rc.regs[0]
+	cfg := realConfig(t, rc)
+	held, release := make(chan uint64, 1), make(chan struct{})
+	var first atomic.Bool
+	cfg.TestingKnobs.BeforeWriteSend = func(key []byte, seq uint64) {
+		if string(key) == "late" && first.CompareAndSwap(false, true) {
+			held <- seq
+			<-release
+		}
+	}
+	c := mustClient(t, cfg)
+	ctx := testCtx(t, 20*time.Second)
+	done := make(chan error, 1)
+	go func() { done <- c.Put(ctx, []byte("late"), []byte("v")) }()
+	seq := <-held
+	for i := range sessionWindowForTest + 1 {
+		if err := c.Put(ctx, fmt.Appendf(nil, "k%03d", i), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the held put: %v", err)
+	}
+	if got := appliedAs(t, reg, "put_unverifiable"); got != 1 {
+		t.Errorf("%v puts refused below the floor, want 1 (the held put, sequence %d)", got, seq)
+	}
+	if st := c.Stats(); st.Retry("seq-passed") != 1 {
+		n := st.Retry("seq-passed")
+		t.Errorf("%d seq-passed retries, want 1", n)
+	}
+	if got := appliedAs(t, reg, "put"); got != sessionWindowForTest+2 {
+		t.Errorf("%v puts applied, want %d", got, sessionWindowForTest+2)
+	}
+	if v, err := c.Get(ctx, []byte("late")); err != nil || string(v) != "v" {
+		t.Fatalf("late = %q, %v", v, err)
+	}
+}
+
+// sessionWindowForTest is the server's at-most-once window per client
+// (server/session.go sessionWindow).
+const sessionWindowForTest = 256

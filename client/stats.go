@@ -34,12 +34,17 @@ const (
 	// causeRestart: the server answered KeyOutOfRange or OutOfBounds for
 	// the meganode the client started at (stale routing).
 	causeRestart
+	// causeSeqPassed: the server answered Unverifiable to a write's first
+	// attempt: its sequence number was below what the region's
+	// at-most-once table forgot of this client (many later writes of the
+	// client applied first). Not applied; sent again as a new write.
+	causeSeqPassed
 	numCauses
 )
 
 var causeNames = [numCauses]string{
 	"torn", "invalid", "out-of-range", "crc", "stale-cache", "conn-lost",
-	"read-failed", "server-busy", "redirect", "restart",
+	"read-failed", "server-busy", "redirect", "restart", "seq-passed",
 }
 
 func (c retryCause) String() string {

@@ -26,7 +26,11 @@ import (
 // attempt carries wire.FlagRetry: the region applies it only if its
 // at-most-once table proves the first attempt was not applied, answers
 // as the first attempt did if it was, and otherwise answers Unverifiable,
-// which ends the write with ErrOutcomeUnknown. So does any other end of a
+// which ends the write with ErrOutcomeUnknown. Unverifiable to an
+// unflagged attempt means the region's table had forgotten sequences past
+// this one (the client's later writes applied first) and did not apply
+// it: the write is sent again with a new sequence number. So does any
+// other end of a
 // write whose outcome was once lost (the caller's context, the client
 // closing, an error of the server): only the region's answer to a
 // flagged attempt settles it.
@@ -116,6 +120,9 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 				req := wire.DeleteRequest{Ptr: ptr, Epoch: epoch, ClientID: c.clientID, Seq: seq, Key: key}
 				sc.body = req.AppendTo(sc.body[:0])
 			}
+			if k := c.cfg.TestingKnobs.BeforeWriteSend; k != nil {
+				k(key, seq)
+			}
 			if err := ctx.Err(); err != nil {
 				return err // not sent
 			}
@@ -126,7 +133,20 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 				return nil
 			}
 			if errors.Is(err, wire.ErrUnverifiable) {
-				return &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (first attempt: %w)", err, w.lost)}
+				if w.lost != nil {
+					return &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (first attempt: %w)", err, w.lost)}
+				}
+				// No attempt's outcome was lost, so none applied: the
+				// region had forgotten sequences past this one. Send it
+				// again as a new write.
+				c.countRetry(causeSeqPassed)
+				retries++
+				if err := c.giveUp(ctx, retries, causeSeqPassed, err); err != nil {
+					return err
+				}
+				seq = c.seq.Add(1)
+				redirect = nil
+				continue
 			}
 			if lostOutcome(err) && ctx.Err() == nil && !c.isClosed() {
 				if t, err = c.afterLost(ctx, t, ptr, err, w, &retries); err != nil {

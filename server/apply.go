@@ -123,7 +123,13 @@ import (
 // is not applied again (the session table, session.go). One flagged retry
 // (recRetry: the client sent it again after losing the first attempt's
 // answer) is applied only if the table vouches that the first attempt was
-// not; otherwise it fails with errUnverifiable and changes nothing. A
+// not; otherwise it fails with errUnverifiable and changes nothing. Any
+// other write of a client is a first attempt (recFloor): it fails the same
+// way when its sequence is at or below the client's floor, since the
+// table no longer remembers whether another attempt of it applied (a
+// first attempt still queued when its connection broke, arriving after
+// the client's window passed it, must not apply after its retry did).
+// Records of an older log without either flag apply as then. A
 // target commit record's value may carry, after the target body, the
 // source region's session digest (session.go), merged into this region's
 // table.
@@ -144,7 +150,9 @@ const (
 	regionBodySize = 24
 	rootBodySize   = 8
 
-	recRetry = 1 << 0 // record flags: a retry after an unknown outcome
+	// Record flags, on put and delete records with a client id, at most one.
+	recRetry = 1 << 0 // a retry after an unknown outcome
+	recFloor = 1 << 1 // a first attempt, refused at or below the client's floor
 )
 
 // rootPhase is the step of a root record.
@@ -477,7 +485,7 @@ func decodeRecord(b []byte) (writeRecord, error) {
 	if len(b) < recHeaderSize {
 		return writeRecord{}, fmt.Errorf("server: %d-byte record: %w", len(b), ErrBadRecord)
 	}
-	if b[0] != recVersion || le.Uint16(b[2:])&^recRetry != 0 || le.Uint32(b[36:]) != 0 {
+	if b[0] != recVersion || le.Uint16(b[2:])&^(recRetry|recFloor) != 0 || le.Uint32(b[36:]) != 0 {
 		return writeRecord{}, fmt.Errorf("server: record version %d or reserved bits: %w", b[0], ErrBadRecord)
 	}
 	r := writeRecord{
@@ -496,8 +504,8 @@ func decodeRecord(b []byte) (writeRecord, error) {
 	switch {
 	case r.Kind < recPut || r.Kind > recRoot:
 		return writeRecord{}, fmt.Errorf("server: record kind %d: %w", r.Kind, ErrBadRecord)
-	case r.Flags&recRetry != 0 && (r.Kind != recPut && r.Kind != recDelete || r.ClientID == 0):
-		return writeRecord{}, fmt.Errorf("server: retry flag on a %d record of client %d: %w", r.Kind, r.ClientID, ErrBadRecord)
+	case r.Flags != 0 && (r.Kind != recPut && r.Kind != recDelete || r.ClientID == 0 || r.Flags == recRetry|recFloor):
+		return writeRecord{}, fmt.Errorf("server: flags %#x on a %d record of client %d: %w", r.Flags, r.Kind, r.ClientID, ErrBadRecord)
 	case r.Kind == recDelete && vl != 0:
 		return writeRecord{}, fmt.Errorf("server: delete record with a value: %w", ErrBadRecord)
 	case r.Kind == recChild && vl != 8:
@@ -579,6 +587,11 @@ func (rep *replica) apply(index uint64, rec []byte) (applyResult, error) {
 		if r.Flags&recRetry != 0 && !rep.repl.Sessions.vouches(r.ClientID, r.Seq) {
 			kind += "_unverifiable"
 			err = errUnverifiable
+			break
+		}
+		if r.Flags&recFloor != 0 && rep.repl.Sessions.belowFloor(r.ClientID, r.Seq) {
+			kind += "_unverifiable"
+			err = errPassedFloor
 			break
 		}
 		if r.Kind == recPut {

@@ -16,6 +16,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Kind: recPut, Meganode: blink.MakePtr(3, 0x1000), ClientID: 9, Seq: 42, Key: []byte("k"), Value: []byte("value")},
 		{Kind: recPut, Meganode: blink.MakePtr(1, 0x2000), Key: []byte("k"), Value: []byte{}},
 		{Kind: recDelete, Meganode: blink.MakePtr(1, 0x2000), ClientID: 1, Seq: 1, Key: bytes.Repeat([]byte("z"), 128), Value: []byte{}},
+		{Kind: recPut, Flags: recFloor, Meganode: blink.MakePtr(3, 0x1000), ClientID: 9, Seq: 43, Key: []byte("k"), Value: []byte("v")},
+		{Kind: recDelete, Flags: recRetry, Meganode: blink.MakePtr(3, 0x1000), ClientID: 9, Seq: 44, Key: []byte("k"), Value: []byte{}},
 	} {
 		b := appendRecord(nil, &r)
 		got, err := decodeRecord(b)
@@ -41,6 +43,9 @@ func TestRecordRoundTrip(t *testing.T) {
 		"delete value":  appendRecord(nil, &writeRecord{Kind: recDelete, Key: []byte("k"), Value: []byte("v")}),
 		"huge key len":  append(append(bytes.Clone(good[:4]), 0xff, 0xff, 0xff, 0xff), good[8:]...),
 		"huge value ln": append(append(bytes.Clone(good[:32]), 0xff, 0xff, 0xff, 0xff), good[36:]...),
+		"both flags":    appendRecord(nil, &writeRecord{Kind: recPut, Flags: recRetry | recFloor, ClientID: 1, Seq: 1, Key: []byte("k")}),
+		"anonymous":     appendRecord(nil, &writeRecord{Kind: recPut, Flags: recFloor, Key: []byte("k")}),
+		"child flag":    appendRecord(nil, &writeRecord{Kind: recChild, Flags: recFloor, ClientID: 1, Seq: 1, Key: []byte("k"), Value: make([]byte, 8)}),
 	} {
 		if _, err := decodeRecord(b); !errors.Is(err, ErrBadRecord) {
 			t.Errorf("%s: %v, want ErrBadRecord", name, err)

@@ -47,6 +47,13 @@ const (
 var errUnverifiable error = &wire.StatusError{Status: wire.StatusUnverifiable,
 	Message: "the region cannot prove that the write's first attempt was not applied (its at-most-once table forgot the client, or the key moved in since); the outcome stays unknown"}
 
+// errPassedFloor is the outcome of a first attempt (recFloor) at or below
+// its client's floor: the same status, and nothing changed (the client
+// learns the write was not applied, and may send it again with a new
+// sequence number).
+var errPassedFloor error = &wire.StatusError{Status: wire.StatusUnverifiable,
+	Message: "the write's sequence is below what the region's at-most-once table forgot of its client, so another attempt of it may have applied; this one was not"}
+
 // wireError maps an error of the tree, the region or the server to what the
 // reply says: a wire sentinel for routine outcomes, a *wire.StatusError
 // where detail helps the client, and the error itself (StatusInternal, its

@@ -381,7 +381,7 @@ func (w *worker) put(body []byte) error {
 	if len(req.Value) > wire.MaxValueSize {
 		return wireErrorf(wire.StatusValueTooLarge, "value of %d bytes, limit %d", len(req.Value), wire.MaxValueSize)
 	}
-	flags, err := w.retryFlags(req.ClientID)
+	flags, err := w.writeFlags(req.ClientID)
 	if err != nil {
 		return err
 	}
@@ -397,7 +397,7 @@ func (w *worker) del(body []byte) error {
 	if err := req.Decode(body); err != nil {
 		return err
 	}
-	flags, err := w.retryFlags(req.ClientID)
+	flags, err := w.writeFlags(req.ClientID)
 	if err != nil {
 		return err
 	}
@@ -411,17 +411,21 @@ func (w *worker) del(body []byte) error {
 	return err
 }
 
-// retryFlags returns the record flags of the write request being served:
+// writeFlags returns the record flags of the write request being served:
 // recRetry when the request came with wire.FlagRetry, which needs a client
-// id (the session table vouches per client).
-func (w *worker) retryFlags(client uint64) (uint16, error) {
-	if w.job == nil || w.job.f.Header.Flags&wire.FlagRetry == 0 {
-		return 0, nil
-	}
-	if client == 0 {
+// id (the session table vouches per client); otherwise recFloor for a
+// write with a client id (a first attempt), none for one without.
+func (w *worker) writeFlags(client uint64) (uint16, error) {
+	retry := w.job != nil && w.job.f.Header.Flags&wire.FlagRetry != 0
+	switch {
+	case retry && client == 0:
 		return 0, wireErrorf(wire.StatusBadRequest, "a retried write without a client id")
+	case retry:
+		return recRetry, nil
+	case client != 0:
+		return recFloor, nil
 	}
-	return recRetry, nil
+	return 0, nil
 }
 
 // ackBeforeCommitDelay is how long TestingKnobs.AckBeforeCommit holds an

@@ -34,7 +34,10 @@ import (
 // remembered, its sequence is above every sequence the client's window
 // forgot (the session's floor), and the client was never forgotten here
 // (a forgotten client's id goes into the evicted filter, a Bloom filter:
-// a false positive only makes a retry's outcome unknown). Keys that enter
+// a false positive only makes a retry's outcome unknown). A first attempt
+// (recFloor) at or below its client's floor is refused the same way: the
+// client's later writes passed it, and its retry may have applied and
+// been forgotten. Keys that enter
 // the region in a remote split bring what the source region's table knew
 // of their writes, as floors (a digest, merge): a write applied to a key
 // before the key moved is then never vouched for by the region it moved
@@ -81,6 +84,14 @@ func (t *sessions) vouches(client, seq uint64) bool {
 	}
 	s := t.clients[client]
 	return s == nil || seq > s.floor
+}
+
+// belowFloor reports whether seq is at or below client's floor: whether
+// another attempt of (client, seq) may have applied and been forgotten.
+// REQUIRES lookup found no duplicate.
+func (t *sessions) belowFloor(client, seq uint64) bool {
+	s := t.clients[client]
+	return s != nil && seq <= s.floor
 }
 
 // record remembers that (client, seq) applied at log index, finding found.

@@ -306,6 +306,19 @@ func TestRetryFlag(t *testing.T) {
 	if v, _ := get(t, c, "k"); v != "later" {
 		t.Fatalf("after an unverifiable retry k = %q", v)
 	}
+	// So is a first attempt the window passed (one still queued when its
+	// connection broke, after its retry applied and was forgotten): it
+	// must not apply a second time.
+	_, err := call(t, c, wire.OpPut, putReq(1, 1, "k", "first"), nil)
+	wantStatus(t, err, wire.StatusUnverifiable)
+	_, err = call(t, c, wire.OpDelete, &wire.DeleteRequest{ClientID: 1, Seq: 2, Key: []byte("k")}, nil)
+	wantStatus(t, err, wire.StatusUnverifiable)
+	if v, _ := get(t, c, "k"); v != "later" {
+		t.Fatalf("after a first attempt below the floor k = %q", v)
+	}
+	if got := metricValue(gather(t, s1), "cell_server_applied_total", map[string]string{"kind": "put_unverifiable"}); got != 2 {
+		t.Errorf("put_unverifiable = %v, want 2", got)
+	}
 	// Bad uses of the flag.
 	wantStatus(t, callRetry(t, c, wire.OpPut, putReq(0, 0, "k", "anonymous")), wire.StatusBadRequest)
 	wantStatus(t, callRetry(t, c, wire.OpGet, &wire.GetRequest{Key: []byte("k")}), wire.StatusBadRequest)

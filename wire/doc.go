@@ -109,7 +109,8 @@
 //	20 PermissionDenied ErrPermissionDenied (the peer's certificate does
 //	                   not allow the op; not executed)
 //	21 Unverifiable    ErrUnverifiable   (a retried write whose first
-//	                   attempt may have applied; not executed)
+//	                   attempt may have applied, or a write whose
+//	                   sequence its region's table passed; not executed)
 //
 // A non-OK reply's body is empty or an ErrorReply (region, epoch, message,
 // leader address); the client returns the sentinel or a *StatusError that

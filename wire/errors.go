@@ -87,7 +87,8 @@ var (
 	// or TLS was required and the connection is plain TCP.
 	ErrPermissionDenied = errors.New("wire: permission denied")
 	// ErrUnverifiable: a retried write (FlagRetry) whose first attempt
-	// the region cannot prove unapplied; not executed.
+	// the region cannot prove unapplied, or a first attempt whose sequence
+	// the region's table already passed; not executed.
 	ErrUnverifiable = errors.New("wire: retried write unverifiable")
 	// ErrUnknownStatus: a reply carried a status this version does not
 	// define.

@@ -77,7 +77,11 @@ const (
 	// (FlagRetry) whose first attempt the region cannot prove was never
 	// applied (its at-most-once table forgot the client, or the key moved
 	// in from another region since). Not executed; the write's outcome
-	// stays unknown. Not retryable.
+	// stays unknown. Not retryable. Also the answer to an unflagged write
+	// whose sequence is at or below what the table forgot of its client
+	// (another attempt of it may have applied): not executed, and, if the
+	// client lost no attempt of it, safe to send again with a new
+	// sequence number.
 	StatusUnverifiable Status = 21
 )
 
