@@ -22,7 +22,7 @@ import (
 // A write record, little-endian at fixed offsets (a format that log
 // entries will keep):
 //
-//	0  version u8 (1)        1 kind u8                   2 flags u16 (bit0 retry)
+//	0  version u8 (1)        1 kind u8                   2 flags u16 (bit0 retry, bit1 floor)
 //	4  key length u32
 //	8  meganode Ptr u64      the header of the meganode to change
 //	16 client id u64         24 sequence u64   (at-most-once application,
