@@ -26,14 +26,13 @@ import (
 // attempt carries wire.FlagRetry: the region applies it only if its
 // at-most-once table proves the first attempt was not applied, answers
 // as the first attempt did if it was, and otherwise answers Unverifiable,
-// which ends the write with ErrOutcomeUnknown. Unverifiable to an
-// unflagged attempt means the region's table had forgotten sequences past
-// this one (the client's later writes applied first) and did not apply
-// it: the write is sent again with a new sequence number. So does any
-// other end of a
+// which ends the write with ErrOutcomeUnknown. So does any other end of a
 // write whose outcome was once lost (the caller's context, the client
 // closing, an error of the server): only the region's answer to a
-// flagged attempt settles it.
+// flagged attempt settles it. Unverifiable to an unflagged attempt means
+// the region's table had forgotten sequences past this one (the client's
+// later writes applied first) and did not apply it: nothing of the write
+// applied, and it is sent again with a new sequence number.
 func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) error {
 	var w writeAttempts
 	err := c.writeOnce(ctx, kind, key, value, &w)
