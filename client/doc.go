@@ -261,7 +261,8 @@
 // that requests waiting on a paused or cut-off server are retried on the
 // new host instead of waiting for their deadlines.
 // Writes carry a client id and a sequence number for the servers'
-// at-most-once application (DESIGN §9); a retry keeps them. A write is
+// at-most-once application (DESIGN §9); a retry keeps them (but for
+// the seq-passed retry below). A write is
 // retried as it was when the error proves it was not executed. When its
 // outcome was lost (the connection failed after sending, or the server
 // said OutcomeUnknown: its leadership ended under the write), it is sent

@@ -17,7 +17,8 @@ import (
 // leaf, it lets the server find the leaf (Ptr 0) instead of searching
 // first.
 //
-// Retries, always with the same client id and sequence number: after
+// Retries, with the same client id and sequence number (all but the
+// seq-passed one at the end): after
 // errors that prove the write was not executed (connection failed before
 // sending, NeedsRetry, Unavailable, Overloaded, Expired, WrongServer,
 // StaleEpoch, UnknownRegion, KeyOutOfRange), and after a lost outcome (the
