@@ -198,8 +198,8 @@ func TestWriteSeqPassed(t *testing.T) {
 	if got := appliedAs(t, reg, "put_unverifiable"); got != 1 {
 		t.Errorf("%v puts refused below the floor, want 1 (the held put, sequence %d)", got, seq)
 	}
-	if st := c.Stats(); st.Retry("seq-passed") != 1 {
-		n := st.Retry("seq-passed")
+	st := c.Stats()
+	if n := st.Retry("seq-passed"); n != 1 {
 		t.Errorf("%d seq-passed retries, want 1", n)
 	}
 	if got := appliedAs(t, reg, "put"); got != sessionWindowForTest+2 {

@@ -584,14 +584,8 @@ func (rep *replica) apply(index uint64, rec []byte) (applyResult, error) {
 			res.Found = found
 			break
 		}
-		if r.Flags&recRetry != 0 && !rep.repl.Sessions.vouches(r.ClientID, r.Seq) {
+		if err = rep.repl.Sessions.refusal(r.Flags, r.ClientID, r.Seq); err != nil {
 			kind += "_unverifiable"
-			err = errUnverifiable
-			break
-		}
-		if r.Flags&recFloor != 0 && rep.repl.Sessions.belowFloor(r.ClientID, r.Seq) {
-			kind += "_unverifiable"
-			err = errPassedFloor
 			break
 		}
 		if r.Kind == recPut {

@@ -79,11 +79,7 @@ func (t *sessions) lookup(client, seq uint64) (found, dup bool) {
 // vouches reports whether the table proves that (client, seq) was never
 // applied in this region: REQUIRES lookup found no duplicate.
 func (t *sessions) vouches(client, seq uint64) bool {
-	if client == 0 || t.wasEvicted(client) {
-		return false
-	}
-	s := t.clients[client]
-	return s == nil || seq > s.floor
+	return client != 0 && !t.wasEvicted(client) && !t.belowFloor(client, seq)
 }
 
 // belowFloor reports whether seq is at or below client's floor: whether
@@ -92,6 +88,20 @@ func (t *sessions) vouches(client, seq uint64) bool {
 func (t *sessions) belowFloor(client, seq uint64) bool {
 	s := t.clients[client]
 	return s != nil && seq <= s.floor
+}
+
+// refusal returns why a put or delete record with the given flags of
+// (client, seq) must not apply, or nil: a retry the table cannot vouch
+// for, or a first attempt at or below its client's floor. REQUIRES
+// lookup found no duplicate.
+func (t *sessions) refusal(flags uint16, client, seq uint64) error {
+	switch {
+	case flags&recRetry != 0 && !t.vouches(client, seq):
+		return errUnverifiable
+	case flags&recFloor != 0 && t.belowFloor(client, seq):
+		return errPassedFloor
+	}
+	return nil
 }
 
 // record remembers that (client, seq) applied at log index, finding found.
