@@ -43,6 +43,10 @@
 #         log) and persist time (raft writing it to disk) are matched
 #         with the windows of the series: the p99 put latency of windows
 #         during a pause, during a persist, and clear of both.
+#         With $SNAPSHOT_DIR set, the subject server (restart and
+#         snapshot parts) writes its snapshots there (--snapshot-dir): a
+#         directory on another disk than $TMPDIR's, or on a tmpfs to see
+#         what a snapshot costs the log's puts when it shares no device.
 #
 # Servers and etcd are pinned to $SERVER_CPUS, cellctl to $CLIENT_CPUS.
 # Data directories are under $TMPDIR (default /tmp), which must not be a
@@ -59,7 +63,8 @@
 # RESTART_VALUE_SIZE (998), SNAP_DURATION (3 × DURATION), SNAP_INTERVAL
 # (250ms), SNAP_THRESHOLD (20000), MEGANODE_SIZE (4MiB, puts part),
 # REGION_SIZE (256MiB, puts part), HUGEPAGES (auto), SERVER_CPUS (0),
-# CLIENT_CPUS (1), BASE_PORT (28500), ETCD (etcd binary), BIN, OUT (a
+# CLIENT_CPUS (1), BASE_PORT (28500), SNAPSHOT_DIR (unset: the subject's
+# snapshots in its data directory), ETCD (etcd binary), BIN, OUT (a
 # temp dir: every run's JSON and the server logs).
 set -euo pipefail
 
@@ -79,6 +84,7 @@ RESTART_VALUE_SIZE=${RESTART_VALUE_SIZE:-998}
 SNAP_INTERVAL=${SNAP_INTERVAL:-250ms}
 SNAP_THRESHOLD=${SNAP_THRESHOLD:-20000}
 BASE_PORT=${BASE_PORT:-28500}
+SNAPSHOT_DIR=${SNAPSHOT_DIR:-}
 ETCD_MEMBERS=${ETCD_MEMBERS:-1}
 NO_SNAPSHOTS=1000000000000000 # --snapshot-threshold that never triggers
 
@@ -105,6 +111,8 @@ if [[ $(stat -f -c %T "$work/data") == tmpfs ]]; then
 fi
 
 subject_pid= subject_dir=
+subject_snapdir=()
+[[ -z $SNAPSHOT_DIR ]] || subject_snapdir=(--snapshot-dir "$SNAPSHOT_DIR")
 # The comparison etcd clusters: for each size M in ETCD_MEMBERS,
 # etcd_eps[M] (client endpoints, comma-separated) and etcd_pids[M] (the
 # members' PIDs, space-separated). The first is also the region table of
@@ -186,7 +194,7 @@ subject_start() {
 	taskset -c "$SERVER_CPUS" "$work/bin/cellserver" --server-id "r-$size" --data-dir "$subject_dir" --cores 1 --hugepages "$HUGEPAGES" \
 		--listen 127.0.0.1:$port --rdma-listen 127.0.0.1:$((port + 1)) --metrics-listen 127.0.0.1:$((port + 2)) --raft-listen 127.0.0.1:$((port + 3)) \
 		--etcd-endpoints "$etcd_cmp" --etcd-prefix "/cellrestart-$size" --region-size "$subject_region" \
-		--snapshot-threshold "$2" --snapshot-interval "$3" --log-level info 2>>"$OUT/restart-$size.log" &
+		--snapshot-threshold "$2" --snapshot-interval "$3" "${subject_snapdir[@]}" --log-level info 2>>"$OUT/restart-$size.log" &
 	subject_pid=$!
 	local deadline=$((SECONDS + 1200))
 	until tail -n +"$subject_from" "$OUT/restart-$size.log" | grep -q 'msg="server: serving"'; do
@@ -215,6 +223,7 @@ subject_remove() {
 	local h m
 	[[ -n $subject_dir ]] || return 0
 	h=$(printf '%s' "$subject_dir" | sha256sum | cut -c1-16)
+	[[ -z $SNAPSHOT_DIR ]] || rm -rf "$SNAPSHOT_DIR/cell-$h-snapshots"
 	for m in /dev/shm $(awk '$3 == "hugetlbfs" {print $2}' /proc/mounts); do
 		rm -f "$m"/cell-"$h"-*
 	done
@@ -484,6 +493,7 @@ fi
 
 echo
 echo "Durability on $(nproc) CPUs, servers and etcd on CPU $SERVER_CPUS, cellctl on CPU $CLIENT_CPUS; data on $(df --output=source,fstype "$work/data" | tail -n 1 | awk '{print $1 " (" $2 ")"}');"
+[[ -z $SNAPSHOT_DIR ]] || echo "the subject server's snapshots in $SNAPSHOT_DIR, on $(df --output=source,fstype "$SNAPSHOT_DIR" | tail -n 1 | awk '{print $1 " (" $2 ")"}')."
 echo "etcd $("$ETCD" --version | head -n 1 | awk '{print $3}') ($ETCD_MEMBERS member(s)); $DURATION measured after $WARMUP, $REPEAT repeats; medians (min-max)."
 if has_part puts; then
 	echo
