@@ -256,6 +256,7 @@ func (db *DB) DropRegion(region uint32) error {
 	ss.mu.Unlock()
 	err := db.commit(b, 1)
 	ls.gen.Add(1)
+	ls.recent.clear() // stale by gen already; this frees them
 	if err != nil {
 		return fmt.Errorf("wal: region %d: drop: %w", region, err)
 	}

@@ -148,7 +148,9 @@
 // and its snapshot goroutine (which deletes a log prefix) take turns;
 // writes of different regions overlap and group-commit. Reads take no
 // region lock: GetLog checks the index against the published bounds, then
-// reads pebble, and calls a missing entry corruption only if no deletion
+// takes one of the region's newest entries from memory if it was stored at
+// the log's current generation (recent.go), else reads pebble, and calls
+// a missing entry corruption only if no deletion
 // or overwrite ran in between (LogStore.gen, bumped before and after each,
 // tells it). Lock order: DB.life (read) < LogStore.mu < StableStore.wmu
 // < StableStore.mu < the commit queue's mutex. Close waits for operations

@@ -43,11 +43,18 @@ type LogStore struct {
 	// from a lost one by it.
 	gen   atomic.Uint64
 	ahead readAhead
+	// recent holds the newest entries stored, for raft's reads of what it
+	// just stored (recent.go).
+	recent recentLogs
 
 	// staged is the commit index raft staged for the next StoreLogs (0 if
 	// none); commitIndex the last one a StoreLogs made durable (loaded
 	// with the bounds).
 	staged, commitIndex atomic.Uint64
+
+	// recentOff, for this package's tests, makes GetLog read pebble only
+	// (set before the store is used).
+	recentOff bool
 
 	// afterMiss, for this package's tests, runs when getPoint's Get finds
 	// no entry, before it decides what that means; nil otherwise.
@@ -179,7 +186,8 @@ func (s *LogStore) GetCommitIndex() (uint64, error) {
 func (s *LogStore) publish(b bounds) { s.b.Store(&b) }
 
 // GetLog reads the entry at index into l (whose Data and Extensions are
-// then fresh slices owned by the caller). It returns raft.ErrLogNotFound
+// then fresh slices owned by the caller): one of the newest entries stored
+// from memory (recent.go), an older one from pebble. It returns raft.ErrLogNotFound
 // (unwrapped, as raft compares it) for an index outside the acknowledged
 // log, and an error wrapping ErrCorruption for a record that does not
 // decode or does not carry its key's index.
@@ -192,6 +200,15 @@ func (s *LogStore) GetLog(index uint64, l *raft.Log) error {
 	if !b.contains(index) {
 		return raft.ErrLogNotFound
 	}
+	if !s.recentOff && s.recent.get(index, gen, l) {
+		return nil
+	}
+	return s.getStored(index, l, b, gen)
+}
+
+// getStored is GetLog's read from pebble: from the read-ahead cache, or a
+// point read. gen and b are what GetLog loaded.
+func (s *LogStore) getStored(index uint64, l *raft.Log, b bounds, gen uint64) error {
 	if err := s.db.acquire(); err != nil {
 		return err
 	}
@@ -339,6 +356,7 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	if commit > 0 {
 		s.commitIndex.Store(commit)
 	}
+	s.recent.add(logs, s.gen.Load())
 	s.publish(next)
 	return nil
 }

@@ -11,13 +11,30 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// A sequential reader gets entries read ahead (readahead.go); every write
-// that deletes or replaces entries must drop them, so the reader sees what
-// a point read would: the entries of now.
+// A sequential reader gets entries read ahead (readahead.go), or the
+// newest ones from memory (recent.go); every write that deletes or
+// replaces entries must drop them, so the reader sees what a point read
+// would: the entries of now. Run with the entries in memory and without.
 func TestReadAheadFollowsWrites(t *testing.T) {
+	for _, off := range []bool{true, false} {
+		t.Run(recentName(off), func(t *testing.T) { testReadAheadFollowsWrites(t, off) })
+	}
+}
+
+// recentName names a subtest by whether GetLog skips the newest entries
+// in memory.
+func recentName(off bool) string {
+	if off {
+		return "pebble"
+	}
+	return "recent"
+}
+
+func testReadAheadFollowsWrites(t *testing.T, recentOff bool) {
 	db := mustOpen(t, vfs.NewMem(), "db")
 	const r = 3
 	ls := db.Log(r)
+	ls.recentOff = recentOff
 	terms := map[uint64]uint64{} // the model: index -> term
 	store := func(lo, hi, term uint64) {
 		t.Helper()
@@ -97,11 +114,19 @@ func TestReadAheadFollowsWrites(t *testing.T) {
 
 // Sequential readers race a writer that appends and replaces suffixes:
 // every entry a reader gets is one that was written at its index (never a
-// mix), and afterwards everyone reads the final log. Run with -race.
+// mix), and afterwards everyone reads the final log. Run with -race, with
+// the newest entries in memory and without.
 func TestReadAheadConcurrent(t *testing.T) {
+	for _, off := range []bool{true, false} {
+		t.Run(recentName(off), func(t *testing.T) { testReadAheadConcurrent(t, off) })
+	}
+}
+
+func testReadAheadConcurrent(t *testing.T, recentOff bool) {
 	db := mustOpen(t, vfs.NewMem(), "db")
 	const r = 9
 	ls := db.Log(r)
+	ls.recentOff = recentOff
 	if err := ls.StoreLogs(genEntries(r, 1, 500, 1)); err != nil {
 		t.Fatal(err)
 	}
