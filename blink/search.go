@@ -44,6 +44,9 @@ type Result struct {
 	Extent Ptr
 	Len    int
 	CRC    uint64
+	// Version is the leaf's version when the search copied it: Value
+	// reads the record only while the leaf still has it.
+	Version uint64
 }
 
 // retry accounts one restart or torn retry of a lock-free reader and
@@ -127,7 +130,7 @@ func (t *Tree) Search(key []byte) (Result, error) {
 	if err != nil || !next.IsNil() {
 		return Result{Next: next}, err
 	}
-	res := Result{Leaf: leaf}
+	res := Result{Leaf: leaf, Version: buf.headVersion()}
 	if buf.extents() {
 		i, found := buf.lowerBound(key)
 		if found {
@@ -193,6 +196,23 @@ func (t *Tree) Get(key, dst []byte) ([]byte, error) {
 			return dst, err
 		}
 	}
+}
+
+// Value appends to dst the value of the record that res, a Search of key
+// in this leaf meganode, found, without searching again: the record is
+// validated as Get validates its own (the leaf must still have the version
+// the search copied it at), so a reader that searched first (a server-side
+// search that then wants the value) pays one descent, not two. ok is false,
+// with dst unchanged, when the leaf changed since the search: search again
+// (or call Get). A res that found nothing is ErrNotFound.
+func (t *Tree) Value(res Result, key, dst []byte) (out []byte, ok bool, err error) {
+	if !res.Found || res.Extent.IsNil() {
+		return dst, false, ErrNotFound
+	}
+	if !t.local(res.Leaf) {
+		return dst, false, fmt.Errorf("leaf %v of a search result is not in this meganode: %w", res.Leaf, ErrCorruption)
+	}
+	return t.loadRecord(dst, res.Extent, res.Len, key, recordCheck{leaf: res.Leaf, version: res.Version})
 }
 
 // recordCheck says how a record copied lock-free is validated. With leaf

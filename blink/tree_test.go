@@ -193,3 +193,61 @@ func TestIterReuse(t *testing.T) {
 		t.Fatalf("bounded %v, unbounded %d keys", got, n)
 	}
 }
+
+// Value reads the record a Search found without descending again, and
+// only while the leaf is as the search saw it: a leaf changed since (a
+// write to any of its keys, or a split of it) sends the caller back to
+// search.
+func TestValueFromSearch(t *testing.T) {
+	tr, _ := newTestTree(t, testTreeOpts{nodeSize: 512})
+	for i := range 2000 {
+		mustPut(t, tr, fmt.Sprintf("key-%05d", i), fmt.Sprintf("value-%d", i))
+	}
+	key := []byte("key-01234")
+	res, err := tr.Search(key)
+	if err != nil || !res.Found {
+		t.Fatalf("Search: %+v, %v", res, err)
+	}
+	dst := make([]byte, 0, 64)
+	v, ok, err := tr.Value(res, key, dst)
+	if err != nil || !ok || string(v) != "value-1234" {
+		t.Fatalf("Value: %q, %v, %v", v, ok, err)
+	}
+	if a := testing.AllocsPerRun(100, func() { _, _, _ = tr.Value(res, key, dst[:0]) }); a != 0 && !raceEnabled {
+		t.Errorf("Value: %v allocs per call", a)
+	}
+
+	// A neighbour in the same leaf written: the leaf's version moved on.
+	mustPut(t, tr, "key-01234a", "x")
+	if v, ok, err := tr.Value(res, key, dst[:0]); ok || err != nil || len(v) != 0 {
+		t.Fatalf("Value after the leaf changed: %q, %v, %v; want not ok", v, ok, err)
+	}
+	// The key itself rewritten: a new search sees the new value.
+	mustPut(t, tr, "key-01234", "new")
+	if res, err = tr.Search(key); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok, err := tr.Value(res, key, dst[:0]); !ok || err != nil || string(v) != "new" {
+		t.Fatalf("Value after a new search: %q, %v, %v", v, ok, err)
+	}
+	// Enough inserts beside it to split its leaf: the old result is stale.
+	for i := range 200 {
+		mustPut(t, tr, fmt.Sprintf("key-01234-%03d", i), "filler")
+	}
+	if _, ok, err := tr.Value(res, key, dst[:0]); ok || err != nil {
+		t.Fatalf("Value after the leaf split: %v, %v; want not ok", ok, err)
+	}
+
+	missing, err := tr.Search([]byte("key-99999"))
+	if err != nil || missing.Found {
+		t.Fatalf("Search of a missing key: %+v, %v", missing, err)
+	}
+	if _, _, err := tr.Value(missing, []byte("key-99999"), dst[:0]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Value of a search that found nothing: %v", err)
+	}
+	forged := res
+	forged.Leaf = MakePtr(testRegion+1, res.Leaf.Offset())
+	if _, _, err := tr.Value(forged, key, dst[:0]); !errors.Is(err, ErrCorruption) {
+		t.Fatalf("Value of a leaf outside the meganode: %v", err)
+	}
+}

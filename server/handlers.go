@@ -289,7 +289,7 @@ func (w *worker) search(body []byte) (wire.Message, error) {
 		}
 		rep.Kind, rep.Found = wire.SearchLeaf, hp.res.Found
 		if req.WantValue && rep.Found {
-			v, err := hp.lm.t.Get(req.Key, w.val[:0])
+			v, err := w.value(hp, req.Key)
 			switch {
 			case err == nil:
 				w.val = v[:0]
@@ -335,6 +335,18 @@ func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (ho
 	return hp, nil
 }
 
+// value reads the value of key into w.val's buffer from the record the
+// search that ended at hp found, without descending again; if the leaf
+// changed since the search, with a search of its own (blink Get). A key
+// the search did not find is blink.ErrNotFound.
+func (w *worker) value(hp hop, key []byte) ([]byte, error) {
+	v, ok, err := hp.lm.t.Value(hp.res, key, w.val[:0])
+	if ok || err != nil {
+		return v, err
+	}
+	return hp.lm.t.Get(key, w.val[:0])
+}
+
 func (w *worker) get(body []byte) (wire.Message, error) {
 	req := &w.getReq
 	if err := req.Decode(body); err != nil {
@@ -345,7 +357,7 @@ func (w *worker) get(body []byte) (wire.Message, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, err := hp.lm.t.Get(req.Key, w.val[:0])
+		v, err := w.value(hp, req.Key)
 		if errors.Is(err, blink.ErrKeyOutOfRange) {
 			continue // moved since the search
 		}
