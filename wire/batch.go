@@ -2,10 +2,13 @@ package wire
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -14,13 +17,24 @@ import (
 // and flushes whenever the queue runs empty, so that frames queued
 // together leave in one write (Conn requests, ReplyWriter replies).
 //
-// Locking notes: mu guards queue, err and closing; the writer goroutine
-// alone touches w and handed's stores.
+// A frame queued while the writer is idle (nothing queued, nothing
+// buffered) on a plain TCP or Unix socket is written at once by the
+// goroutine that queued it, with one non-blocking write(2): no hand-off
+// to the writer goroutine, the common case of a connection with one
+// request or reply at a time. What the socket does not take at once
+// goes to the writer goroutine, which waits for the socket as before, so
+// the caller never blocks on it.
+//
+// Locking notes: mu guards queue, err, closing, idle and direct; the
+// writer goroutine alone touches w, and writes to the socket only while
+// no direct write is in flight (direct); handed is stored by whichever
+// goroutine is writing.
 type batchWriter struct {
 	w       *bufio.Writer
-	nc      net.Conn // for write deadlines; nil if the writer is not a net.Conn
+	nc      net.Conn        // for write deadlines; nil if the writer is not a net.Conn
+	raw     syscall.RawConn // for direct writes; nil if the writer is not a plain socket
 	timeout time.Duration
-	onError func(error) // called once, from the writer goroutine, on a write error
+	onError func(error) // called once, on a write error
 
 	// handed is the largest request id among the frames handed to w. A
 	// frame with a larger id never reached the socket.
@@ -34,6 +48,38 @@ type batchWriter struct {
 		queue   []*[]byte // complete frames, in pooled buffers
 		err     error     // sticky: set by fail or a write error
 		closing bool      // write what is queued, flush, stop
+		// idle: the writer goroutine found nothing queued or buffered
+		// and waits for a signal; the next frame may be written directly.
+		idle bool
+		// direct: a goroutine is writing a frame to the socket itself;
+		// the writer goroutine waits until it is done.
+		direct bool
+	}
+	// dw is the state of the direct write in flight (one at a time:
+	// mu.direct), kept here so that a direct write does not allocate.
+	dw directWrite
+	// directs counts the frames written directly, whole or in part.
+	directs atomic.Uint64
+}
+
+// directWrite is the callback of a direct write (syscall.RawConn.Write)
+// and what it returns.
+type directWrite struct {
+	fn     func(fd uintptr) bool
+	frame  []byte
+	n      int
+	err    error
+	called bool
+}
+
+// write is fn: one write(2) of frame, never waiting for the socket.
+func (d *directWrite) write(fd uintptr) bool {
+	d.called = true
+	for {
+		d.n, d.err = syscall.Write(int(fd), d.frame)
+		if d.err != syscall.EINTR {
+			return true
+		}
 	}
 }
 
@@ -46,6 +92,15 @@ func newBatchWriter(w io.Writer, o *Options, onError func(error)) *batchWriter {
 		done:    make(chan struct{}),
 	}
 	bw.nc, _ = w.(net.Conn)
+	// Only the socket types themselves: a wrapper (TLS, a test's fault
+	// injector) must see every byte through its own Write.
+	switch c := w.(type) {
+	case *net.TCPConn:
+		bw.raw, _ = c.SyscallConn()
+	case *net.UnixConn:
+		bw.raw, _ = c.SyscallConn()
+	}
+	bw.dw.fn = bw.dw.write
 	go bw.loop()
 	return bw
 }
@@ -59,10 +114,72 @@ func (bw *batchWriter) enqueue(p *[]byte) error {
 		putBuf(p)
 		return err
 	}
+	if bw.mu.idle && bw.raw != nil {
+		bw.mu.idle, bw.mu.direct = false, true
+		bw.mu.Unlock()
+		return bw.writeDirect(p)
+	}
+	bw.mu.idle = false
 	wasEmpty := len(bw.mu.queue) == 0
 	bw.mu.queue = append(bw.mu.queue, p)
 	bw.mu.Unlock()
 	if wasEmpty {
+		bw.signal()
+	}
+	return nil
+}
+
+// writeDirect writes frame p to the socket with one non-blocking
+// write(2) and hands what is left (all of it when the socket is full or
+// its old write deadline has passed) to the writer goroutine, ahead of
+// anything queued meanwhile. It owns p.
+// REQUIRES: bw.mu.direct set by the caller, which holds the socket.
+func (bw *batchWriter) writeDirect(p *[]byte) error {
+	frame := *p
+	if id := le.Uint64(frame[offID:]); id > bw.handed.Load() {
+		bw.handed.Store(id) // before the write, as write does
+	}
+	bw.directs.Add(1)
+	d := &bw.dw
+	d.frame, d.n, d.err, d.called = frame, 0, nil, false
+	err := bw.raw.Write(d.fn)
+	n, werr, called := d.n, d.err, d.called
+	d.frame = nil
+	switch {
+	case !called && err != nil && !errors.Is(err, os.ErrDeadlineExceeded):
+		werr = err // closed
+	case werr == syscall.EAGAIN || n < 0:
+		n, werr = 0, nil
+	}
+	var rest *[]byte
+	if werr == nil && n < len(frame) {
+		rest = getBuf(len(frame) - n)
+		copy(*rest, frame[n:])
+	}
+	putBuf(p)
+
+	bw.mu.Lock()
+	bw.mu.direct = false
+	if werr != nil {
+		if bw.mu.err == nil {
+			bw.mu.err = werr
+		}
+		bw.mu.Unlock()
+		bw.signal()
+		if bw.onError != nil {
+			bw.onError(werr)
+		}
+		return nil // the frame's fate is the connection's, as for a queued one
+	}
+	if rest != nil {
+		bw.mu.queue = append(bw.mu.queue, nil)
+		copy(bw.mu.queue[1:], bw.mu.queue)
+		bw.mu.queue[0] = rest
+	}
+	wake := len(bw.mu.queue) > 0 || bw.mu.closing
+	bw.mu.idle = !wake
+	bw.mu.Unlock()
+	if wake {
 		bw.signal()
 	}
 	return nil
@@ -127,8 +244,15 @@ func (bw *batchWriter) loop() {
 	var batch []*[]byte
 	for {
 		bw.mu.Lock()
+		for bw.mu.direct && bw.mu.err == nil {
+			// A direct write holds the socket; it signals when done.
+			bw.mu.Unlock()
+			<-bw.wake
+			bw.mu.Lock()
+		}
 		batch, bw.mu.queue = bw.mu.queue, batch[:0]
 		err, closing := bw.mu.err, bw.mu.closing
+		bw.mu.idle = err == nil && !closing && len(batch) == 0 && bw.w.Buffered() == 0
 		bw.mu.Unlock()
 
 		if err != nil {
