@@ -18,7 +18,9 @@ import (
 // calls by request id.
 //
 // A writer goroutine batches queued requests in a bufio.Writer and flushes
-// when the queue runs empty; a reader goroutine reads replies and hands
+// when the queue runs empty (a request queued while it is idle, on a plain
+// socket, is written by the calling goroutine with one non-blocking write,
+// the rest left to the writer); a reader goroutine reads replies and hands
 // each to its waiting call. A call whose context ends stops waiting at once
 // (its request may still be sent, and its late reply is dropped). When the
 // connection fails, every pending call fails with a *ConnError and every

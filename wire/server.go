@@ -34,7 +34,10 @@ import (
 // ReplyWriter writes replies to one connection. It is safe for concurrent
 // use: worker goroutines queue replies as they finish, and a writer
 // goroutine batches them and flushes when the queue runs empty, so a
-// worker never blocks on the socket.
+// worker never blocks on the socket. A reply queued while the writer is
+// idle, on a plain TCP or Unix socket, is written by its worker with one
+// non-blocking write (no hand-off); what the socket does not take then
+// goes to the writer goroutine.
 //
 // After a write error every later write fails with that error, and the
 // underlying writer is closed if it is an io.Closer, so that the
