@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cellstore/cell/internal/netaddr"
@@ -39,6 +40,9 @@ type conn struct {
 	// stopping, the deadline stays in the past.
 	dlMu     sync.Mutex
 	stopping bool
+
+	// lastAlone: the last reply was the only request in flight (alone).
+	lastAlone atomic.Bool
 }
 
 // acceptLoop accepts connections until the listener closes.
@@ -145,6 +149,18 @@ func (c *conn) acquire() {
 		c.s.metrics.refusals.WithLabelValues(refuseInflight).Inc()
 		c.slots <- struct{}{}
 	}
+}
+
+// alone reports whether a reply about to be sent may be written at once
+// by its worker (wire.ReplyWriter.SendAlone): its request is the only one
+// in flight on the connection, and so was the last one answered, as with
+// a client that sends a request only after the reply to the one before.
+// The last reply of a pipelined burst is alone too, but the one before it
+// was not: it waits for the writer goroutine and leaves with the burst, so
+// that the client's next burst is not cut in two.
+func (c *conn) alone() bool {
+	only := len(c.slots) == 1
+	return c.lastAlone.Swap(only) && only
 }
 
 // release returns the slot of a request answered without a worker.

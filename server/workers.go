@@ -164,7 +164,12 @@ func (s *Server) respond(c *conn, h *wire.Header, msg wire.Message, err error, q
 	}
 	s.metrics.observe(h.Op, st, queued, service)
 	if err == nil {
-		_ = c.rw.Send(r) // a failed write fails the connection, which its reader sees
+		// A failed write fails the connection, which its reader sees.
+		if c.alone() {
+			_ = c.rw.SendAlone(r)
+		} else {
+			_ = c.rw.Send(r)
+		}
 	} else {
 		_ = c.rw.WriteError(h, err, queued, service)
 	}

@@ -17,13 +17,16 @@ import (
 // and flushes whenever the queue runs empty, so that frames queued
 // together leave in one write (Conn requests, ReplyWriter replies).
 //
-// A frame queued while the writer is idle (nothing queued, nothing
-// buffered) on a plain TCP or Unix socket is written at once by the
-// goroutine that queued it, with one non-blocking write(2): no hand-off
-// to the writer goroutine, the common case of a connection with one
-// request or reply at a time. What the socket does not take at once
-// goes to the writer goroutine, which waits for the socket as before, so
-// the caller never blocks on it.
+// A frame queued alone (its caller knows no other frame of the
+// connection is in the making: the only request or reply in flight) while
+// the writer is idle (nothing queued, nothing buffered) on a plain TCP or
+// Unix socket is written at once by the goroutine that queued it, with
+// one non-blocking write(2): no hand-off to the writer goroutine, the
+// common case of a client with one request at a time. What the socket
+// does not take at once goes to the writer goroutine, which waits for the
+// socket as before, so the caller never blocks on it. Frames of a
+// pipelined connection keep going through the writer goroutine, which
+// sends a burst of them in one write(2).
 //
 // Locking notes: mu guards queue, err, closing, idle and direct; the
 // writer goroutine alone touches w, and writes to the socket only while
@@ -106,15 +109,20 @@ func newBatchWriter(w io.Writer, o *Options, onError func(error)) *batchWriter {
 }
 
 // enqueue queues a frame; the writer owns (and releases) p from now on,
-// even when an error is returned.
-func (bw *batchWriter) enqueue(p *[]byte) error {
+// even when an error is returned. alone says that no other frame of this
+// connection is in the making (the caller's request or reply is the only
+// one in flight): then, if the writer is idle, the caller writes it
+// itself. Without it frames wait for the writer goroutine, so that frames
+// made one after another leave together (one write(2) for a pipelined
+// burst, not one each).
+func (bw *batchWriter) enqueue(p *[]byte, alone bool) error {
 	bw.mu.Lock()
 	if err := bw.stoppedLocked(); err != nil {
 		bw.mu.Unlock()
 		putBuf(p)
 		return err
 	}
-	if bw.mu.idle && bw.raw != nil {
+	if alone && bw.mu.idle && bw.raw != nil {
 		bw.mu.idle, bw.mu.direct = false, true
 		bw.mu.Unlock()
 		return bw.writeDirect(p)

@@ -76,7 +76,7 @@ func TestReplyWriterDirect(t *testing.T) {
 			defer rw.bw.mu.Unlock()
 			return rw.bw.mu.idle
 		})
-		if err := rw.Write(Header{Op: OpGet, ID: i}, body(i, 100)); err != nil {
+		if err := rw.sendAlone(Header{Op: OpGet, ID: i}, body(i, 100)); err != nil {
 			t.Fatal(err)
 		}
 		if ids := readReplies(t, rd, 1, size); ids[0] != i {
@@ -105,7 +105,7 @@ func TestReplyWriterDirectFullSocket(t *testing.T) {
 	go func() {
 		defer close(wrote)
 		for i := uint64(1); i <= n; i++ {
-			if err := rw.Write(Header{Op: OpGet, ID: i}, body(i, sz)); err != nil {
+			if err := rw.sendAlone(Header{Op: OpGet, ID: i}, body(i, sz)); err != nil {
 				t.Error(err)
 				return
 			}
@@ -146,7 +146,7 @@ func TestReplyWriterDirectConcurrent(t *testing.T) {
 			defer wg.Done()
 			for k := range each {
 				id := uint64(g*each + k + 1)
-				if err := rw.Write(Header{Op: OpGet, ID: id}, body(id, size(id))); err != nil {
+				if err := rw.sendAlone(Header{Op: OpGet, ID: id}, body(id, size(id))); err != nil {
 					t.Error(err)
 					return
 				}
@@ -196,14 +196,14 @@ func TestReplyWriterDirectAfterDeadline(t *testing.T) {
 	}
 	// Reply 1 does not fit the socket: the writer goroutine writes the
 	// rest, under a write deadline.
-	if err := rw.Write(Header{Op: OpGet, ID: 1}, body(1, big)); err != nil {
+	if err := rw.sendAlone(Header{Op: OpGet, ID: 1}, body(1, big)); err != nil {
 		t.Fatal(err)
 	}
 	readReplies(t, rd, 1, size)
 	for i := uint64(2); i <= 4; i++ {
 		time.Sleep(50 * time.Millisecond) // the deadline passes
 		directs := rw.bw.directs.Load()
-		if err := rw.Write(Header{Op: OpGet, ID: i}, body(i, 10)); err != nil {
+		if err := rw.sendAlone(Header{Op: OpGet, ID: i}, body(i, 10)); err != nil {
 			t.Fatal(err)
 		}
 		if ids := readReplies(t, rd, 1, size); ids[0] != i {
@@ -234,12 +234,49 @@ func TestReplyWriterDirectWriteError(t *testing.T) {
 			defer rw.bw.mu.Unlock()
 			return rw.bw.mu.idle || rw.bw.mu.err != nil
 		})
-		_ = rw.Write(Header{Op: OpGet, ID: i}, body(i, 100))
+		_ = rw.sendAlone(Header{Op: OpGet, ID: i}, body(i, 100))
 	}
 	if rw.Err() == nil {
 		t.Fatal("writes to a reset socket did not fail the writer")
 	}
 	if err := rw.Close(); err == nil {
 		t.Fatal("Close hid the write error")
+	}
+}
+
+// sendAlone is Write through SendAlone: a reply with a raw body, sent as
+// the only one in flight.
+func (w *ReplyWriter) sendAlone(h Header, b []byte) error {
+	p := getBuf(HeaderSize + len(b))
+	copy((*p)[HeaderSize:], b)
+	h.Flags, h.BudgetMicros = FlagReply, 0
+	h.put(*p, uint32(len(*p)))
+	return w.bw.enqueue(p, true)
+}
+
+// Replies not sent alone wait for the writer goroutine even when it is
+// idle, so that a pipelined burst leaves in one write.
+func TestReplyWriterQueuedNotDirect(t *testing.T) {
+	client, server := tcpPair(t)
+	rw, err := NewReplyWriter(server, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rw.Close()
+	rd := mustReader(t, client, nil)
+	size := func(uint64) int { return 100 }
+	for i := uint64(1); i <= 20; i++ {
+		waitFor(t, "the writer goroutine to go idle", func() bool {
+			rw.bw.mu.Lock()
+			defer rw.bw.mu.Unlock()
+			return rw.bw.mu.idle
+		})
+		if err := rw.Write(Header{Op: OpGet, ID: i}, body(i, 100)); err != nil {
+			t.Fatal(err)
+		}
+		readReplies(t, rd, 1, size)
+	}
+	if d := rw.bw.directs.Load(); d != 0 {
+		t.Fatalf("%d replies not sent alone were written directly", d)
 	}
 }

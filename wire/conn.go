@@ -18,9 +18,10 @@ import (
 // calls by request id.
 //
 // A writer goroutine batches queued requests in a bufio.Writer and flushes
-// when the queue runs empty (a request queued while it is idle, on a plain
-// socket, is written by the calling goroutine with one non-blocking write,
-// the rest left to the writer); a reader goroutine reads replies and hands
+// when the queue runs empty (a call made one at a time, when the writer
+// is idle, on a plain socket, is written by the calling goroutine with one
+// non-blocking write, the rest left to the writer); a reader goroutine
+// reads replies and hands
 // each to its waiting call. A call whose context ends stops waiting at once
 // (its request may still be sent, and its late reply is dropped). When the
 // connection fails, every pending call fails with a *ConnError and every
@@ -45,6 +46,9 @@ type Conn struct {
 		// it is the right to deliver its one result. Nil once err is set.
 		pending map[uint64]*call
 		err     error // why the connection failed; sticky
+		// lastAlone: the last call was the only one in flight when it
+		// was sent.
+		lastAlone bool
 	}
 }
 
@@ -258,9 +262,17 @@ func (c *Conn) roundTrip(ctx context.Context, op Op, flags Flags, p *[]byte) (Fr
 		return Frame{}, &ConnError{Err: err}
 	}
 	c.mu.pending[h.ID] = cl
+	// Written by this goroutine at once (if the writer is idle) only when
+	// the call is alone and so was the one before: a client that calls one
+	// at a time. The first call of a burst finds the others answered and
+	// not yet sent again; alone, it would leave in a write of its own,
+	// ahead of the rest.
+	only := len(c.mu.pending) == 1
+	alone := only && c.mu.lastAlone
+	c.mu.lastAlone = only
 	c.mu.Unlock()
 	// An error means the connection is failing: fail delivers our result.
-	_ = c.bw.enqueue(p)
+	_ = c.bw.enqueue(p, alone)
 
 	var r result
 	select {

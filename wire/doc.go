@@ -172,9 +172,9 @@
 // Requests are pipelined and a server may answer them in any order,
 // matching by request id. Conn is the client side: Call is safe for
 // concurrent use, a writer goroutine batches queued requests and flushes
-// when the queue runs empty (one queued while it is idle, on a plain
-// socket, goes out at once from the caller with a non-blocking write), a
-// reader goroutine dispatches replies by id.
+// when the queue runs empty (a call made one at a time, when the writer
+// is idle, on a plain socket, goes out at once from the caller with a
+// non-blocking write), a reader goroutine dispatches replies by id.
 // A call whose context ends stops waiting at once and its late reply is
 // dropped. When the connection fails, pending calls fail with *ConnError,
 // whose Sent field tells whether the request may have reached the server

@@ -34,10 +34,10 @@ import (
 // ReplyWriter writes replies to one connection. It is safe for concurrent
 // use: worker goroutines queue replies as they finish, and a writer
 // goroutine batches them and flushes when the queue runs empty, so a
-// worker never blocks on the socket. A reply queued while the writer is
-// idle, on a plain TCP or Unix socket, is written by its worker with one
-// non-blocking write (no hand-off); what the socket does not take then
-// goes to the writer goroutine.
+// worker never blocks on the socket. A reply sent alone (SendAlone) while
+// the writer is idle, on a plain TCP or Unix socket, is written by its
+// worker with one non-blocking write (no hand-off); what the socket does
+// not take then goes to the writer goroutine.
 //
 // After a write error every later write fails with that error, and the
 // underlying writer is closed if it is an io.Closer, so that the
@@ -121,14 +121,27 @@ func (w *ReplyWriter) Send(r Reply) error {
 	if r.p == nil {
 		return errNotEncoded
 	}
-	return w.bw.enqueue(r.p)
+	return w.bw.enqueue(r.p, false)
+}
+
+// SendAlone is Send for a reply that no other reply of the connection is
+// about to follow (its request was the only one in flight): when the
+// writer is idle and the connection a plain socket, the caller writes it
+// at once with one non-blocking write, instead of handing it to the writer
+// goroutine. Replies of a pipelined connection should go through Send, so
+// that a burst leaves in one write.
+func (w *ReplyWriter) SendAlone(r Reply) error {
+	if r.p == nil {
+		return errNotEncoded
+	}
+	return w.bw.enqueue(r.p, true)
 }
 
 func (w *ReplyWriter) write(h Header, p *[]byte) error {
 	h.Flags = FlagReply // a request's FlagRetry is not echoed
 	h.BudgetMicros = 0
 	h.put(*p, uint32(len(*p)))
-	return w.bw.enqueue(p)
+	return w.bw.enqueue(p, false)
 }
 
 // WriteError answers request req with the status of err (StatusOf) and the
