@@ -197,3 +197,38 @@ func TestGracefulClose(t *testing.T) {
 		t.Fatal("dial after Close succeeded")
 	}
 }
+
+// A reply is sent alone (written by its worker at once) only when its
+// request is the only one in flight on the connection and so was the
+// last one answered: a client calling one at a time. The last reply of a
+// pipelined burst is not: it leaves with the burst.
+func TestReplyAlone(t *testing.T) {
+	c := &conn{slots: make(chan struct{}, 16)}
+	answer := func(inflight int) bool {
+		for range inflight {
+			c.slots <- struct{}{}
+		}
+		alone := c.alone()
+		for range inflight {
+			<-c.slots
+		}
+		return alone
+	}
+	steps := []struct {
+		inflight int
+		want     bool
+	}{
+		{1, false}, // the first: nothing known of the one before
+		{1, true},
+		{1, true},
+		{16, false}, // a burst
+		{4, false},
+		{1, false}, // its last reply
+		{1, true},  // one at a time again
+	}
+	for i, st := range steps {
+		if got := answer(st.inflight); got != st.want {
+			t.Fatalf("step %d (%d in flight): alone %v, want %v", i, st.inflight, got, st.want)
+		}
+	}
+}

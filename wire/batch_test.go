@@ -280,3 +280,26 @@ func TestReplyWriterQueuedNotDirect(t *testing.T) {
 		t.Fatalf("%d replies not sent alone were written directly", d)
 	}
 }
+
+// A client that calls one at a time has its requests written by the
+// calling goroutine (after the first two: a call is sent directly when it
+// and the one before it were alone); a burst of concurrent calls has its
+// first call queued with the rest, not sent alone.
+func TestConnDirectOneAtATime(t *testing.T) {
+	srv := startServer(t, nil, echo(0))
+	c := mustDial(t, srv.addr(), nil)
+	for range 30 {
+		waitFor(t, "the writer goroutine to go idle", func() bool {
+			c.bw.mu.Lock()
+			defer c.bw.mu.Unlock()
+			return c.bw.mu.idle
+		})
+		mustPing(t, c)
+	}
+	if d := c.bw.directs.Load(); d < 28 {
+		t.Fatalf("%d of 30 one-at-a-time calls written directly, want at least 28", d)
+	}
+}
+
+// The server's rule for its replies (conn.alone in package server) is the
+// same: see server's TestReplyAlone.
