@@ -34,6 +34,17 @@ func tcpPair(t testing.TB) (client, server *net.TCPConn) {
 	return c.(*net.TCPConn), s.(*net.TCPConn)
 }
 
+// waitIdle waits until bw's writer goroutine has nothing to write (or the
+// writer failed).
+func waitIdle(t testing.TB, bw *batchWriter) {
+	t.Helper()
+	waitFor(t, "the writer goroutine to go idle", func() bool {
+		bw.mu.Lock()
+		defer bw.mu.Unlock()
+		return bw.mu.idle || bw.mu.err != nil
+	})
+}
+
 // body is reply i's body: n bytes that say which reply they belong to.
 func body(i uint64, n int) []byte {
 	b := bytes.Repeat([]byte{byte(i)}, n)
@@ -59,32 +70,42 @@ func readReplies(t *testing.T, rd *Reader, n int, size func(uint64) int) []uint6
 	return ids
 }
 
-// One reply at a time on an idle plain socket is written by the goroutine
-// that queued it (no hand-off to the writer goroutine), and arrives.
+// One reply at a time on an idle plain socket, sent alone, is written by
+// the goroutine that queued it (no hand-off to the writer goroutine), and
+// arrives; replies not sent alone wait for the writer goroutine even when
+// it is idle, so that a pipelined burst leaves in one write.
 func TestReplyWriterDirect(t *testing.T) {
-	client, server := tcpPair(t)
-	rw, err := NewReplyWriter(server, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close()
-	rd := mustReader(t, client, nil)
-	size := func(uint64) int { return 100 }
-	for i := uint64(1); i <= 50; i++ {
-		waitFor(t, "the writer goroutine to go idle", func() bool {
-			rw.bw.mu.Lock()
-			defer rw.bw.mu.Unlock()
-			return rw.bw.mu.idle
+	for _, alone := range []bool{true, false} {
+		t.Run(fmt.Sprintf("alone=%v", alone), func(t *testing.T) {
+			client, server := tcpPair(t)
+			rw, err := NewReplyWriter(server, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rw.Close()
+			rd := mustReader(t, client, nil)
+			size := func(uint64) int { return 100 }
+			for i := uint64(1); i <= 50; i++ {
+				waitIdle(t, rw.bw)
+				send := rw.Write
+				if alone {
+					send = rw.sendAlone
+				}
+				if err := send(Header{Op: OpGet, ID: i}, body(i, 100)); err != nil {
+					t.Fatal(err)
+				}
+				if ids := readReplies(t, rd, 1, size); ids[0] != i {
+					t.Fatalf("got reply %d, want %d", ids[0], i)
+				}
+			}
+			want := uint64(0)
+			if alone {
+				want = 50
+			}
+			if d := rw.bw.directs.Load(); d != want {
+				t.Fatalf("%d of 50 replies written directly, want %d", d, want)
+			}
 		})
-		if err := rw.sendAlone(Header{Op: OpGet, ID: i}, body(i, 100)); err != nil {
-			t.Fatal(err)
-		}
-		if ids := readReplies(t, rd, 1, size); ids[0] != i {
-			t.Fatalf("got reply %d, want %d", ids[0], i)
-		}
-	}
-	if d := rw.bw.directs.Load(); d != 50 {
-		t.Fatalf("%d of 50 replies written directly", d)
 	}
 }
 
@@ -229,11 +250,7 @@ func TestReplyWriterDirectWriteError(t *testing.T) {
 	_ = client.SetLinger(0)
 	client.Close() // a reset
 	for i := uint64(1); rw.Err() == nil && i < 1000; i++ {
-		waitFor(t, "the writer goroutine to go idle", func() bool {
-			rw.bw.mu.Lock()
-			defer rw.bw.mu.Unlock()
-			return rw.bw.mu.idle || rw.bw.mu.err != nil
-		})
+		waitIdle(t, rw.bw)
 		_ = rw.sendAlone(Header{Op: OpGet, ID: i}, body(i, 100))
 	}
 	if rw.Err() == nil {
@@ -254,33 +271,6 @@ func (w *ReplyWriter) sendAlone(h Header, b []byte) error {
 	return w.bw.enqueue(p, true)
 }
 
-// Replies not sent alone wait for the writer goroutine even when it is
-// idle, so that a pipelined burst leaves in one write.
-func TestReplyWriterQueuedNotDirect(t *testing.T) {
-	client, server := tcpPair(t)
-	rw, err := NewReplyWriter(server, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rw.Close()
-	rd := mustReader(t, client, nil)
-	size := func(uint64) int { return 100 }
-	for i := uint64(1); i <= 20; i++ {
-		waitFor(t, "the writer goroutine to go idle", func() bool {
-			rw.bw.mu.Lock()
-			defer rw.bw.mu.Unlock()
-			return rw.bw.mu.idle
-		})
-		if err := rw.Write(Header{Op: OpGet, ID: i}, body(i, 100)); err != nil {
-			t.Fatal(err)
-		}
-		readReplies(t, rd, 1, size)
-	}
-	if d := rw.bw.directs.Load(); d != 0 {
-		t.Fatalf("%d replies not sent alone were written directly", d)
-	}
-}
-
 // A client that calls one at a time has its requests written by the
 // calling goroutine (after the first two: a call is sent directly when it
 // and the one before it were alone); a burst of concurrent calls has its
@@ -289,11 +279,7 @@ func TestConnDirectOneAtATime(t *testing.T) {
 	srv := startServer(t, nil, echo(0))
 	c := mustDial(t, srv.addr(), nil)
 	for range 30 {
-		waitFor(t, "the writer goroutine to go idle", func() bool {
-			c.bw.mu.Lock()
-			defer c.bw.mu.Unlock()
-			return c.bw.mu.idle
-		})
+		waitIdle(t, c.bw)
 		mustPing(t, c)
 	}
 	if d := c.bw.directs.Load(); d < 28 {
