@@ -281,10 +281,17 @@ var (
 	descWALSyncs        = prometheus.NewDesc("cell_wal_syncs_total", "fsyncs of the log's files.", nil, nil)
 	descWALSyncT        = prometheus.NewDesc("cell_wal_sync_seconds_total", "Time spent in the log's fsyncs.", nil, nil)
 	descWALFailed       = prometheus.NewDesc("cell_wal_failed", "1 once the log latched a failed write or sync (the server stops).", nil, nil)
+	descWALFlushes      = prometheus.NewDesc("cell_wal_flushes_total", "Memtable flushes of the log's pebble store.", nil, nil)
+	descWALFlushT       = prometheus.NewDesc("cell_wal_flush_seconds_total", "Time spent in the log's memtable flushes.", nil, nil)
+	descWALFlushB       = prometheus.NewDesc("cell_wal_flush_bytes_total", "sstable bytes the log's memtable flushes wrote.", nil, nil)
+	descWALCompactions  = prometheus.NewDesc("cell_wal_compactions_total", "Compactions of the log's pebble store (background work on the server's CPUs and disk; a log truncated after a snapshot leaves a range deletion for them).", nil, nil)
+	descWALCompactT     = prometheus.NewDesc("cell_wal_compaction_seconds_total", "Time spent in the log's compactions.", nil, nil)
+	descWALCompactB     = prometheus.NewDesc("cell_wal_compaction_bytes_total", "sstable bytes the log's compactions read and wrote.", []string{"direction"}, nil)
 
 	stateDescs = []*prometheus.Desc{descQueueDepth, descQueueCap, descWorkers, descBusy, descUtil, descApplied, descOneSided, descOneSidedSegs,
 		descOneSidedB, descOneSidedRej, descOneSidedConn, descOneSidedRefused, descRetries, descFill, descHeight, descRegion, descExtents, descEpoch,
-		descRaftState, descRaftIndex, descRaftTerm, descWALWrites, descWALCommits, descWALCommitT, descWALSyncs, descWALSyncT, descWALFailed}
+		descRaftState, descRaftIndex, descRaftTerm, descWALWrites, descWALCommits, descWALCommitT, descWALSyncs, descWALSyncT, descWALFailed,
+		descWALFlushes, descWALFlushT, descWALFlushB, descWALCompactions, descWALCompactT, descWALCompactB}
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -363,6 +370,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descWALCommitT, wm.CommitTime.Seconds())
 		counter(descWALSyncs, float64(wm.WALSyncs))
 		counter(descWALSyncT, wm.WALSyncTime.Seconds())
+		counter(descWALFlushes, float64(wm.Flushes))
+		counter(descWALFlushT, wm.FlushTime.Seconds())
+		counter(descWALFlushB, float64(wm.FlushBytes))
+		counter(descWALCompactions, float64(wm.Compactions))
+		counter(descWALCompactT, wm.CompactionTime.Seconds())
+		counter(descWALCompactB, float64(wm.CompactionBytesRead), "read")
+		counter(descWALCompactB, float64(wm.CompactionBytesWritten), "written")
 		failed := 0.0
 		if s.wal.Err() != nil {
 			failed = 1

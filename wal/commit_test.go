@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"runtime"
@@ -200,5 +201,40 @@ func TestReadAcrossOverwriteAndRegrowth(t *testing.T) {
 	// TestCheckFindsCorruption makes a hole.)
 	if err := ls.GetLog(7, &l); err != nil || l.Term != 2 {
 		t.Fatalf("GetLog(7) = term %d, %v; want the new entry", l.Term, err)
+	}
+}
+
+// Pebble's background work is counted: a flush of the memtable, and a
+// compaction of a log truncated after a snapshot (its range deletion).
+func TestFlushAndCompactionMetrics(t *testing.T) {
+	db := mustOpen(t, vfs.NewMem(), "db")
+	ls := db.Log(1)
+	for lo := uint64(1); lo <= 2000; lo += 100 {
+		if err := ls.StoreLogs(genEntries(1, lo, lo+99, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.pdb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m := db.Metrics()
+	if m.Flushes == 0 || m.FlushBytes == 0 {
+		t.Fatalf("after a flush: %d flushes of %d bytes", m.Flushes, m.FlushBytes)
+	}
+	if err := ls.DeleteRange(1, 1500); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.pdb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.pdb.Compact(context.Background(), regionPrefix(kindLog, 1), logUpper(1), false); err != nil {
+		t.Fatal(err)
+	}
+	m = db.Metrics()
+	if m.Compactions == 0 || m.CompactionBytesRead == 0 || m.CompactionTime <= 0 {
+		t.Fatalf("after a compaction: %d compactions, %d bytes read, %v", m.Compactions, m.CompactionBytesRead, m.CompactionTime)
+	}
+	if m.CompactionBytesWritten >= m.CompactionBytesRead {
+		t.Fatalf("a compaction of mostly deleted entries wrote %d bytes of the %d it read", m.CompactionBytesWritten, m.CompactionBytesRead)
 	}
 }

@@ -23,11 +23,41 @@ type Metrics struct {
 	// vfs layer, and WALSyncTime their total duration.
 	WALSyncs    uint64
 	WALSyncTime time.Duration
+	// Flushes counts pebble's memtable flushes that ended without error,
+	// FlushTime their time and FlushBytes the sstable bytes they wrote.
+	Flushes    uint64
+	FlushTime  time.Duration
+	FlushBytes uint64
+	// Compactions counts pebble's compactions that ended without error,
+	// CompactionTime their time, and CompactionBytesRead and
+	// CompactionBytesWritten the sstable bytes they read and wrote. They
+	// run in the background, on the server's CPUs and disk: a log
+	// truncated after a snapshot leaves a range deletion that they apply.
+	Compactions            uint64
+	CompactionTime         time.Duration
+	CompactionBytesRead    uint64
+	CompactionBytesWritten uint64
 }
 
 // metricsCounters are the live counters behind Metrics.
 type metricsCounters struct {
 	writes, commits, bytes, commitNanos, syncs, syncNanos atomic.Uint64
+
+	flushes, flushNanos, flushBytes                      atomic.Uint64
+	compactions, compactNanos, compactRead, compactWrite atomic.Uint64
+}
+
+func (m *metricsCounters) recordFlush(d time.Duration, bytes uint64) {
+	m.flushes.Add(1)
+	m.flushNanos.Add(uint64(d))
+	m.flushBytes.Add(bytes)
+}
+
+func (m *metricsCounters) recordCompaction(d time.Duration, read, written uint64) {
+	m.compactions.Add(1)
+	m.compactNanos.Add(uint64(d))
+	m.compactRead.Add(read)
+	m.compactWrite.Add(written)
 }
 
 func (m *metricsCounters) recordSync(d time.Duration) {
@@ -50,5 +80,14 @@ func (m *metricsCounters) snapshot() Metrics {
 		CommitTime:     time.Duration(m.commitNanos.Load()),
 		WALSyncs:       m.syncs.Load(),
 		WALSyncTime:    time.Duration(m.syncNanos.Load()),
+
+		Flushes:    m.flushes.Load(),
+		FlushTime:  time.Duration(m.flushNanos.Load()),
+		FlushBytes: m.flushBytes.Load(),
+
+		Compactions:            m.compactions.Load(),
+		CompactionTime:         time.Duration(m.compactNanos.Load()),
+		CompactionBytesRead:    m.compactRead.Load(),
+		CompactionBytesWritten: m.compactWrite.Load(),
 	}
 }

@@ -146,5 +146,42 @@ func (db *DB) eventListener() *pebble.EventListener {
 		DiskSlow: func(info pebble.DiskSlowInfo) {
 			db.log.Warn("pebble disk slow", "info", info.String())
 		},
+		FlushEnd: func(info pebble.FlushInfo) {
+			if info.Err != nil || info.Ingest {
+				return
+			}
+			db.metrics.recordFlush(info.TotalDuration, tablesSize(info.Output))
+			db.log.Debug("pebble flush", "info", info.String())
+		},
+		CompactionEnd: func(info pebble.CompactionInfo) {
+			if info.Err != nil {
+				return
+			}
+			var read uint64
+			for _, in := range info.Input {
+				read += tablesSize(in.Tables)
+			}
+			written := tablesSize(info.Output.Tables)
+			db.metrics.recordCompaction(info.TotalDuration, read, written)
+			// Slow ones where an operator looks; all of them at debug.
+			if info.TotalDuration >= slowCompaction {
+				db.log.Info("pebble compaction", "took", info.TotalDuration, "info", info.String())
+			} else {
+				db.log.Debug("pebble compaction", "info", info.String())
+			}
+		},
 	}
+}
+
+// slowCompaction is how long a compaction runs before the log names it at
+// info level.
+const slowCompaction = time.Second
+
+// tablesSize sums the sizes of sstables.
+func tablesSize(ts []pebble.TableInfo) uint64 {
+	var n uint64
+	for _, t := range ts {
+		n += t.Size
+	}
+	return n
 }
