@@ -29,8 +29,10 @@ type conn struct {
 	// RoleNone on plain TCP. Set by handshake before the first request.
 	role tlsconf.Role
 	// inflight counts requests handed to the workers and not answered
-	// yet; the connection closes only when it is zero.
+	// yet; the connection closes only when it is zero. jobs is the same
+	// count, readable (begin, done).
 	inflight sync.WaitGroup
+	jobs     atomic.Int32
 	// slots holds a token for each request read and not answered yet
 	// (MaxInflightPerConn): the reader takes one before it reads a frame,
 	// and waits, reading nothing, while they are all taken.
@@ -159,16 +161,26 @@ func (c *conn) acquire() {
 // was not: it waits for the writer goroutine and leaves with the burst, so
 // that the client's next burst is not cut in two.
 func (c *conn) alone() bool {
-	only := len(c.slots) == 1
+	// Not the slots: the reader holds one while it waits for the next
+	// request.
+	only := c.jobs.Load() == 1
 	return c.lastAlone.Swap(only) && only
 }
 
 // release returns the slot of a request answered without a worker.
 func (c *conn) release() { <-c.slots }
 
+// begin counts a request handed to a worker or a goroutine of its own;
+// done ends it.
+func (c *conn) begin() {
+	c.inflight.Add(1)
+	c.jobs.Add(1)
+}
+
 // done ends a request handed to a worker or a goroutine of its own: it was
 // answered (or dropped) and its slot is free.
 func (c *conn) done() {
+	c.jobs.Add(-1)
 	<-c.slots
 	c.inflight.Done()
 }
@@ -382,16 +394,16 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 	case wire.OpCheck:
 		// Long, and not tree work of the paper's kind: beside the
 		// workers (checkop.go).
-		c.inflight.Add(1)
+		c.begin()
 		go c.serveCheck(f, arrived)
 		return
 	case wire.OpReplicaHash:
-		c.inflight.Add(1)
+		c.begin()
 		go c.serveReplicaHash(f, arrived)
 		return
 	case wire.OpMoveReplica, wire.OpTransferLeader:
 		// Operator requests; a transfer waits for the election.
-		c.inflight.Add(1)
+		c.begin()
 		go c.serveAdmin(f, arrived)
 		return
 	case wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete,
@@ -404,7 +416,7 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		c.release()
 		return
 	}
-	c.inflight.Add(1)
+	c.begin()
 	select {
 	case s.queue <- job{c: c, f: f, arrived: arrived}:
 	default:

@@ -203,15 +203,18 @@ func TestGracefulClose(t *testing.T) {
 // last one answered: a client calling one at a time. The last reply of a
 // pipelined burst is not: it leaves with the burst.
 func TestReplyAlone(t *testing.T) {
-	c := &conn{slots: make(chan struct{}, 16)}
+	c := &conn{slots: make(chan struct{}, 32)}
 	answer := func(inflight int) bool {
+		c.slots <- struct{}{} // the reader's, waiting for the next request
 		for range inflight {
 			c.slots <- struct{}{}
+			c.begin()
 		}
 		alone := c.alone()
 		for range inflight {
-			<-c.slots
+			c.done()
 		}
+		<-c.slots
 		return alone
 	}
 	steps := []struct {
@@ -230,5 +233,32 @@ func TestReplyAlone(t *testing.T) {
 		if got := answer(st.inflight); got != st.want {
 			t.Fatalf("step %d (%d in flight): alone %v, want %v", i, st.inflight, got, st.want)
 		}
+	}
+}
+
+// A client that sends one get at a time gets its replies written by the
+// worker that served them, not handed to the connection's writer
+// goroutine (after the first two); a pipelined client does not.
+func TestRepliesWrittenByWorker(t *testing.T) {
+	s, _ := newTestServer(t)
+	c := dial(t, s)
+	put(t, c, "k", "v")
+	serverConn := func() *conn {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for sc := range s.mu.conns {
+			return sc
+		}
+		return nil
+	}
+	sc := serverConn()
+	before := sc.rw.DirectWrites()
+	for range 20 {
+		if v, ok := get(t, c, "k"); !ok || v != "v" {
+			t.Fatalf("get: %q %v", v, ok)
+		}
+	}
+	if d := sc.rw.DirectWrites() - before; d < 18 {
+		t.Fatalf("%d of 20 one-at-a-time replies written by their worker, want at least 18", d)
 	}
 }

@@ -167,6 +167,10 @@ func (w *ReplyWriter) WriteError(req *Header, err error, queue, service time.Dur
 	return w.Write(h, er.AppendTo(scratch[:0]))
 }
 
+// DirectWrites counts the replies written by their sender at once
+// (SendAlone), whole or in part: for tests and diagnostics.
+func (w *ReplyWriter) DirectWrites() uint64 { return w.bw.directs.Load() }
+
 // Close writes and flushes the replies already queued, stops the writer
 // goroutine and returns the first write error, if any. It does not close
 // the underlying writer. Writes after Close fail with ErrClosed.
