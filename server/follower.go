@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -185,15 +186,18 @@ func (s *Server) takeOverElected() {
 // replicaInterval is how often replicaLoop looks at the groups.
 const replicaInterval = 250 * time.Millisecond
 
-// tendReplica keeps one replica's group as it should be: a served region
-// this server leads gets Options.Replicas replicas (replicate) and loses
-// its orphan split targets (sweepTargets); a region whose group elected
-// this server is taken over (failover.go).
+// tendReplica keeps one replica's group as it should be: its log no
+// longer than Options.SnapshotLogBytes past its last snapshot (every
+// replica, leader or follower: each truncates its own log); a served
+// region this server leads gets Options.Replicas replicas (replicate) and
+// loses its orphan split targets (sweepTargets); a region whose group
+// elected this server is taken over (failover.go).
 func (s *Server) tendReplica(rep *replica) {
 	r := rep.raftGroup()
 	if r == nil || s.bgCtx.Err() != nil {
 		return
 	}
+	s.snapshotIfLogLarge(rep, r)
 	leader := r.State() == raft.Leader
 	served := s.servedReplica(rep.regionID) == rep
 	switch {
@@ -308,4 +312,39 @@ func (s *Server) followerMetadata(rep *replica) *wire.MetadataReply {
 			RPCAddr: s.rpcAddr, Raft: rep.raftInfo(),
 		}},
 	}
+}
+
+// snapshotIfLogLarge snapshots rep's region, in the background, once the
+// records applied since its last snapshot add up to
+// Options.SnapshotLogBytes (raft's own trigger counts entries only,
+// Options.SnapshotThreshold): the log is then truncated behind it, to
+// Options.TrailingLogs entries. One such snapshot at a time per replica;
+// one that cannot be taken now (a split in progress) is tried again at
+// the next tick.
+func (s *Server) snapshotIfLogLarge(rep *replica, r *raft.Raft) {
+	if rep.logBytes.Load() < s.opts.SnapshotLogBytes || !rep.snapping.CompareAndSwap(false, true) {
+		return
+	}
+	s.goBackground(func() {
+		defer rep.snapping.Store(false)
+		err := r.Snapshot().Error()
+		switch {
+		case err == nil:
+			s.log.Info("server: region snapshot taken for the log's size", slog.Uint64("region", uint64(rep.regionID)),
+				slog.Uint64("snapshot_log_bytes", s.opts.SnapshotLogBytes))
+		case errors.Is(err, raft.ErrNothingNewToSnapshot), errors.Is(err, raft.ErrRaftShutdown):
+		case snapshotNotNow(err):
+			s.log.Debug("server: a snapshot for the log's size waits", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+		default:
+			s.log.Warn("server: a snapshot for the log's size failed", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+		}
+	})
+}
+
+// snapshotNotNow reports a snapshot refused for now: a split in progress
+// (errSnapshotLater, which raft passes on as text) or a configuration
+// change not applied yet.
+func snapshotNotNow(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, errSnapshotLater.Error()) || strings.Contains(msg, "cannot take snapshot now")
 }

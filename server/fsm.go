@@ -187,6 +187,7 @@ type applyOutcome struct {
 
 // Apply applies one committed record.
 func (f *fsm) Apply(l *raft.Log) any {
+	f.logBytes.Add(uint64(len(l.Data)))
 	res, err := (*replica)(f).apply(l.Index, l.Data)
 	return applyOutcome{res: res, err: err}
 }
@@ -210,6 +211,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		return nil, fmt.Errorf("server: snapshot of region %d: %w", rep.regionID, err)
 	}
 	snap := &regionSnapshot{rep: rep, state: rep.repl.encode(), capture: c, applied: rep.repl.Applied}
+	rep.logBytes.Store(0) // raft calls Snapshot between Applies
 	d := time.Since(start)
 	rep.srv.metrics.snapshotPause.Observe(d.Seconds())
 	rep.srv.log.Info("server: region snapshot taken", slog.Uint64("region", uint64(rep.regionID)), slog.Uint64("applied", rep.repl.Applied),
@@ -265,6 +267,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	rep.repl = st
+	rep.logBytes.Store(0)
 	rep.targets = nil // a snapshot is never taken while a target is frozen
 	rep.ended = nil
 	rep.applied.Store(st.Applied)

@@ -224,6 +224,14 @@ type Options struct {
 	// make the group snapshot the region (raft's SnapshotThreshold); the
 	// log is then truncated to TrailingLogs. Default 65536.
 	SnapshotThreshold uint64
+	// SnapshotLogBytes makes the group snapshot the region also when the
+	// records it applied since its last snapshot add up to this many
+	// bytes, whatever their count: with large values SnapshotThreshold
+	// entries would grow the log (its disk, what a restart replays, and
+	// the compaction its truncation costs) by gigabytes. A snapshot writes
+	// the whole region image, so the default is the default region size:
+	// 1 GiB. Checked every replicaInterval.
+	SnapshotLogBytes uint64
 	// SnapshotInterval is how often the group checks SnapshotThreshold
 	// (raft waits between one and two intervals). Default 10 s: the log a
 	// restart replays is at most SnapshotThreshold entries plus what the
@@ -343,6 +351,7 @@ const (
 	DefaultBalanceInterval   = 10 * time.Second
 	DefaultProposalTimeout   = 10 * time.Second
 	DefaultSnapshotThreshold = 65536
+	DefaultSnapshotLogBytes  = 1 << 30
 	DefaultSnapshotInterval  = 10 * time.Second
 	DefaultTrailingLogs      = 10240
 )
@@ -448,6 +457,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.SnapshotInterval == 0 {
 		o.SnapshotInterval = DefaultSnapshotInterval
+	}
+	if o.SnapshotLogBytes == 0 {
+		o.SnapshotLogBytes = DefaultSnapshotLogBytes
 	}
 	if o.OrphanTargetAge == 0 {
 		o.OrphanTargetAge = DefaultOrphanTargetAge

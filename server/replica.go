@@ -88,6 +88,11 @@ type replica struct {
 	// transferring is set while the replica hands its group's
 	// leadership over (repair.go).
 	transferring atomic.Bool
+	// logBytes is the size of the records applied since the region's
+	// last snapshot (taken or restored); snapping is set while a
+	// snapshot that logBytes asked for runs (snapshot.go).
+	logBytes atomic.Uint64
+	snapping atomic.Bool
 	// learnerMissing is when this leader first found each nonvoter's
 	// server holding no replica (repair.go). Used by the replica loop
 	// only.

@@ -183,3 +183,63 @@ func FuzzReadReplState(f *testing.F) {
 		}
 	})
 }
+
+// TestSnapshotForLogBytes: a region snapshots once the records it applied
+// since its last snapshot add up to Options.SnapshotLogBytes, though
+// their count is far below SnapshotThreshold, and its log is truncated
+// behind the snapshot to TrailingLogs entries: large values do not grow
+// the log by the threshold's count of them.
+func TestSnapshotForLogBytes(t *testing.T) {
+	snaps := make(chan struct{}, 16)
+	s, store := newTestServer(t, func(o *Options) {
+		o.SnapshotThreshold = 1 << 40
+		o.SnapshotLogBytes = 256 << 10
+		o.TrailingLogs = 8
+		o.TestingKnobs.OnSnapshot = func(*meganode.Region) { snaps <- struct{}{} }
+	})
+	c := newClient(t, store, "server")
+	logStore := s.wal.Log(s.replica.regionID)
+	first := func() uint64 {
+		i, err := logStore.FirstIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	val := bytes.Repeat([]byte("v"), 8<<10)
+	for i := range 20 { // 160 KiB: under the threshold
+		if err := c.Put(ctxT(t), fmt.Appendf(nil, "k%03d", i), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(3 * replicaInterval)
+	select {
+	case <-snaps:
+		t.Fatal("a snapshot before the log reached SnapshotLogBytes")
+	default:
+	}
+	if f := first(); f != 1 {
+		t.Fatalf("log truncated to %d before any snapshot", f)
+	}
+	for i := 20; i < 40; i++ { // 320 KiB in all
+		if err := c.Put(ctxT(t), fmt.Appendf(nil, "k%03d", i), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-snaps:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no snapshot after the log passed SnapshotLogBytes")
+	}
+	waitFor(t, func() bool { return first() > 1 }, "the log truncated behind the snapshot")
+	last, err := logStore.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := first(); last-f+1 > 8+1 {
+		t.Fatalf("log [%d, %d] after the snapshot: more than TrailingLogs (8) entries kept", f, last)
+	}
+	if b := s.replica.logBytes.Load(); b >= 256<<10 {
+		t.Fatalf("%d bytes counted after the snapshot", b)
+	}
+}

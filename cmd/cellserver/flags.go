@@ -51,6 +51,7 @@ type config struct {
 	replicas       int
 	raftHeartbeat  time.Duration
 	snapThreshold  uint64
+	snapLogBytes   uint64
 	snapInterval   time.Duration
 	deadAfter      time.Duration
 	orphanAge      time.Duration
@@ -101,6 +102,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		leaseTTL                  string
 		raftHeartbeat, snapEvery  string
 		snapThreshold, replicas   string
+		snapLogBytes              string
 		deadAfter, balanceEvery   string
 		prefault, orphanAge       string
 		shmGroup                  string
@@ -151,6 +153,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&balanceEvery, "balance-interval", server.DefaultBalanceInterval.String(), "how often the coordinator moves a leadership from a server leading far more regions than the mean; 0 never")
 	str(&orphanAge, "orphan-target-age", server.DefaultOrphanTargetAge.String(), "how long a remote split's new meganode may stay frozen before this server asks its source whether the split goes on, and drops it if not")
 	str(&snapEvery, "snapshot-interval", server.DefaultSnapshotInterval.String(), "how often a region checks --snapshot-threshold")
+	str(&snapLogBytes, "snapshot-log-bytes", "1GiB", "bytes of records applied since the last snapshot that make a region snapshot too, whatever their count (large values)")
 	str(&idle, "idle-timeout", server.DefaultIdleTimeout.String(), "close a client connection on which no request started for this long; 0 never")
 	str(&frameTimeout, "frame-timeout", server.DefaultFrameTimeout.String(), "close a client connection whose request started and did not arrive whole within this (stalled, slowloris); 0 never")
 	str(&maxConns, "max-connections", strconv.Itoa(server.DefaultMaxConnections), "client connections open at once, on the RPC port and (counted apart) on the one-sided read port; more are refused")
@@ -241,6 +244,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	}
 	if cfg.snapThreshold, err = strconv.ParseUint(snapThreshold, 10, 64); err != nil || cfg.snapThreshold < 1 {
 		return nil, fmt.Errorf("--snapshot-threshold %q: want a whole number >= 1", snapThreshold)
+	}
+	if cfg.snapLogBytes, err = parseSize(snapLogBytes); err != nil || cfg.snapLogBytes < 1<<20 {
+		return nil, fmt.Errorf("--snapshot-log-bytes %q: want a size of at least 1MiB", snapLogBytes)
 	}
 	if cfg.snapInterval, err = time.ParseDuration(snapEvery); err != nil || cfg.snapInterval < time.Second {
 		return nil, fmt.Errorf("--snapshot-interval %q: want a duration of at least 1s", snapEvery)

@@ -228,6 +228,7 @@ func serverOptions(cfg *config, store regiontable.Store, tc tlsConfs, knobs serv
 		Replicas:             cfg.replicas,
 		RaftHeartbeatTimeout: cfg.raftHeartbeat,
 		SnapshotThreshold:    cfg.snapThreshold,
+		SnapshotLogBytes:     cfg.snapLogBytes,
 		SnapshotInterval:     cfg.snapInterval,
 		DeadAfter:            cfg.deadAfter,
 		OrphanTargetAge:      cfg.orphanAge,
