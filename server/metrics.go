@@ -284,14 +284,17 @@ var (
 	descWALFlushes      = prometheus.NewDesc("cell_wal_flushes_total", "Memtable flushes of the log's pebble store.", nil, nil)
 	descWALFlushT       = prometheus.NewDesc("cell_wal_flush_seconds_total", "Time spent in the log's memtable flushes.", nil, nil)
 	descWALFlushB       = prometheus.NewDesc("cell_wal_flush_bytes_total", "sstable bytes the log's memtable flushes wrote.", nil, nil)
-	descWALCompactions  = prometheus.NewDesc("cell_wal_compactions_total", "Compactions of the log's pebble store (background work on the server's CPUs and disk; a log truncated after a snapshot leaves a range deletion for them).", nil, nil)
+	descWALCompactions  = prometheus.NewDesc("cell_wal_compactions_total", "Compactions of the log's pebble store (background work on the server's CPUs and disk).", nil, nil)
 	descWALCompactT     = prometheus.NewDesc("cell_wal_compaction_seconds_total", "Time spent in the log's compactions.", nil, nil)
 	descWALCompactB     = prometheus.NewDesc("cell_wal_compaction_bytes_total", "sstable bytes the log's compactions read and wrote.", []string{"direction"}, nil)
+	descWALExcises      = prometheus.NewDesc("cell_wal_excises_total", "Log truncations behind a snapshot done by pebble's Excise (no range deletion left to compact).", nil, nil)
+	descWALExciseT      = prometheus.NewDesc("cell_wal_excise_seconds_total", "Time spent in those truncations.", nil, nil)
 
 	stateDescs = []*prometheus.Desc{descQueueDepth, descQueueCap, descWorkers, descBusy, descUtil, descApplied, descOneSided, descOneSidedSegs,
 		descOneSidedB, descOneSidedRej, descOneSidedConn, descOneSidedRefused, descRetries, descFill, descHeight, descRegion, descExtents, descEpoch,
 		descRaftState, descRaftIndex, descRaftTerm, descWALWrites, descWALCommits, descWALCommitT, descWALSyncs, descWALSyncT, descWALFailed,
-		descWALFlushes, descWALFlushT, descWALFlushB, descWALCompactions, descWALCompactT, descWALCompactB}
+		descWALFlushes, descWALFlushT, descWALFlushB, descWALCompactions, descWALCompactT, descWALCompactB,
+		descWALExcises, descWALExciseT}
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -377,6 +380,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descWALCompactT, wm.CompactionTime.Seconds())
 		counter(descWALCompactB, float64(wm.CompactionBytesRead), "read")
 		counter(descWALCompactB, float64(wm.CompactionBytesWritten), "written")
+		counter(descWALExcises, float64(wm.Excises))
+		counter(descWALExciseT, wm.ExciseTime.Seconds())
 		failed := 0.0
 		if s.wal.Err() != nil {
 			failed = 1

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,4 +194,117 @@ func BenchmarkGetLogTail(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkTruncateLongLog is what a log that grew long between two
+// snapshots costs when raft truncates it behind the next one, with Excise
+// (excise) and with the range deletion it replaced (rangedel), side by
+// side. Region 1 appends 200,000 entries of 1 KiB (200 MiB, in batches of
+// 64), interleaved with region 2's appends so that every flushed file
+// holds both regions and their commit-index keys, as on a server with
+// several groups; then region 1's
+// first 190,000 entries are deleted and region 2 appends 40,000 more in
+// batches of 16, as a busy group goes on. Reported: the truncation's own
+// time (trunc-ms), region 2's appends per second and their p99 after it,
+// and the compaction pebble did from the truncation until it was quiet
+// (compact-s, compact-MiB-read). Run with -benchtime 1x: the load is the
+// benchmark.
+func BenchmarkTruncateLongLog(b *testing.B) {
+	const (
+		entries   = 500_000
+		keep      = 10_000
+		entrySize = 1 << 10
+		after     = 40_000
+	)
+	for _, mode := range []string{"excise", "rangedel"} {
+		b.Run(mode, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				db, err := Open(Options{Dir: b.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				if err != nil {
+					b.Fatal(err)
+				}
+				db.truncateByRangeDeletion = mode == "rangedel"
+				data := make([]byte, entrySize)
+				mk := func(i uint64) *raft.Log {
+					return &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: data, AppendedAt: entryTime}
+				}
+				long, busy := db.Log(1), db.Log(2)
+				var busyNext uint64 = 1
+				for lo := uint64(1); lo <= entries; lo += 64 {
+					batch := make([]*raft.Log, 0, 64)
+					for i := lo; i < lo+64 && i <= entries; i++ {
+						batch = append(batch, mk(i))
+					}
+					_ = long.StageCommitIndex(lo - 1) // as raft does: the commit key in every batch
+					if err := long.StoreLogs(batch); err != nil {
+						b.Fatal(err)
+					}
+					if (lo/64)%8 == 0 {
+						_ = busy.StageCommitIndex(busyNext - 1)
+						if err := busy.StoreLogs([]*raft.Log{mk(busyNext)}); err != nil {
+							b.Fatal(err)
+						}
+						busyNext++
+					}
+				}
+				before := db.Metrics() // no pause: the load goes on into the truncation
+				b.StartTimer()
+
+				start := time.Now()
+				if err := long.DeleteRange(1, entries-keep); err != nil {
+					b.Fatal(err)
+				}
+				trunc := time.Since(start)
+				lat := make([]time.Duration, 0, after/16)
+				appendStart := time.Now()
+				for n := 0; n < after; n += 16 {
+					batch := make([]*raft.Log, 16)
+					for i := range batch {
+						batch[i] = mk(busyNext)
+						busyNext++
+					}
+					_ = busy.StageCommitIndex(batch[0].Index - 1)
+					t0 := time.Now()
+					if err := busy.StoreLogs(batch); err != nil {
+						b.Fatal(err)
+					}
+					lat = append(lat, time.Since(t0))
+				}
+				appendTime := time.Since(appendStart)
+				waitQuiet(b, db)
+				b.StopTimer()
+				m := db.Metrics()
+				slices.Sort(lat)
+				b.ReportMetric(float64(trunc.Microseconds())/1e3, "trunc-ms")
+				b.ReportMetric(after/appendTime.Seconds(), "appends/s")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1e3, "p99-ms")
+				b.ReportMetric((m.CompactionTime - before.CompactionTime).Seconds(), "compact-s")
+				b.ReportMetric(float64(m.CompactionBytesRead-before.CompactionBytesRead)/(1<<20), "compact-MiB-read")
+				if err := db.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// waitQuiet waits (up to a minute) until pebble has had no compaction
+// running, and finished none, for a second.
+func waitQuiet(b *testing.B, db *DB) {
+	b.Helper()
+	deadline := time.Now().Add(time.Minute)
+	last, since := db.Metrics().Compactions, time.Now()
+	for time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		n := db.Metrics().Compactions
+		if n != last || db.pdb.Metrics().Compact.NumInProgress > 0 {
+			last, since = n, time.Now()
+			continue
+		}
+		if time.Since(since) >= time.Second {
+			return
+		}
+	}
+	b.Fatal("pebble still compacting after a minute")
 }

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -36,11 +37,21 @@ type commitQueue struct {
 	}
 }
 
-// commitReq is one writer's batch waiting to be committed.
+// commitReq is one writer's batch waiting to be committed, or one span to
+// excise (b nil).
 type commitReq struct {
 	b      *pebble.Batch
-	writes int        // acknowledged writes it carries, for Metrics
-	done   chan error // result; errLead means "you lead now"
+	excise pebble.KeyRange // when b is nil: the span DB.excise removes
+	writes int             // acknowledged writes it carries, for Metrics
+	done   chan error      // result; errLead means "you lead now"
+}
+
+// len is what the request adds to a merged group's batch.
+func (r *commitReq) len() int {
+	if r.b == nil {
+		return 0
+	}
+	return r.b.Len()
 }
 
 // errLead tells a queued writer that it is the next leader.
@@ -55,10 +66,26 @@ const maxGroupBytes = 8 << 20
 // durable and visible in pebble). The caller keeps ownership of b and
 // closes it after commit returns. writes is what b counts for in Metrics.
 func (db *DB) commit(b *pebble.Batch, writes int) error {
+	return db.enqueue(&commitReq{b: b, writes: writes})
+}
+
+// excise removes every key in span from pebble, durably, without writing
+// a range deletion (see LogStore.DeleteRange): pebble drops the files that
+// lie wholly inside span and cuts the others into virtual sstables, so
+// nothing has to be read back and compacted. It takes its turn in the
+// commit queue like a write, alone (never merged into a group), so that
+// there is still one pebble write in flight at a time. Its failure
+// latches, as a write's does.
+func (db *DB) excise(span pebble.KeyRange, writes int) error {
+	return db.enqueue(&commitReq{excise: span, writes: writes})
+}
+
+// enqueue runs req in the commit queue (see commit).
+func (db *DB) enqueue(req *commitReq) error {
 	if err := db.Err(); err != nil {
 		return err
 	}
-	req := &commitReq{b: b, writes: writes, done: make(chan error, 1)}
+	req.done = make(chan error, 1)
 	q := &db.cq
 	q.mu.Lock()
 	q.mu.queue = append(q.mu.queue, req)
@@ -71,9 +98,15 @@ func (db *DB) commit(b *pebble.Batch, writes int) error {
 	}
 	// Lead: req is q.mu.queue[0]. Take a prefix of the queue as the group.
 	q.mu.leading = true
+	// An excise goes alone: it ends the group before it, and is a group
+	// of its own when it is first.
 	n, size := 0, 0
-	for n < len(q.mu.queue) && (n == 0 || size+q.mu.queue[n].b.Len() <= maxGroupBytes) {
-		size += q.mu.queue[n].b.Len()
+	for n < len(q.mu.queue) {
+		r := q.mu.queue[n]
+		if n > 0 && (r.b == nil || q.mu.queue[0].b == nil || size+r.len() > maxGroupBytes) {
+			break
+		}
+		size += r.len()
 		n++
 	}
 	group := q.mu.queue[:n:n]
@@ -101,6 +134,9 @@ func (db *DB) commitGroup(group []*commitReq) error {
 	if err := db.Err(); err != nil {
 		return err
 	}
+	if group[0].b == nil {
+		return db.commitExcise(group[0])
+	}
 	b, writes := group[0].b, 0
 	if len(group) > 1 {
 		b = db.pdb.NewBatch()
@@ -125,6 +161,41 @@ func (db *DB) commitGroup(group []*commitReq) error {
 		return err
 	}
 	db.metrics.recordCommit(writes, size, time.Since(start))
+	return nil
+}
+
+// commitExcise runs one excise request (the leader's, alone).
+func (db *DB) commitExcise(r *commitReq) error {
+	start := time.Now()
+	if err := db.runExcise(r.excise); err != nil {
+		db.fail(err)
+	}
+	if err := db.Err(); err != nil {
+		return err
+	}
+	db.metrics.recordExcise(r.writes, time.Since(start))
+	return nil
+}
+
+// runExcise is pebble's Excise with a panic turned into an error (as in
+// apply). Pebble makes it durable before it returns: an excise that
+// overlaps no memtable is one synced MANIFEST edit; one that overlaps a
+// memtable is queued above it as a flushable ingest, recorded in a WAL
+// that is synced (commitPipeline.directWrite) before Excise returns.
+func (db *DB) runExcise(span pebble.KeyRange) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db.poisoned.Store(true)
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("pebble panicked in excise: %w", e)
+			} else {
+				err = fmt.Errorf("pebble panicked in excise: %v", r)
+			}
+		}
+	}()
+	if err := db.pdb.Excise(context.Background(), span); err != nil {
+		return fmt.Errorf("pebble excise: %w", err)
+	}
 	return nil
 }
 

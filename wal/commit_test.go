@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -208,6 +209,7 @@ func TestReadAcrossOverwriteAndRegrowth(t *testing.T) {
 // compaction of a log truncated after a snapshot (its range deletion).
 func TestFlushAndCompactionMetrics(t *testing.T) {
 	db := mustOpen(t, vfs.NewMem(), "db")
+	db.truncateByRangeDeletion = true // a prefix truncation Excise would not leave a tombstone
 	ls := db.Log(1)
 	for lo := uint64(1); lo <= 2000; lo += 100 {
 		if err := ls.StoreLogs(genEntries(1, lo, lo+99, 1)); err != nil {
@@ -236,5 +238,70 @@ func TestFlushAndCompactionMetrics(t *testing.T) {
 	}
 	if m.CompactionBytesWritten >= m.CompactionBytesRead {
 		t.Fatalf("a compaction of mostly deleted entries wrote %d bytes of the %d it read", m.CompactionBytesWritten, m.CompactionBytesRead)
+	}
+}
+
+// A prefix truncation (raft's, after a snapshot) goes by Excise: the
+// entries flushed into the lower levels are not read back to apply a range
+// deletion. Side by side with the range deletion, a compaction of the log
+// afterwards reads what is left, not what was deleted.
+func TestTruncateByExcise(t *testing.T) {
+	compactAfterTruncation := func(byRangeDeletion bool) Metrics {
+		t.Helper()
+		fs := vfs.NewMem()
+		db := mustOpen(t, fs, "db")
+		db.truncateByRangeDeletion = byRangeDeletion
+		ls, other := db.Log(1), db.Log(2)
+		for lo := uint64(1); lo <= 2000; lo += 100 {
+			if err := ls.StoreLogs(genEntries(1, lo, lo+99, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if err := other.StoreLogs(genEntries(2, lo, lo+99, 1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.pdb.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.pdb.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
+			t.Fatal(err)
+		}
+		before := db.Metrics()
+		if err := ls.DeleteRange(1, 1500); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.pdb.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.pdb.Compact(context.Background(), regionPrefix(kindLog, 1), logUpper(1), false); err != nil {
+			t.Fatal(err)
+		}
+		after := db.Metrics()
+		mustState(t, db, 1, regionState{first: 1501, last: 2000, terms: slices.Repeat([]uint64{1}, 500)})
+		mustState(t, db, 2, regionState{first: 1, last: 2000, terms: slices.Repeat([]uint64{1}, 2000)})
+		// And so after a restart (the excise is in the MANIFEST).
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		db = mustOpen(t, fs, "db")
+		mustState(t, db, 1, regionState{first: 1501, last: 2000, terms: slices.Repeat([]uint64{1}, 500)})
+		mustState(t, db, 2, regionState{first: 1, last: 2000, terms: slices.Repeat([]uint64{1}, 2000)})
+		return Metrics{
+			Writes:              after.Writes - before.Writes,
+			Excises:             after.Excises - before.Excises,
+			CompactionBytesRead: after.CompactionBytesRead - before.CompactionBytesRead,
+		}
+	}
+	excised := compactAfterTruncation(false)
+	deleted := compactAfterTruncation(true)
+	if excised.Excises != 1 || excised.Writes != 1 || deleted.Excises != 0 || deleted.Writes != 1 {
+		t.Fatalf("excises/writes: %d/%d by Excise, %d/%d by range deletion; want 1/1 and 0/1",
+			excised.Excises, excised.Writes, deleted.Excises, deleted.Writes)
+	}
+	t.Logf("compaction bytes read after truncating 1500 of 2000 entries: %d by Excise, %d by range deletion",
+		excised.CompactionBytesRead, deleted.CompactionBytesRead)
+	if excised.CompactionBytesRead*2 > deleted.CompactionBytesRead {
+		t.Fatalf("compaction after Excise read %d bytes, after the range deletion %d: want less than half",
+			excised.CompactionBytesRead, deleted.CompactionBytesRead)
 	}
 }

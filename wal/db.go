@@ -46,6 +46,11 @@ type DB struct {
 	}
 
 	metrics metricsCounters
+
+	// truncateByRangeDeletion makes LogStore.DeleteRange truncate a prefix
+	// with a range deletion, as it did before Excise: a knob for tests
+	// and for benchmarks that compare the two.
+	truncateByRangeDeletion bool
 }
 
 // Open opens (creating if needed) the pebble store in opts.Dir. One DB per

@@ -43,7 +43,7 @@
 //
 //   - MonotonicLogStore (IsMonotonic true): correct because of the
 //     invariant above; raft then resets the log after a snapshot install or
-//     user restore (one range deletion here) instead of leaving a gap.
+//     user restore (one Excise here) instead of leaving a gap.
 //   - CommitTrackingLogStore: StageCommitIndex keeps the index in memory and
 //     the next StoreLogs writes it in the same batch; GetCommitIndex returns
 //     the last durable one, capped at LastIndex. Raft uses it only with
@@ -65,12 +65,23 @@
 //
 // # Durability and the sync latch
 //
-// StoreLog, StoreLogs, DeleteRange (one pebble range deletion), Set,
-// SetUint64 and DropRegion each commit one pebble batch with pebble.Sync
-// before they return nil: a nil return means the write survives a crash.
-// Concurrent writes of different regions share fsyncs (commit.go): while
-// one synced commit is in flight the next writers queue, and the first of
-// them commits the whole queue as one batch with one fsync.
+// StoreLog, StoreLogs, DeleteRange of a suffix (one pebble range
+// deletion), Set, SetUint64 and DropRegion each commit one pebble batch
+// with pebble.Sync before they return nil: a nil return means the write
+// survives a crash. Concurrent writes of different regions share fsyncs
+// (commit.go): while one synced commit is in flight the next writers
+// queue, and the first of them commits the whole queue as one batch with
+// one fsync.
+//
+// DeleteRange of a prefix (raft's truncation behind a snapshot) or of the
+// whole log is pebble's Excise instead, which pebble makes durable before
+// it returns (a synced MANIFEST edit, or, when the range still overlaps a
+// memtable, a flushable ingest recorded in a synced WAL). Old entries sit
+// in the lower levels by then; a range deletion over them would make the
+// compactions read them back (seconds of a server's CPU after a log of a
+// gigabyte), while Excise drops the files inside the range and cuts the
+// others into virtual sstables. It takes its turn in the commit queue,
+// alone, so there is still one pebble write at a time.
 //
 // The first failure of a commit, a WAL write or a WAL fsync latches: the
 // failing call returns an error, and so does every later write of every

@@ -361,12 +361,21 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-// DeleteRange deletes the entries [min, max] with one synced range
-// deletion. The range must cover a prefix or a suffix of the log (or all of
-// it, or none of it: a no-op that writes nothing); a hole in the middle is
-// refused with ErrOutOfOrder. Raft deletes prefixes after a snapshot,
-// suffixes when a follower's log conflicts with the leader's, and
-// everything after installing a snapshot (IsMonotonic).
+// DeleteRange deletes the entries [min, max], durably. The range must
+// cover a prefix or a suffix of the log (or all of it, or none of it: a
+// no-op that writes nothing); a hole in the middle is refused with
+// ErrOutOfOrder. Raft deletes prefixes after a snapshot, suffixes when a
+// follower's log conflicts with the leader's, and everything after
+// installing a snapshot (IsMonotonic).
+//
+// A prefix (or the whole log) goes with pebble's Excise: those entries
+// are old, flushed and compacted into the lower levels by the time a
+// snapshot lets raft drop them, and a range deletion over them would make
+// pebble read them back to compact it away (seconds of CPU after a log
+// that grew to a gigabyte between two snapshots), while Excise drops the
+// files inside the range and cuts the others into virtual sstables. A
+// suffix is young, mostly still in the memtable, and goes with one synced
+// range deletion.
 //
 // The deleted entries are hidden from GetLog before the commit starts; if
 // it fails they stay hidden (not acknowledged either way).
@@ -392,6 +401,7 @@ func (s *LogStore) DeleteRange(min, max uint64) error {
 	}
 	var next bounds
 	var start, end []byte
+	excise := !s.db.truncateByRangeDeletion
 	switch {
 	case min <= cur.first && max >= cur.last:
 		start, end = regionPrefix(kindLog, s.region), logUpper(s.region)
@@ -401,16 +411,21 @@ func (s *LogStore) DeleteRange(min, max uint64) error {
 	case max >= cur.last:
 		next = bounds{first: cur.first, last: min - 1}
 		start, end = logKey(s.region, min), logUpper(s.region)
+		excise = false
 	default:
 		return fmt.Errorf("%w: region %d: DeleteRange(%d, %d) would cut a hole in the log [%d, %d]",
 			ErrOutOfOrder, s.region, min, max, cur.first, cur.last)
 	}
-	batch := s.db.pdb.NewBatch()
-	defer batch.Close()
-	_ = batch.DeleteRange(start, end, nil)
 	s.gen.Add(1)
 	s.publish(next)
-	err = s.db.commit(batch, 1)
+	if excise {
+		err = s.db.excise(pebble.KeyRange{Start: start, End: end}, 1)
+	} else {
+		batch := s.db.pdb.NewBatch()
+		_ = batch.DeleteRange(start, end, nil)
+		err = s.db.commit(batch, 1)
+		_ = batch.Close()
+	}
 	s.gen.Add(1)
 	if err != nil {
 		return fmt.Errorf("wal: region %d: delete range [%d, %d]: %w", s.region, min, max, err)

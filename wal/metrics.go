@@ -37,6 +37,11 @@ type Metrics struct {
 	CompactionTime         time.Duration
 	CompactionBytesRead    uint64
 	CompactionBytesWritten uint64
+	// Excises counts the log truncations done by pebble's Excise (a
+	// prefix of a region's log, or all of it; LogStore.DeleteRange) and
+	// ExciseTime their time. They are acknowledged writes, not commits.
+	Excises    uint64
+	ExciseTime time.Duration
 }
 
 // metricsCounters are the live counters behind Metrics.
@@ -45,6 +50,13 @@ type metricsCounters struct {
 
 	flushes, flushNanos, flushBytes                      atomic.Uint64
 	compactions, compactNanos, compactRead, compactWrite atomic.Uint64
+	excises, exciseNanos                                 atomic.Uint64
+}
+
+func (m *metricsCounters) recordExcise(writes int, d time.Duration) {
+	m.writes.Add(uint64(writes))
+	m.excises.Add(1)
+	m.exciseNanos.Add(uint64(d))
 }
 
 func (m *metricsCounters) recordFlush(d time.Duration, bytes uint64) {
@@ -89,5 +101,8 @@ func (m *metricsCounters) snapshot() Metrics {
 		CompactionTime:         time.Duration(m.compactNanos.Load()),
 		CompactionBytesRead:    m.compactRead.Load(),
 		CompactionBytesWritten: m.compactWrite.Load(),
+
+		Excises:    m.excises.Load(),
+		ExciseTime: time.Duration(m.exciseNanos.Load()),
 	}
 }
