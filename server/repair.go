@@ -582,12 +582,13 @@ func (s *Server) askAdmin(ctx context.Context, host regiontable.Member, op wire.
 
 // placeReplica chooses the server for a new replica of r: a live member,
 // not draining, not dead, holding none of r yet, with the fewest bytes
-// of replicas, then the fewest replicas (ties: the lowest ID).
+// in use in its replicas (placement.go), then the fewest replicas (ties:
+// the lowest ID).
 //
 // A server that recently failed to open a replica is chosen only when no
 // other one can be.
 func (s *Server) placeReplica(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
-	load := replicaLoad(v)
+	load := replicaLoad(v, s.regionsInUse(v))
 	best, bestFailed := "", false
 	for _, id := range sortedMembers(v) {
 		if leaving(v, dead, id) || holdsReplica(r, id) || v.members[id].RaftAddr == "" {
@@ -601,8 +602,8 @@ func (s *Server) placeReplica(v *tableView, dead map[string]bool, r regiontable.
 	return best, best != ""
 }
 
-// serverLoad is what a server holds, by the region table: the bytes
-// (region sizes) and count of its replicas.
+// serverLoad is what a server holds, by the region table: the bytes in
+// use and the count of its replicas.
 type serverLoad struct {
 	bytes    uint64
 	replicas int
@@ -615,13 +616,19 @@ func (a serverLoad) less(b serverLoad) bool {
 	return a.replicas < b.replicas
 }
 
-// replicaLoad sums each server's replicas, voters and learners.
-func replicaLoad(v *tableView) map[string]serverLoad {
+// replicaLoad sums each server's replicas, voters and learners: their
+// bytes in use (used, by region; a region missing there counts its whole
+// size) and their count.
+func replicaLoad(v *tableView, used map[uint32]uint64) map[string]serverLoad {
 	load := make(map[string]serverLoad)
 	for _, r := range v.regions {
+		bytes, ok := used[r.ID]
+		if !ok {
+			bytes = r.Size
+		}
 		for _, id := range append(slices.Clone(r.Replicas), r.Learners...) {
 			l := load[id]
-			l.bytes += r.Size
+			l.bytes += bytes
 			l.replicas++
 			load[id] = l
 		}

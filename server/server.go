@@ -65,6 +65,7 @@ type Server struct {
 	root  atomic.Uint64
 	table atomic.Pointer[tableView]
 	gone  goneServers // since when servers are missing (repair.go)
+	use   regionUse   // the regions' bytes in use, for placement (placement.go)
 	// failedPlace is when servers last failed to open a replica placed
 	// on them (repair.go).
 	failedPlace struct {
