@@ -183,16 +183,7 @@ func (db *DB) commitExcise(r *commitReq) error {
 // memtable is queued above it as a flushable ingest, recorded in a WAL
 // that is synced (commitPipeline.directWrite) before Excise returns.
 func (db *DB) runExcise(span pebble.KeyRange) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db.poisoned.Store(true)
-			if e, ok := r.(error); ok {
-				err = fmt.Errorf("pebble panicked in excise: %w", e)
-			} else {
-				err = fmt.Errorf("pebble panicked in excise: %v", r)
-			}
-		}
-	}()
+	defer db.recoverPanic("excise", &err)
 	if err := db.pdb.Excise(context.Background(), span); err != nil {
 		return fmt.Errorf("pebble excise: %w", err)
 	}
@@ -203,15 +194,20 @@ func (db *DB) runExcise(span pebble.KeyRange) (err error) {
 // pebble's commit pipeline may be wedged: the DB is marked poisoned so that
 // Close does not wait on it.
 func (db *DB) apply(b *pebble.Batch) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			db.poisoned.Store(true)
-			if e, ok := r.(error); ok {
-				err = fmt.Errorf("pebble panicked in commit: %w", e)
-			} else {
-				err = fmt.Errorf("pebble panicked in commit: %v", r)
-			}
-		}
-	}()
+	defer db.recoverPanic("commit", &err)
 	return db.pdb.Apply(b, pebble.Sync)
+}
+
+// recoverPanic, deferred, turns a panic of pebble's in what into *err
+// and marks the DB poisoned (its commit pipeline may be wedged, so Close
+// must not wait on it).
+func (db *DB) recoverPanic(what string, err *error) {
+	if r := recover(); r != nil {
+		db.poisoned.Store(true)
+		if e, ok := r.(error); ok {
+			*err = fmt.Errorf("pebble panicked in %s: %w", what, e)
+		} else {
+			*err = fmt.Errorf("pebble panicked in %s: %v", what, r)
+		}
+	}
 }
