@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -301,4 +302,105 @@ func (fs noReuseFS) ReuseForWrite(oldname, newname string, category vfs.DiskWrit
 		return nil, err
 	}
 	return fs.FS.Create(newname, category)
+}
+
+// TestCrashDuringExcise crash-clones the filesystem before every write
+// and sync pebble makes while a prefix truncation (Excise) runs, both
+// when the truncated entries are still in the memtable (pebble queues the
+// excise as a flushable ingest and writes a WAL for it) and when they
+// were flushed (one MANIFEST edit). Every clone must reopen to the log
+// before the truncation or after it, never to anything in between, with
+// the other region untouched; a clone taken after DeleteRange returned
+// must show it done.
+func TestCrashDuringExcise(t *testing.T) {
+	for _, flushed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("flushed=%v", flushed), func(t *testing.T) {
+			mem := vfs.NewCrashableMem()
+			var (
+				mu       sync.Mutex
+				cloning  bool
+				clones   []*vfs.MemFS
+				seen     = map[string]int{}
+				rng      = rand.New(rand.NewPCG(rand.Uint64(), 7))
+				percents = []int{0, 50, 100}
+			)
+			hook := errorfs.InjectorFunc(func(op errorfs.Op) error {
+				if op.Kind.ReadOrWrite() != errorfs.OpIsWrite {
+					return nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if cloning {
+					seen[fmt.Sprintf("%d %s", op.Kind, op.Path)]++
+					clones = append(clones, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: percents[rng.IntN(3)], RNG: rng}))
+				}
+				return nil
+			})
+			db := mustOpen(t, errorfs.Wrap(noReuseFS{mem}, hook), "db")
+			ls := db.Log(1)
+			for lo := uint64(1); lo <= 200; lo += 50 {
+				if err := ls.StoreLogs(genEntries(1, lo, lo+49, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := db.Log(2).StoreLogs(genEntries(2, 1, 50, 1)); err != nil {
+				t.Fatal(err)
+			}
+			if flushed {
+				if err := db.pdb.Flush(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := regionState{first: 1, last: 200, terms: slices.Repeat([]uint64{1}, 200)}
+			after := regionState{first: 151, last: 200, terms: slices.Repeat([]uint64{1}, 50)}
+			other := regionState{first: 1, last: 50, terms: slices.Repeat([]uint64{1}, 50)}
+			mustState(t, db, 1, before)
+
+			mu.Lock()
+			cloning = true
+			mu.Unlock()
+			if err := ls.DeleteRange(1, 150); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			cloning = false
+			clones = append(clones, mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0}))
+			mu.Unlock()
+			if m := db.Metrics(); m.Excises != 1 {
+				t.Fatalf("%d excises, want the truncation's one", m.Excises)
+			}
+			mustState(t, db, 1, after)
+
+			var pre, post int
+			for i, fs := range clones {
+				cdb, err := Open(Options{FS: fs, Dir: "db", Logger: testLogger(t)})
+				if err != nil {
+					t.Fatalf("clone %d of %d: reopen: %v", i, len(clones), err)
+				}
+				got, err := readState(cdb, 1)
+				if err != nil {
+					t.Fatalf("clone %d: region 1: %v", i, err)
+				}
+				last := i == len(clones)-1
+				switch {
+				case got.equal(after.clone()):
+					post++
+				case got.equal(before.clone()) && !last:
+					pre++
+				default:
+					t.Fatalf("clone %d of %d (last: %v): region 1 shows %v", i, len(clones), last, got)
+				}
+				if got, err := readState(cdb, 2); err != nil || !got.equal(other.clone()) {
+					t.Fatalf("clone %d: region 2 shows %v (%v), want %v", i, got, err, other)
+				}
+				if err := cdb.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("%d clones during the excise (writes and syncs: %v): %d before it, %d after", len(clones)-1, seen, pre, post)
+			if len(clones) < 2 {
+				t.Fatal("the excise wrote nothing to clone before")
+			}
+		})
+	}
 }
