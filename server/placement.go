@@ -15,11 +15,19 @@ import (
 // it fills, so a server of three empty regions holds less than one of a
 // full one. The coordinator and a leader adding a replica ask every live
 // member once (OpMetadata with meganodes; a member reports the regions it
-// leads) and keep the answer for useTTL.
+// leads) and keep the answer for useTTL. The question waits at most
+// useAskTimeout: the leader asks from its replica loop, which also takes
+// over the regions its groups elect it for, so a paused member must not
+// hold it for long.
 
 // useTTL is how long the bytes in use of the regions are reused before
 // the members are asked again.
 const useTTL = 5 * time.Second
+
+// useAskTimeout bounds the OpMetadata calls that ask the members (in
+// parallel) for their bytes in use; one that does not answer in time is
+// counted by its regions' sizes.
+const useAskTimeout = 500 * time.Millisecond
 
 // regionUse caches the bytes in use of each region.
 type regionUse struct {
@@ -46,7 +54,7 @@ func (s *Server) regionsInUse(v *tableView) map[uint32]uint64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(s.bgCtx, 2*time.Second)
+			ctx, cancel := context.WithTimeout(s.bgCtx, useAskTimeout)
 			defer cancel()
 			var rep wire.MetadataReply
 			if err := s.call(ctx, m.RPCAddr, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true}, &rep); err != nil {
