@@ -153,17 +153,23 @@ func (c *conn) acquire() {
 	}
 }
 
-// alone reports whether a reply about to be sent may be written at once
-// by its worker (wire.ReplyWriter.SendAlone): its request is the only one
-// in flight on the connection, and so was the last one answered, as with
-// a client that sends a request only after the reply to the one before.
-// The last reply of a pipelined burst is alone too, but the one before it
-// was not: it waits for the writer goroutine and leaves with the burst, so
-// that the client's next burst is not cut in two.
-func (c *conn) alone() bool {
+// answered takes a job out of the count of jobs whose reply is still to
+// be made, as its reply is about to be sent, and reports whether the
+// reply may be written at once by its worker (wire.ReplyWriter.SendAlone):
+// its request is the only one in flight on the connection, and so was the
+// last one answered, as with a client that sends a request only after the
+// reply to the one before. The last reply of a pipelined burst is alone
+// too, but the one before it was not: it waits for the writer goroutine
+// and leaves with the burst, so that the client's next burst is not cut
+// in two.
+//
+// The count drops before the send, not when the job ends (done): a client
+// may send its next request as soon as the reply's bytes leave, and that
+// request is alone even if this job's worker has not finished yet.
+func (c *conn) answered() bool {
 	// Not the slots: the reader holds one while it waits for the next
 	// request.
-	only := c.jobs.Load() == 1
+	only := c.jobs.Add(-1) == 0
 	return c.lastAlone.Swap(only) && only
 }
 
@@ -171,18 +177,24 @@ func (c *conn) alone() bool {
 func (c *conn) release() { <-c.slots }
 
 // begin counts a request handed to a worker or a goroutine of its own;
-// done ends it.
+// respond (answered) and then done end it, or drop alone when it is
+// answered otherwise (an error written by WriteError outside respond).
 func (c *conn) begin() {
 	c.inflight.Add(1)
 	c.jobs.Add(1)
 }
 
-// done ends a request handed to a worker or a goroutine of its own: it was
-// answered (or dropped) and its slot is free.
+// done ends a request answered by respond: its slot is free.
 func (c *conn) done() {
-	c.jobs.Add(-1)
 	<-c.slots
 	c.inflight.Done()
+}
+
+// drop ends a request handed to a worker and answered without respond
+// (Overloaded).
+func (c *conn) drop() {
+	c.jobs.Add(-1)
+	c.done()
 }
 
 // serve reads requests until the stream ends, is corrupt, or the server
@@ -423,6 +435,6 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		s.metrics.observe(h.Op, wire.StatusOverloaded, 0, 0)
 		_ = c.rw.WriteError(h, wire.ErrOverloaded, 0, 0)
 		f.Release()
-		c.done()
+		c.drop()
 	}
 }

@@ -139,6 +139,6 @@ func (s *Server) requeue(j job) {
 		s.metrics.observe(h.Op, wire.StatusOverloaded, time.Since(j.arrived), 0)
 		_ = j.c.rw.WriteError(h, wire.ErrOverloaded, time.Since(j.arrived), 0)
 		j.f.Release()
-		j.c.done()
+		j.c.drop()
 	}
 }

@@ -163,14 +163,14 @@ func (s *Server) respond(c *conn, h *wire.Header, msg wire.Message, err error, q
 		}
 	}
 	s.metrics.observe(h.Op, st, queued, service)
-	if err == nil {
-		// A failed write fails the connection, which its reader sees.
-		if c.alone() {
-			_ = c.rw.SendAlone(r)
-		} else {
-			_ = c.rw.Send(r)
-		}
-	} else {
+	alone := c.answered()
+	switch {
+	case err != nil:
 		_ = c.rw.WriteError(h, err, queued, service)
+	case alone:
+		// A failed write fails the connection, which its reader sees.
+		_ = c.rw.SendAlone(r)
+	default:
+		_ = c.rw.Send(r)
 	}
 }

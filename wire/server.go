@@ -171,6 +171,15 @@ func (w *ReplyWriter) WriteError(req *Header, err error, queue, service time.Dur
 // (SendAlone), whole or in part: for tests and diagnostics.
 func (w *ReplyWriter) DirectWrites() uint64 { return w.bw.directs.Load() }
 
+// Idle reports whether the writer has nothing queued or buffered and no
+// write in flight, so that the next reply sent alone is written by its
+// sender: for tests and diagnostics.
+func (w *ReplyWriter) Idle() bool {
+	w.bw.mu.Lock()
+	defer w.bw.mu.Unlock()
+	return w.bw.mu.idle
+}
+
 // Close writes and flushes the replies already queued, stops the writer
 // goroutine and returns the first write error, if any. It does not close
 // the underlying writer. Writes after Close fail with ErrClosed.
