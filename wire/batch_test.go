@@ -287,5 +287,5 @@ func TestConnDirectOneAtATime(t *testing.T) {
 	}
 }
 
-// The server's rule for its replies (conn.alone in package server) is the
+// The server's rule for its replies (conn.answered in package server) is the
 // same: see server's TestReplyAlone.
