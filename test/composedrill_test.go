@@ -53,7 +53,9 @@ func TestComposeDrills(t *testing.T) {
 			fmt.Fprintf(&b, " fault %d on %s: unavailable %v;", i+1, f.Server, time.Duration(f.UnavailableNS).Round(time.Millisecond))
 		}
 		for _, p := range r.Phases {
-			fmt.Fprintf(&b, " %s %.0f ok/s %.1f err/s;", p.Name, p.OpsPS, p.ErrPS)
+			// The phase's length too: a heal that took as long as the gap
+			// to the next fault leaves a "between" of milliseconds.
+			fmt.Fprintf(&b, " %s %.2fs %.0f ok/s %.1f err/s;", p.Name, p.Seconds, p.OpsPS, p.ErrPS)
 		}
 		t.Log(b.String())
 		appendFigures(b.String())

@@ -54,9 +54,10 @@ type drillReport struct {
 		UnavailableNS int64 `json:"unavailable_ns"`
 	}
 	Phases []struct {
-		Name  string
-		OpsPS float64 `json:"ops_per_sec"`
-		ErrPS float64 `json:"errors_per_sec"`
+		Name    string
+		Seconds float64 `json:"seconds"`
+		OpsPS   float64 `json:"ops_per_sec"`
+		ErrPS   float64 `json:"errors_per_sec"`
 	}
 	Lost            []json.RawMessage
 	Linearizability struct{ Verdict string }
