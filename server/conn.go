@@ -177,8 +177,7 @@ func (c *conn) answered() bool {
 func (c *conn) release() { <-c.slots }
 
 // begin counts a request handed to a worker or a goroutine of its own;
-// respond (answered) and then done end it, or drop alone when it is
-// answered otherwise (an error written by WriteError outside respond).
+// respond (answered) and then done end it, or overloaded alone.
 func (c *conn) begin() {
 	c.inflight.Add(1)
 	c.jobs.Add(1)
@@ -190,10 +189,15 @@ func (c *conn) done() {
 	c.inflight.Done()
 }
 
-// drop ends a request handed to a worker and answered without respond
-// (Overloaded).
-func (c *conn) drop() {
-	c.jobs.Add(-1)
+// overloaded answers a request handed to the workers Overloaded, after
+// queued in the server (not executed: the client retries), and ends it.
+// It owns f.
+func (c *conn) overloaded(f wire.Frame, queued time.Duration) {
+	h := &f.Header
+	c.s.metrics.observe(h.Op, wire.StatusOverloaded, queued, 0)
+	_ = c.rw.WriteError(h, wire.ErrOverloaded, queued, 0)
+	f.Release()
+	c.jobs.Add(-1) // answered without respond
 	c.done()
 }
 
@@ -432,9 +436,6 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 	select {
 	case s.queue <- job{c: c, f: f, arrived: arrived}:
 	default:
-		s.metrics.observe(h.Op, wire.StatusOverloaded, 0, 0)
-		_ = c.rw.WriteError(h, wire.ErrOverloaded, 0, 0)
-		f.Release()
-		c.drop()
+		c.overloaded(f, 0)
 	}
 }

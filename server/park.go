@@ -4,8 +4,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/cellstore/cell/wire"
 )
 
 // Writes that must wait for a meganode split are parked, not blocked: a
@@ -135,10 +133,6 @@ func (s *Server) requeue(j job) {
 	select {
 	case s.queue <- j:
 	default:
-		h := &j.f.Header
-		s.metrics.observe(h.Op, wire.StatusOverloaded, time.Since(j.arrived), 0)
-		_ = j.c.rw.WriteError(h, wire.ErrOverloaded, time.Since(j.arrived), 0)
-		j.f.Release()
-		j.c.drop()
+		j.c.overloaded(j.f, time.Since(j.arrived))
 	}
 }

@@ -298,19 +298,4 @@ func TestRepliesWrittenByWorker(t *testing.T) {
 	if d := sc.rw.DirectWrites() - before; d != gets {
 		t.Fatalf("%d of %d one-at-a-time replies written by their worker, want all", d, gets)
 	}
-	// Pipelined: a burst's replies go to the writer goroutine.
-	waitFor(t, sc.rw.Idle, "the connection's writer to go idle")
-	before = sc.rw.DirectWrites()
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			f, err := c.CallMessage(ctxT(t), wire.OpGet, &wire.GetRequest{Key: []byte("k")})
-			f.Release()
-			if err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-	t.Logf("%d of 16 concurrent replies written by their worker", sc.rw.DirectWrites()-before)
 }
