@@ -37,7 +37,7 @@ import (
 //
 // replState's encoding, little-endian:
 //
-//	0  magic u32 "CELS"   4 version u32 (2; 1 read too)   8 flags u32 (bit0 formatted)
+//	0  magic u32 "CELS"   4 version u32 (3; 1 and 2 read too)   8 flags u32 (bit0 formatted)
 //	12 split count u32    16 applied index u64   24 unpublished root Ptr u64
 //	32 splits in progress, each:
 //	   0 X Ptr u64   8 Y Ptr u64   16 flags u32 (bit0 linked, bit1 freed)
@@ -45,7 +45,7 @@ import (
 //	then the session table (session.go), then the region image
 const (
 	replMagic      = 0x534c4543 // "CELS" little-endian
-	replVersion    = 2          // 1: sessions without floors and evicted filter
+	replVersion    = 3          // 1: sessions without floors and evicted filter; 2: a legacy filter
 	replStateSize  = 32
 	replFormatted  = 1 << 0
 	splitEntrySize = 24

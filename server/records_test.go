@@ -8,6 +8,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/testutil"
+	"github.com/cellstore/cell/wire"
 )
 
 // The log's record format (apply.go) is pinned by an annotated hex dump of
@@ -124,11 +125,12 @@ func FuzzDecodeBodies(f *testing.F) {
 		appendRegionBody(nil, regionBody{Size: 1 << 30, MeganodeSize: 1 << 20, NodeSize: 4096}),
 		appendRootBody(nil, rootPublish),
 		appendTargetBody(nil, &targetBody{Phase: targetBegin, MaxInf: true, Level: 1, Right: x, Source: x, Payload: []byte("m")}),
+		appendTargetBody(nil, &targetBody{Phase: targetCommit, Right: x, Source: x, Payload: digestSeed()}),
 		appendSplitBody(nil, &splitBody{Phase: phaseCopy, New: x, Batch: 16, Cursor: []byte("p")}),
 		appendRootEntries(nil, []levelEntry{{key: []byte("a"), ptr: x}, {key: []byte("m"), ptr: x + 4096}}),
 	}
 	for i, s := range seeds {
-		f.Add(append([]byte{byte(i)}, s...))
+		f.Add(append([]byte{[]byte{0, 1, 2, 2, 3, 4}[i]}, s...))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) == 0 {
@@ -177,4 +179,14 @@ func FuzzDecodeBodies(f *testing.F) {
 			t.Fatalf("decoder %d: accepted body does not re-encode to itself:\n in %x\nout %x", b[0]%5, v, got)
 		}
 	})
+}
+
+// digestSeed is a session digest with a client and an evicted filter of
+// two levels, one of them legacy.
+func digestSeed() []byte {
+	var t sessions
+	t.record(7, 3, false, 1)
+	t.markEvicted(99)
+	t.evicted.merge(&evictedFilter{levels: []filterLevel{{scheme: schemeLegacy, bits: make([]byte, legacyFilterBits/8)}}})
+	return t.appendDigest(nil, wire.DefaultMaxFrameSize)
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/wire"
 )
 
 // The session table makes a retried write apply at most once (DESIGN §9:
@@ -33,8 +34,9 @@ import (
 // vouch that the first attempt did not apply (vouches): the pair is not
 // remembered, its sequence is above every sequence the client's window
 // forgot (the session's floor), and the client was never forgotten here
-// (a forgotten client's id goes into the evicted filter, a Bloom filter:
-// a false positive only makes a retry's outcome unknown). A first attempt
+// (a forgotten client's id goes into the evicted filter, a scalable Bloom
+// filter, evicted.go: a false positive only makes a retry's outcome
+// unknown). A first attempt
 // (recFloor) at or below its client's floor is refused the same way: the
 // client's later writes passed it, and its retry may have applied and
 // been forgotten. Keys that enter
@@ -45,17 +47,13 @@ import (
 const (
 	sessionWindow = 256
 	maxSessions   = 4096
-
-	evictedFilterBits   = 1 << 16 // 8 KiB
-	evictedFilterHashes = 3
 )
 
 // sessions is the table. Guarded by applyMu.
 type sessions struct {
 	clients map[uint64]*session
-	// evicted holds the ids of forgotten clients (nil while none was):
-	// evictedFilterBits bits, evictedFilterHashes set per id.
-	evicted []byte
+	// evicted holds the ids of forgotten clients (empty while none was).
+	evicted evictedFilter
 }
 
 // session is one client's remembered writes.
@@ -151,45 +149,14 @@ func (t *sessions) evictOldest() {
 }
 
 // markEvicted notes client in the evicted filter.
-func (t *sessions) markEvicted(client uint64) {
-	if t.evicted == nil {
-		t.evicted = make([]byte, evictedFilterBits/8)
-	}
-	for _, b := range filterBits(client) {
-		t.evicted[b/8] |= 1 << (b % 8)
-	}
-}
+func (t *sessions) markEvicted(client uint64) { t.evicted.add(client) }
 
 // wasEvicted reports whether client may have been forgotten.
-func (t *sessions) wasEvicted(client uint64) bool {
-	if t.evicted == nil {
-		return false
-	}
-	for _, b := range filterBits(client) {
-		if t.evicted[b/8]&(1<<(b%8)) == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// filterBits returns the evicted filter's bits for client id: slices of
-// a splitmix64 mix of the id, so that ids a client chooses still spread.
-func filterBits(id uint64) [evictedFilterHashes]uint32 {
-	z := id + 0x9e3779b97f4a7c15
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	z ^= z >> 31
-	var bits [evictedFilterHashes]uint32
-	for i := range bits {
-		bits[i] = uint32(z>>(16*i)) % evictedFilterBits
-	}
-	return bits
-}
+func (t *sessions) wasEvicted(client uint64) bool { return t.evicted.has(client) }
 
 // clone returns a deep copy.
 func (t *sessions) clone() sessions {
-	c := sessions{clients: make(map[uint64]*session, len(t.clients)), evicted: slices.Clone(t.evicted)}
+	c := sessions{clients: make(map[uint64]*session, len(t.clients)), evicted: t.evicted.clone()}
 	for id, s := range t.clients {
 		ns := &session{last: s.last, found: make(map[uint64]bool, len(s.found)), order: slices.Clone(s.order), floor: s.floor}
 		for k, v := range s.found {
@@ -204,27 +171,32 @@ func (t *sessions) clone() sessions {
 // table (the value of a target commit record, after the target body),
 // little-endian:
 //
-//	0 flags u32 (bit0: an evicted filter follows the floors)
+//	0 flags u32 (bit0: a legacy evicted filter follows the floors, bit1:
+//	  an evicted filter follows them; at most one of the two)
 //	4 client count u32
 //	8 per client, by ascending id: client id u64, floor u64 (the highest
 //	  sequence of the client the source remembers or forgot)
-//	then the evicted filter, evictedFilterBits/8 bytes
+//	then with bit0 (written before the filter had levels, read still) a
+//	legacy filter, legacyFilterBits/8 bytes; with bit1 the filter
+//	(evicted.go's encoding)
 //
-// The target raises each client's floor to the digest's and ORs the
+// The target raises each client's floor to the digest's and merges the
 // filters (merge): the moving keys were frozen from the split's start, so
 // every write applied to them is in the source's table, or forgotten there
 // and so below a floor or in the filter.
 const (
 	digestHeaderSize = 8
 	digestEntrySize  = 16
-	digestFiltered   = 1 << 0
+	digestLegacy     = 1 << 0
+	digestLevels     = 1 << 1
 )
 
-// appendDigest appends t's digest to b.
-func (t *sessions) appendDigest(b []byte) []byte {
+// appendDigest appends t's digest to b, its filter shrunk (evicted.go)
+// where the digest would take more than maxSize bytes.
+func (t *sessions) appendDigest(b []byte, maxSize int) []byte {
 	var flags uint32
-	if t.evicted != nil {
-		flags |= digestFiltered
+	if !t.evicted.empty() {
+		flags |= digestLevels
 	}
 	b = le.AppendUint32(b, flags)
 	b = le.AppendUint32(b, uint32(len(t.clients)))
@@ -237,7 +209,15 @@ func (t *sessions) appendDigest(b []byte) []byte {
 		b = le.AppendUint64(b, id)
 		b = le.AppendUint64(b, hi)
 	}
-	return append(b, t.evicted...)
+	if t.evicted.empty() {
+		return b
+	}
+	f := &t.evicted
+	if room := maxSize - (digestHeaderSize + len(t.clients)*digestEntrySize); f.encodedSize() > room {
+		s := f.shrunk(room)
+		f = &s
+	}
+	return f.appendTo(b)
 }
 
 // checkDigest reports whether d is a well-formed digest.
@@ -246,39 +226,55 @@ func checkDigest(d []byte) error {
 	return err
 }
 
-func parseDigest(d []byte) (flags uint32, n int, ents []byte, err error) {
-	bad := func(what string) (uint32, int, []byte, error) {
-		return 0, 0, nil, fmt.Errorf("server: session digest: %s: %w", what, ErrBadRecord)
+// parseDigest returns the n client entries of digest d and its filter
+// (whose bits alias d).
+func parseDigest(d []byte) (n int, ents []byte, filter evictedFilter, err error) {
+	bad := func(what string) (int, []byte, evictedFilter, error) {
+		return 0, nil, evictedFilter{}, fmt.Errorf("server: session digest: %s: %w", what, ErrBadRecord)
 	}
 	if len(d) < digestHeaderSize {
 		return bad("truncated header")
 	}
 	flags, count := le.Uint32(d), le.Uint32(d[4:])
-	if flags&^digestFiltered != 0 || count > maxSessions {
+	if flags&^(digestLegacy|digestLevels) != 0 || flags == digestLegacy|digestLevels || count > maxSessions {
 		return bad(fmt.Sprintf("flags %#x, %d clients", flags, count))
 	}
-	want := digestHeaderSize + int(count)*digestEntrySize
-	if flags&digestFiltered != 0 {
-		want += evictedFilterBits / 8
+	end := digestHeaderSize + int(count)*digestEntrySize
+	if len(d) < end {
+		return bad(fmt.Sprintf("%d bytes, want at least %d", len(d), end))
 	}
-	if len(d) != want {
-		return bad(fmt.Sprintf("%d bytes, want %d", len(d), want))
-	}
-	ents = d[digestHeaderSize : digestHeaderSize+int(count)*digestEntrySize]
+	ents, rest := d[digestHeaderSize:end], d[end:]
 	for i := 1; i < int(count); i++ {
 		if le.Uint64(ents[i*digestEntrySize:]) <= le.Uint64(ents[(i-1)*digestEntrySize:]) {
 			return bad("client ids out of order")
 		}
 	}
-	return flags, int(count), ents, nil
+	switch {
+	case flags&digestLegacy != 0:
+		if len(rest) != legacyFilterBits/8 {
+			return bad(fmt.Sprintf("a %d-byte legacy filter", len(rest)))
+		}
+		filter, rest = evictedFilter{levels: []filterLevel{{scheme: schemeLegacy, bits: rest}}}, nil
+	case flags&digestLevels != 0:
+		if filter, rest, err = readFilter(rest); err != nil {
+			return bad(err.Error())
+		}
+		if filter.empty() {
+			return bad("a filter of no level")
+		}
+	}
+	if len(rest) != 0 {
+		return bad(fmt.Sprintf("%d bytes after the digest", len(rest)))
+	}
+	return int(count), ents, filter, nil
 }
 
 // merge folds a source region's digest d (checked by checkDigest) into t
 // at log index: a client's floor rises to the digest's (a session made
 // for it if it has none and the table has room, else it is noted as
-// evicted), and the evicted filters are ORed.
+// evicted), and the evicted filters are merged.
 func (t *sessions) merge(d []byte, index uint64) {
-	flags, n, ents, err := parseDigest(d)
+	n, ents, filter, err := parseDigest(d)
 	if err != nil {
 		return // decodeRecord checked it
 	}
@@ -302,14 +298,7 @@ func (t *sessions) merge(d []byte, index uint64) {
 			t.markEvicted(id)
 		}
 	}
-	if flags&digestFiltered != 0 {
-		if t.evicted == nil {
-			t.evicted = make([]byte, evictedFilterBits/8)
-		}
-		for i, b := range d[len(d)-evictedFilterBits/8:] {
-			t.evicted[i] |= b
-		}
-	}
+	t.evicted.merge(&filter)
 }
 
 func (t *sessions) sortedIDs() []uint64 {
@@ -329,8 +318,9 @@ func (t *sessions) sortedIDs() []uint64 {
 //	  0 client id u64   8 last index u64   16 sequence count u32
 //	  20 floor u64 (snapshot version 2 on)
 //	  then per sequence, oldest first: seq u64, found u8
-//	then (version 2 on) the evicted filter's length u32 (0, or
-//	evictedFilterBits/8) and the filter
+//	then in version 2 the evicted filter's length u32 (0, or
+//	legacyFilterBits/8) and a legacy filter; from version 3 on the
+//	filter (evicted.go's encoding)
 const (
 	sessionHeaderSizeV1 = 20
 	sessionHeaderSize   = 28
@@ -355,14 +345,14 @@ func (t *sessions) appendTo(b []byte) []byte {
 			b = append(b, f)
 		}
 	}
-	b = le.AppendUint32(b, uint32(len(t.evicted)))
-	return append(b, t.evicted...)
+	return t.evicted.appendTo(b)
 }
 
 // readSessions reads the table of a snapshot of state version version.
 // A version 1 table kept no floors nor filter: a full window gets its
 // highest sequence as floor, and a full table a filter with every bit set
-// (what they may have forgotten is never vouched for).
+// (what they may have forgotten is never vouched for). A version 2 table
+// had one legacy level.
 func readSessions(r io.Reader, version uint32) (sessions, error) {
 	corrupt := func(what string) (sessions, error) {
 		return sessions{}, fmt.Errorf("server: snapshot session table: %s: %w", what, meganode.ErrCorruption)
@@ -421,7 +411,14 @@ func readSessions(r io.Reader, version uint32) (sessions, error) {
 		if count == maxSessions {
 			// A full version 1 table may have forgotten clients, and
 			// did not note which: none is vouched for if absent.
-			t.evicted = bytes.Repeat([]byte{0xff}, evictedFilterBits/8)
+			t.evicted = legacyFilter(bytes.Repeat([]byte{0xff}, legacyFilterBits/8))
+		}
+		return t, nil
+	}
+	if version >= 3 {
+		var err error
+		if t.evicted, err = readFilterFrom(r); err != nil {
+			return corrupt(err.Error())
 		}
 		return t, nil
 	}
@@ -430,11 +427,12 @@ func readSessions(r io.Reader, version uint32) (sessions, error) {
 	}
 	switch fl := le.Uint32(n[:]); fl {
 	case 0:
-	case evictedFilterBits / 8:
-		t.evicted = make([]byte, fl)
-		if _, err := io.ReadFull(r, t.evicted); err != nil {
+	case legacyFilterBits / 8:
+		b := make([]byte, fl)
+		if _, err := io.ReadFull(r, b); err != nil {
 			return corrupt(err.Error())
 		}
+		t.evicted = evictedFilter{levels: []filterLevel{{scheme: schemeLegacy, bits: b}}}
 	default:
 		return corrupt(fmt.Sprintf("a %d-byte evicted filter", fl))
 	}
@@ -442,9 +440,14 @@ func readSessions(r io.Reader, version uint32) (sessions, error) {
 }
 
 // sessionDigest returns the digest of the region's session table, as a
-// remote split's commit carries it.
+// remote split's commit carries it: in a wire frame of the server's
+// MaxFrameSize, beside the request's other fields.
 func (rep *replica) sessionDigest() []byte {
 	rep.applyMu.Lock()
 	defer rep.applyMu.Unlock()
-	return rep.repl.Sessions.appendDigest(nil)
+	return rep.repl.Sessions.appendDigest(nil, rep.srv.opts.MaxFrameSize-wire.HeaderSize-splitEndOverhead)
 }
+
+// splitEndOverhead bounds the bytes of a wire.SplitEndRequest beside its
+// sessions.
+const splitEndOverhead = 64

@@ -154,7 +154,7 @@ func TestSessionsVouch(t *testing.T) {
 	src.record(1, 30, false, 2)
 	src.record(2, 5, false, 3)
 	dst.record(2, 9, false, 1)
-	d := src.appendDigest(nil)
+	d := src.appendDigest(nil, wire.DefaultMaxFrameSize)
 	if err := checkDigest(d); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestSessionsVouch(t *testing.T) {
 	if !dst.vouches(7, 1) {
 		t.Fatal("the digest brought a filter the source did not have")
 	}
-	dst.merge(tab.appendDigest(nil), 20001)
+	dst.merge(tab.appendDigest(nil, wire.DefaultMaxFrameSize), 20001)
 	if dst.vouches(7, sessionWindow+30) {
 		t.Fatal("the target vouches for a client the source forgot")
 	}

@@ -157,6 +157,9 @@ func FuzzReadReplState(f *testing.F) {
 	f.Add(st.encode())
 	f.Add(append(st.encode(), "image"...))
 	f.Add((&replState{}).encode())
+	st.Sessions.markEvicted(99) // a filter of one level (state version 3)
+	st.Sessions.evicted.merge(&evictedFilter{levels: []filterLevel{{scheme: schemeLegacy, bits: make([]byte, legacyFilterBits/8)}}})
+	f.Add(st.encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
 		got, err := readReplState(r)
