@@ -37,8 +37,9 @@ type Client struct {
 
 	// clientID and seq tag writes for at-most-once application (DESIGN
 	// §9): a write retried after an error that proves it was not
-	// executed keeps its sequence number.
-	clientID uint64
+	// executed keeps its id and sequence number. The id changes when a
+	// region answers that it forgot it (write.go, the seq-passed retry).
+	clientID atomic.Uint64
 	seq      atomic.Uint64
 
 	topo       atomic.Pointer[topology]
@@ -107,13 +108,13 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		selClock:      sel.Options().Clock,
 		base:          time.Now(),
 		hostID:        cfg.HostID,
-		clientID:      randomID(),
 		refreshSem:    make(chan struct{}, 1),
 		servedRegions: make(map[uint32]bool),
 		kick:          make(chan struct{}, 1),
 		dialWire:      wire.Dial,
 		closing:       make(chan struct{}),
 	}
+	c.clientID.Store(randomID())
 	c.mu.servers = make(map[string]*server)
 	c.mu.leaders = make(map[string]bool)
 	c.nodes = newNodeCache(cfg.NodeCacheBytes, &c.counters.node)

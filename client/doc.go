@@ -218,8 +218,9 @@
 //     WrongServer, StaleEpoch or UnknownRegion (refresh), KeyOutOfRange or
 //     OutOfBounds (drop the cached start point, restart from the root).
 //   - seq-passed: the server answered Unverifiable to a write sent once
-//     with nothing lost (its region forgot sequences past it): send it
-//     again at once with a new sequence number.
+//     with nothing lost (its region forgot sequences past it, or the
+//     client whole): send it again at once with a new client id and
+//     sequence number.
 //
 // Retries after errors stop at Config.MaxRetries (cheap traversal
 // restarts and torn re-reads at Config.MaxRestarts) or when the caller's
@@ -276,8 +277,11 @@
 // (docs/durability.md, "At most once"). A first attempt is refused
 // Unverifiable too when its sequence is below what the region's table
 // forgot of the client (it arrived after the client's window moved past
-// it: its retry may have applied); nothing was lost then, so the write
-// is sent again with a new sequence number (the seq-passed retry).
+// it: its retry may have applied), or when the table forgot the client
+// whole (4,096 other clients wrote there since its last write); nothing
+// was lost then, so the write is sent again under a new client id (the
+// old one stays refused there) with a new sequence number (the
+// seq-passed retry).
 //
 // # Caches (paper §3)
 //

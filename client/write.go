@@ -32,8 +32,9 @@ import (
 // closing, an error of the server): only the region's answer to a
 // flagged attempt settles it. Unverifiable to an unflagged attempt means
 // the region's table had forgotten sequences past this one (the client's
-// later writes applied first) and did not apply it: nothing of the write
-// applied, and it is sent again with a new sequence number.
+// later writes applied first), or forgotten the client whole, and did not
+// apply it: nothing of the write applied, and it is sent again with a new
+// client id and sequence number.
 func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) error {
 	var w writeAttempts
 	err := c.writeOnce(ctx, kind, key, value, &w)
@@ -90,7 +91,7 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 			return err
 		}
 	}
-	seq := c.seq.Add(1)
+	id, seq := c.clientID.Load(), c.seq.Add(1)
 	sc := c.getScratch(t.nodeSize)
 	defer c.putScratch(sc)
 	bypass, deep := false, false
@@ -113,11 +114,11 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 			}
 			op := wire.OpPut
 			if kind == opPut {
-				req := wire.PutRequest{Ptr: ptr, Epoch: epoch, ClientID: c.clientID, Seq: seq, Key: key, Value: value}
+				req := wire.PutRequest{Ptr: ptr, Epoch: epoch, ClientID: id, Seq: seq, Key: key, Value: value}
 				sc.body = req.AppendTo(sc.body[:0])
 			} else {
 				op = wire.OpDelete
-				req := wire.DeleteRequest{Ptr: ptr, Epoch: epoch, ClientID: c.clientID, Seq: seq, Key: key}
+				req := wire.DeleteRequest{Ptr: ptr, Epoch: epoch, ClientID: id, Seq: seq, Key: key}
 				sc.body = req.AppendTo(sc.body[:0])
 			}
 			if k := c.cfg.TestingKnobs.BeforeWriteSend; k != nil {
@@ -137,14 +138,17 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 					return &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (first attempt: %w)", err, w.lost)}
 				}
 				// No attempt's outcome was lost, so none applied: the
-				// region had forgotten sequences past this one. Send it
-				// again as a new write.
+				// region had forgotten sequences past this one, or the
+				// client whole. Send it again as a new write, under a new
+				// client id (one for all of the client's writes refused
+				// with this id): a forgotten id is refused for good.
 				c.countRetry(causeSeqPassed)
 				retries++
 				if err := c.giveUp(ctx, retries, causeSeqPassed, err); err != nil {
 					return err
 				}
-				seq = c.seq.Add(1)
+				c.clientID.CompareAndSwap(id, randomID())
+				id, seq = c.clientID.Load(), c.seq.Add(1)
 				redirect = nil
 				continue
 			}

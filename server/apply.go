@@ -129,7 +129,11 @@ import (
 // table no longer remembers whether another attempt of it applied (a
 // first attempt still queued when its connection broke, arriving after
 // the client's window passed it, must not apply after its retry did).
-// Records of an older log without either flag apply as then. A
+// With recForgotten too (set beside recFloor since the evicted filter has levels),
+// a first attempt of a client the table forgot whole (no session, in the
+// evicted filter) fails the same way: the table no longer knows any of
+// its sequences, and the client starts over with a new id. Records of an
+// older log without these flags apply as then. A
 // target commit record's value may carry, after the target body, the
 // source region's session digest (session.go), merged into this region's
 // table.
@@ -150,9 +154,11 @@ const (
 	regionBodySize = 24
 	rootBodySize   = 8
 
-	// Record flags, on put and delete records with a client id, at most one.
-	recRetry = 1 << 0 // a retry after an unknown outcome
-	recFloor = 1 << 1 // a first attempt, refused at or below the client's floor
+	// Record flags, on put and delete records with a client id: recRetry
+	// alone, or recFloor with or without recForgotten.
+	recRetry     = 1 << 0 // a retry after an unknown outcome
+	recFloor     = 1 << 1 // a first attempt, refused at or below the client's floor
+	recForgotten = 1 << 2 // with recFloor: refused too if the table forgot the client
 )
 
 // rootPhase is the step of a root record.
@@ -485,7 +491,7 @@ func decodeRecord(b []byte) (writeRecord, error) {
 	if len(b) < recHeaderSize {
 		return writeRecord{}, fmt.Errorf("server: %d-byte record: %w", len(b), ErrBadRecord)
 	}
-	if b[0] != recVersion || le.Uint16(b[2:])&^(recRetry|recFloor) != 0 || le.Uint32(b[36:]) != 0 {
+	if b[0] != recVersion || le.Uint16(b[2:])&^(recRetry|recFloor|recForgotten) != 0 || le.Uint32(b[36:]) != 0 {
 		return writeRecord{}, fmt.Errorf("server: record version %d or reserved bits: %w", b[0], ErrBadRecord)
 	}
 	r := writeRecord{
@@ -504,7 +510,7 @@ func decodeRecord(b []byte) (writeRecord, error) {
 	switch {
 	case r.Kind < recPut || r.Kind > recRoot:
 		return writeRecord{}, fmt.Errorf("server: record kind %d: %w", r.Kind, ErrBadRecord)
-	case r.Flags != 0 && (r.Kind != recPut && r.Kind != recDelete || r.ClientID == 0 || r.Flags == recRetry|recFloor):
+	case r.Flags != 0 && (r.Kind != recPut && r.Kind != recDelete || r.ClientID == 0 || r.Flags&recRetry != 0 && r.Flags != recRetry || r.Flags == recForgotten):
 		return writeRecord{}, fmt.Errorf("server: flags %#x on a %d record of client %d: %w", r.Flags, r.Kind, r.ClientID, ErrBadRecord)
 	case r.Kind == recDelete && vl != 0:
 		return writeRecord{}, fmt.Errorf("server: delete record with a value: %w", ErrBadRecord)

@@ -18,6 +18,7 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Kind: recDelete, Meganode: blink.MakePtr(1, 0x2000), ClientID: 1, Seq: 1, Key: bytes.Repeat([]byte("z"), 128), Value: []byte{}},
 		{Kind: recPut, Flags: recFloor, Meganode: blink.MakePtr(3, 0x1000), ClientID: 9, Seq: 43, Key: []byte("k"), Value: []byte("v")},
 		{Kind: recDelete, Flags: recRetry, Meganode: blink.MakePtr(3, 0x1000), ClientID: 9, Seq: 44, Key: []byte("k"), Value: []byte{}},
+		{Kind: recPut, Flags: recFloor | recForgotten, Meganode: blink.MakePtr(3, 0x1000), ClientID: 9, Seq: 45, Key: []byte("k"), Value: []byte("v")},
 	} {
 		b := appendRecord(nil, &r)
 		got, err := decodeRecord(b)
@@ -33,19 +34,22 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	good := appendRecord(nil, &writeRecord{Kind: recPut, Meganode: 1, Key: []byte("k"), Value: []byte("v")})
 	for name, b := range map[string][]byte{
-		"empty":         nil,
-		"short":         good[:39],
-		"truncated":     good[:len(good)-1],
-		"trailing":      append(bytes.Clone(good), 0),
-		"version":       append([]byte{2}, good[1:]...),
-		"kind":          append([]byte{1, 7}, good[2:]...),
-		"reserved":      append([]byte{1, 1, 0, 1}, good[4:]...),
-		"delete value":  appendRecord(nil, &writeRecord{Kind: recDelete, Key: []byte("k"), Value: []byte("v")}),
-		"huge key len":  append(append(bytes.Clone(good[:4]), 0xff, 0xff, 0xff, 0xff), good[8:]...),
-		"huge value ln": append(append(bytes.Clone(good[:32]), 0xff, 0xff, 0xff, 0xff), good[36:]...),
-		"both flags":    appendRecord(nil, &writeRecord{Kind: recPut, Flags: recRetry | recFloor, ClientID: 1, Seq: 1, Key: []byte("k")}),
-		"anonymous":     appendRecord(nil, &writeRecord{Kind: recPut, Flags: recFloor, Key: []byte("k")}),
-		"child flag":    appendRecord(nil, &writeRecord{Kind: recChild, Flags: recFloor, ClientID: 1, Seq: 1, Key: []byte("k"), Value: make([]byte, 8)}),
+		"empty":            nil,
+		"short":            good[:39],
+		"truncated":        good[:len(good)-1],
+		"trailing":         append(bytes.Clone(good), 0),
+		"version":          append([]byte{2}, good[1:]...),
+		"kind":             append([]byte{1, 7}, good[2:]...),
+		"reserved":         append([]byte{1, 1, 0, 1}, good[4:]...),
+		"delete value":     appendRecord(nil, &writeRecord{Kind: recDelete, Key: []byte("k"), Value: []byte("v")}),
+		"huge key len":     append(append(bytes.Clone(good[:4]), 0xff, 0xff, 0xff, 0xff), good[8:]...),
+		"huge value ln":    append(append(bytes.Clone(good[:32]), 0xff, 0xff, 0xff, 0xff), good[36:]...),
+		"both flags":       appendRecord(nil, &writeRecord{Kind: recPut, Flags: recRetry | recFloor, ClientID: 1, Seq: 1, Key: []byte("k")}),
+		"retry, forgotten": appendRecord(nil, &writeRecord{Kind: recPut, Flags: recRetry | recForgotten, ClientID: 1, Seq: 1, Key: []byte("k")}),
+		"forgotten alone":  appendRecord(nil, &writeRecord{Kind: recPut, Flags: recForgotten, ClientID: 1, Seq: 1, Key: []byte("k")}),
+		"unknown flag":     appendRecord(nil, &writeRecord{Kind: recPut, Flags: 1 << 3, ClientID: 1, Seq: 1, Key: []byte("k")}),
+		"anonymous":        appendRecord(nil, &writeRecord{Kind: recPut, Flags: recFloor, Key: []byte("k")}),
+		"child flag":       appendRecord(nil, &writeRecord{Kind: recChild, Flags: recFloor, ClientID: 1, Seq: 1, Key: []byte("k"), Value: make([]byte, 8)}),
 	} {
 		if _, err := decodeRecord(b); !errors.Is(err, ErrBadRecord) {
 			t.Errorf("%s: %v, want ErrBadRecord", name, err)

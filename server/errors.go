@@ -47,6 +47,12 @@ const (
 var errUnverifiable error = &wire.StatusError{Status: wire.StatusUnverifiable,
 	Message: "the region cannot prove that the write's first attempt was not applied (its at-most-once table forgot the client, or the key moved in since); the outcome stays unknown"}
 
+// errForgottenClient is the outcome of a first attempt (recForgotten) of
+// a client the region's table forgot whole: the same status, nothing
+// changed; the client sends it again under a new client id.
+var errForgottenClient error = &wire.StatusError{Status: wire.StatusUnverifiable,
+	Message: "the region's at-most-once table forgot the write's client, so another attempt of it may have applied; this one was not (send it again under a new client id)"}
+
 // errPassedFloor is the outcome of a first attempt (recFloor) at or below
 // its client's floor: the same status, and nothing changed (the client
 // learns the write was not applied, and may send it again with a new

@@ -425,8 +425,9 @@ func (w *worker) del(body []byte) error {
 
 // writeFlags returns the record flags of the write request being served:
 // recRetry when the request came with wire.FlagRetry, which needs a client
-// id (the session table vouches per client); otherwise recFloor for a
-// write with a client id (a first attempt), none for one without.
+// id (the session table vouches per client); otherwise recFloor and
+// recForgotten for a write with a client id (a first attempt), none for
+// one without.
 func (w *worker) writeFlags(client uint64) (uint16, error) {
 	retry := w.job != nil && w.job.f.Header.Flags&wire.FlagRetry != 0
 	switch {
@@ -435,7 +436,7 @@ func (w *worker) writeFlags(client uint64) (uint16, error) {
 	case retry:
 		return recRetry, nil
 	case client != 0:
-		return recFloor, nil
+		return recFloor | recForgotten, nil
 	}
 	return 0, nil
 }

@@ -99,7 +99,8 @@ func (t *sessions) belowFloor(client, seq uint64) bool {
 
 // refusal returns why a put or delete record with the given flags of
 // (client, seq) must not apply, or nil: a retry the table cannot vouch
-// for, or a first attempt at or below its client's floor. REQUIRES
+// for, a first attempt at or below its client's floor, or (recForgotten)
+// a first attempt of a client the table forgot whole. REQUIRES
 // lookup found no duplicate.
 func (t *sessions) refusal(flags uint16, client, seq uint64) error {
 	switch {
@@ -107,6 +108,8 @@ func (t *sessions) refusal(flags uint16, client, seq uint64) error {
 		return errUnverifiable
 	case flags&recFloor != 0 && t.belowFloor(client, seq):
 		return errPassedFloor
+	case flags&recForgotten != 0 && t.clients[client] == nil && t.wasEvicted(client):
+		return errForgottenClient
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -538,5 +539,75 @@ func TestSessionsForgetOldest(t *testing.T) {
 		if step%500 == 0 || step > 11_900 {
 			check(step)
 		}
+	}
+}
+
+// A first attempt of a client the region forgot whole may be a copy
+// queued before its connection broke, whose flagged retry applied before
+// the client was forgotten: it is refused (nothing changes), and the
+// client sends the write again under a new id. The old id stays refused.
+// Records of older logs (recFloor without recForgotten) apply as then.
+func TestForgottenClientStartsOver(t *testing.T) {
+	var tab sessions
+	tab.record(5, 1, false, 1)
+	tab.markEvicted(9)
+	for _, c := range []struct {
+		flags  uint16
+		client uint64
+		want   error
+	}{
+		{recFloor | recForgotten, 9, errForgottenClient},
+		{recFloor, 9, nil}, // an older log's record
+		{recFloor | recForgotten, 5, nil},
+		{recFloor | recForgotten, 10, nil},
+	} {
+		if got := tab.refusal(c.flags, c.client, 7); got != c.want {
+			t.Errorf("refusal(%#x, client %d) = %v, want %v", c.flags, c.client, got, c.want)
+		}
+	}
+
+	s, store := newTestServer(t)
+	cl := newClient(t, store, "server")
+	ctx := ctxT(t)
+	if err := cl.Put(ctx, []byte("a"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	sessionIDs := func() []uint64 {
+		s.applyMu.Lock()
+		defer s.applyMu.Unlock()
+		return s.repl.Sessions.sortedIDs()
+	}
+	ids := sessionIDs()
+	if len(ids) != 1 {
+		t.Fatalf("sessions %v, want the client's alone", ids)
+	}
+	old := ids[0]
+	s.applyMu.Lock() // forget it, as evictOldest would
+	st := &s.repl.Sessions
+	st.unlink(st.clients[old])
+	delete(st.clients, old)
+	st.markEvicted(old)
+	s.applyMu.Unlock()
+
+	if err := cl.Put(ctx, []byte("b"), []byte("2")); err != nil {
+		t.Fatalf("a put of the forgotten client: %v", err)
+	}
+	if got := metricValue(gather(t, s), "cell_server_applied_total", map[string]string{"kind": "put_unverifiable"}); got != 1 {
+		t.Errorf("put_unverifiable = %v, want 1", got)
+	}
+	if st := cl.Stats(); st.Retry("seq-passed") != 1 {
+		n := st.Retry("seq-passed")
+		t.Errorf("%d seq-passed retries, want 1", n)
+	}
+	if ids := sessionIDs(); len(ids) != 1 || ids[0] == old {
+		t.Fatalf("sessions %v after the client started over (old id %d)", ids, old)
+	}
+	c := dial(t, s)
+	_, err := call(t, c, wire.OpPut, &wire.PutRequest{ClientID: old, Seq: 1 << 20, Key: []byte("b"), Value: []byte("late")}, nil)
+	if !errors.Is(err, wire.ErrUnverifiable) {
+		t.Fatalf("a late first attempt under the forgotten id: %v", err)
+	}
+	if v, _ := get(t, c, "b"); v != "2" {
+		t.Fatalf("b = %q after a refused late attempt", v)
 	}
 }

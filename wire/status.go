@@ -78,10 +78,10 @@ const (
 	// applied (its at-most-once table forgot the client, or the key moved
 	// in from another region since). Not executed; the write's outcome
 	// stays unknown. Not retryable. Also the answer to an unflagged write
-	// whose sequence is at or below what the table forgot of its client
-	// (another attempt of it may have applied): not executed, and, if the
-	// client lost no attempt of it, safe to send again with a new
-	// sequence number.
+	// whose sequence is at or below what the table forgot of its client,
+	// or whose client the table forgot whole (another attempt of it may
+	// have applied): not executed, and, if the client lost no attempt of
+	// it, safe to send again under a new client id and sequence number.
 	StatusUnverifiable Status = 21
 )
 
