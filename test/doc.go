@@ -37,5 +37,8 @@
 //
 // fig4.sh (the paper's Fig. 4) and redis.sh (one server core against
 // redis-server) run the benchmarks recorded in BENCH_NOTES.md; they are
-// scripts, not tests.
+// scripts, not tests. The commands under test/ (netfloor: the CPU floor of
+// a request/reply in Go, with Go's poller and with an event loop of our
+// own, run by netfloor.sh; netpollstarve: replies a busy Go client picks
+// up late) are measurements for BENCHMARKS.md, not tests.
 package test
