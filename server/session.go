@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"fmt"
 	"io"
+	"iter"
 	"slices"
 
 	"github.com/cellstore/cell/meganode"
@@ -69,7 +70,7 @@ type session struct {
 	prev, next *session
 	last       uint64          // log index of its last write
 	found      map[uint64]bool // sequence → a delete found its key
-	order      []uint64        // sequences, oldest first
+	order      window          // the sequences in found, oldest first
 	// floor: no sequence at or below it can be vouched for (the highest
 	// sequence the window forgot, or a source region's digest named).
 	floor uint64
@@ -121,12 +122,57 @@ func (t *sessions) record(client, seq uint64, found bool, index uint64) {
 	s.last = index
 	t.link(s)
 	s.found[seq] = found
-	s.order = append(s.order, seq)
-	if len(s.order) > sessionWindow {
-		s.floor = max(s.floor, s.order[0])
-		delete(s.found, s.order[0])
-		s.order = slices.Delete(s.order, 0, 1)
+	if old, full := s.order.push(seq); full {
+		s.floor = max(s.floor, old)
+		delete(s.found, old)
 	}
+}
+
+// window is a session's last sessionWindow sequences. Once full it is a
+// ring: a write overwrites the oldest sequence in place (the 2 KiB shift
+// of a slice that dropped its first entry cost every write of a client
+// with a full window; BenchmarkSessionsFullWindow).
+type window struct {
+	seqs []uint64
+	head int // where the oldest is, once len(seqs) == sessionWindow
+}
+
+// push adds seq as the newest; when the window was full it returns the
+// oldest sequence, which it forgot.
+func (w *window) push(seq uint64) (old uint64, full bool) {
+	if len(w.seqs) < sessionWindow {
+		w.seqs = append(w.seqs, seq)
+		return 0, false
+	}
+	old, w.seqs[w.head] = w.seqs[w.head], seq
+	w.head = (w.head + 1) % sessionWindow
+	return old, true
+}
+
+func (w *window) len() int { return len(w.seqs) }
+
+// all yields the sequences, oldest first.
+func (w *window) all() iter.Seq[uint64] {
+	return func(yield func(uint64) bool) {
+		for i := range len(w.seqs) {
+			if !yield(w.seqs[(w.head+i)%len(w.seqs)]) {
+				return
+			}
+		}
+	}
+}
+
+// max returns the highest sequence, or 0 when there is none.
+func (w *window) max() uint64 {
+	var hi uint64
+	for _, seq := range w.seqs {
+		hi = max(hi, seq)
+	}
+	return hi
+}
+
+func (w *window) clone() window {
+	return window{seqs: slices.Clone(w.seqs), head: w.head}
 }
 
 // session returns client's session, made at log index (forgetting the
@@ -232,7 +278,7 @@ func (t *sessions) wasEvicted(client uint64) bool { return t.evicted.has(client)
 func (t *sessions) clone() sessions {
 	c := sessions{clients: make(map[uint64]*session, len(t.clients)), evicted: t.evicted.clone()}
 	for id, s := range t.clients {
-		ns := &session{id: id, last: s.last, found: make(map[uint64]bool, len(s.found)), order: slices.Clone(s.order), floor: s.floor}
+		ns := &session{id: id, last: s.last, found: make(map[uint64]bool, len(s.found)), order: s.order.clone(), floor: s.floor}
 		for k, v := range s.found {
 			ns.found[k] = v
 		}
@@ -277,10 +323,7 @@ func (t *sessions) appendDigest(b []byte, maxSize int) []byte {
 	b = le.AppendUint32(b, uint32(len(t.clients)))
 	for _, id := range t.sortedIDs() {
 		s := t.clients[id]
-		hi := s.floor
-		for _, seq := range s.order {
-			hi = max(hi, seq)
-		}
+		hi := max(s.floor, s.order.max())
 		b = le.AppendUint64(b, id)
 		b = le.AppendUint64(b, hi)
 	}
@@ -406,9 +449,9 @@ func (t *sessions) appendTo(b []byte) []byte {
 		s := t.clients[id]
 		b = le.AppendUint64(b, id)
 		b = le.AppendUint64(b, s.last)
-		b = le.AppendUint32(b, uint32(len(s.order)))
+		b = le.AppendUint32(b, uint32(s.order.len()))
 		b = le.AppendUint64(b, s.floor)
-		for _, seq := range s.order {
+		for seq := range s.order.all() {
 			b = le.AppendUint64(b, seq)
 			f := byte(0)
 			if s.found[seq] {
@@ -470,12 +513,12 @@ func readSessions(r io.Reader, version uint32) (sessions, error) {
 				return corrupt(fmt.Sprintf("client %d sequence %d", id, seq))
 			}
 			s.found[seq] = e[8] == 1
-			s.order = append(s.order, seq)
+			s.order.push(seq) // seqs ≤ sessionWindow: none is forgotten
 		}
-		if version < 2 && len(s.order) == sessionWindow {
+		if version < 2 && s.order.len() == sessionWindow {
 			// Version 1 kept no floor: a full window may have forgotten
 			// any of the client's sequences so far.
-			s.floor = slices.Max(s.order)
+			s.floor = s.order.max()
 		}
 		t.clients[id] = s
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/cellstore/cell/blink"
@@ -109,6 +110,64 @@ func TestSessionsBounds(t *testing.T) {
 		if _, err := readSessions(bytes.NewReader(b[:cut]), replVersion); err == nil {
 			t.Fatalf("a table cut at %d bytes decoded", cut)
 		}
+	}
+}
+
+// A client's window, a ring once full, keeps its last sessionWindow
+// sequences oldest first, in memory, in a clone and through a snapshot,
+// and its floor is the highest sequence it forgot.
+func TestSessionWindowRing(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	var tab sessions
+	var model []uint64 // every sequence written, oldest first
+	used := map[uint64]bool{}
+	for i := range 3*sessionWindow + 17 {
+		seq := rng.Uint64N(1 << 20)
+		for used[seq] || seq == 0 {
+			seq = rng.Uint64N(1 << 20)
+		}
+		used[seq] = true
+		model = append(model, seq)
+		tab.record(9, seq, seq%3 == 0, uint64(i+1))
+		want := model[max(0, len(model)-sessionWindow):]
+		s := tab.clients[9]
+		if got := slices.Collect(s.order.all()); !slices.Equal(got, want) {
+			t.Fatalf("after %d writes: window %v, want %v", i+1, got, want)
+		}
+		var floor uint64
+		for _, f := range model[:len(model)-len(want)] {
+			floor = max(floor, f)
+		}
+		if s.floor != floor {
+			t.Fatalf("after %d writes: floor %d, want %d", i+1, s.floor, floor)
+		}
+		if len(s.found) != len(want) {
+			t.Fatalf("after %d writes: %d sequences found, want %d", i+1, len(s.found), len(want))
+		}
+	}
+	b := tab.appendTo(nil)
+	c := tab.clone()
+	if !bytes.Equal(c.appendTo(nil), b) {
+		t.Fatal("a clone encodes differently")
+	}
+	got, err := readSessions(bytes.NewReader(b), replVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.appendTo(nil), b) {
+		t.Fatal("the session table does not round-trip")
+	}
+	w := model[len(model)-sessionWindow:]
+	if gw := slices.Collect(got.clients[9].order.all()); !slices.Equal(gw, w) {
+		t.Fatalf("read back: window %v, want %v", gw, w)
+	}
+	// The restored window goes on as the original does.
+	tab.record(9, 1<<21, false, 1<<20)
+	got.record(9, 1<<21, false, 1<<20)
+	if !bytes.Equal(got.appendTo(nil), tab.appendTo(nil)) {
+		t.Fatal("the restored table and the original differ after one more write")
 	}
 }
 
@@ -463,6 +522,30 @@ func BenchmarkSessionsKnownClient(b *testing.B) {
 		index++
 		seq++
 		tab.record(index%maxSessions+1, seq, false, index)
+	}
+}
+
+// BenchmarkSessionsFullWindow: a write of a known client whose window
+// is full (its sessionWindow last sequences remembered), the table full:
+// the write forgets the client's oldest sequence.
+func BenchmarkSessionsFullWindow(b *testing.B) {
+	var tab sessions
+	index := uint64(0)
+	for seq := uint64(1); seq <= sessionWindow; seq++ {
+		for id := uint64(1); id <= maxSessions; id++ {
+			index++
+			tab.record(id, seq, false, index)
+		}
+	}
+	seq := uint64(sessionWindow)
+	b.ResetTimer()
+	for b.Loop() {
+		index++
+		id := index%maxSessions + 1
+		if id == 1 {
+			seq++
+		}
+		tab.record(id, seq, false, index)
 	}
 }
 
