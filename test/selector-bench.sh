@@ -60,7 +60,7 @@ echo
 echo "Selector against fixed modes: YCSB A-E (cellctl bench --workload ycsb-X), $KEYS keys, $CLIENTS clients x $IN_FLIGHT in flight,"
 echo "$DURATION measured after $WARMUP, one cellserver --cores 1 (RF 1, log synced), unpinned; started $start, load average $load0 at the start, $(cut -d' ' -f1 /proc/loadavg) at the end; $REPEAT repeats."
 echo
-echo "| workload | provider | server ops/s | client ops/s | adaptive ops/s | adaptive ÷ best fixed | adaptive: server-side hops | each repeat's ratio | median of the repeats' ratios | CPU per op: adaptive ÷ best fixed |"
+echo "| workload | provider | server ops/s | client ops/s | adaptive ops/s | adaptive ÷ best fixed | adaptive: server-side hops (range pages) | each repeat's ratio | median of the repeats' ratios | CPU per op: adaptive ÷ best fixed |"
 echo "|---|---|---:|---:|---:|---:|---:|---|---:|---:|"
 for w in $WORKLOADS; do
 	for p in $PROVIDERS; do
@@ -72,9 +72,11 @@ for w in $WORKLOADS; do
 			(tp("server")) as $s | (tp("client")) as $c | (tp("adaptive")) as $a | ([$s, $c] | max) as $best |
 			(if $s >= $c then "server" else "client" end) as $bestmode |
 			([.[] | select(.params.mode == "adaptive") | .server_side_fraction] | median) as $ssf |
+			([.[] | select(.params.mode == "adaptive") | .selector.page_decisions | (.server + .client) as $n |
+				select($n > 0) | .server / $n] | median) as $psf |
 			([.[] | .rep] | unique) as $reps |
 			[$reps[] as $r | rep($r; "adaptive") / ([rep($r; "server"), rep($r; "client")] | max)] as $ratios |
-			"| \($w | ascii_upcase) | \($p) | \($s|floor) | \($c|floor) | \($a|floor) | **\($a / $best * 100 | floor / 100)×** | \(if $ssf < 0 then "-" else "\($ssf*1000|floor/10)%" end) | \([$ratios[] | . * 100 | floor / 100 | tostring] | join(", ")) | \($ratios | median * 100 | floor / 100)× | \(cpu("adaptive") / cpu($bestmode) * 100 | round / 100) |"' \
+			"| \($w | ascii_upcase) | \($p) | \($s|floor) | \($c|floor) | \($a|floor) | **\($a / $best * 100 | floor / 100)×** | \(if $ssf < 0 then "-" else "\($ssf*1000|floor/10)%" end)\(if $psf == null then "" else " (\($psf*1000|floor/10)%)" end) | \([$ratios[] | . * 100 | floor / 100 | tostring] | join(", ")) | \($ratios | median * 100 | floor / 100)× | \(cpu("adaptive") / cpu($bestmode) * 100 | round / 100) |"' \
 			<(for f in "$OUT"/*-"$w"-"$p"-*.json; do jq --arg rep "$(basename "$f" | cut -d- -f1)" '. + {rep: $rep}' "$f"; done)
 	done
 done
