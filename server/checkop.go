@@ -2,12 +2,14 @@ package server
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -95,10 +97,7 @@ func (s *Server) splitsAtRestLocked() bool {
 		return false
 	}
 	for _, rep := range s.servedList() {
-		rep.applyMu.Lock()
-		busy := len(rep.repl.Splits) > 0 || !rep.repl.NewRoot.IsNil()
-		rep.applyMu.Unlock()
-		if busy {
+		if splits, newRoot := rep.sm.Progress(); len(splits) > 0 || !newRoot.IsNil() {
 			return false
 		}
 	}
@@ -184,14 +183,9 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 // captureRegion starts a capture of the replica's region at its applied
 // index, which it returns: writes wait for the start only.
 func (rep *replica) captureRegion() (*meganode.Capture, uint64, error) {
-	rep.applyMu.Lock()
-	defer rep.applyMu.Unlock()
-	if rep.dropped {
+	c, applied, err := rep.sm.Capture()
+	if errors.Is(err, rsm.ErrClosed) {
 		return nil, 0, &wire.StatusError{Status: wire.StatusUnknownRegion, Region: rep.regionID, Message: fmt.Sprintf("the replica of region %d here was dropped", rep.regionID)}
 	}
-	c, err := rep.region.Capture()
-	if err != nil {
-		return nil, 0, fmt.Errorf("server: hash region %d: %w", rep.regionID, err)
-	}
-	return c, rep.repl.Applied, nil
+	return c, applied, err
 }

@@ -82,18 +82,11 @@ func TestCheckOp(t *testing.T) {
 	}
 
 	// Two meganodes nobody links to.
-	s.megaMu.Lock()
 	for range 2 {
-		m, err := s.region.NewMeganode(0, blink.Bounds{Min: []byte("orphan"), MaxInf: true}, s.treeOptions())
-		if err == nil {
-			err = s.addMeganodeLocked(m)
-		}
-		if err != nil {
-			s.megaMu.Unlock()
+		if _, err := s.replica.sm.AddMeganode(0, blink.Bounds{Min: []byte("orphan"), MaxInf: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s.megaMu.Unlock()
 	rep := mustCheck(t, c, 0)
 	if rep.Count != 2 || len(rep.Violations) != 2 {
 		t.Fatalf("check with two orphans: %+v", rep)
@@ -159,14 +152,14 @@ func TestMetadataSplitFlags(t *testing.T) {
 	})
 	c := dial(t, s)
 	x := s.meganodeAt(s.Root())
-	for i := 0; x.t.Fill() < 0.5; i++ {
+	for i := 0; x.T.Fill() < 0.5; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 	}
 	flags := func() (xs, ys *wire.MeganodeStats) {
 		meta := metadataOf(t, c)
 		for i, m := range meta.Meganodes {
-			if m.Ptr == x.m.Ptr() {
+			if m.Ptr == x.Ptr() {
 				xs = &meta.Meganodes[i]
 			} else {
 				ys = &meta.Meganodes[i]
@@ -235,7 +228,7 @@ func TestCheckFindsMisnamedEntry(t *testing.T) {
 	})
 	c := dial(t, s)
 	x := s.meganodeAt(s.Root())
-	for i := 0; x.t.Fill() < 0.6; i++ {
+	for i := 0; x.T.Fill() < 0.6; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 	}
@@ -251,14 +244,14 @@ func TestCheckFindsMisnamedEntry(t *testing.T) {
 	}
 	// Straight into the root's tree, past the log: an entry "zzz" naming
 	// x, whose min is -inf, after the entry of x's right neighbour.
-	if err := root.t.InsertChild([]byte("zzz"), x.m.Ptr()); err != nil {
+	if err := root.T.InsertChild([]byte("zzz"), x.Ptr()); err != nil {
 		t.Fatal(err)
 	}
 	err := s.Check()
 	if err == nil {
 		t.Fatal("check passed a root entry that misnames its child")
 	}
-	for _, want := range []string{`entry "zzz" of ` + root.m.Ptr().String() + ` names ` + x.m.Ptr().String() + `, whose min is`, "left neighbour"} {
+	for _, want := range []string{`entry "zzz" of ` + root.Ptr().String() + ` names ` + x.Ptr().String() + `, whose min is`, "left neighbour"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("check: %v\nwant a violation with %q", err, want)
 		}

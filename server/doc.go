@@ -28,7 +28,7 @@
 //     wait in the listen backlog until it accepts them (step 8);
 //  5. reopens a follower replica for every other region its log holds
 //     (follower.go), and starts its own region's raft group (group.go):
-//     raft restores the newest snapshot into the region (fsm.go: the
+//     raft restores the newest snapshot into the region (package rsm: the
 //     empty file of step 3 is removed first, so that a prefaulted or
 //     hugetlbfs region is not held twice), a new directory bootstraps a
 //     group of one voter, and Start waits until this server leads and a barrier committed, so that every record
@@ -149,7 +149,7 @@
 // and a new meganode of the same region (Y, the right half). One goroutine
 // (splitLoop) runs the server's splits one at a time; writes queue them
 // (requestSplit, deduplicated per meganode). A split is a sequence of
-// split records through apply (apply.go draws their format), each holding
+// split records through apply (server/rsm/record.go draws their format), each holding
 // the apply lock and the trees' writer locks for one bounded step, so
 // writes to other keys and other meganodes go on in between:
 //
@@ -212,7 +212,7 @@
 // applied log shows in progress (recover.go): a start without a link is
 // undone (abort: Y dropped, X thawed), a link is finished (the rest of X's
 // right half freed, the separator inserted, end). No snapshot is taken
-// while a split holds a freeze (fsm.go), so replaying the log rebuilds the
+// while a split holds a freeze (package rsm), so replaying the log rebuilds the
 // freeze and the list of detached nodes, which live in the trees' memory.
 //
 // # Remote splits (paper §2.2: "The server copies the nodes in X_right to
@@ -264,8 +264,8 @@
 //
 // # Writes and concurrency
 //
-// Every write to the region is a record (apply.go) proposed to the
-// region's raft group and applied by its FSM (fsm.go) in log order under
+// Every write to the region is a record (server/rsm/record.go) proposed to the
+// region's raft group and applied by its state machine (package rsm, adapted to raft in fsm.go) in log order under
 // applyMu: puts, deletes, the separators of meganode splits, every step
 // of a split, the region's layout and the root's making. A worker that
 // proposes a client's write does not wait for the log's sync: the write's

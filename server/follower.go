@@ -13,8 +13,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cellstore/cell/blink"
-	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -97,19 +97,12 @@ func (s *Server) openFollower(id uint32) error {
 		return nil
 	}
 	rep := newReplica(s)
-	name := s.dir.regionFileName(id)
-	if err := s.removeRegionFileNamed(name); err != nil {
-		return err
+	if err := rep.openMachine(id); err != nil {
+		return fmt.Errorf("server: follower of region %d: %w", id, err)
 	}
-	r, err := meganode.Create(rep.regionOptions(id, regionBody{Size: s.opts.RegionSize, MeganodeSize: s.opts.MeganodeSize, NodeSize: uint32(s.opts.NodeSize)}))
-	if err != nil {
-		return fmt.Errorf("server: create follower region %d: %w", id, err)
-	}
-	rep.setRegion(r)
 	had, err := rep.startRaft(false)
 	if err != nil {
-		_ = rep.closeRegion()
-		return err
+		return errors.Join(err, rep.sm.Close())
 	}
 	if f.m == nil {
 		f.m = make(map[uint32]*replica)
@@ -141,7 +134,7 @@ func (s *Server) closeFollowers() error {
 	f.mu.Unlock()
 	var errs []error
 	for _, rep := range reps {
-		errs = append(errs, rep.stopRaft(), rep.closeRegion())
+		errs = append(errs, rep.stopRaft(), rep.sm.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -297,18 +290,17 @@ func holdsReplica(e regiontable.Region, id string) bool {
 // followerMetadata describes a follower replica, for OpMetadata asking
 // for its region: its raft state only (it serves nothing).
 func (s *Server) followerMetadata(rep *replica) *wire.MetadataReply {
-	rep.applyMu.Lock() // a snapshot may be replacing the region
-	defer rep.applyMu.Unlock()
-	if rep.dropped {
+	if rep.sm.Closed() {
 		return &wire.MetadataReply{Server: s.opts.ServerID, Root: blink.Ptr(s.root.Load())}
 	}
+	lay := rep.sm.Region().Layout() // one region: a snapshot may be replacing it
 	return &wire.MetadataReply{
 		Server:       s.opts.ServerID,
-		NodeSize:     uint32(rep.nodeSize),
-		MeganodeSize: rep.region.Layout().MeganodeSize,
+		NodeSize:     uint32(lay.NodeSize),
+		MeganodeSize: lay.MeganodeSize,
 		Root:         blink.Ptr(s.root.Load()),
 		Regions: []wire.RegionInfo{{
-			ID: rep.regionID, Size: rep.region.Layout().Size, Host: s.opts.HostID,
+			ID: rep.regionID, Size: lay.Size, Host: s.opts.HostID,
 			RPCAddr: s.rpcAddr, Raft: rep.raftInfo(),
 		}},
 	}
@@ -342,9 +334,9 @@ func (s *Server) snapshotIfLogLarge(rep *replica, r *raft.Raft) {
 }
 
 // snapshotNotNow reports a snapshot refused for now: a split in progress
-// (errSnapshotLater, which raft passes on as text) or a configuration
+// (rsm.ErrSnapshotLater, which raft passes on as text) or a configuration
 // change not applied yet.
 func snapshotNotNow(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, errSnapshotLater.Error()) || strings.Contains(msg, "cannot take snapshot now")
+	return strings.Contains(msg, rsm.ErrSnapshotLater.Error()) || strings.Contains(msg, "cannot take snapshot now")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
 	"github.com/cellstore/cell/internal/testutil"
+	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -124,7 +125,7 @@ func checkIdenticalReplicas(t *testing.T, srvs []*Server) {
 		want := imageHash(reps[0])
 		for _, rep := range reps[1:] {
 			if got := imageHash(rep); got != want {
-				t.Errorf("region %d: replica on %s differs from its leader's at index %d", id, rep.srv.opts.ServerID, rep.applied.Load())
+				t.Errorf("region %d: replica on %s differs from its leader's at index %d", id, rep.srv.opts.ServerID, rep.sm.Applied())
 			}
 		}
 	}
@@ -132,9 +133,9 @@ func checkIdenticalReplicas(t *testing.T, srvs []*Server) {
 
 // imageHash is the SHA-256 of a replica's whole region.
 func imageHash(rep *replica) [32]byte {
-	rep.applyMu.Lock()
-	defer rep.applyMu.Unlock()
-	return sha256.Sum256(rep.region.Bytes())
+	var sum [32]byte
+	rep.sm.Exclusive(func(r *meganode.Region, _ uint64) { sum = sha256.Sum256(r.Bytes()) })
+	return sum
 }
 
 // DESIGN §9: every region is a raft group whose replicas apply the same
@@ -163,7 +164,7 @@ func TestFollowersByteIdentical(t *testing.T) {
 		want := imageHash(reps[0])
 		for _, rep := range reps[1:] {
 			if got := imageHash(rep); got != want {
-				t.Errorf("region %d: a follower's image differs from its leader's at index %d", id, rep.applied.Load())
+				t.Errorf("region %d: a follower's image differs from its leader's at index %d", id, rep.sm.Applied())
 			}
 		}
 	}
@@ -323,10 +324,9 @@ func TestReplicaHash(t *testing.T) {
 			f = rep
 		}
 	}
-	f.applyMu.Lock()
 	off := blink.Ptr(f.srv.root.Load()).Offset() + 64
-	f.region.Bytes()[off] ^= 0xff
-	f.applyMu.Unlock()
+	flip := func(r *meganode.Region, _ uint64) { r.Bytes()[off] ^= 0xff }
+	f.sm.Exclusive(flip)
 	changed := 0
 	for _, h := range hashes() {
 		if h.Hash != hs[0].Hash {
@@ -340,9 +340,7 @@ func TestReplicaHash(t *testing.T) {
 	if _, err := call(t, dial(t, srvs[0]), wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: 999}, &rep); !errors.Is(err, wire.ErrUnknownRegion) {
 		t.Fatalf("hash of a region held nowhere: %v, want UnknownRegion", err)
 	}
-	f.applyMu.Lock()
-	f.region.Bytes()[off] ^= 0xff // the cleanup checks the tree
-	f.applyMu.Unlock()
+	f.sm.Exclusive(flip) // the cleanup checks the tree
 }
 
 // restartServer starts a server again on the fixed raft address it had

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cellstore/cell/internal/raftmux"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wal"
 	"github.com/cellstore/cell/wire"
 )
@@ -90,9 +91,9 @@ func (s *Server) startGroup(ctx context.Context) (lead bool, err error) {
 		return false, err
 	}
 	s.log.Info("server: region's raft group leads and has applied everything committed", slog.Uint64("region", uint64(s.regionID)),
-		slog.Bool("restart", had), slog.Uint64("applied", s.applied.Load()), slog.Duration("took", time.Since(start)))
+		slog.Bool("restart", had), slog.Uint64("applied", s.replica.sm.Applied()), slog.Duration("took", time.Since(start)))
 	if !s.regionFormatted() {
-		rec := appendRecord(nil, &writeRecord{Kind: recRegion, Value: appendRegionBody(nil, layoutBody(s.region.Layout()))})
+		rec := rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindRegion, Value: rsm.AppendRegionBody(nil, rsm.LayoutOf(s.replica.sm.Region()))})
 		if _, err := s.replica.propose(rec); err != nil {
 			return false, fmt.Errorf("server: the region record: %w", err)
 		}
@@ -258,11 +259,7 @@ func (rep *replica) raftInfo() wire.RaftInfo {
 }
 
 // regionFormatted reports whether the region record was applied.
-func (s *Server) regionFormatted() bool {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	return s.repl.Formatted
-}
+func (s *Server) regionFormatted() bool { return s.replica.sm.Formatted() }
 
 // awaitLeadership waits until this server leads the group, then commits a
 // barrier: everything committed is applied when it returns true. It

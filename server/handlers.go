@@ -9,6 +9,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/atomicmem"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -63,7 +64,7 @@ type span struct{ off, klen, vlen int }
 const keepBuffer = 256 << 10
 
 func newWorker(s *Server) *worker {
-	return &worker{s: s, hdr: atomicmem.Alloc(s.nodeSize)}
+	return &worker{s: s, hdr: atomicmem.Alloc(s.replica.sm.NodeSize())}
 }
 
 // resetLarge drops buffers a large request grew.
@@ -122,15 +123,15 @@ func (w *worker) checkKey(key []byte) error {
 	switch {
 	case len(key) == 0:
 		return wire.ErrEmptyKey
-	case len(key) > w.s.maxKey:
-		return wireErrorf(wire.StatusKeyTooLarge, "key of %d bytes, limit %d", len(key), w.s.maxKey)
+	case len(key) > w.s.replica.sm.MaxKey():
+		return wireErrorf(wire.StatusKeyTooLarge, "key of %d bytes, limit %d", len(key), w.s.replica.sm.MaxKey())
 	}
 	return nil
 }
 
 // startAt resolves a request's start pointer (0: the root) to a meganode of
 // this server, after checking the request's epoch.
-func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*localMeganode, error) {
+func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*rsm.Meganode, error) {
 	s := w.s
 	if p.IsNil() {
 		if p = blink.Ptr(s.root.Load()); p.IsNil() {
@@ -147,7 +148,7 @@ func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*localMeganode
 	if !rep.leased() {
 		return nil, errNoLease(rep.regionID)
 	}
-	lm := rep.meganodeAt(p)
+	lm := rep.sm.MeganodeAt(p)
 	if lm == nil {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", p, rep.regionID)
 	}
@@ -166,7 +167,7 @@ func (w *worker) elsewhere(next blink.Ptr, what string) error {
 // hop is where a search through this server's meganodes ended: a leaf
 // meganode's result (next nil), or the pointer to continue at elsewhere.
 type hop struct {
-	lm   *localMeganode
+	lm   *rsm.Meganode
 	res  blink.Result
 	next blink.Ptr
 }
@@ -175,15 +176,15 @@ type hop struct {
 // meganodes of this server (paper §2.2: "Each server uses Sagiv's algorithm
 // to search within meganode(s) until it reaches a pointer that is not local
 // to the machine").
-func (w *worker) descend(lm *localMeganode, key []byte) (hop, error) {
+func (w *worker) descend(lm *rsm.Meganode, key []byte) (hop, error) {
 	start := lm
 	for range maxHops {
-		res, err := lm.t.Search(key)
+		res, err := lm.T.Search(key)
 		if err != nil {
 			return hop{lm: lm}, err
 		}
 		next := res.Next
-		if next.IsNil() && lm.level > 0 {
+		if next.IsNil() && lm.Level > 0 {
 			if next = res.Child; next.IsNil() {
 				return hop{lm: lm}, noChild(lm, lm == start, fmt.Sprintf("%q", key))
 			}
@@ -207,19 +208,19 @@ func (w *worker) descend(lm *localMeganode, key []byte) (hop, error) {
 // came from no search (it names a split's target still empty, say, which
 // a client can name but no search reaches). One that came to lm from
 // another meganode found the tree corrupt.
-func noChild(lm *localMeganode, first bool, what string) error {
+func noChild(lm *rsm.Meganode, first bool, what string) error {
 	if first {
-		return wireErrorf(wire.StatusOutOfBounds, "meganode %v holds no child for %s: no place to start a request (a split's target, not yet in the tree?)", lm.m.Ptr(), what)
+		return wireErrorf(wire.StatusOutOfBounds, "meganode %v holds no child for %s: no place to start a request (a split's target, not yet in the tree?)", lm.Ptr(), what)
 	}
-	return fmt.Errorf("server: inner meganode %v has no child for %s: %w", lm.m.Ptr(), what, blink.ErrCorruption)
+	return fmt.Errorf("server: inner meganode %v has no child for %s: %w", lm.Ptr(), what, blink.ErrCorruption)
 }
 
 // header copies lm's header into w.hdr and decodes it, lock-free and
 // without allocating; the bounds alias w.hdr until the next call.
-func (w *worker) header(lm *localMeganode) (blink.Header, error) {
-	hp := lm.m.Ptr()
+func (w *worker) header(lm *rsm.Meganode) (blink.Header, error) {
+	hp := lm.Ptr()
 	for attempt := 1; ; attempt++ {
-		if !lm.t.NodeBytes(hp, w.hdr) {
+		if !lm.T.NodeBytes(hp, w.hdr) {
 			return blink.Header{}, fmt.Errorf("server: meganode header %v: %w", hp, blink.ErrCorruption)
 		}
 		h, r := blink.DecodeHeader(w.hdr)
@@ -237,12 +238,12 @@ func (w *worker) header(lm *localMeganode) (blink.Header, error) {
 }
 
 // describe fills m from lm's header; key bytes alias w.hdr.
-func (w *worker) describe(lm *localMeganode, m *wire.Meganode) (blink.Header, error) {
+func (w *worker) describe(lm *rsm.Meganode, m *wire.Meganode) (blink.Header, error) {
 	h, err := w.header(lm)
 	if err != nil {
 		return h, err
 	}
-	*m = wire.Meganode{Ptr: lm.m.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)}
+	*m = wire.Meganode{Ptr: lm.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)}
 	return h, nil
 }
 
@@ -327,7 +328,7 @@ func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (ho
 		// server (a remote split) is refused KeyOutOfRange: the client's
 		// cached leaf is stale, and it locates the key again from the
 		// root. One sent to an inner meganode is redirected.
-		if lm.level == 0 && w.s.servedReplica(hp.next.Region()) == nil {
+		if lm.Level == 0 && w.s.servedReplica(hp.next.Region()) == nil {
 			return hop{}, wireErrorf(wire.StatusKeyOutOfRange, "%s: key %q continues at meganode %v on another server", what, key, hp.next)
 		}
 		return hop{}, w.elsewhere(hp.next, what)
@@ -340,11 +341,11 @@ func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (ho
 // changed since the search, with a search of its own (blink Get). A key
 // the search did not find is blink.ErrNotFound.
 func (w *worker) value(hp hop, key []byte) ([]byte, error) {
-	v, ok, err := hp.lm.t.Value(hp.res, key, w.val[:0])
+	v, ok, err := hp.lm.T.Value(hp.res, key, w.val[:0])
 	if ok || err != nil {
 		return v, err
 	}
-	return hp.lm.t.Get(key, w.val[:0])
+	return hp.lm.T.Get(key, w.val[:0])
 }
 
 func (w *worker) get(body []byte) (wire.Message, error) {
@@ -384,7 +385,7 @@ func (w *worker) contains(body []byte) (wire.Message, error) {
 	return &w.containsRep, nil
 }
 
-// put encodes the write and applies it (apply.go).
+// put encodes the write and applies it (package rsm).
 func (w *worker) put(body []byte) error {
 	req := &w.putReq
 	if err := req.Decode(body); err != nil {
@@ -397,8 +398,8 @@ func (w *worker) put(body []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = w.write(req.Ptr, req.Epoch, req.Key, "put", func(lm *localMeganode) []byte {
-		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recPut, Flags: flags, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: req.Value})
+	_, err = w.write(req.Ptr, req.Epoch, req.Key, "put", func(lm *rsm.Meganode) []byte {
+		w.rec = rsm.AppendRecord(w.rec[:0], &rsm.Record{Kind: rsm.KindPut, Flags: flags, Meganode: lm.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: req.Value})
 		return w.rec
 	})
 	return err
@@ -413,8 +414,8 @@ func (w *worker) del(body []byte) error {
 	if err != nil {
 		return err
 	}
-	res, err := w.write(req.Ptr, req.Epoch, req.Key, "delete", func(lm *localMeganode) []byte {
-		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recDelete, Flags: flags, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key})
+	res, err := w.write(req.Ptr, req.Epoch, req.Key, "delete", func(lm *rsm.Meganode) []byte {
+		w.rec = rsm.AppendRecord(w.rec[:0], &rsm.Record{Kind: rsm.KindDelete, Flags: flags, Meganode: lm.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key})
 		return w.rec
 	})
 	if err == nil && !res.Found {
@@ -424,9 +425,9 @@ func (w *worker) del(body []byte) error {
 }
 
 // writeFlags returns the record flags of the write request being served:
-// recRetry when the request came with wire.FlagRetry, which needs a client
-// id (the session table vouches per client); otherwise recFloor and
-// recForgotten for a write with a client id (a first attempt), none for
+// rsm.FlagRetry when the request came with wire.FlagRetry, which needs a client
+// id (the session table vouches per client); otherwise rsm.FlagFloor and
+// rsm.FlagForgotten for a write with a client id (a first attempt), none for
 // one without.
 func (w *worker) writeFlags(client uint64) (uint16, error) {
 	retry := w.job != nil && w.job.f.Header.Flags&wire.FlagRetry != 0
@@ -434,9 +435,9 @@ func (w *worker) writeFlags(client uint64) (uint16, error) {
 	case retry && client == 0:
 		return 0, wireErrorf(wire.StatusBadRequest, "a retried write without a client id")
 	case retry:
-		return recRetry, nil
+		return rsm.FlagRetry, nil
 	case client != 0:
-		return recFloor | recForgotten, nil
+		return rsm.FlagFloor | rsm.FlagForgotten, nil
 	}
 	return 0, nil
 }
@@ -462,7 +463,7 @@ const (
 // returns errProposed at once: awaitWrite answers it, or runs it again
 // (queued, or parked until the split moves on), so its worker moves on.
 // One without a job (a direct call) waits in place.
-func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec func(*localMeganode) []byte) (applyResult, error) {
+func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec func(*rsm.Meganode) []byte) (rsm.Result, error) {
 	s := w.s
 	var local job // a direct call's wait state
 	j := w.job
@@ -473,29 +474,33 @@ func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec f
 		gen := s.splitWake.generation()
 		hp, err := w.leafFor(p, epoch, key, what)
 		if err != nil {
-			return applyResult{}, err
+			return rsm.Result{}, err
+		}
+		rep, err := s.holder(hp.lm)
+		if err != nil {
+			return rsm.Result{}, err
 		}
 		if w.job != nil {
 			start := time.Now()
 			if s.opts.TestingKnobs.AckBeforeCommit {
 				// Answered now, proposed a while later: a kill in
 				// between loses the write.
-				r, rep := bytes.Clone(rec(hp.lm)), hp.lm.rep
+				r := bytes.Clone(rec(hp.lm))
 				time.AfterFunc(ackBeforeCommitDelay, func() { _, _ = rep.settle(rep.proposeAsync(r)) })
-				return applyResult{Found: true}, nil
+				return rsm.Result{Found: true}, nil
 			}
-			f := hp.lm.rep.proposeAsync(rec(hp.lm))
-			w.proposal = proposal{f: f, start: start, lm: hp.lm, gen: gen, op: w.job.f.Header.Op}
-			return applyResult{}, errProposed
+			f := rep.proposeAsync(rec(hp.lm))
+			w.proposal = proposal{f: f, start: start, rep: rep, lm: hp.lm, gen: gen, op: w.job.f.Header.Op}
+			return rsm.Result{}, errProposed
 		}
-		res, err := hp.lm.rep.propose(rec(hp.lm))
+		res, err := rep.propose(rec(hp.lm))
 		step, err := s.afterApply(j, hp.lm, err, w.deadline)
 		switch step {
 		case writeDone:
 			return res, err
 		case writeWait:
 			if err := w.waitSplit(gen, j.waitUntil); err != nil {
-				return applyResult{}, err
+				return rsm.Result{}, err
 			}
 		}
 	}
@@ -541,10 +546,10 @@ func (w *worker) nodeDump(body []byte) (wire.Message, error) {
 	}
 	n := uint64(req.Length)
 	if n == 0 {
-		n = uint64(rep.nodeSize)
+		n = uint64(rep.sm.NodeSize())
 	}
 	off := req.Ptr.Offset()
-	size := uint64(len(rep.region.Bytes()))
+	size := uint64(len(rep.sm.Region().Bytes()))
 	limit := uint64(s.opts.MaxFrameSize-wire.HeaderSize-4) &^ 7
 	switch {
 	case off%8 != 0 || n%8 != 0:
@@ -558,7 +563,7 @@ func (w *worker) nodeDump(body []byte) (wire.Message, error) {
 		w.dumpRep.Data = make([]byte, n)
 	}
 	w.dumpRep.Data = w.dumpRep.Data[:n]
-	atomicmem.LoadTo(w.dumpRep.Data, rep.region.Bytes()[off:off+n])
+	atomicmem.LoadTo(w.dumpRep.Data, rep.sm.Region().Bytes()[off:off+n])
 	return &w.dumpRep, nil
 }
 
@@ -584,8 +589,8 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 	regions, megas := rep.Regions[:0], rep.Meganodes[:0]
 	*rep = wire.MetadataReply{
 		Server:       s.opts.ServerID,
-		NodeSize:     uint32(s.nodeSize),
-		MeganodeSize: s.region.Layout().MeganodeSize,
+		NodeSize:     uint32(s.replica.sm.NodeSize()),
+		MeganodeSize: s.replica.sm.Region().Layout().MeganodeSize,
 		Root:         blink.Ptr(s.root.Load()),
 		Hints:        s.hints(),
 	}
@@ -598,25 +603,25 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		// Each entry is at most this many bytes; stop before the frame
 		// limit (a region has at most meganode.MaxSlots meganodes, far
 		// below it with default sizes).
-		per := wire.MeganodeStatsSize(s.maxKey, s.maxKey)
+		per := wire.MeganodeStatsSize(s.replica.sm.MaxKey(), s.replica.sm.MaxKey())
 		room := s.opts.MaxFrameSize - wire.HeaderSize - 4096
 		for _, lm := range servedMeganodes(served) {
 			if room -= per; room < 0 {
 				break
 			}
-			h, err := lm.t.Header() // copies the bounds out
+			h, err := lm.T.Header() // copies the bounds out
 			if err != nil {
 				return nil, err
 			}
 			// Right and Split take the tree's writer lock briefly; a
 			// split may change them between these reads (cellctl check
 			// allows for that).
-			sp := lm.t.Split()
+			sp := lm.T.Split()
 			rep.Meganodes = append(rep.Meganodes, wire.MeganodeStats{
-				Meganode:    wire.Meganode{Ptr: lm.m.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)},
+				Meganode:    wire.Meganode{Ptr: lm.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)},
 				UsedNodes:   uint32(h.InUse),
 				Capacity:    uint32(h.Capacity),
-				Right:       lm.t.Right(),
+				Right:       lm.T.Right(),
 				SplitSource: sp.Source,
 				SplitTarget: sp.Target,
 				SplitLinked: sp.Source && sp.Linked,

@@ -217,7 +217,7 @@ func rootTree(t testing.TB, s *Server) *blink.Tree {
 	if lm == nil {
 		t.Fatalf("root %v is not a local meganode", s.Root())
 	}
-	return lm.t
+	return lm.T
 }
 
 // gather returns the server's metric families by name.

@@ -225,7 +225,7 @@ func TestDivergentTailConverges(t *testing.T) {
 		want := imageHash(reps[0])
 		for _, rep := range reps[1:] {
 			if got := imageHash(rep); got != want {
-				t.Errorf("region %d: the replica on %s differs from %s's at index %d", rid, rep.srv.opts.ServerID, reps[0].srv.opts.ServerID, rep.applied.Load())
+				t.Errorf("region %d: the replica on %s differs from %s's at index %d", rid, rep.srv.opts.ServerID, reps[0].srv.opts.ServerID, rep.sm.Applied())
 			}
 		}
 	}

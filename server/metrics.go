@@ -321,7 +321,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descWorkers, float64(s.opts.Cores))
 	counter(descBusy, time.Duration(s.busyNanos.Load()).Seconds())
 	gauge(descUtil, math.Float64frombits(s.utilization.Load()))
-	counter(descApplied, float64(s.applied.Load()))
+	counter(descApplied, float64(s.replica.sm.Applied()))
 
 	rs := s.responder.Stats()
 	counter(descOneSided, float64(rs.Reads), "tcp")
@@ -342,21 +342,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	var torn, invalid, oor, crc, restarts uint64
-	for _, lm := range s.megas.Load().bySlot {
-		if lm == nil {
-			continue
-		}
-		st := &lm.t.Stats
+	for lm := range s.replica.sm.Meganodes() {
+		st := &lm.T.Stats
 		torn += st.Torn.Load()
 		invalid += st.Invalid.Load()
 		oor += st.OutOfRange.Load()
 		crc += st.CRC.Load()
 		restarts += st.Restarts.Load()
-		h, err := lm.t.Header()
+		h, err := lm.T.Header()
 		if err != nil {
 			continue
 		}
-		name, level := lm.m.Ptr().String(), levelLabel(h)
+		name, level := lm.Ptr().String(), levelLabel(h)
 		gauge(descFill, float64(h.InUse)/float64(max(h.Capacity, 1)), name, level)
 		gauge(descHeight, float64(h.Height), name, level)
 	}
@@ -390,11 +387,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	// The region and its group, read without the apply lock (a restore
-	// replaces the region under it).
-	region := s.shown.region.Load()
-	if region == nil {
+	// replaces the region under it: Region loads the one of the moment).
+	if s.replica.sm == nil {
 		return // not made yet
 	}
+	region := s.replica.sm.Region()
 	rid := formatUint(uint64(region.ID()))
 	gauge(descRegion, float64(region.Layout().Size), rid, region.Backing().String())
 	es := region.Extents().Stats()

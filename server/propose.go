@@ -9,11 +9,12 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
 // Proposals. Every record is proposed to the region's raft group and
-// applied by its FSM once committed (fsm.go). A caller learns the
+// applied by its FSM once committed (fsm.go, package rsm). A caller learns the
 // record's outcome (apply's result and error) from the future; an error
 // of raft's own says whether the record may still commit (proposalError).
 //
@@ -35,9 +36,10 @@ var errProposed = errors.New("server: the write was proposed; its outcome answer
 // to settle it.
 type proposal struct {
 	f     raft.ApplyFuture
-	start time.Time      // when it was proposed
-	lm    *localMeganode // the leaf meganode the record is for
-	gen   uint64         // the split generation when it was searched
+	start time.Time     // when it was proposed
+	rep   *replica      // the replica it was proposed to
+	lm    *rsm.Meganode // the leaf meganode the record is for
+	gen   uint64        // the split generation when it was searched
 	op    wire.Op
 }
 
@@ -91,7 +93,7 @@ func (rep *replica) proposeAsync(rec []byte) raft.ApplyFuture {
 }
 
 // propose proposes rec and waits for its outcome.
-func (rep *replica) propose(rec []byte) (applyResult, error) {
+func (rep *replica) propose(rec []byte) (rsm.Result, error) {
 	start := time.Now()
 	res, err := rep.settle(rep.proposeAsync(rec))
 	rep.srv.metrics.proposals.Observe(time.Since(start).Seconds())
@@ -99,17 +101,17 @@ func (rep *replica) propose(rec []byte) (applyResult, error) {
 }
 
 // settle waits for the outcome of a future proposeAsync returned.
-func (rep *replica) settle(f raft.ApplyFuture) (applyResult, error) {
+func (rep *replica) settle(f raft.ApplyFuture) (rsm.Result, error) {
 	if _, ok := f.(refused); ok {
-		return applyResult{}, proposalError(f.Error())
+		return rsm.Result{}, proposalError(f.Error())
 	}
 	defer rep.props.inflight.Done()
 	if err := f.Error(); err != nil {
-		return applyResult{}, proposalError(err)
+		return rsm.Result{}, proposalError(err)
 	}
 	out, ok := f.Response().(applyOutcome)
 	if !ok {
-		return applyResult{}, wireErrorf(wire.StatusInternal, "proposal answered %T", f.Response())
+		return rsm.Result{}, wireErrorf(wire.StatusInternal, "proposal answered %T", f.Response())
 	}
 	return out.res, out.err
 }
@@ -129,7 +131,7 @@ const (
 // ran since the write last found it full: waking up for another
 // meganode's split is no reason to give up (the write's wait bound still
 // ends it).
-func (s *Server) afterApply(j *job, lm *localMeganode, err error, deadline time.Time) (writeStep, error) {
+func (s *Server) afterApply(j *job, lm *rsm.Meganode, err error, deadline time.Time) (writeStep, error) {
 	switch {
 	case err == nil:
 		s.maybeRequestSplit(lm)
@@ -140,7 +142,7 @@ func (s *Server) afterApply(j *job, lm *localMeganode, err error, deadline time.
 	case errors.Is(err, blink.ErrFrozen):
 		s.metrics.waits.WithLabelValues("frozen").Inc()
 	case errors.Is(err, blink.ErrNeedsSplit) && !s.opts.DisableSplits && j.fullWaits < maxFullWaits:
-		if runs := lm.splitRuns.Load(); j.full != lm || j.fullRuns != runs {
+		if runs := lm.Splits.Runs.Load(); j.full != lm || j.fullRuns != runs {
 			j.fullWaits++
 			j.full, j.fullRuns = lm, runs
 		}
@@ -164,7 +166,7 @@ func (s *Server) afterApply(j *job, lm *localMeganode, err error, deadline time.
 // awaitWrite settles the proposal of queued job j, which a worker started
 // at start: it answers the request, or runs it again (writeStep).
 func (s *Server) awaitWrite(j job, p proposal, start time.Time) {
-	res, err := p.lm.rep.settle(p.f)
+	res, err := p.rep.settle(p.f)
 	s.metrics.proposals.Observe(time.Since(p.start).Seconds())
 	dl, _ := j.f.Header.Deadline(j.arrived)
 	step, err := s.afterApply(&j, p.lm, err, dl)

@@ -7,11 +7,12 @@ import (
 	"slices"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/server/rsm"
 )
 
 // Recovery of interrupted splits (DESIGN §9: "a new leader resumes or
 // undoes every split its applied state shows in progress"). The applied
-// log says where each split stopped (replState.Splits, fsm.go), and the
+// log says where each split stopped (rsm.State.Splits), and the
 // trees' split state was rebuilt by replaying its records, since no
 // snapshot is taken while a split holds a freeze:
 //
@@ -23,7 +24,7 @@ import (
 //   - freed, not ended: the separator goes into the parent (or the split
 //     loop retries it later), then the end record.
 //
-// A root meganode made and not published (replState.NewRoot) is published
+// A root meganode made and not published (rsm.State.NewRoot) is published
 // when the region table names it, and dropped otherwise, before the splits
 // are resumed: the split that made it is one of them.
 
@@ -32,10 +33,8 @@ import (
 // server's own region, and for a region the server takes over
 // (failover.go) when it starts serving it.
 func (s *Server) resumeSplits(rep *replica) {
-	rep.applyMu.Lock()
-	st := rep.repl.clone()
-	rep.applyMu.Unlock()
-	if len(st.Splits) == 0 && st.NewRoot.IsNil() {
+	splits, newRoot := rep.sm.Progress()
+	if len(splits) == 0 && newRoot.IsNil() {
 		return
 	}
 	s.splitMu.Lock()
@@ -44,12 +43,12 @@ func (s *Server) resumeSplits(rep *replica) {
 	// The root first: a split of the root's level that grew it is
 	// resumed over the root the table names, and it grows another only
 	// once no root is left unpublished (apply refuses a second).
-	if np := st.NewRoot; !np.IsNil() {
+	if np := newRoot; !np.IsNil() {
 		if err := s.settleNewRootLocked(rep, np); err != nil {
 			s.log.Error("server: an unpublished root meganode could not be settled", slog.String("meganode", np.String()), slog.Any("err", err))
 		}
 	}
-	for _, p := range st.Splits {
+	for _, p := range splits {
 		if err := s.resumeSplitLocked(p); err != nil {
 			s.log.Error("server: an interrupted split could not be resumed", slog.String("meganode", p.X.String()),
 				slog.String("new", p.Y.String()), slog.Any("err", err))
@@ -61,7 +60,7 @@ func (s *Server) resumeSplits(rep *replica) {
 // from the applied state; a remainder of the same split this server still
 // had queued (its separator) is dropped, the rebuilt driver doing it.
 // REQUIRES: s.splitMu held.
-func (s *Server) resumeSplitLocked(p splitProgress) error {
+func (s *Server) resumeSplitLocked(p rsm.SplitProgress) error {
 	d, err := s.resumeDriver(p)
 	if err != nil {
 		return err
@@ -72,13 +71,13 @@ func (s *Server) resumeSplitLocked(p splitProgress) error {
 
 // resumeDriver rebuilds the driver of split p from what its applied
 // records did.
-func (s *Server) resumeDriver(p splitProgress) (*splitDriver, error) {
+func (s *Server) resumeDriver(p rsm.SplitProgress) (*splitDriver, error) {
 	x := s.meganodeAt(p.X)
-	if x == nil || x.m.Ptr() != p.X {
+	if x == nil || x.Ptr() != p.X {
 		return nil, fmt.Errorf("server: split of %v, not a meganode here: %w", p.X, blink.ErrCorruption)
 	}
-	d := &splitDriver{s: s, x: x, sep: bytes.Clone(p.Sep), y: p.Y, linked: p.Linked, freed: p.Freed, resumed: true, before: x.t.Usage()}
-	if p.Y.Region() != x.rep.regionID {
+	d := &splitDriver{s: s, x: x, sep: bytes.Clone(p.Sep), y: p.Y, linked: p.Linked, freed: p.Freed, resumed: true, before: x.T.Usage()}
+	if p.Y.Region() != p.X.Region() {
 		d.tgt = &splitTarget{ptr: p.Y} // endRemoteTarget finds its host
 	}
 	return d, nil
@@ -90,7 +89,7 @@ func (s *Server) resumeDriver(p splitProgress) (*splitDriver, error) {
 // may have thawed Y before the crash and, restored from a snapshot since,
 // refuse the repeated end, which changes nothing.
 func (d *splitDriver) resume() error {
-	log := d.s.log.With(slog.String("meganode", d.x.m.Ptr().String()), slog.String("new", d.y.String()), slog.String("sep", fmt.Sprintf("%q", d.sep)))
+	log := d.s.log.With(slog.String("meganode", d.x.Ptr().String()), slog.String("new", d.y.String()), slog.String("sep", fmt.Sprintf("%q", d.sep)))
 	if !d.linked {
 		if err := d.abort(); err != nil {
 			return err
@@ -119,6 +118,6 @@ func (s *Server) settleNewRootLocked(rep *replica, np blink.Ptr) error {
 	if blink.Ptr(s.root.Load()) == np {
 		return s.publishRoot(rep, np)
 	}
-	_, err := rep.proposeRoot(rootDrop, np)
+	_, err := rep.proposeRoot(rsm.RootDrop, np)
 	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 )
 
 // A meganode split interrupted by a crash at each of its steps is undone
@@ -42,7 +43,7 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 			c := dial(t, s)
 			x := s.meganodeAt(s.Root())
 			var keys []string
-			for i := 0; x.t.Fill() < 0.55; i++ {
+			for i := 0; x.T.Fill() < 0.55; i++ {
 				k := fmt.Sprintf("key%06d", i*7919%100003)
 				put(t, c, k, "v"+k)
 				keys = append(keys, k)
@@ -102,11 +103,9 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 			if err := s2.Check(); err != nil {
 				t.Fatalf("after the restart at %s: %v", step, err)
 			}
-			s2.applyMu.Lock()
-			open := len(s2.repl.Splits)
-			s2.applyMu.Unlock()
-			if open != 0 || !s2.frozenLocked().IsNil() {
-				t.Fatalf("after the restart at %s: %d splits in progress, frozen meganode %v", step, open, s2.frozenLocked())
+			splits, _ := s2.replica.sm.Progress()
+			if frozen := s2.replica.sm.Frozen(); len(splits) != 0 || !frozen.IsNil() {
+				t.Fatalf("after the restart at %s: %d splits in progress, frozen meganode %v", step, len(splits), frozen)
 			}
 			c2 := dial(t, s2)
 			for _, k := range keys {
@@ -120,7 +119,7 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 			if step != FailpointSplitChose && step != FailpointSplitFroze && step != FailpointSplitCopied {
 				want = 3
 			}
-			if n := len(s2.region.Meganodes()); n != want {
+			if n := len(s2.replica.sm.Region().Meganodes()); n != want {
 				t.Fatalf("after the restart at %s: %d meganodes, want %d", step, n, want)
 			}
 			t.Logf("crash at %s: restarted with %d meganodes, %d keys served", step, want, len(keys))
@@ -178,7 +177,7 @@ func TestSplitLeftInProgressIsSettled(t *testing.T) {
 	c := dial(t, s)
 	x := s.meganodeAt(s.Root())
 	var keys []string
-	for i := 0; x.t.Fill() < 0.55; i++ {
+	for i := 0; x.T.Fill() < 0.55; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 		keys = append(keys, k)
@@ -186,9 +185,9 @@ func TestSplitLeftInProgressIsSettled(t *testing.T) {
 
 	// The start record of a split, and nothing after it.
 	s.splitMu.Lock()
-	sep, err := x.t.SplitKey()
+	sep, err := x.T.SplitKey()
 	if err == nil {
-		_, err = s.applySplit(x, sep, splitBody{Phase: phaseStart})
+		_, err = s.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseStart})
 	}
 	s.splitMu.Unlock()
 	if err != nil {
@@ -198,22 +197,20 @@ func TestSplitLeftInProgressIsSettled(t *testing.T) {
 	if !s.runSplit(x) {
 		t.Fatal("the split of a meganode with a split left in progress failed")
 	}
-	s.applyMu.Lock()
-	open := len(s.repl.Splits)
-	s.applyMu.Unlock()
-	if open != 0 || !s.frozenLocked().IsNil() {
-		t.Fatalf("%d splits in progress, frozen meganode %v", open, s.frozenLocked())
+	splits, _ := s.replica.sm.Progress()
+	if frozen := s.replica.sm.Frozen(); len(splits) != 0 || !frozen.IsNil() {
+		t.Fatalf("%d splits in progress, frozen meganode %v", len(splits), frozen)
 	}
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(s.region.Meganodes()); n != 1 {
+	if n := len(s.replica.sm.Region().Meganodes()); n != 1 {
 		t.Fatalf("%d meganodes after the interrupted split was undone, want 1", n)
 	}
 	if !s.runSplit(x) {
 		t.Fatal("the split after it failed")
 	}
-	if n := len(s.region.Meganodes()); n != 3 {
+	if n := len(s.replica.sm.Region().Meganodes()); n != 3 {
 		t.Fatalf("%d meganodes after the split, want 3", n)
 	}
 	if err := s.Check(); err != nil {

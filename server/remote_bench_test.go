@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/server/rsm"
 )
 
 // BenchmarkSplitPlacement times one split of a full meganode (issue #4:
@@ -34,9 +35,9 @@ func BenchmarkSplitPlacement(b *testing.B) {
 				x := s.meganodeAt(s.Root())
 				val := []byte("value-0123456789")
 				n := 0
-				for ; x.t.Fill() < 0.75; n++ {
+				for ; x.T.Fill() < 0.75; n++ {
 					key := fmt.Appendf(nil, "key-%012d", uint64(n)*2654435761%(1<<40))
-					if _, err := s.propose(appendRecord(nil, &writeRecord{Kind: recPut, Meganode: x.m.Ptr(), Key: key, Value: val})); err != nil {
+					if _, err := s.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindPut, Meganode: x.Ptr(), Key: key, Value: val})); err != nil {
 						b.Fatalf("fill at %d keys: %v", n, err)
 					}
 				}

@@ -829,10 +829,7 @@ func (s *Server) dropStaleFollower(e regiontable.Region) {
 	delete(f.m, e.ID)
 	f.mu.Unlock()
 	err := rep.stopRaft()
-	rep.applyMu.Lock()
-	rep.dropped = true // for requests that found the replica before
-	err = errors.Join(err, rep.closeRegion())
-	rep.applyMu.Unlock()
+	err = errors.Join(err, rep.sm.Close()) // requests that found the replica before fail
 	err = errors.Join(err, s.wal.DropRegion(e.ID), s.snaps.DropRegion(e.ID))
 	s.log.Warn("server: dropped a stale replica: the region's group no longer holds this server", slog.Uint64("region", uint64(e.ID)),
 		slog.Any("replicas", e.Replicas), slog.Any("err", err))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -37,8 +38,8 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 			upper = req.End
 		}
 	}
-	if len(lower) > s.maxKey || len(upper) > s.maxKey {
-		return nil, wireErrorf(wire.StatusKeyTooLarge, "range bound of %d bytes, limit %d", max(len(lower), len(upper)), s.maxKey)
+	if len(lower) > s.replica.sm.MaxKey() || len(upper) > s.replica.sm.MaxKey() {
+		return nil, wireErrorf(wire.StatusKeyTooLarge, "range bound of %d bytes, limit %d", max(len(lower), len(upper)), s.replica.sm.MaxKey())
 	}
 	limit, capped := int(req.Limit), false
 	if limit == 0 || limit > s.opts.MaxRangePairs {
@@ -80,7 +81,7 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 // limit less the header and the reply's other fields (count, flags, a
 // resume key of at most maxKey bytes, next pointer).
 func (s *Server) rangeBudget() int {
-	return s.opts.MaxFrameSize - wire.HeaderSize - (4 + 1 + 4 + s.maxKey + 8) - 64
+	return s.opts.MaxFrameSize - wire.HeaderSize - (4 + 1 + 4 + s.replica.sm.MaxKey() + 8) - 64
 }
 
 // scanner is one range request in progress.
@@ -156,11 +157,11 @@ func (sc *scanner) value(it *blink.Iter) (v []byte, ok bool, err error) {
 }
 
 // rootMeganode returns the root meganode if it is on this server.
-func (w *worker) rootMeganode() *localMeganode {
+func (w *worker) rootMeganode() *rsm.Meganode {
 	return w.s.meganodeAt(blink.Ptr(w.s.root.Load()))
 }
 
-func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
+func (sc *scanner) forward(lm *rsm.Meganode, cur, upper []byte) error {
 	w := sc.w
 	for i := range maxHops {
 		leaf, next, err := w.edgeLeaf(lm, cur, false, i == 0)
@@ -170,20 +171,20 @@ func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 		if !next.IsNil() {
 			return sc.more(cur, next)
 		}
-		it := leaf.t.NewIter(&blink.IterOptions{Lower: cur, Upper: upper})
+		it := leaf.T.NewIter(&blink.IterOptions{Lower: cur, Upper: upper})
 		defer it.Close()
 		for ok := it.First(); ok; ok = it.Next() {
 			k := it.Key()
 			if len(w.spans) == sc.limit {
 				sc.cutRows()
-				return sc.more(k, leaf.m.Ptr())
+				return sc.more(k, leaf.Ptr())
 			}
 			v, present, err := sc.value(it)
 			if err != nil {
 				return err
 			}
 			if present && !sc.add(k, v) {
-				return sc.more(k, leaf.m.Ptr())
+				return sc.more(k, leaf.Ptr())
 			}
 		}
 		if err := it.Error(); err != nil {
@@ -211,7 +212,7 @@ func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 	return sc.more(cur, 0)
 }
 
-func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
+func (sc *scanner) backward(lm *rsm.Meganode, lower, upper []byte) error {
 	w := sc.w
 	for i := range maxHops {
 		leaf, next, err := w.edgeLeaf(lm, upper, true, i == 0)
@@ -224,20 +225,20 @@ func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 			}
 			return sc.more(upper, next)
 		}
-		it := leaf.t.NewIter(&blink.IterOptions{Lower: lower, Upper: upper})
+		it := leaf.T.NewIter(&blink.IterOptions{Lower: lower, Upper: upper})
 		defer it.Close()
 		for ok := it.Last(); ok; ok = it.Prev() {
 			k := it.Key()
 			if len(w.spans) == sc.limit {
 				sc.cutRows()
-				return sc.more(sc.lastKey(), leaf.m.Ptr())
+				return sc.more(sc.lastKey(), leaf.Ptr())
 			}
 			v, present, err := sc.value(it)
 			if err != nil {
 				return err
 			}
 			if present && !sc.add(k, v) {
-				return sc.more(sc.lastKey(), leaf.m.Ptr())
+				return sc.more(sc.lastKey(), leaf.Ptr())
 			}
 		}
 		if err := it.Error(); err != nil {
@@ -282,15 +283,15 @@ func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 // first key); backward, the one holding the last key below key (nil: the
 // last key). A non-nil pointer means that meganode is elsewhere. first
 // says lm is the request's own start (noChild).
-func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward, first bool) (*localMeganode, blink.Ptr, error) {
+func (w *worker) edgeLeaf(lm *rsm.Meganode, key []byte, backward, first bool) (*rsm.Meganode, blink.Ptr, error) {
 	start := lm
 	for range maxHops {
-		if lm.level == 0 {
+		if lm.Level == 0 {
 			return lm, 0, nil
 		}
 		var child blink.Ptr
 		if !backward && key != nil {
-			res, err := lm.t.Search(key)
+			res, err := lm.T.Search(key)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -298,7 +299,7 @@ func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward, first bool) (
 				child = res.Child
 			}
 		} else {
-			it := lm.t.NewIter(nil)
+			it := lm.T.NewIter(nil)
 			defer it.Close()
 			var ok bool
 			switch {

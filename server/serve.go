@@ -14,6 +14,7 @@ import (
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -52,21 +53,30 @@ func (s *Server) servedList() []*replica {
 
 // meganodeAt returns the meganode of a served region holding the node at
 // p, or nil when there is none (another region's, or not a node).
-func (s *Server) meganodeAt(p blink.Ptr) *localMeganode {
+func (s *Server) meganodeAt(p blink.Ptr) *rsm.Meganode {
 	if rep := s.servedReplica(p.Region()); rep != nil {
-		return rep.meganodeAt(p)
+		return rep.sm.MeganodeAt(p)
 	}
 	return nil
 }
 
+// holder returns the served replica whose region holds lm, which a
+// write to lm is proposed to: an error redirects the request when this
+// server no longer serves the region.
+func (s *Server) holder(lm *rsm.Meganode) (*replica, error) {
+	id := lm.Ptr().Region()
+	if rep := s.servedReplica(id); rep != nil {
+		return rep, nil
+	}
+	return nil, s.redirect(id, "write")
+}
+
 // servedMeganodes lists the meganodes of reps.
-func servedMeganodes(reps []*replica) []*localMeganode {
-	var out []*localMeganode
+func servedMeganodes(reps []*replica) []*rsm.Meganode {
+	var out []*rsm.Meganode
 	for _, rep := range reps {
-		for _, lm := range rep.megas.Load().bySlot {
-			if lm != nil {
-				out = append(out, lm)
-			}
+		for lm := range rep.sm.Meganodes() {
+			out = append(out, lm)
 		}
 	}
 	return out
@@ -167,13 +177,13 @@ func (s *Server) openSHM() {
 // registerReads exposes rep's region to one-sided reads: the tcp
 // responder always, shared memory where the platform supports it.
 func (s *Server) registerReads(rep *replica) error {
-	rk, err := s.responder.Register(rep.region)
+	rk, err := s.responder.Register(rep.sm.Region())
 	if err != nil {
 		return fmt.Errorf("server: register region %d with the tcp responder: %w", rep.regionID, err)
 	}
 	keys := []rdma.RemoteKey{rk}
 	if s.shm != nil {
-		if rk, err = s.shm.Register(rep.region); err != nil {
+		if rk, err = s.shm.Register(rep.sm.Region()); err != nil {
 			s.log.Warn("server: region not readable over shared memory", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 		} else {
 			keys = append(keys, rk)
@@ -231,13 +241,13 @@ func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
 	entry := regiontable.Region{
 		ID:       id,
 		Kind:     regiontable.KindData,
-		Size:     rep.region.Layout().Size,
+		Size:     rep.sm.Region().Layout().Size,
 		Host:     s.opts.ServerID,
 		Epoch:    epoch,
 		Term:     rep.raft.CurrentTerm(),
 		Replicas: voters,
 		Learners: learners,
-		Path:     rep.region.Path(),
+		Path:     rep.sm.Region().Path(),
 	}
 	for _, rk := range rep.readKeyList() {
 		b, err := json.Marshal(&rk)
@@ -257,8 +267,8 @@ func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
 // regionInfo describes served replica rep for OpMetadata.
 func (s *Server) regionInfo(rep *replica) wire.RegionInfo {
 	ri := wire.RegionInfo{
-		ID: rep.regionID, Epoch: rep.epoch, Size: rep.region.Layout().Size,
-		Host: s.opts.HostID, RPCAddr: s.rpcAddr, ReadAddr: s.responder.Addr(), Path: rep.region.Path(),
+		ID: rep.regionID, Epoch: rep.epoch, Size: rep.sm.Region().Layout().Size,
+		Host: s.opts.HostID, RPCAddr: s.rpcAddr, ReadAddr: s.responder.Addr(), Path: rep.sm.Region().Path(),
 		Raft: rep.raftInfo(),
 	}
 	for _, rk := range rep.readKeyList() {
@@ -289,7 +299,7 @@ func (s *Server) targetReplica() *replica {
 	}
 	var best *replica
 	for _, rep := range s.servedList() {
-		if best == nil || len(rep.region.Meganodes()) < len(best.region.Meganodes()) {
+		if best == nil || len(rep.sm.Region().Meganodes()) < len(best.sm.Region().Meganodes()) {
 			best = rep
 		}
 	}

@@ -595,13 +595,15 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		errs = append(errs, s.responder.Close())
 	}
 	s.metrics.detach()
-	errs = append(errs, s.stopGroup(), s.closeFollowers(), s.closeRetired())
+	errs = append(errs, s.stopGroup(), s.closeFollowers())
 	if s.mux != nil {
 		errs = append(errs, s.mux.Close())
 	}
-	if s.region != nil {
-		errs = append(errs, s.closeRegion())
+	if s.replica.sm != nil {
+		errs = append(errs, s.replica.sm.Close())
 	}
+	// After the machines: a served region a machine discards is retired.
+	errs = append(errs, s.closeRetired())
 	errs = append(errs, s.closeLog())
 	if s.dir != nil {
 		errs = append(errs, s.dir.close())
@@ -613,17 +615,4 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		s.log.Info("server: stopped cleanly", slog.String("server", s.opts.ServerID))
 	}
 	return err
-}
-
-// closeRegion closes the region and removes its file: the log and the
-// snapshots hold its contents, and the next start rebuilds it from them.
-func (rep *replica) closeRegion() error {
-	id, path := rep.regionID, rep.region.Path()
-	cerr := rep.region.Close()
-	rerr := rep.region.Remove()
-	if err := errors.Join(cerr, rerr); err != nil {
-		return fmt.Errorf("server: close region %d: %w", id, err)
-	}
-	rep.srv.log.Info("server: region closed and its file removed (the log holds it)", slog.Uint64("region", uint64(id)), slog.String("path", path))
-	return nil
 }

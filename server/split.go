@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -89,27 +91,27 @@ func (g *splitSignal) broadcast() {
 // requestSplit asks the split loop to split lm: when its fill reaches
 // Options.SplitFill, or in any case with force (a write met ErrNeedsSplit).
 // It never blocks; a meganode already queued is not queued twice.
-func (s *Server) requestSplit(lm *localMeganode, force bool) {
+func (s *Server) requestSplit(lm *rsm.Meganode, force bool) {
 	if s.opts.DisableSplits {
 		return
 	}
 	if force {
-		lm.splitForce.Store(true)
+		lm.Splits.Force.Store(true)
 	}
-	if !lm.splitQueued.CompareAndSwap(false, true) {
+	if !lm.Splits.Queued.CompareAndSwap(false, true) {
 		return
 	}
 	select {
-	case s.splitReqs <- lm.m.Ptr():
+	case s.splitReqs <- lm.Ptr():
 	default:
-		lm.splitQueued.Store(false) // full: a later write asks again
+		lm.Splits.Queued.Store(false) // full: a later write asks again
 	}
 }
 
 // maybeRequestSplit requests a split of lm once its fill reached the
 // threshold; a cheap lock-free check for the write path.
-func (s *Server) maybeRequestSplit(lm *localMeganode) {
-	if !s.opts.DisableSplits && lm.t.Fill() >= s.opts.SplitFill {
+func (s *Server) maybeRequestSplit(lm *rsm.Meganode) {
+	if !s.opts.DisableSplits && lm.T.Fill() >= s.opts.SplitFill {
 		s.requestSplit(lm, false)
 	}
 }
@@ -149,7 +151,7 @@ func (s *Server) retrySeparators() {
 			continue
 		}
 		if err := d.end(); err != nil {
-			s.log.Error("server: end of a split", slog.String("meganode", d.x.m.Ptr().String()), slog.Any("err", err))
+			s.log.Error("server: end of a split", slog.String("meganode", d.x.Ptr().String()), slog.Any("err", err))
 			continue
 		}
 		s.log.Info("server: separator inserted after all", slog.String("new", d.y.String()))
@@ -158,14 +160,14 @@ func (s *Server) retrySeparators() {
 
 func (s *Server) serveSplit(p blink.Ptr) {
 	lm := s.meganodeAt(p)
-	if lm == nil || lm.m.Ptr() != p {
+	if lm == nil || lm.Ptr() != p {
 		return
 	}
-	lm.splitQueued.Store(false)
+	lm.Splits.Queued.Store(false)
 	// A write that found the meganode full forces a split, unless a split
 	// made room since.
-	force := lm.splitForce.Swap(false) && lm.t.NeedsSplit()
-	if !force && lm.t.Fill() < s.opts.SplitFill {
+	force := lm.Splits.Force.Swap(false) && lm.T.NeedsSplit()
+	if !force && lm.T.Fill() < s.opts.SplitFill {
 		return
 	}
 	s.runSplit(lm)
@@ -174,7 +176,7 @@ func (s *Server) serveSplit(p blink.Ptr) {
 // runSplit splits lm now, wakes the writes waiting for it, and requests
 // further splits of the two halves if they are still above the fill
 // threshold (an unbalanced split). It reports whether the split was done.
-func (s *Server) runSplit(lm *localMeganode) bool {
+func (s *Server) runSplit(lm *rsm.Meganode) bool {
 	s.splitMu.Lock()
 	yp, err := s.splitLocked(lm, 0)
 	if errors.Is(err, blink.ErrSplitState) && s.settleLeftSplitLocked(lm) {
@@ -183,7 +185,7 @@ func (s *Server) runSplit(lm *localMeganode) bool {
 	s.splitMu.Unlock()
 	s.splitEvent()
 	if err != nil {
-		s.log.Warn("server: meganode split failed", slog.String("meganode", lm.m.Ptr().String()), slog.Any("err", err))
+		s.log.Warn("server: meganode split failed", slog.String("meganode", lm.Ptr().String()), slog.Any("err", err))
 		return false
 	}
 	s.maybeRequestSplit(lm)
@@ -200,16 +202,12 @@ func (s *Server) runSplit(lm *localMeganode) bool {
 // without another server taking the region over, so resumeSplits (server
 // start, takeover) never ran for it. It reports whether it found one and
 // settled it. REQUIRES: s.splitMu held.
-func (s *Server) settleLeftSplitLocked(lm *localMeganode) bool {
-	rep := lm.rep
-	rep.applyMu.Lock()
-	var p splitProgress
-	found := false
-	if sp := rep.repl.splitOf(lm.m.Ptr()); sp != nil {
-		p, found = *sp, true
-		p.Sep = bytes.Clone(sp.Sep)
+func (s *Server) settleLeftSplitLocked(lm *rsm.Meganode) bool {
+	rep := s.anyReplica(lm.Ptr().Region())
+	if rep == nil {
+		return false
 	}
-	rep.applyMu.Unlock()
+	p, found := rep.sm.SplitOf(lm.Ptr())
 	if !found {
 		return false
 	}
@@ -230,11 +228,15 @@ func (s *Server) failpointAfterLink(name string) {
 }
 
 // applySplit applies one split record for meganode x.
-func (s *Server) applySplit(x *localMeganode, sep []byte, b splitBody) (applyResult, error) {
-	rec := appendRecord(nil, &writeRecord{Kind: recSplit, Meganode: x.m.Ptr(), Key: sep, Value: appendSplitBody(nil, &b)})
-	res, err := x.rep.propose(rec)
+func (s *Server) applySplit(x *rsm.Meganode, sep []byte, b rsm.SplitBody) (rsm.Result, error) {
+	rec := rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindSplit, Meganode: x.Ptr(), Key: sep, Value: rsm.AppendSplitBody(nil, &b)})
+	rep, err := s.holder(x)
+	var res rsm.Result
+	if err == nil {
+		res, err = rep.propose(rec)
+	}
 	if err != nil {
-		return res, fmt.Errorf("server: split %v at %q, %v step: %w", x.m.Ptr(), sep, b.Phase, err)
+		return res, fmt.Errorf("server: split %v at %q, %v step: %w", x.Ptr(), sep, b.Phase, err)
 	}
 	return res, nil
 }
@@ -252,7 +254,7 @@ const maxSeparatorTries = 64
 // level and published. Until then readers reach y through right links.
 // REQUIRES: s.splitMu held.
 func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, depth int) error {
-	child := le.AppendUint64(nil, uint64(yp))
+	child := binary.LittleEndian.AppendUint64(nil, uint64(yp))
 	if err := failpoint.Eval(FailpointSeparator); err != nil {
 		return err
 	}
@@ -300,21 +302,24 @@ func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, dept
 			last = err
 			continue
 		}
-		_, err = p.rep.propose(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: sep, Value: child}))
+		var rep *replica
+		if rep, err = s.holder(p); err == nil {
+			_, err = rep.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindChild, Meganode: p.Ptr(), Key: sep, Value: child}))
+		}
 		switch {
 		case err == nil:
 			s.maybeRequestSplit(p)
 			return nil
 		case errors.Is(err, blink.ErrNeedsSplit):
 			if _, err := s.splitLocked(p, depth+1); err != nil {
-				return fmt.Errorf("server: split parent %v: %w", p.m.Ptr(), err)
+				return fmt.Errorf("server: split parent %v: %w", p.Ptr(), err)
 			}
 			s.splitEvent()
 			attempt-- // no need to wait
 		case errors.Is(err, blink.ErrKeyOutOfRange), errors.Is(err, blink.ErrFrozen):
 			last = err // the parent moved under us: search again
 		default:
-			return fmt.Errorf("server: insert separator %q into %v: %w", sep, p.m.Ptr(), err)
+			return fmt.Errorf("server: insert separator %q into %v: %w", sep, p.Ptr(), err)
 		}
 	}
 	return fmt.Errorf("server: separator %q (level %d, child %v) found no parent: %w (last: %v)", sep, level+1, yp, blink.ErrRestart, last)
@@ -337,26 +342,26 @@ func (s *Server) pause(n int) error {
 // parentOf searches key from meganode start down to level, within this
 // server: it returns the local meganode at level covering key, or the
 // pointer where the search goes on on another server.
-func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*localMeganode, blink.Ptr, error) {
+func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*rsm.Meganode, blink.Ptr, error) {
 	lm := s.meganodeAt(start)
 	if lm == nil {
 		return nil, start, nil
 	}
 	for i := range maxHops {
-		if lm.level < level {
+		if lm.Level < level {
 			if i == 0 {
 				// The request's own start: no search led there.
-				return nil, 0, wireErrorf(wire.StatusOutOfBounds, "start %v is in a meganode of level %d, below the parent level %d", start, lm.level, level)
+				return nil, 0, wireErrorf(wire.StatusOutOfBounds, "start %v is in a meganode of level %d, below the parent level %d", start, lm.Level, level)
 			}
-			return nil, 0, fmt.Errorf("server: search for level %d reached meganode %v at level %d: %w", level, lm.m.Ptr(), lm.level, blink.ErrCorruption)
+			return nil, 0, fmt.Errorf("server: search for level %d reached meganode %v at level %d: %w", level, lm.Ptr(), lm.Level, blink.ErrCorruption)
 		}
-		res, err := lm.t.Search(key)
+		res, err := lm.T.Search(key)
 		if err != nil {
 			return nil, 0, err
 		}
 		next := res.Next
 		if next.IsNil() {
-			if lm.level == level {
+			if lm.Level == level {
 				return lm, 0, nil
 			}
 			next = res.Child
@@ -377,7 +382,7 @@ func (s *Server) levelOf(p blink.Ptr) (int, error) {
 		return 0, fmt.Errorf("server: no root meganode: %w", blink.ErrRestart)
 	}
 	if lm := s.meganodeAt(p); lm != nil {
-		return lm.level, nil
+		return lm.Level, nil
 	}
 	info, err := s.remoteMeganode(p)
 	if err != nil {
@@ -386,48 +391,41 @@ func (s *Server) levelOf(p blink.Ptr) (int, error) {
 	return int(info.Meganode.Level), nil
 }
 
-// levelEntry is one meganode of a global level: its min key ("\x00" for
-// -inf) and header pointer, an entry of a new root.
-type levelEntry struct {
-	key []byte
-	ptr blink.Ptr
-}
-
 // walkLevel lists the meganodes of root's level, left to right along the
 // right links, here or on other servers.
-func (s *Server) walkLevel(root blink.Ptr, level int) ([]levelEntry, error) {
-	var out []levelEntry
+func (s *Server) walkLevel(root blink.Ptr, level int) ([]rsm.LevelEntry, error) {
+	var out []rsm.LevelEntry
 	for p := root; !p.IsNil(); {
 		if len(out) > maxHops*maxHops {
 			return nil, fmt.Errorf("server: the root's level has over %d meganodes: %w", maxHops*maxHops, blink.ErrCorruption)
 		}
 		var (
-			e     levelEntry
+			e     rsm.LevelEntry
 			lv    int
 			bmin  []byte
 			minf  bool
 			right blink.Ptr
 		)
 		if lm := s.meganodeAt(p); lm != nil {
-			h, err := lm.t.Header()
+			h, err := lm.T.Header()
 			if err != nil {
 				return nil, err
 			}
-			e.ptr, lv, bmin, minf, right = lm.m.Ptr(), lm.level, h.Bounds.Min, h.Bounds.MinInf, lm.t.Right()
+			e.Ptr, lv, bmin, minf, right = lm.Ptr(), lm.Level, h.Bounds.Min, h.Bounds.MinInf, lm.T.Right()
 		} else {
 			info, err := s.remoteMeganode(p)
 			if err != nil {
 				return nil, err
 			}
 			m := &info.Meganode
-			e.ptr, lv, bmin, minf, right = m.Ptr, int(m.Level), m.Range.Min, m.Range.MinInf, info.Right
+			e.Ptr, lv, bmin, minf, right = m.Ptr, int(m.Level), m.Range.Min, m.Range.MinInf, info.Right
 		}
 		if lv != level {
-			return nil, fmt.Errorf("server: meganode %v of the root's level %d is at level %d: %w", e.ptr, level, lv, blink.ErrCorruption)
+			return nil, fmt.Errorf("server: meganode %v of the root's level %d is at level %d: %w", e.Ptr, level, lv, blink.ErrCorruption)
 		}
-		e.key = bytes.Clone(bmin)
+		e.Key = bytes.Clone(bmin)
 		if minf {
-			e.key = []byte{0}
+			e.Key = []byte{0}
 		}
 		out = append(out, e)
 		p = right
@@ -447,12 +445,12 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 	if err != nil {
 		return err
 	}
-	body := appendRootEntries(nil, ents)
+	body := rsm.AppendRootEntries(nil, ents)
 	// The root record names a meganode of ours at the old root's level:
 	// the old root when it is here, else the first of that level here.
-	var x *localMeganode
+	var x *rsm.Meganode
 	for _, e := range ents {
-		if lm := s.meganodeAt(e.ptr); lm != nil {
+		if lm := s.meganodeAt(e.Ptr); lm != nil {
 			x = lm
 			break
 		}
@@ -460,7 +458,7 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 	if x == nil {
 		return fmt.Errorf("server: no meganode of level %d on this server to grow the root from", level)
 	}
-	res, err := s.applySplit(x, sep, splitBody{Phase: phaseRoot, Cursor: body})
+	res, err := s.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseRoot, Cursor: body})
 	if err != nil {
 		return err
 	}
@@ -469,7 +467,7 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 	ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
 	defer cancel()
 	if cur, err := s.opts.Store.SetRoot(ctx, root, np); err != nil {
-		if _, aerr := s.applySplit(x, sep, splitBody{Phase: phaseAbort, New: np}); aerr != nil {
+		if _, aerr := s.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseAbort, New: np}); aerr != nil {
 			s.log.Error("server: drop the unpublished root meganode", slog.String("meganode", np.String()), slog.Any("err", aerr))
 		}
 		if errors.Is(err, regiontable.ErrConflict) && !cur.IsNil() {
@@ -480,218 +478,14 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 		return fmt.Errorf("server: publish the new root meganode %v: %w", np, err)
 	}
 	s.failpointAfterLink(FailpointRootSet)
-	if err := s.publishRoot(x.rep, np); err != nil {
+	rep, err := s.holder(x)
+	if err != nil {
+		return err
+	}
+	if err := s.publishRoot(rep, np); err != nil {
 		return err
 	}
 	s.log.Info("server: new root meganode", slog.String("root", np.String()), slog.String("old_root", root.String()),
 		slog.Int("level", level+1), slog.Int("entries", len(ents)))
 	return nil
-}
-
-// ---- Applying split records (apply.go). REQUIRES: s.applyMu held. ----
-
-// applySplitLocked applies one split record r with body b, and keeps the
-// splits in progress of the replicated state (fsm.go) up to date.
-func (rep *replica) applySplitLocked(r *writeRecord, b *splitBody) (applyResult, error) {
-	res, err := rep.applySplitStepLocked(r, b)
-	if err != nil {
-		return res, err
-	}
-	st := &rep.repl
-	switch b.Phase {
-	case phaseStart:
-		y := b.New
-		if y.IsNil() {
-			y = res.New
-		}
-		st.Splits = append(st.Splits, splitProgress{X: r.Meganode, Y: y, Sep: bytes.Clone(r.Key)})
-	case phaseLink:
-		if p := st.splitOf(r.Meganode); p != nil {
-			p.Linked = true
-		}
-	case phaseFree:
-		if p := st.splitOf(r.Meganode); p != nil && res.Done {
-			p.Freed = true
-		}
-	case phaseEnd:
-		st.endSplit(r.Meganode)
-	case phaseAbort:
-		if p := st.splitOf(r.Meganode); p != nil && p.Y == b.New {
-			st.endSplit(r.Meganode)
-		}
-	}
-	return res, nil
-}
-
-// applySplitStepLocked applies one split record r with body b to the
-// region.
-func (rep *replica) applySplitStepLocked(r *writeRecord, b *splitBody) (applyResult, error) {
-	x := rep.meganodeAt(r.Meganode)
-	if x == nil || x.m.Ptr() != r.Meganode {
-		return applyResult{}, fmt.Errorf("server: split record for %v, not a meganode of region %d: %w", r.Meganode, rep.regionID, ErrBadRecord)
-	}
-	remote := b.New.Region() != rep.regionID
-	switch b.Phase {
-	case phaseStart:
-		switch {
-		case b.New.IsNil():
-			yp, err := rep.startSplitLocked(x, r.Key)
-			return applyResult{New: yp}, err
-		case remote:
-			return applyResult{}, x.t.Freeze(r.Key)
-		}
-		return applyResult{}, fmt.Errorf("server: start record names %v: a local split's meganode is chosen by apply: %w", b.New, ErrBadRecord)
-	case phaseRoot:
-		if !b.New.IsNil() {
-			return applyResult{}, fmt.Errorf("server: root record names %v: the root's meganode is chosen by apply: %w", b.New, ErrBadRecord)
-		}
-		np, err := rep.makeRootLocked(x, b.Cursor)
-		return applyResult{New: np}, err
-	case phaseAbort:
-		return applyResult{}, rep.abortSplitLocked(x, b.New)
-	}
-	var y *localMeganode
-	if !remote {
-		y = rep.meganodeAt(b.New)
-		if y == nil || y.m.Ptr() != b.New || y.level != x.level {
-			return applyResult{}, fmt.Errorf("server: %v record names %v, not a meganode at level %d: %w", b.Phase, b.New, x.level, ErrBadRecord)
-		}
-	}
-	info := x.t.Split()
-	if b.Phase != phaseEnd && (!info.Source || !bytes.Equal(info.Sep, r.Key)) {
-		return applyResult{}, fmt.Errorf("server: %v record for %v at %q, which is not splitting there: %w", b.Phase, x.m.Ptr(), r.Key, ErrBadRecord)
-	}
-	switch b.Phase {
-	case phaseCopy:
-		if remote {
-			return applyResult{}, fmt.Errorf("server: copy record of a remote split: %w", ErrBadRecord)
-		}
-		next, err := blink.CopyRight(x.t, y.t, b.Cursor, int(b.Batch))
-		return applyResult{Next: next}, err
-	case phaseLink:
-		if remote {
-			if len(b.Cursor) != 8 {
-				return applyResult{}, fmt.Errorf("server: link record of a remote split without Y's root: %w", ErrBadRecord)
-			}
-			root := blink.Ptr(le.Uint64(b.Cursor))
-			if root.Region() != b.New.Region() {
-				return applyResult{}, fmt.Errorf("server: link record: Y's root %v is not in Y's region: %w", root, ErrBadRecord)
-			}
-			return applyResult{}, x.t.LinkRight(root)
-		}
-		return applyResult{}, x.t.LinkRight(y.t.Root())
-	case phaseFree:
-		done, err := x.t.FreeRight(int(b.Batch))
-		if err == nil && done {
-			err = x.t.Thaw()
-			if y != nil {
-				err = errors.Join(err, y.t.Thaw())
-			}
-		}
-		return applyResult{Done: done}, err
-	case phaseEnd:
-		if y != nil && y.t.Split().Target {
-			return applyResult{}, fmt.Errorf("server: end of the split of %v before its right half was freed: %w", x.m.Ptr(), ErrBadRecord)
-		}
-		return applyResult{}, nil
-	}
-	return applyResult{}, fmt.Errorf("server: split phase %v: %w", b.Phase, ErrBadRecord)
-}
-
-// startSplitLocked freezes x at sep and formats y, the right half's
-// meganode, in the lowest free slot; it returns y's header pointer.
-func (rep *replica) startSplitLocked(x *localMeganode, sep []byte) (blink.Ptr, error) {
-	if err := x.t.Freeze(sep); err != nil {
-		return 0, err
-	}
-	h, err := x.t.Header()
-	var yp blink.Ptr
-	if err == nil {
-		yp, err = rep.newMeganodeLocked(x.level, blink.Bounds{Min: sep, Max: h.Bounds.Max, MaxInf: h.Bounds.MaxInf}, func(y *blink.Tree) error {
-			return y.BeginCopy(x.t.Right())
-		})
-	}
-	if err != nil {
-		return 0, errors.Join(err, x.t.Thaw())
-	}
-	return yp, nil
-}
-
-// makeRootLocked formats a new root meganode one level above x's, with
-// the entries the root record lists: one per meganode of x's level, left
-// to right, keyed by its min key ("\x00" stands for -inf: leaf entries
-// have non-empty keys, no key is below it). It is the unpublished root
-// until a root publish record (or an abort) ends it.
-func (rep *replica) makeRootLocked(x *localMeganode, body []byte) (blink.Ptr, error) {
-	ents, err := decodeRootEntries(body)
-	if err != nil {
-		return 0, err
-	}
-	if !rep.repl.NewRoot.IsNil() {
-		return 0, fmt.Errorf("server: root record while %v is unpublished: %w", rep.repl.NewRoot, ErrBadRecord)
-	}
-	np, err := rep.newMeganodeLocked(x.level+1, blink.Full, func(n *blink.Tree) error {
-		for _, e := range ents {
-			if err := n.InsertChild(e.key, e.ptr); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err == nil {
-		rep.repl.NewRoot = np
-	}
-	return np, err
-}
-
-// newMeganodeLocked formats a meganode in the lowest free slot (apply
-// chooses it, so that replicas and replays choose the same one), runs
-// fill on its tree and publishes it in the meganode table. On error the
-// slot is freed again. It returns the new meganode's header pointer.
-func (rep *replica) newMeganodeLocked(level int, b blink.Bounds, fill func(*blink.Tree) error) (blink.Ptr, error) {
-	rep.megaMu.Lock()
-	defer rep.megaMu.Unlock()
-	m, err := rep.region.NewMeganode(level, b, rep.treeOptions())
-	if err != nil {
-		return 0, err
-	}
-	if err = fill(m.Tree()); err == nil {
-		err = rep.addMeganodeLocked(m)
-	}
-	if err != nil {
-		return 0, errors.Join(err, rep.region.FreeMeganode(m.Slot()))
-	}
-	return m.Ptr(), nil
-}
-
-// abortSplitLocked undoes a split of x before its link: x is thawed and
-// the unreachable new meganode np (the right half's, or an unpublished
-// root) is dropped. The records np's entries share stay x's.
-func (rep *replica) abortSplitLocked(x *localMeganode, np blink.Ptr) error {
-	info := x.t.Split()
-	if info.Linked {
-		return fmt.Errorf("server: abort of the split of %v after its link: %w", x.m.Ptr(), ErrBadRecord)
-	}
-	n := rep.meganodeAt(np)
-	if n != nil && n.m.Ptr() != np {
-		n = nil
-	}
-	// Only a meganode nobody can reach may go: the target of x's split,
-	// or one level above x while x is the root (an unpublished root).
-	target := n != nil && info.Source && n.level == x.level && n.t.Split().Target
-	rootCandidate := n != nil && n.level == x.level+1 && rep.repl.NewRoot == np
-	if n != nil && !target && !rootCandidate {
-		return fmt.Errorf("server: abort record for %v would drop %v, which may be reachable: %w", x.m.Ptr(), np, ErrBadRecord)
-	}
-	var errs []error
-	if info.Source {
-		errs = append(errs, x.t.Thaw())
-	}
-	if n != nil {
-		errs = append(errs, rep.dropMeganode(n.m.Slot()))
-	}
-	if rootCandidate {
-		rep.repl.NewRoot = 0
-	}
-	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -22,8 +23,8 @@ type job struct {
 	fullWaits uint8
 	moves     uint8
 	// The full meganode it last waited for, and how many of its splits
-	// had run then (localMeganode.splitRuns).
-	full     *localMeganode
+	// had run then (localMeganode.Splits.Runs).
+	full     *rsm.Meganode
 	fullRuns uint64
 }
 
