@@ -274,7 +274,7 @@ func (rep *replica) setRegion(r *meganode.Region) {
 // ours and holds no such meganode. A root on another live server is left
 // alone. Making it is two records around the region table's
 // compare-and-set: root format, then root publish (the pointer at offset
-// 0 of the region, DESIGN §4), or root drop when the table took another.
+// 0 of the region, docs/design.md §4), or root drop when the table took another.
 func (s *Server) ensureRoot(ctx context.Context) error {
 	root, err := s.opts.Store.Root(ctx)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/cellstore/cell/rdma"
 )
 
-// replica is one region this server holds (DESIGN §9: "a server hosts any
+// replica is one region this server holds (docs/design.md §9: "a server hosts any
 // number of replicas, leaders and followers"): the region's file of
 // meganodes, its meganode table, the apply path that alone writes them,
 // the replicated state beside the image (fsm.go), and the raft group that
