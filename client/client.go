@@ -35,8 +35,8 @@ type Client struct {
 	tcp      *rdma.TCPClient // nil unless the provider may use tcp
 	shm      *rdma.SHMClient // nil unless the provider may use shm
 
-	// clientID and seq tag writes for at-most-once application (DESIGN
-	// §9): a write retried after an error that proves it was not
+	// clientID and seq tag writes for at-most-once application
+	// (docs/design.md §9): a write retried after an error that proves it was not
 	// executed keeps its id and sequence number. The id changes when a
 	// region answers that it forgot it (write.go, the seq-passed retry).
 	clientID atomic.Uint64
@@ -300,7 +300,7 @@ func checkKey(t *topology, key []byte) error {
 	return nil
 }
 
-// checkValue validates a value against the store's limit (DESIGN §2).
+// checkValue validates a value against the store's limit (docs/design.md §2).
 func checkValue(value []byte) error {
 	if len(value) > wire.MaxValueSize {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLarge, len(value), wire.MaxValueSize)

@@ -3,7 +3,7 @@
 // one-sided reads that only the server's NIC serves). It implements the
 // locality selector of the Cell paper ("Balancing CPU and Network in the Cell
 // Distributed B-Tree Store", USENIX ATC '16, §2.5) exactly, plus fixed modes
-// for benchmarks. DESIGN.md §7 fixes the contract.
+// for benchmarks. docs/design.md §7 fixes the contract.
 //
 // # The rule
 //
@@ -59,7 +59,7 @@
 // once per one-sided read of a client-side search (or ObserveReadsAt once
 // per client-side hop with the latencies of its reads, in order: the same
 // samples). The server reports its
-// queueing and service time with every reply (DESIGN §5); the estimator
+// queueing and service time with every reply (docs/design.md §5); the estimator
 // keeps their moving averages over the same kept samples, and uses the
 // queueing times as "Queue-aware estimate" below says.
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// DESIGN §9: "Writes carry a client id and a sequence number, and a region
+// docs/design.md §9: "Writes carry a client id and a sequence number, and a region
 // applies each at most once (a session table in its state machine), so a
 // retry never applies a put twice around another client's write." A put
 // retried after another client's write of the same key, and a delete

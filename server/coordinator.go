@@ -11,7 +11,7 @@ import (
 	"github.com/cellstore/cell/regiontable"
 )
 
-// The coordinator (DESIGN §8): every server campaigns in the region
+// The coordinator (docs/design.md §8): every server campaigns in the region
 // table's election (regiontable.Store.Campaign) for as long as it runs;
 // the elected one does the cluster-wide duties, and when it loses the
 // election (its session lease expired, or it closed and resigned) the next

@@ -39,7 +39,7 @@
 //  6. makes sure the cluster has a root meganode: when the region table
 //     has no root (or its root pointed into a region of ours that holds
 //     no such meganode) root records format one leaf meganode covering
-//     the whole key space around the table's compare-and-set (DESIGN §4);
+//     the whole key space around the table's compare-and-set (docs/design.md §4);
 //  7. registers the region with the tcp responder and the shm provider
 //     (whose start removes the registration tables of dead processes);
 //  8. publishes the region's entry (next epoch, file path, remote keys),
@@ -142,7 +142,7 @@
 // map to statuses in errors.go; a full meganode that cannot split (splits
 // off, no free meganode slot) is StatusUnavailable.
 //
-// # Meganode splits (paper §2.2, DESIGN §4)
+// # Meganode splits (paper §2.2, docs/design.md §4)
 //
 // A meganode whose fill reaches Options.SplitFill (0.75), or that refused
 // a new key (blink.ErrNeedsSplit), is split into itself (X, the left half)

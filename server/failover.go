@@ -9,7 +9,7 @@ import (
 	"github.com/cellstore/cell/regiontable"
 )
 
-// Failover (DESIGN §9). A region is served by its host, the server its
+// Failover (docs/design.md §9). A region is served by its host, the server its
 // region table entry names; the host leads the region's raft group and
 // holds its read lease (lease.go). When the group elects another leader
 // (the host died, stalled or was cut off), that server takes the region

@@ -18,7 +18,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// Follower replicas (DESIGN §9: "a server hosts any number of replicas,
+// Follower replicas (docs/design.md §9: "a server hosts any number of replicas,
 // leaders and followers"). With Options.Replicas above 1 the leader of a
 // region adds that many minus one other servers to its raft group: each
 // first as a nonvoter, which receives a snapshot and the log without

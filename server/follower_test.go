@@ -138,7 +138,7 @@ func imageHash(rep *replica) [32]byte {
 	return sum
 }
 
-// DESIGN §9: every region is a raft group whose replicas apply the same
+// docs/design.md §9: every region is a raft group whose replicas apply the same
 // records in the same order. With three servers each keeping three
 // replicas, and enough writes to split meganodes locally and onto other
 // servers, every follower's region is byte for byte its leader's at the
@@ -225,7 +225,7 @@ func TestFollowerCatchesUp(t *testing.T) {
 	}
 }
 
-// DESIGN §9: when a region's host is down, a server holding a replica of
+// docs/design.md §9: when a region's host is down, a server holding a replica of
 // it is elected, takes the region over and serves it: every acknowledged
 // write is readable, new writes succeed, and the old host, restarted,
 // holds a replica of its region without serving it.

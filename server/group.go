@@ -21,7 +21,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// The region is a raft group (DESIGN §9). This step of the replication
+// The region is a raft group (docs/design.md §9). This step of the replication
 // work runs every group with one voter, this server (the single-node
 // store's replication factor 1): a write is acknowledged once its record
 // is synced to the server's log (package wal) and applied, and a restart
@@ -36,7 +36,7 @@ import (
 // directory without raft state bootstraps a one-voter configuration; the
 // server waits until it leads and a barrier committed, so every record
 // committed before the restart is applied before anything is served
-// (DESIGN §9: "a restarted replica serves only once it has applied
+// (docs/design.md §9: "a restarted replica serves only once it has applied
 // everything committed").
 
 // openLog opens the server's log and snapshot stores in the data
@@ -313,7 +313,7 @@ func (s *Server) startLeaderWait() time.Duration {
 }
 
 // logFailed stops the server when the log latched a failed write or sync
-// (DESIGN §9: "after the first failed fsync, fail every later write until
+// (docs/design.md §9: "after the first failed fsync, fail every later write until
 // restart"): the raft group is shut down at once (from then on no write is
 // acknowledged, and raft would panic when it next fails to persist a term
 // or vote), and Serve returns the error (cellserver exits with it). A

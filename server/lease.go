@@ -11,7 +11,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// Read leases (DESIGN §9: "Only a region's leader serves it, RPC and
+// Read leases (docs/design.md §9: "Only a region's leader serves it, RPC and
 // one-sided, and only while it holds a read lease"). A served region's
 // lease is renewed every leaseRenewal by raft's VerifyLeader, which
 // succeeds once a majority of the group answered a heartbeat sent after

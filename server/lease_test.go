@@ -17,7 +17,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// DESIGN §9: "Only a region's leader serves it, RPC and one-sided, and
+// docs/design.md §9: "Only a region's leader serves it, RPC and one-sided, and
 // only while it holds a read lease ... One-sided reads are fenced ... a
 // paused (SIGSTOP) or deposed leader's memory is never trusted." The host
 // of a region is cut off from its group's majority (its raft traffic
@@ -132,7 +132,7 @@ func leaseProbes(t *testing.T, host *Server, tcpKey, shmKey rdma.RemoteKey) map[
 	}
 }
 
-// DESIGN §9: "A follower with a divergent uncommitted tail that receives a
+// docs/design.md §9: "A follower with a divergent uncommitted tail that receives a
 // snapshot must converge (hashicorp/raft #697): test it." The host of a
 // region is cut off while it is being written: the writes it appended in
 // its last moments as leader never commit. The others elect a leader,

@@ -171,7 +171,7 @@ func TestNodeDump(t *testing.T) {
 	if v := blink.View(rep.Data); v.Count() != 1 || string(v.Key(0)) != "a" {
 		t.Fatalf("root node: %v", v)
 	}
-	// Offset 0 of the region holds the root pointer (DESIGN §4).
+	// Offset 0 of the region holds the root pointer (docs/design.md §4).
 	if _, err := call(t, c, wire.OpNodeDump, &wire.NodeDumpRequest{Ptr: blink.MakePtr(s.RegionID(), 0), Length: 8}, &rep); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/cellstore/cell/server/rsm"
 )
 
-// Recovery of interrupted splits (DESIGN §9: "a new leader resumes or
+// Recovery of interrupted splits (docs/design.md §9: "a new leader resumes or
 // undoes every split its applied state shows in progress"). The applied
 // log says where each split stopped (rsm.State.Splits), and the
 // trees' split state was rebuilt by replaying its records, since no

@@ -17,7 +17,7 @@ import (
 )
 
 // A meganode split interrupted by a crash at each of its steps is undone
-// or finished when the server restarts (DESIGN §9: "a new leader resumes
+// or finished when the server restarts (docs/design.md §9: "a new leader resumes
 // or undoes every split its applied state shows in progress"): the crash
 // image is the data directory copied while the split is paused at the
 // step (the log holds exactly what was synced then); a server started on

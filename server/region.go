@@ -120,7 +120,7 @@ func (s *Server) chooseRegionID(ctx context.Context, haveState bool, st dataStat
 // ours and holds no such meganode. A root on another live server is left
 // alone. Making it is two records around the region table's
 // compare-and-set: root format, then root publish (the pointer at offset
-// 0 of the region, DESIGN §4), or root drop when the table took another.
+// 0 of the region, docs/design.md §4), or root drop when the table took another.
 func (s *Server) ensureRoot(ctx context.Context) error {
 	root, err := s.opts.Store.Root(ctx)
 	if err != nil {

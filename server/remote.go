@@ -22,7 +22,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// Remote meganode splits (paper §2.2, DESIGN §4; doc.go draws the
+// Remote meganode splits (paper §2.2, docs/design.md §4; doc.go draws the
 // protocol). The source server (X's) drives the target server (Y's)
 // through the server-to-server ops of wire/split.go; each side logs its
 // own steps through its apply path (split records here, target records

@@ -18,7 +18,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// Self-repair (DESIGN §9). Three things keep the replicas of the cluster
+// Self-repair (docs/design.md §9). Three things keep the replicas of the cluster
 // where they should be:
 //
 //   - A replica move (OpMoveReplica, from an operator or the coordinator)

@@ -33,7 +33,7 @@ func (l *recordLog) record(index uint64, rec []byte, _ error) {
 	l.mu.Unlock()
 }
 
-// DESIGN §9: "Applying is deterministic: same records, byte-identical
+// docs/design.md §9: "Applying is deterministic: same records, byte-identical
 // region images (node and extent allocation, slot choice, root word,
 // applied index)." A split-heavy run (puts, overwrites and deletes from
 // concurrent writers into 16 KiB meganodes, dozens of splits and a tree of

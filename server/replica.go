@@ -12,7 +12,7 @@ import (
 	"github.com/cellstore/cell/server/rsm"
 )
 
-// replica is one region this server holds (docs: "a server hosts any
+// replica is one region this server holds (docs/design.md §9: "a server hosts any
 // number of replicas, leaders and followers"): the region's replicated
 // state machine (sm: the region file, its meganodes, the state beside the
 // image and the apply path that alone writes them, package rsm), the raft

@@ -18,7 +18,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// Local meganode splits (paper §2.2, DESIGN §4; the protocol is drawn in
+// Local meganode splits (paper §2.2, docs/design.md §4; the protocol is drawn in
 // doc.go, "Meganode splits"). One goroutine, splitLoop, runs the server's
 // splits one at a time; writes trigger them (requestSplit) and wait for
 // them when they meet a frozen range or a full meganode (worker.write).

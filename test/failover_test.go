@@ -64,7 +64,7 @@ func waitNewHost(t *testing.T, store regiontable.Store, id uint32, old string, t
 	}
 }
 
-// DESIGN §9: "An acknowledged write is never lost while a majority of its
+// docs/design.md §9: "An acknowledged write is never lost while a majority of its
 // region's replicas survive." Three servers, each region replicated three
 // ways, every meganode in the root's region (local splits, so that every
 // key is the victim's); under a concurrent put/delete load, the region's
@@ -171,7 +171,7 @@ func TestFailoverKillHost(t *testing.T) {
 		kills, pct(takeovers, 0.5), pct(takeovers, 0.99), pct(firstWrites, 0.5), pct(firstWrites, 0.99), unknown, len(history))
 }
 
-// DESIGN §9: "a paused (SIGSTOP) or deposed leader's memory is never
+// docs/design.md §9: "a paused (SIGSTOP) or deposed leader's memory is never
 // trusted." The host of the root's region is paused with SIGSTOP; another
 // replica takes the region over and acknowledges a new value of a key.
 // While the old host is still paused, a same-host client reading its

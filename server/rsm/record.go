@@ -15,7 +15,7 @@ import (
 //	4  key length u32
 //	8  meganode Ptr u64      the header of the meganode to change
 //	16 client id u64         24 sequence u64   (at-most-once application,
-//	                                            DESIGN §9; 0 = none)
+//	                                            docs/design.md §9; 0 = none)
 //	32 value length u32      36 reserved u32 (0)
 //	40 key, then value
 //

@@ -11,7 +11,7 @@ import (
 	"github.com/cellstore/cell/meganode"
 )
 
-// The session table makes a retried write apply at most once (DESIGN §9:
+// The session table makes a retried write apply at most once (docs/design.md §9:
 // "Writes carry a client id and a sequence number, and a region applies
 // each at most once (a session table in its state machine), so a retry
 // never applies a put twice around another client's write"). It is
