@@ -483,11 +483,18 @@ func (s *Server) transferLeader(rep *replica, to string) error {
 	if !live {
 		return wireErrorf(wire.StatusBadRequest, "transfer leader: %q is not a live member", to)
 	}
+	if err := s.transferTargetReady(rep, m); err != nil {
+		return err
+	}
 	start := time.Now()
 	s.unserve(rep)
 	for attempt := 1; ; attempt++ {
 		err = s.transferAttempt(rep, attempt, to, m.RaftAddr)
 		if err == nil || attempt == transferAttempts || !transferTimedOut(err) || rep.raft.State() != raft.Leader {
+			break
+		}
+		if rerr := s.transferTargetReady(rep, m); rerr != nil {
+			err = errors.Join(err, rerr)
 			break
 		}
 		s.log.Info("server: leadership transfer timed out; trying again", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Int("attempt", attempt))
@@ -507,6 +514,41 @@ func (s *Server) transferLeader(rep *replica, to string) error {
 // over one AppendEntries in flight) that can run out while the target is
 // still catching up, and the next try starts from where it got.
 const transferAttempts = 3
+
+// transferCatchUp is how far behind the leader's commit index a target
+// may have applied and still be handed the leadership: raft catches it up
+// first, within the transfer's election timeout.
+const transferCatchUp = 256
+
+// transferReadyTimeout bounds the question transferTargetReady asks.
+const transferReadyTimeout = time.Second
+
+// transferTargetReady asks the target member m how far its replica of
+// rep's region has applied, and refuses the transfer (Unavailable) unless
+// it answers within transferReadyTimeout, holding the replica, no more
+// than transferCatchUp entries behind this leader's commit index.
+//
+// raft's transfer cannot be cancelled: while it runs the leader refuses
+// every write, and a target that stopped answering (killed, paused, cut
+// off, yet still a member until its lease lapses) holds it there until
+// raft's RPC to it times out, seconds with the region unwritable. A
+// target that answers now is very likely to take the transfer.
+func (s *Server) transferTargetReady(rep *replica, m regiontable.Member) error {
+	commit := rep.raft.CommitIndex()
+	var md wire.MetadataReply
+	ctx, cancel := context.WithTimeout(s.bgCtx, transferReadyTimeout)
+	defer cancel()
+	if err := s.call(ctx, m.RPCAddr, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: rep.regionID}, &md); err != nil {
+		return wireErrorf(wire.StatusUnavailable, "transfer leader of region %d: %s does not answer: %v", rep.regionID, m.ID, err)
+	}
+	if len(md.Regions) != 1 || md.Regions[0].ID != rep.regionID {
+		return wireErrorf(wire.StatusUnavailable, "transfer leader of region %d: %s holds no replica of it", rep.regionID, m.ID)
+	}
+	if applied := md.Regions[0].Raft.Applied; applied+transferCatchUp < commit {
+		return wireErrorf(wire.StatusUnavailable, "transfer leader of region %d: %s has applied %d of %d", rep.regionID, m.ID, applied, commit)
+	}
+	return nil
+}
 
 // transferAttempt asks raft once to hand rep's group to server to.
 func (s *Server) transferAttempt(rep *replica, attempt int, to, addr string) error {

@@ -24,9 +24,9 @@ type Options struct {
 	AdvertiseAddr string
 
 	// HandshakeTimeout bounds the acceptor's wait for a connection's
-	// header, and a Dial's handshake when raft passes no timeout. A slow
-	// or silent peer holds one pending-handshake slot at most this long.
-	// Default 5 s.
+	// header, and every Dial (connection and handshake), whatever timeout
+	// raft passes. A slow or silent peer holds one pending-handshake slot,
+	// or a dialer, at most this long. Default 5 s.
 	HandshakeTimeout time.Duration
 
 	// MaxPendingHandshakes bounds the connections whose header has not
