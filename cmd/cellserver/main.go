@@ -11,7 +11,11 @@
 // snapshots hold everything) and stops etcd.
 //
 // Every flag has an environment variable: --data-dir is CELL_DATA_DIR, and
-// so on (the command line wins). --version prints the build's version and
+// so on (the command line wins). The flags are one table, options.go: a
+// row per flag, from which the flag set, the environment and -h come, and
+// docs/flags.md is made (go test ./cmd/cellserver -run TestFlagsDoc
+// -update); adding a flag is a row there and, for a server option, its
+// field in server.Options. --version prints the build's version and
 // VCS revision (package buildinfo), which the server also publishes with
 // its member entry. Startup errors print one line and exit
 // with status 1 (2 for bad flags).

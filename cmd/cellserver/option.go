@@ -42,7 +42,9 @@ type optionGroup struct {
 	// doc, when set, is a file of docs/ about the group's flags; every
 	// flag of the group is named there, and its tables of flags must
 	// agree with the table (TestOptionDocs).
-	doc     string
+	doc string
+	// about, when set, is a paragraph of docs/flags.md under the title.
+	about   string
 	options []option
 }
 
