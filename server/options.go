@@ -366,7 +366,9 @@ const (
 )
 
 // EnsureDefaults fills zero fields with their defaults. HostID stays empty
-// when rdma.HostID fails (Validate reports it).
+// when rdma.HostID fails (Validate reports it). cellserver's flags
+// (cmd/cellserver/options.go) default to the same values, which its
+// TestOptionDefaults checks: a default changed here is changed there.
 func (o *Options) EnsureDefaults() {
 	if o.Listen == "" {
 		o.Listen = DefaultListen
