@@ -21,11 +21,11 @@ func TestApplyRefuses(t *testing.T) {
 		{Kind: rsm.KindPut, Meganode: root + 1024, Key: []byte("k"), Value: []byte("v")},                                                           // a node, not the header
 		{Kind: rsm.KindPut, Meganode: blink.MakePtr(s.RegionID()+1, root.Offset()), Key: []byte("k")},                                              // another region
 		{Kind: rsm.KindPut, Meganode: blink.MakePtr(s.RegionID(), 16<<20), Key: []byte("k")},                                                       // no meganode
-		{Kind: rsm.KindRegion, Value: rsm.AppendRegionBody(nil, rsm.LayoutOf(s.replica.sm.Region()))},                                              // a second region record
+		{Kind: rsm.KindRegion, Value: rsm.AppendRegionBody(nil, rsm.LayoutOf(s.reps.own.sm.Region()))},                                             // a second region record
 		{Kind: rsm.KindRoot, Meganode: root, Value: rsm.AppendRootBody(nil, rsm.RootDrop)},                                                         // drop a published root
 		{Kind: rsm.KindSplit, Meganode: root, Key: []byte("m"), Value: rsm.AppendSplitBody(nil, &rsm.SplitBody{Phase: rsm.PhaseStart, New: root})}, // names its own slot
 	} {
-		if _, err := s.propose(rsm.AppendRecord(nil, &r)); !errors.Is(err, rsm.ErrBadRecord) {
+		if _, err := s.reps.own.propose(rsm.AppendRecord(nil, &r)); !errors.Is(err, rsm.ErrBadRecord) {
 			t.Errorf("record %d for %v: %v", r.Kind, r.Meganode, err)
 		}
 	}
@@ -38,7 +38,7 @@ func TestApplyRefuses(t *testing.T) {
 	}
 	var founds []bool
 	for _, rec := range recs {
-		res, err := s.propose(rec)
+		res, err := s.reps.own.propose(rec)
 		if err != nil {
 			t.Fatal(err)
 		}

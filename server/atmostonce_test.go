@@ -56,7 +56,7 @@ func TestAtMostOnce(t *testing.T) {
 	if v, _ := get(t, c, "n"); v != "2" {
 		t.Fatalf("n = %q", v)
 	}
-	if err := s1.raft.Snapshot().Error(); err != nil {
+	if err := s1.reps.own.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	putAs(c, 5, 7, "k", "after-snapshot")
@@ -146,7 +146,7 @@ func TestRetryFlag(t *testing.T) {
 	wantStatus(t, callRetry(t, c, wire.OpGet, &wire.GetRequest{Key: []byte("k")}), wire.StatusBadRequest)
 
 	// The floor survives a snapshot and a restart.
-	if err := s1.raft.Snapshot().Error(); err != nil {
+	if err := s1.reps.own.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	s1.crashForTest(t)
@@ -164,7 +164,7 @@ func TestRetryFlag(t *testing.T) {
 
 // leafOn returns the leaf meganode of s's own region covering key, or 0.
 func leafOn(s *Server, key []byte) blink.Ptr {
-	for lm := range s.servedReplica(s.regionID).sm.Meganodes() {
+	for lm := range s.reps.servedReplica(s.reps.own.regionID).sm.Meganodes() {
 		if lm.Level != 0 {
 			continue
 		}
@@ -186,7 +186,7 @@ func TestRetryAfterKeyMoved(t *testing.T) {
 		o.SplitPlacement = PlaceRemote
 	})
 	s, target := srvs[0], srvs[1]
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	c := dial(t, s)
 	var keys []string
 	for i := 0; x.T.Fill() < 0.6; i++ {
@@ -267,13 +267,13 @@ func TestForgottenClientStartsOver(t *testing.T) {
 	if err := cl.Put(ctx, []byte("a"), []byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	sessionIDs := s.replica.sm.Clients
+	sessionIDs := s.reps.own.sm.Clients
 	ids := sessionIDs()
 	if len(ids) != 1 {
 		t.Fatalf("sessions %v, want the client's alone", ids)
 	}
 	old := ids[0]
-	s.replica.sm.ForgetClient(old) // as the table's bound would
+	s.reps.own.sm.ForgetClient(old) // as the table's bound would
 
 	if err := cl.Put(ctx, []byte("b"), []byte("2")); err != nil {
 		t.Fatalf("a put of the forgotten client: %v", err)

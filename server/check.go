@@ -25,13 +25,13 @@ import (
 // split of this server is half done.
 func (s *Server) Check() error {
 	c := &treeCheck{s: s, seen: map[*rsm.Meganode]bool{}}
-	megas := servedMeganodes(s.servedList())
+	megas := servedMeganodes(s.reps.servedList())
 	for _, lm := range megas {
 		for _, v := range lm.T.Check() {
 			c.bad("meganode %v: %v: %w", lm.Ptr(), v, blink.ErrCorruption)
 		}
 	}
-	root := s.meganodeAt(s.Root())
+	root := s.servedMeganode(s.Root())
 	if root == nil || root.Ptr() != s.Root() {
 		return errors.Join(c.errs...)
 	}
@@ -108,7 +108,7 @@ func (c *treeCheck) level(first *rsm.Meganode) []*rsm.Meganode {
 		if next.IsNil() {
 			break
 		}
-		if lm = c.s.meganodeAt(next); lm == nil {
+		if lm = c.s.servedMeganode(next); lm == nil {
 			c.partial = true
 			break // on another server
 		}
@@ -127,14 +127,14 @@ func (c *treeCheck) children(level []*rsm.Meganode) (children []*rsm.Meganode, l
 	for _, lm := range level {
 		it := lm.T.NewIter(nil)
 		for ok := it.First(); ok; ok = it.Next() {
-			if s.servedReplica(it.Child().Region()) == nil {
+			if s.reps.servedReplica(it.Child().Region()) == nil {
 				c.partial, prevLocal = true, false
 				if len(children) == 0 {
 					leftmost = false
 				}
 				continue
 			}
-			child := s.meganodeAt(it.Child())
+			child := s.servedMeganode(it.Child())
 			if child == nil || child.Ptr() != it.Child() {
 				c.bad("entry %q of %v names %v, not a meganode of this server", it.Key(), lm.Ptr(), it.Child())
 				continue
@@ -142,7 +142,7 @@ func (c *treeCheck) children(level []*rsm.Meganode) (children []*rsm.Meganode, l
 			if !c.entryNames(lm, it.Key(), child) {
 				continue
 			}
-			if n := len(children); n > 0 && prevLocal && s.meganodeAt(children[n-1].T.Right()) != child {
+			if n := len(children); n > 0 && prevLocal && s.servedMeganode(children[n-1].T.Right()) != child {
 				c.bad("entry %q of %v names %v, but its left neighbour %v links to %v", it.Key(), lm.Ptr(), child.Ptr(), children[n-1].M.Ptr(), children[n-1].T.Right())
 			}
 			children = append(children, child)

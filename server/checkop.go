@@ -96,7 +96,7 @@ func (s *Server) splitsAtRestLocked() bool {
 	if len(s.pendingSeps) > 0 {
 		return false
 	}
-	for _, rep := range s.servedList() {
+	for _, rep := range s.reps.servedList() {
 		if splits, newRoot := rep.sm.Progress(); len(splits) > 0 || !newRoot.IsNil() {
 			return false
 		}
@@ -159,7 +159,7 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 		if err := req.Decode(f.Body); err != nil {
 			return err
 		}
-		r := s.anyReplica(req.Region)
+		r := s.reps.holding(req.Region)
 		if r == nil {
 			return &wire.StatusError{Status: wire.StatusUnknownRegion, Region: req.Region, Message: fmt.Sprintf("no replica of region %d here", req.Region)}
 		}

@@ -83,7 +83,7 @@ func TestCheckOp(t *testing.T) {
 
 	// Two meganodes nobody links to.
 	for range 2 {
-		if _, err := s.replica.sm.AddMeganode(0, blink.Bounds{Min: []byte("orphan"), MaxInf: true}); err != nil {
+		if _, err := s.reps.own.sm.AddMeganode(0, blink.Bounds{Min: []byte("orphan"), MaxInf: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -151,7 +151,7 @@ func TestMetadataSplitFlags(t *testing.T) {
 		o.MaxSplitWait = 2 * time.Minute
 	})
 	c := dial(t, s)
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	for i := 0; x.T.Fill() < 0.5; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
@@ -227,7 +227,7 @@ func TestCheckFindsMisnamedEntry(t *testing.T) {
 		o.SplitFill = 1
 	})
 	c := dial(t, s)
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	for i := 0; x.T.Fill() < 0.6; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
@@ -238,7 +238,7 @@ func TestCheckFindsMisnamedEntry(t *testing.T) {
 	if err := s.Check(); err != nil {
 		t.Fatalf("check of a sound tree: %v", err)
 	}
-	root := s.meganodeAt(s.Root())
+	root := s.servedMeganode(s.Root())
 	if root == nil || root == x {
 		t.Fatal("no new root")
 	}

@@ -80,7 +80,7 @@ func (s *Server) stopServing(rep *replica, e regiontable.Region) {
 // server serves that another host took stops being served; a region that
 // lists this server as a replica gets a follower replica here.
 func (s *Server) noteRegionEntry(e regiontable.Region) {
-	if rep := s.servedReplica(e.ID); rep != nil {
+	if rep := s.reps.servedReplica(e.ID); rep != nil {
 		if e.Host != s.opts.ServerID {
 			s.stopServing(rep, e)
 		}

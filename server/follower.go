@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -40,32 +39,6 @@ import (
 // A follower that wins an election serves nothing until it takes the
 // region over (failover.go).
 
-// followerSet is the follower replicas a server holds, by region ID.
-type followerSet struct {
-	mu     sync.Mutex
-	m      map[uint32]*replica
-	closed bool
-}
-
-// followers returns the follower replicas, in region order.
-func (s *Server) followerList() []*replica {
-	s.follow.mu.Lock()
-	defer s.follow.mu.Unlock()
-	out := make([]*replica, 0, len(s.follow.m))
-	for _, rep := range s.follow.m {
-		out = append(out, rep)
-	}
-	slices.SortFunc(out, func(a, b *replica) int { return int(a.regionID) - int(b.regionID) })
-	return out
-}
-
-// follower returns the follower replica of region id, nil if none.
-func (s *Server) follower(id uint32) *replica {
-	s.follow.mu.Lock()
-	defer s.follow.mu.Unlock()
-	return s.follow.m[id]
-}
-
 // openLoggedFollowers opens a follower replica for every region other
 // than the server's own that the log holds raft state for: the replicas
 // this server held before it stopped.
@@ -75,7 +48,7 @@ func (s *Server) openLoggedFollowers() error {
 		return fmt.Errorf("server: list the log's regions: %w", err)
 	}
 	for _, id := range ids {
-		if id == s.regionID {
+		if id == s.reps.own.regionID {
 			continue
 		}
 		if err := s.openFollower(id); err != nil {
@@ -90,10 +63,10 @@ func (s *Server) openLoggedFollowers() error {
 // log what it had). It does nothing when the replica is open already or
 // the server is stopping.
 func (s *Server) openFollower(id uint32) error {
-	f := &s.follow
+	f := &s.reps.follow
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed || f.m[id] != nil || id == s.regionID {
+	if f.closed || f.m[id] != nil || id == s.reps.own.regionID {
 		return nil
 	}
 	rep := newReplica(s)
@@ -115,7 +88,7 @@ func (s *Server) openFollower(id uint32) error {
 // noteRegion opens a follower replica when the region table lists this
 // server among the replicas of a region it does not host.
 func (s *Server) noteRegion(r regiontable.Region) {
-	if r.ID == s.regionID || r.Host == s.opts.ServerID || !holdsReplica(r, s.opts.ServerID) {
+	if r.ID == s.reps.own.regionID || r.Host == s.opts.ServerID || !holdsReplica(r, s.opts.ServerID) {
 		return
 	}
 	if err := s.openFollower(r.ID); err != nil {
@@ -126,7 +99,7 @@ func (s *Server) noteRegion(r regiontable.Region) {
 // closeFollowers stops every follower replica and removes its region file
 // (the log holds it).
 func (s *Server) closeFollowers() error {
-	f := &s.follow
+	f := &s.reps.follow
 	f.mu.Lock()
 	f.closed = true
 	reps := f.m
@@ -155,8 +128,8 @@ func (s *Server) replicaLoop() {
 			continue
 		case <-t.C:
 		}
-		s.tendReplica(s.replica)
-		for _, rep := range s.followerList() {
+		s.tendReplica(s.reps.own)
+		for _, rep := range s.reps.followerList() {
 			s.tendReplica(rep)
 		}
 	}
@@ -165,12 +138,12 @@ func (s *Server) replicaLoop() {
 // takeOverElected takes over the regions whose groups elected this server
 // and that it does not serve yet (tendReplica's failover step alone).
 func (s *Server) takeOverElected() {
-	for _, rep := range append([]*replica{s.replica}, s.followerList()...) {
+	for _, rep := range append([]*replica{s.reps.own}, s.reps.followerList()...) {
 		r := rep.raftGroup()
 		if r == nil || s.bgCtx.Err() != nil {
 			return
 		}
-		if r.State() == raft.Leader && s.servedReplica(rep.regionID) != rep {
+		if r.State() == raft.Leader && s.reps.servedReplica(rep.regionID) != rep {
 			s.leadUnserved(rep)
 		}
 	}
@@ -192,7 +165,7 @@ func (s *Server) tendReplica(rep *replica) {
 	}
 	s.snapshotIfLogLarge(rep, r)
 	leader := r.State() == raft.Leader
-	served := s.servedReplica(rep.regionID) == rep
+	served := s.reps.servedReplica(rep.regionID) == rep
 	switch {
 	case served && leader:
 		if s.opts.Replicas > 1 {

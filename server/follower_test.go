@@ -47,14 +47,14 @@ func waitVoters(t *testing.T, s *Server, want int) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var voters []string
-		if f := s.raft.GetConfiguration(); f.Error() == nil {
+		if f := s.reps.own.raft.GetConfiguration(); f.Error() == nil {
 			for _, srv := range f.Configuration().Servers {
 				if srv.Suffrage == raft.Voter {
 					voters = append(voters, string(srv.ID))
 				}
 			}
 		}
-		e := s.table.Load().regions[s.regionID]
+		e := s.table.Load().regions[s.reps.own.regionID]
 		if len(voters) == want && len(e.Replicas) == want {
 			return
 		}
@@ -70,9 +70,9 @@ func waitVoters(t *testing.T, s *Server, want int) {
 func replicasOf(srvs []*Server, id uint32) []*replica {
 	var out []*replica
 	for _, s := range srvs {
-		if s.regionID == id {
-			out = append([]*replica{s.replica}, out...)
-		} else if rep := s.follower(id); rep != nil {
+		if s.reps.own.regionID == id {
+			out = append([]*replica{s.reps.own}, out...)
+		} else if rep := s.reps.follower(id); rep != nil {
 			out = append(out, rep)
 		}
 	}
@@ -91,15 +91,15 @@ func waitConverged(t *testing.T, srvs []*Server) map[uint32][]*replica {
 		same := true
 		var state []string
 		for _, s := range srvs {
-			reps := replicasOf(srvs, s.regionID)
-			want := s.raft.LastIndex()
+			reps := replicasOf(srvs, s.reps.own.regionID)
+			want := s.reps.own.raft.LastIndex()
 			for _, rep := range reps {
 				if rep.raft.AppliedIndex() != want {
 					same = false
 				}
-				state = append(state, fmt.Sprintf("region %d on %s: applied %d of %d (%v)", s.regionID, rep.srv.opts.ServerID, rep.raft.AppliedIndex(), want, rep.raft.State()))
+				state = append(state, fmt.Sprintf("region %d on %s: applied %d of %d (%v)", s.reps.own.regionID, rep.srv.opts.ServerID, rep.raft.AppliedIndex(), want, rep.raft.State()))
 			}
-			now[s.regionID] = want
+			now[s.reps.own.regionID] = want
 		}
 		if same && last != nil && fmt.Sprint(last) == fmt.Sprint(now) {
 			break
@@ -112,7 +112,7 @@ func waitConverged(t *testing.T, srvs []*Server) map[uint32][]*replica {
 	}
 	out := make(map[uint32][]*replica)
 	for _, s := range srvs {
-		out[s.regionID] = replicasOf(srvs, s.regionID)
+		out[s.reps.own.regionID] = replicasOf(srvs, s.reps.own.regionID)
 	}
 	return out
 }
@@ -206,13 +206,13 @@ func TestFollowerCatchesUp(t *testing.T) {
 			if err := victim.Close(); err != nil {
 				t.Fatal(err)
 			}
-			behind := srvs[0].raft.LastIndex()
+			behind := srvs[0].reps.own.raft.LastIndex()
 			keys = append(keys, put(200, 1500)...)
 			if tc.name == "snapshot" {
 				// The leader's log no longer holds what the follower
 				// misses: only a snapshot can bring it back.
 				waitFor(t, func() bool {
-					first, err := srvs[0].wal.Log(srvs[0].regionID).FirstIndex()
+					first, err := srvs[0].wal.Log(srvs[0].reps.own.regionID).FirstIndex()
 					return err == nil && first > behind+1
 				}, "the leader to truncate its log past the stopped follower")
 			}
@@ -238,7 +238,7 @@ func TestFailover(t *testing.T) {
 	put := func(from, to int) []string { return putRange(t, c, from, to) }
 	keys := put(0, 800)
 	host := srvs[0]
-	id := host.regionID
+	id := host.reps.own.regionID
 	before, _ := store.Region(ctx, id)
 	opts := host.opts
 	opts.RaftListen = host.mux.Addr().String()
@@ -261,7 +261,7 @@ func TestFailover(t *testing.T) {
 			newHost = s
 		}
 	}
-	if newHost == nil || newHost.servedReplica(id) == nil {
+	if newHost == nil || newHost.reps.servedReplica(id) == nil {
 		t.Fatalf("region %d's new host %s does not serve it", id, after.Host)
 	}
 	if got := metricValue(gather(t, newHost), "cell_server_region_takeovers_total", nil); got != 1 {
@@ -273,7 +273,7 @@ func TestFailover(t *testing.T) {
 	// The old host returns: it follows its region, serves nothing, and
 	// every replica ends identical.
 	srvs[0] = restartServer(t, opts)
-	if srvs[0].servedReplica(id) != nil {
+	if srvs[0].reps.servedReplica(id) != nil {
 		t.Fatalf("the old host serves region %d again", id)
 	}
 	keys = append(keys, put(1200, 1400)...)
@@ -299,12 +299,12 @@ func TestReplicaHash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reps := waitConverged(t, srvs)[srvs[0].regionID]
+	reps := waitConverged(t, srvs)[srvs[0].reps.own.regionID]
 	hashes := func() []wire.ReplicaHashReply {
 		var out []wire.ReplicaHashReply
 		for _, s := range srvs {
 			var rep wire.ReplicaHashReply
-			if _, err := call(t, dial(t, s), wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: srvs[0].regionID}, &rep); err != nil {
+			if _, err := call(t, dial(t, s), wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: srvs[0].reps.own.regionID}, &rep); err != nil {
 				t.Fatalf("%s: %v", s.opts.ServerID, err)
 			}
 			out = append(out, rep)
@@ -320,7 +320,7 @@ func TestReplicaHash(t *testing.T) {
 	// Flip a byte of the root meganode's header on a follower.
 	var f *replica
 	for _, rep := range reps {
-		if rep.srv.servedReplica(rep.regionID) == nil {
+		if rep.srv.reps.servedReplica(rep.regionID) == nil {
 			f = rep
 		}
 	}
@@ -421,7 +421,7 @@ func TestRestartOnNewRaftAddress(t *testing.T) {
 	ctx := ctxT(t)
 	put := func(from, to int) []string { return putRange(t, c, from, to) }
 	keys := put(0, 300)
-	id := srvs[0].regionID
+	id := srvs[0].reps.own.regionID
 
 	moved := srvs[2]
 	old := moved.mux.Addr().String()

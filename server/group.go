@@ -79,8 +79,9 @@ func (s *Server) raftConfig() *raft.Config {
 // host (it took the region over while this one was down: this server
 // holds a replica, failover.go).
 func (s *Server) startGroup(ctx context.Context) (lead bool, err error) {
+	own := s.reps.own
 	start := time.Now()
-	had, err := s.replica.startRaft(true)
+	had, err := own.startRaft(true)
 	if err != nil {
 		return false, err
 	}
@@ -90,11 +91,11 @@ func (s *Server) startGroup(ctx context.Context) (lead bool, err error) {
 	if err != nil || !lead {
 		return false, err
 	}
-	s.log.Info("server: region's raft group leads and has applied everything committed", slog.Uint64("region", uint64(s.regionID)),
-		slog.Bool("restart", had), slog.Uint64("applied", s.replica.sm.Applied()), slog.Duration("took", time.Since(start)))
+	s.log.Info("server: region's raft group leads and has applied everything committed", slog.Uint64("region", uint64(own.regionID)),
+		slog.Bool("restart", had), slog.Uint64("applied", own.sm.Applied()), slog.Duration("took", time.Since(start)))
 	if !s.regionFormatted() {
-		rec := rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindRegion, Value: rsm.AppendRegionBody(nil, rsm.LayoutOf(s.replica.sm.Region()))})
-		if _, err := s.replica.propose(rec); err != nil {
+		rec := rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindRegion, Value: rsm.AppendRegionBody(nil, rsm.LayoutOf(own.sm.Region()))})
+		if _, err := own.propose(rec); err != nil {
 			return false, fmt.Errorf("server: the region record: %w", err)
 		}
 	}
@@ -203,28 +204,30 @@ func (s *Server) soleVoterTimeout() time.Duration {
 // only voter, so that it elects itself within soleVoterTimeout instead of
 // Options.RaftHeartbeatTimeout (restoreTimeouts puts them back).
 func (s *Server) electSoleVoterSoon() {
+	own := s.reps.own
 	if v := s.voters(); len(v) != 1 || v[0] != s.opts.ServerID {
 		return
 	}
-	rc := s.raft.ReloadableConfig()
+	rc := own.raft.ReloadableConfig()
 	rc.HeartbeatTimeout, rc.ElectionTimeout = s.soleVoterTimeout(), s.soleVoterTimeout()
-	if err := s.raft.ReloadConfig(rc); err != nil {
+	if err := own.raft.ReloadConfig(rc); err != nil {
 		s.log.Warn("server: keeping the raft timeouts", slog.Any("err", err))
 	}
 }
 
 // restoreTimeouts sets the group's timeouts to Options.RaftHeartbeatTimeout.
 func (s *Server) restoreTimeouts() {
-	rc := s.raft.ReloadableConfig()
+	own := s.reps.own
+	rc := own.raft.ReloadableConfig()
 	rc.HeartbeatTimeout, rc.ElectionTimeout = s.opts.RaftHeartbeatTimeout, s.opts.RaftHeartbeatTimeout
-	if err := s.raft.ReloadConfig(rc); err != nil {
+	if err := own.raft.ReloadConfig(rc); err != nil {
 		s.log.Warn("server: raft timeouts not restored", slog.Any("err", err))
 	}
 }
 
 // voters returns the IDs of the group's voters, sorted.
 func (s *Server) voters() []string {
-	f := s.raft.GetConfiguration()
+	f := s.reps.own.raft.GetConfiguration()
 	if f.Error() != nil {
 		return []string{s.opts.ServerID}
 	}
@@ -259,7 +262,7 @@ func (rep *replica) raftInfo() wire.RaftInfo {
 }
 
 // regionFormatted reports whether the region record was applied.
-func (s *Server) regionFormatted() bool { return s.replica.sm.Formatted() }
+func (s *Server) regionFormatted() bool { return s.reps.own.sm.Formatted() }
 
 // awaitLeadership waits until this server leads the group, then commits a
 // barrier: everything committed is applied when it returns true. It
@@ -268,16 +271,17 @@ func (s *Server) regionFormatted() bool { return s.replica.sm.Formatted() }
 // for a group with followers, after startLeaderWait without leading it:
 // its leader, maybe a server still starting, takes it over.
 func (s *Server) awaitLeadership(ctx context.Context) (bool, error) {
+	own := s.reps.own
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	var looked time.Time
 	start := time.Now()
-	for s.raft.State() != raft.Leader {
+	for own.raft.State() != raft.Leader {
 		if time.Since(looked) >= 250*time.Millisecond {
 			looked = time.Now()
-			if e, err := s.opts.Store.Region(ctx, s.regionID); err == nil && e.Host != s.opts.ServerID {
+			if e, err := s.opts.Store.Region(ctx, own.regionID); err == nil && e.Host != s.opts.ServerID {
 				s.log.Info("server: the region is hosted by another server now; this server holds a replica of it",
-					slog.Uint64("region", uint64(s.regionID)), slog.String("host", e.Host), slog.Uint64("epoch", e.Epoch))
+					slog.Uint64("region", uint64(own.regionID)), slog.String("host", e.Host), slog.Uint64("epoch", e.Epoch))
 				return false, nil
 			}
 		}
@@ -289,17 +293,17 @@ func (s *Server) awaitLeadership(ctx context.Context) (bool, error) {
 			// Start without serving the region; whoever leads its group
 			// takes it over.
 			s.log.Warn("server: its region's group elected no leader here; starting without serving it (its leader takes it over)",
-				slog.Uint64("region", uint64(s.regionID)), slog.String("leader", string(s.raft.Leader())), slog.Duration("waited", time.Since(start)))
+				slog.Uint64("region", uint64(own.regionID)), slog.String("leader", string(own.raft.Leader())), slog.Duration("waited", time.Since(start)))
 			return false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return false, fmt.Errorf("server: region %d's raft group elected no leader: %w", s.regionID, ctx.Err())
+			return false, fmt.Errorf("server: region %d's raft group elected no leader: %w", own.regionID, ctx.Err())
 		case <-t.C:
 		}
 	}
-	if err := s.raft.Barrier(s.opts.ProposalTimeout).Error(); err != nil {
-		return false, fmt.Errorf("server: region %d's barrier: %w", s.regionID, err)
+	if err := own.raft.Barrier(s.opts.ProposalTimeout).Error(); err != nil {
+		return false, fmt.Errorf("server: region %d's barrier: %w", own.regionID, err)
 	}
 	return true, nil
 }
@@ -320,9 +324,10 @@ func (s *Server) startLeaderWait() time.Duration {
 // restart reopens the log and finds exactly what was acknowledged. The
 // log calls it once, on a goroutine of its own.
 func (s *Server) logFailed(err error) {
+	own := s.reps.own
 	s.log.Error("server: the log failed a write or sync; stopping (restart the server: it recovers everything acknowledged)", slog.Any("err", err))
-	if r := s.raftGroup(); r != nil {
-		s.props.stop(s.opts.ProposalTimeout)
+	if r := own.raftGroup(); r != nil {
+		own.props.stop(s.opts.ProposalTimeout)
 		_ = r.Shutdown().Error()
 	}
 	s.failed(fmt.Errorf("server: %w", err))
@@ -331,11 +336,12 @@ func (s *Server) logFailed(err error) {
 // stopGroup stops the region's group (stopRaft) once no proposal is in
 // flight.
 func (s *Server) stopGroup() error {
-	if s.raft == nil {
+	own := s.reps.own
+	if own.raft == nil {
 		return nil
 	}
-	s.props.stop(s.opts.ProposalTimeout)
-	return s.replica.stopRaft()
+	own.props.stop(s.opts.ProposalTimeout)
+	return own.stopRaft()
 }
 
 // stopRaft snapshots the region when the log grew since the last snapshot

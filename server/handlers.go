@@ -64,7 +64,7 @@ type span struct{ off, klen, vlen int }
 const keepBuffer = 256 << 10
 
 func newWorker(s *Server) *worker {
-	return &worker{s: s, hdr: atomicmem.Alloc(s.replica.sm.NodeSize())}
+	return &worker{s: s, hdr: atomicmem.Alloc(s.reps.own.sm.NodeSize())}
 }
 
 // resetLarge drops buffers a large request grew.
@@ -123,8 +123,8 @@ func (w *worker) checkKey(key []byte) error {
 	switch {
 	case len(key) == 0:
 		return wire.ErrEmptyKey
-	case len(key) > w.s.replica.sm.MaxKey():
-		return wireErrorf(wire.StatusKeyTooLarge, "key of %d bytes, limit %d", len(key), w.s.replica.sm.MaxKey())
+	case len(key) > w.s.reps.own.sm.MaxKey():
+		return wireErrorf(wire.StatusKeyTooLarge, "key of %d bytes, limit %d", len(key), w.s.reps.own.sm.MaxKey())
 	}
 	return nil
 }
@@ -138,7 +138,7 @@ func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*rsm.Meganode,
 			return nil, wireErrorf(wire.StatusUnavailable, msgNoRoot)
 		}
 	}
-	rep := s.servedReplica(p.Region())
+	rep := s.reps.servedReplica(p.Region())
 	if rep == nil {
 		return nil, s.redirect(p.Region(), what)
 	}
@@ -158,7 +158,7 @@ func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*rsm.Meganode,
 // elsewhere is the error for a request that must continue at next, a
 // pointer this server cannot follow.
 func (w *worker) elsewhere(next blink.Ptr, what string) error {
-	if w.s.servedReplica(next.Region()) == nil {
+	if w.s.reps.servedReplica(next.Region()) == nil {
 		return w.s.redirect(next.Region(), fmt.Sprintf("%s continues at meganode %v", what, next))
 	}
 	return fmt.Errorf("server: pointer %v names no meganode of region %d: %w", next, next.Region(), blink.ErrCorruption)
@@ -192,7 +192,7 @@ func (w *worker) descend(lm *rsm.Meganode, key []byte) (hop, error) {
 		if next.IsNil() {
 			return hop{lm: lm, res: res}, nil
 		}
-		if nl := w.s.meganodeAt(next); nl != nil {
+		if nl := w.s.servedMeganode(next); nl != nil {
 			lm = nl
 			continue
 		}
@@ -328,7 +328,7 @@ func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (ho
 		// server (a remote split) is refused KeyOutOfRange: the client's
 		// cached leaf is stale, and it locates the key again from the
 		// root. One sent to an inner meganode is redirected.
-		if lm.Level == 0 && w.s.servedReplica(hp.next.Region()) == nil {
+		if lm.Level == 0 && w.s.reps.servedReplica(hp.next.Region()) == nil {
 			return hop{}, wireErrorf(wire.StatusKeyOutOfRange, "%s: key %q continues at meganode %v on another server", what, key, hp.next)
 		}
 		return hop{}, w.elsewhere(hp.next, what)
@@ -534,7 +534,7 @@ func (w *worker) nodeDump(body []byte) (wire.Message, error) {
 	if req.Ptr.IsNil() {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "nil pointer")
 	}
-	rep := s.servedReplica(req.Ptr.Region())
+	rep := s.reps.servedReplica(req.Ptr.Region())
 	if rep == nil {
 		return nil, s.redirect(req.Ptr.Region(), "node dump")
 	}
@@ -574,11 +574,11 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	served := s.servedList()
+	served := s.reps.servedList()
 	if req.OneRegion {
-		r := s.servedReplica(req.Region)
+		r := s.reps.servedReplica(req.Region)
 		if r == nil {
-			if f := s.anyReplica(req.Region); f != nil {
+			if f := s.reps.holding(req.Region); f != nil {
 				return s.followerMetadata(f), nil
 			}
 			return nil, s.redirect(req.Region, "metadata")
@@ -589,8 +589,8 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 	regions, megas := rep.Regions[:0], rep.Meganodes[:0]
 	*rep = wire.MetadataReply{
 		Server:       s.opts.ServerID,
-		NodeSize:     uint32(s.replica.sm.NodeSize()),
-		MeganodeSize: s.replica.sm.Region().Layout().MeganodeSize,
+		NodeSize:     uint32(s.reps.own.sm.NodeSize()),
+		MeganodeSize: s.reps.own.sm.Region().Layout().MeganodeSize,
 		Root:         blink.Ptr(s.root.Load()),
 		Hints:        s.hints(),
 	}
@@ -603,7 +603,7 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		// Each entry is at most this many bytes; stop before the frame
 		// limit (a region has at most meganode.MaxSlots meganodes, far
 		// below it with default sizes).
-		per := wire.MeganodeStatsSize(s.replica.sm.MaxKey(), s.replica.sm.MaxKey())
+		per := wire.MeganodeStatsSize(s.reps.own.sm.MaxKey(), s.reps.own.sm.MaxKey())
 		room := s.opts.MaxFrameSize - wire.HeaderSize - 4096
 		for _, lm := range servedMeganodes(served) {
 			if room -= per; room < 0 {

@@ -213,7 +213,7 @@ func wantStatus(t testing.TB, err error, st wire.Status) {
 // rootTree returns the tree of the server's root meganode.
 func rootTree(t testing.TB, s *Server) *blink.Tree {
 	t.Helper()
-	lm := s.meganodeAt(s.Root())
+	lm := s.servedMeganode(s.Root())
 	if lm == nil {
 		t.Fatalf("root %v is not a local meganode", s.Root())
 	}

@@ -45,7 +45,7 @@ func TestIsolatedHostStopsServing(t *testing.T) {
 				}
 			}
 			host := srvs[0]
-			e, err := store.Region(ctx, host.regionID)
+			e, err := store.Region(ctx, host.reps.own.regionID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -58,7 +58,7 @@ func TestIsolatedHostStopsServing(t *testing.T) {
 			}
 			net.Isolate(host.mux.Addr().String())
 			time.Sleep(host.leaseDuration() + 300*time.Millisecond)
-			if got := host.servedReplica(host.regionID); got == nil {
+			if got := host.reps.servedReplica(host.reps.own.regionID); got == nil {
 				t.Fatal("the isolated host stopped serving through the table; the test needs it to find out alone")
 			}
 			for name, probe := range probes {
@@ -150,7 +150,7 @@ func TestDivergentTailConverges(t *testing.T) {
 		o.SnapshotInterval = 100 * time.Millisecond
 	})
 	host := srvs[0]
-	id := host.regionID
+	id := host.reps.own.regionID
 	c := newClient(t, store, "server")
 	ctx := ctxT(t)
 	acked := map[string]string{}
@@ -193,7 +193,7 @@ func TestDivergentTailConverges(t *testing.T) {
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
-	tail, commit := host.raft.LastIndex(), host.raft.CommitIndex()
+	tail, commit := host.reps.own.raft.LastIndex(), host.reps.own.raft.CommitIndex()
 	if tail <= commit {
 		t.Fatalf("the isolated host has no uncommitted tail (last %d, commit %d)", tail, commit)
 	}
@@ -207,7 +207,7 @@ func TestDivergentTailConverges(t *testing.T) {
 	wg.Wait()
 	var leader *replica
 	for _, s := range srvs[1:] {
-		if rep := s.servedReplica(id); rep != nil {
+		if rep := s.reps.servedReplica(id); rep != nil {
 			leader = rep
 		}
 	}

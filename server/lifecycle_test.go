@@ -43,7 +43,7 @@ func TestRegionTableEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Host != "test-1" || r.Epoch != 1 || r.Kind != regiontable.KindData || r.Size != 32<<20 || r.Path == "" || r.Path != s.replica.sm.Region().Path() {
+	if r.Host != "test-1" || r.Epoch != 1 || r.Kind != regiontable.KindData || r.Size != 32<<20 || r.Path == "" || r.Path != s.reps.own.sm.Region().Path() {
 		t.Fatalf("region %+v", r)
 	}
 	for _, p := range []string{rdma.ProviderTCP, rdma.ProviderSHM} {
@@ -164,7 +164,7 @@ func TestRestartReplaysTheLog(t *testing.T) {
 		put(t, c, k, v)
 		want[k] = v
 	}
-	if err := s1.raft.Snapshot().Error(); err != nil {
+	if err := s1.reps.own.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 300 {
@@ -238,7 +238,7 @@ func TestRestartRestoresWithOneRegionFile(t *testing.T) {
 	for i := range 200 {
 		put(t, c, fmt.Sprintf("k%04d", i), fmt.Sprintf("v%d", i))
 	}
-	if err := s1.raft.Snapshot().Error(); err != nil {
+	if err := s1.reps.own.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	for i := 200; i < 300; i++ {
@@ -276,7 +276,7 @@ func TestRestartRestoresWithOneRegionFile(t *testing.T) {
 		}
 	}
 	var inRegion, applied uint64
-	s2.replica.sm.Exclusive(func(r *meganode.Region, a uint64) { inRegion, applied = r.Applied(), a })
+	s2.reps.own.sm.Exclusive(func(r *meganode.Region, a uint64) { inRegion, applied = r.Applied(), a })
 	if inRegion != applied || applied == 0 {
 		t.Fatalf("after restart the region records applied index %d, the replica %d", inRegion, applied)
 	}
@@ -289,7 +289,7 @@ func TestFailedRestoreKeepsTheReplicaWhole(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
 	s := startServer(t, testOptions(t, store))
-	rep := s.replica
+	rep := s.reps.own
 	put(t, dial(t, s), "a", "1")
 	state, _ := snapshotOf(t, rep)
 	bad := func(rep *replica) error {
@@ -646,7 +646,7 @@ func TestRootInUnpublishedRegionIsWaitedFor(t *testing.T) {
 func newPristineReplica(t *testing.T, s *Server) *replica {
 	t.Helper()
 	rep := newReplica(s)
-	if err := rep.openMachine(s.regionID + 1000); err != nil {
+	if err := rep.openMachine(s.reps.own.regionID + 1000); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rep.sm.Close() })
@@ -660,7 +660,7 @@ func TestRestoreRefusesAnImageAtAnotherIndex(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
 	s := startServer(t, testOptions(t, store))
-	rep := s.replica
+	rep := s.reps.own
 	put(t, dial(t, s), "a", "1")
 	state, img := snapshotOf(t, rep)
 	st, err := rsm.ReadState(bytes.NewReader(state))

@@ -27,7 +27,7 @@ type megaTree struct {
 func buildMegaTree(t *testing.T, s *Server) *megaTree {
 	t.Helper()
 	mk := func(level int, b blink.Bounds) *rsm.Meganode {
-		m, err := s.replica.sm.AddMeganode(level, b)
+		m, err := s.reps.own.sm.AddMeganode(level, b)
 		if err != nil {
 			t.Fatal(err)
 		}

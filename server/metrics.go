@@ -321,7 +321,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descWorkers, float64(s.opts.Cores))
 	counter(descBusy, time.Duration(s.busyNanos.Load()).Seconds())
 	gauge(descUtil, math.Float64frombits(s.utilization.Load()))
-	counter(descApplied, float64(s.replica.sm.Applied()))
+	counter(descApplied, float64(s.reps.own.sm.Applied()))
 
 	rs := s.responder.Stats()
 	counter(descOneSided, float64(rs.Reads), "tcp")
@@ -342,7 +342,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	var torn, invalid, oor, crc, restarts uint64
-	for lm := range s.replica.sm.Meganodes() {
+	for lm := range s.reps.own.sm.Meganodes() {
 		st := &lm.T.Stats
 		torn += st.Torn.Load()
 		invalid += st.Invalid.Load()
@@ -388,17 +388,17 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 	// The region and its group, read without the apply lock (a restore
 	// replaces the region under it: Region loads the one of the moment).
-	if s.replica.sm == nil {
+	if s.reps.own.sm == nil {
 		return // not made yet
 	}
-	region := s.replica.sm.Region()
+	region := s.reps.own.sm.Region()
 	rid := formatUint(uint64(region.ID()))
 	gauge(descRegion, float64(region.Layout().Size), rid, region.Backing().String())
 	es := region.Extents().Stats()
 	gauge(descExtents, float64(es.InUse), rid, "in_use")
 	gauge(descExtents, float64(es.Capacity), rid, "capacity")
-	gauge(descEpoch, float64(s.shown.epoch.Load()), rid)
-	if r := s.raftGroup(); r != nil {
+	gauge(descEpoch, float64(s.reps.own.shown.epoch.Load()), rid)
+	if r := s.reps.own.raftGroup(); r != nil {
 		st := r.State()
 		for _, name := range []string{"follower", "candidate", "leader", "shutdown"} {
 			v := 0.0
@@ -498,8 +498,8 @@ func (s *Server) notReady() string {
 	case stateClosed:
 		return "stopping"
 	}
-	for _, rep := range append([]*replica{s.replica}, s.followerList()...) {
-		if r := rep.raftGroup(); r != nil && r.State() == raft.Leader && s.servedReplica(rep.regionID) != rep {
+	for _, rep := range append([]*replica{s.reps.own}, s.reps.followerList()...) {
+		if r := rep.raftGroup(); r != nil && r.State() == raft.Leader && s.reps.servedReplica(rep.regionID) != rep {
 			return fmt.Sprintf("region %d: this server leads its raft group and does not serve it yet", rep.regionID)
 		}
 	}

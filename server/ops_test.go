@@ -28,7 +28,7 @@ func TestPing(t *testing.T) {
 func TestPutGetDelete(t *testing.T) {
 	s, _ := newTestServer(t)
 	c := dial(t, s)
-	applied := s.replica.sm.Applied()
+	applied := s.reps.own.sm.Applied()
 	if _, ok := get(t, c, "k1"); ok {
 		t.Fatal("k1 found in an empty store")
 	}
@@ -66,7 +66,7 @@ func TestPutGetDelete(t *testing.T) {
 	if err := rootTree(t, s).CheckErr(); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.replica.sm.Applied() - applied; n != 5 {
+	if n := s.reps.own.sm.Applied() - applied; n != 5 {
 		t.Fatalf("%d records applied, want 5 (3 puts, 1 delete that found its key, 1 that did not)", n)
 	}
 }

@@ -72,7 +72,7 @@ func (s *Server) resumeSplitLocked(p rsm.SplitProgress) error {
 // resumeDriver rebuilds the driver of split p from what its applied
 // records did.
 func (s *Server) resumeDriver(p rsm.SplitProgress) (*splitDriver, error) {
-	x := s.meganodeAt(p.X)
+	x := s.servedMeganode(p.X)
 	if x == nil || x.Ptr() != p.X {
 		return nil, fmt.Errorf("server: split of %v, not a meganode here: %w", p.X, blink.ErrCorruption)
 	}

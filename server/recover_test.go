@@ -41,7 +41,7 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 			opts.SplitFreeBatch = 3
 			s := startServer(t, opts)
 			c := dial(t, s)
-			x := s.meganodeAt(s.Root())
+			x := s.servedMeganode(s.Root())
 			var keys []string
 			for i := 0; x.T.Fill() < 0.55; i++ {
 				k := fmt.Sprintf("key%06d", i*7919%100003)
@@ -103,8 +103,8 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 			if err := s2.Check(); err != nil {
 				t.Fatalf("after the restart at %s: %v", step, err)
 			}
-			splits, _ := s2.replica.sm.Progress()
-			if frozen := s2.replica.sm.Frozen(); len(splits) != 0 || !frozen.IsNil() {
+			splits, _ := s2.reps.own.sm.Progress()
+			if frozen := s2.reps.own.sm.Frozen(); len(splits) != 0 || !frozen.IsNil() {
 				t.Fatalf("after the restart at %s: %d splits in progress, frozen meganode %v", step, len(splits), frozen)
 			}
 			c2 := dial(t, s2)
@@ -119,7 +119,7 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 			if step != FailpointSplitChose && step != FailpointSplitFroze && step != FailpointSplitCopied {
 				want = 3
 			}
-			if n := len(s2.replica.sm.Region().Meganodes()); n != want {
+			if n := len(s2.reps.own.sm.Region().Meganodes()); n != want {
 				t.Fatalf("after the restart at %s: %d meganodes, want %d", step, n, want)
 			}
 			t.Logf("crash at %s: restarted with %d meganodes, %d keys served", step, want, len(keys))
@@ -175,7 +175,7 @@ func TestSplitLeftInProgressIsSettled(t *testing.T) {
 	opts.SplitFill = 1 // no split unless the test asks
 	s := startServer(t, opts)
 	c := dial(t, s)
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	var keys []string
 	for i := 0; x.T.Fill() < 0.55; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
@@ -197,20 +197,20 @@ func TestSplitLeftInProgressIsSettled(t *testing.T) {
 	if !s.runSplit(x) {
 		t.Fatal("the split of a meganode with a split left in progress failed")
 	}
-	splits, _ := s.replica.sm.Progress()
-	if frozen := s.replica.sm.Frozen(); len(splits) != 0 || !frozen.IsNil() {
+	splits, _ := s.reps.own.sm.Progress()
+	if frozen := s.reps.own.sm.Frozen(); len(splits) != 0 || !frozen.IsNil() {
 		t.Fatalf("%d splits in progress, frozen meganode %v", len(splits), frozen)
 	}
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(s.replica.sm.Region().Meganodes()); n != 1 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 1 {
 		t.Fatalf("%d meganodes after the interrupted split was undone, want 1", n)
 	}
 	if !s.runSplit(x) {
 		t.Fatal("the split after it failed")
 	}
-	if n := len(s.replica.sm.Region().Meganodes()); n != 3 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 3 {
 		t.Fatalf("%d meganodes after the split, want 3", n)
 	}
 	if err := s.Check(); err != nil {

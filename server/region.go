@@ -54,12 +54,12 @@ func (s *Server) openRegion(ctx context.Context) error {
 	if len(held) > 0 {
 		s.log.Warn("server: region files named after this data directory are held by another process", slog.Any("paths", held))
 	}
-	if err := s.replica.openMachine(id); err != nil {
+	if err := s.reps.own.openMachine(id); err != nil {
 		return err
 	}
-	r := s.replica.sm.Region()
+	r := s.reps.own.sm.Region()
 	if err := d.writeJSON(stateFile, dataState{ServerID: s.opts.ServerID, Region: id, Path: r.Path()}); err != nil {
-		return errors.Join(err, s.replica.sm.Close())
+		return errors.Join(err, s.reps.own.sm.Close())
 	}
 	s.log.Info("server: region file made; its raft group restores its contents", slog.Uint64("region", uint64(id)), slog.String("path", r.Path()),
 		slog.String("backing", r.Backing().String()), slog.Bool("restart", haveState))
@@ -157,7 +157,7 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 			s.root.Store(uint64(root))
 			return nil
 		}
-		res, err := s.replica.proposeRoot(rsm.RootFormat, 0)
+		res, err := s.reps.own.proposeRoot(rsm.RootFormat, 0)
 		if err != nil {
 			return fmt.Errorf("server: format the root meganode: %w", err)
 		}
@@ -165,10 +165,10 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 		cur, err := s.opts.Store.SetRoot(ctx, root, np)
 		if err == nil {
 			s.log.Info("server: formatted the root meganode", slog.String("root", np.String()), slog.String("old_root", root.String()), slog.String("why", why))
-			return s.publishRoot(s.replica, np)
+			return s.publishRoot(s.reps.own, np)
 		}
 		// Lost the race (or etcd failed): take the meganode back.
-		if _, ferr := s.replica.proposeRoot(rsm.RootDrop, np); ferr != nil {
+		if _, ferr := s.reps.own.proposeRoot(rsm.RootDrop, np); ferr != nil {
 			return fmt.Errorf("server: free the unused root meganode: %w", ferr)
 		}
 		if !errors.Is(err, regiontable.ErrConflict) {
@@ -212,8 +212,8 @@ func (s *Server) rootNeedsRemaking(ctx context.Context, root blink.Ptr) (bool, s
 	if root.IsNil() {
 		return true, "the cluster had no root", nil
 	}
-	if root.Region() == s.regionID {
-		if lm := s.replica.sm.MeganodeAt(root); lm != nil && lm.Ptr() == root {
+	if root.Region() == s.reps.own.regionID {
+		if lm := s.reps.own.sm.MeganodeAt(root); lm != nil && lm.Ptr() == root {
 			return false, "", nil
 		}
 		return true, "the root pointed into our region, which holds no meganode there (its contents were discarded)", nil

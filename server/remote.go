@@ -152,7 +152,7 @@ func (s *Server) placeSplit(x *rsm.Meganode) *regiontable.Member {
 	if mode == PlaceLocal {
 		return nil
 	}
-	r := s.anyReplica(x.Ptr().Region()).sm.Region()
+	r := s.reps.holding(x.Ptr().Region()).sm.Region()
 	ours := len(r.Meganodes())
 	full := uint64(ours) >= r.Layout().Slots
 	if mode == PlaceAuto && ours >= s.opts.SplitRemoteBelow && !full {
@@ -423,7 +423,7 @@ func (w *worker) splitBegin(body []byte) (wire.Message, error) {
 	if int(req.Level) > maxHops {
 		return nil, wireErrorf(wire.StatusBadRequest, "meganode level %d", req.Level)
 	}
-	if rr := s.servedReplica(req.Right.Region()); rr != nil && rr.sm.MeganodeAt(req.Right) == nil {
+	if rr := s.reps.servedReplica(req.Right.Region()); rr != nil && rr.sm.MeganodeAt(req.Right) == nil {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "right link %v is no node of region %d", req.Right, rr.regionID)
 	}
 	b := rsm.TargetBody{Phase: rsm.TargetBegin, MaxInf: req.Range.MaxInf, Level: req.Level, Right: req.Right, Source: req.Source, Payload: req.Range.Max}
@@ -450,7 +450,7 @@ func (w *worker) splitAppend(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	tr := s.servedReplica(req.Meganode.Region())
+	tr := s.reps.servedReplica(req.Meganode.Region())
 	if tr == nil {
 		return nil, s.redirect(req.Meganode.Region(), "split append")
 	}
@@ -481,7 +481,7 @@ func (w *worker) splitEnd(body []byte) error {
 		return err
 	}
 	s := w.s
-	tr := s.servedReplica(req.Meganode.Region())
+	tr := s.reps.servedReplica(req.Meganode.Region())
 	if tr == nil {
 		return s.redirect(req.Meganode.Region(), "split end")
 	}
@@ -493,7 +493,7 @@ func (w *worker) splitEnd(body []byte) error {
 	err = badRequest(err)
 	if err == nil && req.Commit {
 		s.splitEvent() // writes parked at the frozen target go on
-		if y := s.meganodeAt(req.Meganode); y != nil {
+		if y := s.servedMeganode(req.Meganode); y != nil {
 			s.maybeRequestSplit(y)
 		}
 	}
@@ -518,18 +518,18 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	if s.servedReplica(req.Child.Region()) == nil {
+	if s.reps.servedReplica(req.Child.Region()) == nil {
 		if _, ok := s.table.Load().regions[req.Child.Region()]; !ok {
 			return nil, wireErrorf(wire.StatusBadRequest, "child %v is in no region of the table", req.Child)
 		}
-	} else if c := s.meganodeAt(req.Child); c == nil || c.Ptr() != req.Child || c.Level != int(req.Level)-1 {
+	} else if c := s.servedMeganode(req.Child); c == nil || c.Ptr() != req.Child || c.Level != int(req.Level)-1 {
 		return nil, wireErrorf(wire.StatusBadRequest, "child %v is not a level %d meganode here", req.Child, req.Level-1)
 	}
 	start := req.Start
 	if start.IsNil() {
 		start = blink.Ptr(s.root.Load())
 	}
-	if s.servedReplica(start.Region()) == nil {
+	if s.reps.servedReplica(start.Region()) == nil {
 		return &wire.InsertChildReply{Next: start}, nil
 	}
 	p, next, err := s.parentOf(start, req.Key, int(req.Level))
@@ -567,10 +567,10 @@ func (w *worker) meganodeInfo(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	if s.servedReplica(req.Ptr.Region()) == nil {
+	if s.reps.servedReplica(req.Ptr.Region()) == nil {
 		return nil, s.redirect(req.Ptr.Region(), "meganode")
 	}
-	lm := s.meganodeAt(req.Ptr)
+	lm := s.servedMeganode(req.Ptr)
 	if lm == nil {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", req.Ptr, req.Ptr.Region())
 	}
@@ -579,7 +579,7 @@ func (w *worker) meganodeInfo(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	rep.Right = lm.T.Right()
-	if p, ok := s.anyReplica(lm.Ptr().Region()).sm.SplitOf(lm.Ptr()); ok {
+	if p, ok := s.reps.holding(lm.Ptr().Region()).sm.SplitOf(lm.Ptr()); ok {
 		rep.SplitNew = p.Y
 	}
 	return rep, nil
@@ -649,7 +649,7 @@ func (s *Server) sweepTargets(rep *replica) {
 // splitGivenUp reports whether source, a meganode that began a remote
 // split into yp, no longer splits into it per its region's applied log.
 func (s *Server) splitGivenUp(source, yp blink.Ptr) (bool, error) {
-	if rep := s.servedReplica(source.Region()); rep != nil && rep.sm.MeganodeAt(source) != nil {
+	if rep := s.reps.servedReplica(source.Region()); rep != nil && rep.sm.MeganodeAt(source) != nil {
 		p, ok := rep.sm.SplitOf(source)
 		return !ok || p.Y != yp, nil
 	}

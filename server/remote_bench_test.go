@@ -32,12 +32,12 @@ func BenchmarkSplitPlacement(b *testing.B) {
 					o.Logger = discardLogger()
 				})
 				s := srvs[0]
-				x := s.meganodeAt(s.Root())
+				x := s.servedMeganode(s.Root())
 				val := []byte("value-0123456789")
 				n := 0
 				for ; x.T.Fill() < 0.75; n++ {
 					key := fmt.Appendf(nil, "key-%012d", uint64(n)*2654435761%(1<<40))
-					if _, err := s.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindPut, Meganode: x.Ptr(), Key: key, Value: val})); err != nil {
+					if _, err := s.reps.own.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindPut, Meganode: x.Ptr(), Key: key, Value: val})); err != nil {
 						b.Fatalf("fill at %d keys: %v", n, err)
 					}
 				}

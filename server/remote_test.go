@@ -91,9 +91,9 @@ func TestRemoteSplit(t *testing.T) {
 		t.Fatalf("%d remote splits", remote)
 	}
 	for _, s := range srvs {
-		t.Logf("%s: %d meganodes", s.opts.ServerID, len(s.replica.sm.Region().Meganodes()))
-		if len(s.replica.sm.Region().Meganodes()) < 2 {
-			t.Errorf("%s holds %d meganodes", s.opts.ServerID, len(s.replica.sm.Region().Meganodes()))
+		t.Logf("%s: %d meganodes", s.opts.ServerID, len(s.reps.own.sm.Region().Meganodes()))
+		if len(s.reps.own.sm.Region().Meganodes()) < 2 {
+			t.Errorf("%s holds %d meganodes", s.opts.ServerID, len(s.reps.own.sm.Region().Meganodes()))
 		}
 	}
 	slices.Sort(keys)
@@ -171,7 +171,7 @@ func TestSplitOpsBadInput(t *testing.T) {
 			t.Errorf("%s: %v (status %v), want %v", tc.name, err, got, tc.want)
 		}
 	}
-	if n := len(s.replica.sm.Region().Meganodes()); n != 1 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 1 {
 		t.Fatalf("%d meganodes after refused split ops", n)
 	}
 	if err := s.Check(); err != nil {
@@ -200,7 +200,7 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 		o.OrphanTargetAge = time.Millisecond
 	})
 	s := srvs[0]
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	c := dial(t, s)
 	var keys []string
 	for i := 0; x.T.Fill() < 0.6; i++ {
@@ -247,7 +247,7 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 			awaitPut(t, blocked, blockedKey)
 			keys = append(keys, blockedKey)
 			found := false
-			for lm := range srvs[1].replica.sm.Meganodes() {
+			for lm := range srvs[1].reps.own.sm.Meganodes() {
 				if lm.Level == 0 {
 					if v, err := lm.T.Get([]byte(blockedKey), nil); err == nil && string(v) == "v"+blockedKey {
 						found = true
@@ -282,7 +282,7 @@ func separatorPending(t *testing.T) (s *Server, c *wire.Conn, x *rsm.Meganode, k
 		o.SplitFill = 1
 	})
 	c = dial(t, s)
-	x = s.meganodeAt(s.Root())
+	x = s.servedMeganode(s.Root())
 	for i := 0; x.T.Fill() < 0.6; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
@@ -315,7 +315,7 @@ func pendingSeparators(s *Server) int {
 // splitsInProgress is the number of splits x's region's applied state
 // shows in progress.
 func splitsInProgress(s *Server, x *rsm.Meganode) int {
-	splits, _ := s.anyReplica(x.Ptr().Region()).sm.Progress()
+	splits, _ := s.reps.holding(x.Ptr().Region()).sm.Progress()
 	return len(splits)
 }
 
@@ -378,7 +378,7 @@ func TestPendingSeparatorResumedOnce(t *testing.T) {
 	if n, m := pendingSeparators(s), splitsInProgress(s, x); n != 1 || m != 1 {
 		t.Fatalf("%d separators pending and %d splits in progress, want 1 and 1", n, m)
 	}
-	s.resumeSplits(s.anyReplica(x.Ptr().Region())) // the separator still fails: queued again, once
+	s.resumeSplits(s.reps.holding(x.Ptr().Region())) // the separator still fails: queued again, once
 	if n := pendingSeparators(s); n != 1 {
 		t.Fatalf("%d separators pending after the split was resumed, want 1", n)
 	}
@@ -417,7 +417,7 @@ func TestSplitOpsRetried(t *testing.T) {
 	if y2 := begin("m"); y2 != y1 {
 		t.Fatalf("a retried begin made %v, the first made %v", y2, y1)
 	}
-	if n := len(s.replica.sm.Region().Meganodes()); n != 2 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 2 {
 		t.Fatalf("%d meganodes after a begin asked twice, want 2", n)
 	}
 	for i := range 2 {
@@ -444,10 +444,10 @@ func TestSplitOpsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	y5 := begin("q")
-	if n := len(s.replica.sm.Region().Meganodes()); n != 3 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 3 {
 		t.Fatalf("begin of a split started over: %d meganodes, want the root, the committed target and the new one", n)
 	}
-	if lm := s.meganodeAt(y5); lm == nil {
+	if lm := s.servedMeganode(y5); lm == nil {
 		t.Fatalf("the new target %v is no meganode", y5)
 	} else if it := lm.T.NewIter(nil); it.First() {
 		t.Fatalf("the new target %v holds %q: the old one's entries", y5, it.Key())
@@ -457,7 +457,7 @@ func TestSplitOpsRetried(t *testing.T) {
 	if err := end(y5, false); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(s.replica.sm.Region().Meganodes()); n != 2 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 2 {
 		t.Fatalf("%d meganodes at the end, want the root and the committed target", n)
 	}
 	put(t, c, "b", "vb")
@@ -478,14 +478,14 @@ func TestOrphanTargetDropped(t *testing.T) {
 	if _, err := call(t, c, wire.OpSplitBegin, &wire.SplitBeginRequest{Source: a.Root(), Range: wire.KeyRange{Min: []byte("m"), MaxInf: true}}, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if b.meganodeAt(rep.Meganode) == nil {
+	if b.servedMeganode(rep.Meganode) == nil {
 		t.Fatalf("no target %v", rep.Meganode)
 	}
-	waitFor(t, func() bool { return b.meganodeAt(rep.Meganode) == nil }, "the orphan target to be dropped")
+	waitFor(t, func() bool { return b.servedMeganode(rep.Meganode) == nil }, "the orphan target to be dropped")
 	if n := metricValue(gather(t, b), "cell_server_meganode_splits_total", map[string]string{"result": "orphan_dropped"}); n != 1 {
 		t.Errorf("%v orphans counted", n)
 	}
-	left := len(b.replica.sm.Targets())
+	left := len(b.reps.own.sm.Targets())
 	if left != 0 {
 		t.Errorf("%d targets left", left)
 	}

@@ -861,7 +861,7 @@ func (s *Server) dropStaleFollower(e regiontable.Region) {
 	if e.Host == s.opts.ServerID || holdsReplica(e, s.opts.ServerID) || len(e.Replicas) == 0 {
 		return
 	}
-	f := &s.follow
+	f := &s.reps.follow
 	f.mu.Lock()
 	rep := f.m[e.ID]
 	if rep == nil || f.closed {
@@ -895,7 +895,7 @@ func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
 			if err := req.Decode(f.Body); err != nil {
 				return err
 			}
-			rep := s.servedReplica(req.Region)
+			rep := s.reps.servedReplica(req.Region)
 			if rep == nil {
 				return s.redirect(req.Region, "move replica")
 			}
@@ -905,7 +905,7 @@ func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
 			if err := req.Decode(f.Body); err != nil {
 				return err
 			}
-			rep := s.servedReplica(req.Region)
+			rep := s.reps.servedReplica(req.Region)
 			if rep == nil {
 				return s.redirect(req.Region, "transfer leader")
 			}

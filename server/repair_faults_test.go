@@ -99,7 +99,7 @@ func TestTransferTimeoutRetried(t *testing.T) {
 	keys := putRange(t, c, 0, 100)
 	slices.Sort(keys)
 
-	r, err := store.Region(ctx, srvs[0].regionID)
+	r, err := store.Region(ctx, srvs[0].reps.own.regionID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestReturnedServersNewRegionTakenOver(t *testing.T) {
 	slices.Sort(keys)
 
 	victim := followingServer(t, srvs)
-	id, old := victim.opts.ServerID, victim.regionID
+	id, old := victim.opts.ServerID, victim.reps.own.regionID
 	opts := restartOptions(victim)
 	if err := victim.Close(); err != nil {
 		t.Fatal(err)
@@ -154,10 +154,10 @@ func TestReturnedServersNewRegionTakenOver(t *testing.T) {
 	waitRegions(t, ctx, store, "replicas moved off "+id, fullyReplicatedWithout(3, id))
 
 	back := restartServer(t, opts)
-	if back.regionID == old {
+	if back.reps.own.regionID == old {
 		t.Fatalf("%s kept region %d, whose group replaced it", id, old)
 	}
-	fresh := back.regionID
+	fresh := back.reps.own.regionID
 	waitRegions(t, ctx, store, "the returned server's new region replicated", fullyReplicatedWithout(3))
 	back.crashForTest(t)
 

@@ -89,7 +89,7 @@ func TestReplayByteIdentical(t *testing.T) {
 	var want []byte
 	var recs []indexedRecord
 	var applied uint64
-	s.replica.sm.Exclusive(func(r *meganode.Region, _ uint64) {
+	s.reps.own.sm.Exclusive(func(r *meganode.Region, _ uint64) {
 		want = bytes.Clone(r.Bytes())
 		log.mu.Lock()
 		recs = slices.Clone(log.recs)
@@ -140,13 +140,13 @@ func replayOnto(t *testing.T, recs []indexedRecord) []byte {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = r.replica.sm.Close()
+		_ = r.reps.own.sm.Close()
 		_ = r.dir.close()
 	})
 	for _, ir := range recs {
-		_, _ = r.replica.sm.Apply(ir.index, ir.rec) // errors are outcomes too, the same ones
+		_, _ = r.reps.own.sm.Apply(ir.index, ir.rec) // errors are outcomes too, the same ones
 	}
-	return bytes.Clone(r.replica.sm.Region().Bytes())
+	return bytes.Clone(r.reps.own.sm.Region().Bytes())
 }
 
 func firstDiff(a, b []byte) int {

@@ -20,7 +20,7 @@ import (
 // it while it serves it (serve.go, lease.go) or tends its group
 // (repair.go). Everything sm holds is rebuilt from the snapshot and log.
 //
-// A server holds its own region's replica (Server.replica) and followers
+// A server holds its own region's replica (Server.reps.own) and followers
 // of others' (follower.go). A replica reaches the server only through
 // srv, for its options, logger, metrics and data directory.
 type replica struct {

@@ -38,8 +38,8 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 			upper = req.End
 		}
 	}
-	if len(lower) > s.replica.sm.MaxKey() || len(upper) > s.replica.sm.MaxKey() {
-		return nil, wireErrorf(wire.StatusKeyTooLarge, "range bound of %d bytes, limit %d", max(len(lower), len(upper)), s.replica.sm.MaxKey())
+	if len(lower) > s.reps.own.sm.MaxKey() || len(upper) > s.reps.own.sm.MaxKey() {
+		return nil, wireErrorf(wire.StatusKeyTooLarge, "range bound of %d bytes, limit %d", max(len(lower), len(upper)), s.reps.own.sm.MaxKey())
 	}
 	limit, capped := int(req.Limit), false
 	if limit == 0 || limit > s.opts.MaxRangePairs {
@@ -81,7 +81,7 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 // limit less the header and the reply's other fields (count, flags, a
 // resume key of at most maxKey bytes, next pointer).
 func (s *Server) rangeBudget() int {
-	return s.opts.MaxFrameSize - wire.HeaderSize - (4 + 1 + 4 + s.replica.sm.MaxKey() + 8) - 64
+	return s.opts.MaxFrameSize - wire.HeaderSize - (4 + 1 + 4 + s.reps.own.sm.MaxKey() + 8) - 64
 }
 
 // scanner is one range request in progress.
@@ -158,7 +158,7 @@ func (sc *scanner) value(it *blink.Iter) (v []byte, ok bool, err error) {
 
 // rootMeganode returns the root meganode if it is on this server.
 func (w *worker) rootMeganode() *rsm.Meganode {
-	return w.s.meganodeAt(blink.Ptr(w.s.root.Load()))
+	return w.s.servedMeganode(blink.Ptr(w.s.root.Load()))
 }
 
 func (sc *scanner) forward(lm *rsm.Meganode, cur, upper []byte) error {
@@ -200,7 +200,7 @@ func (sc *scanner) forward(lm *rsm.Meganode, cur, upper []byte) error {
 		w.maxMin = append(w.maxMin[:0], edge...)
 		cur = w.maxMin
 		if b := it.Boundary(); !b.IsNil() {
-			if lm = w.s.meganodeAt(b); lm == nil {
+			if lm = w.s.servedMeganode(b); lm == nil {
 				return sc.more(cur, b)
 			}
 			continue
@@ -254,7 +254,7 @@ func (sc *scanner) backward(lm *rsm.Meganode, lower, upper []byte) error {
 				w.maxMin = append(w.maxMin[:0], edge...)
 				upper = w.maxMin
 			}
-			if lm = w.s.meganodeAt(b); lm == nil {
+			if lm = w.s.servedMeganode(b); lm == nil {
 				if len(w.spans) > 0 {
 					return sc.more(sc.lastKey(), b)
 				}
@@ -320,7 +320,7 @@ func (w *worker) edgeLeaf(lm *rsm.Meganode, key []byte, backward, first bool) (*
 			} else if b := it.Boundary(); !b.IsNil() {
 				// The position lies right of this meganode's current
 				// range (a split moved it): go on at the same level.
-				if nl := w.s.meganodeAt(b); nl != nil {
+				if nl := w.s.servedMeganode(b); nl != nil {
 					lm = nl
 					continue
 				}
@@ -330,7 +330,7 @@ func (w *worker) edgeLeaf(lm *rsm.Meganode, key []byte, backward, first bool) (*
 		if child.IsNil() {
 			return nil, 0, noChild(lm, first && lm == start, "a scan")
 		}
-		if nl := w.s.meganodeAt(child); nl != nil {
+		if nl := w.s.servedMeganode(child); nl != nil {
 			lm = nl
 			continue
 		}

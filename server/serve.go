@@ -24,37 +24,10 @@ import (
 // redirected (table.go). A served replica is registered for one-sided
 // reads and published in the region table with a new epoch (serve).
 
-// servedSet is the served replicas, sorted by region ID. It is immutable
-// once published: the read path loads it without a lock.
-type servedSet struct {
-	reps []*replica
-}
-
-// servedReplica returns the served replica of region id, nil when this
-// server does not serve it.
-func (s *Server) servedReplica(id uint32) *replica {
-	if set := s.served.Load(); set != nil {
-		for _, rep := range set.reps {
-			if rep.regionID == id {
-				return rep
-			}
-		}
-	}
-	return nil
-}
-
-// servedList returns the served replicas, by region ID.
-func (s *Server) servedList() []*replica {
-	if set := s.served.Load(); set != nil {
-		return set.reps
-	}
-	return nil
-}
-
-// meganodeAt returns the meganode of a served region holding the node at
+// servedMeganode returns the meganode of a served region holding the node at
 // p, or nil when there is none (another region's, or not a node).
-func (s *Server) meganodeAt(p blink.Ptr) *rsm.Meganode {
-	if rep := s.servedReplica(p.Region()); rep != nil {
+func (s *Server) servedMeganode(p blink.Ptr) *rsm.Meganode {
+	if rep := s.reps.servedReplica(p.Region()); rep != nil {
 		return rep.sm.MeganodeAt(p)
 	}
 	return nil
@@ -65,7 +38,7 @@ func (s *Server) meganodeAt(p blink.Ptr) *rsm.Meganode {
 // server no longer serves the region.
 func (s *Server) holder(lm *rsm.Meganode) (*replica, error) {
 	id := lm.Ptr().Region()
-	if rep := s.servedReplica(id); rep != nil {
+	if rep := s.reps.servedReplica(id); rep != nil {
 		return rep, nil
 	}
 	return nil, s.redirect(id, "write")
@@ -80,22 +53,6 @@ func servedMeganodes(reps []*replica) []*rsm.Meganode {
 		}
 	}
 	return out
-}
-
-// setServed publishes the served set with rep added (add) or removed.
-func (s *Server) setServed(rep *replica, add bool) {
-	s.servedMu.Lock()
-	defer s.servedMu.Unlock()
-	var reps []*replica
-	if set := s.served.Load(); set != nil {
-		reps = slices.Clone(set.reps)
-	}
-	reps = slices.DeleteFunc(reps, func(r *replica) bool { return r == rep })
-	if add {
-		reps = append(reps, rep)
-		slices.SortFunc(reps, func(a, b *replica) int { return int(a.regionID) - int(b.regionID) })
-	}
-	s.served.Store(&servedSet{reps: reps})
 }
 
 // serve makes rep served: it registers the region for one-sided reads,
@@ -114,11 +71,11 @@ func (s *Server) serve(ctx context.Context, rep *replica) error {
 		return err
 	}
 	rep.wasServed.Store(true)
-	s.setServed(rep, true)
+	s.reps.setServed(rep, true)
 	stop := make(chan struct{})
-	s.servedMu.Lock()
+	s.reps.servedMu.Lock()
 	rep.leaseStop = stop
-	s.servedMu.Unlock()
+	s.reps.servedMu.Unlock()
 	s.goBackground(func() { s.keepLease(rep, stop) })
 	return nil
 }
@@ -127,16 +84,16 @@ func (s *Server) serve(ctx context.Context, rep *replica) error {
 // now on, one-sided reads of it refused, and its lease no longer renewed.
 // It reports whether the region was served.
 func (s *Server) unserve(rep *replica) bool {
-	if s.servedReplica(rep.regionID) != rep {
+	if s.reps.servedReplica(rep.regionID) != rep {
 		return false
 	}
-	s.setServed(rep, false)
-	s.servedMu.Lock()
+	s.reps.setServed(rep, false)
+	s.reps.servedMu.Lock()
 	if rep.leaseStop != nil {
 		close(rep.leaseStop)
 		rep.leaseStop = nil
 	}
-	s.servedMu.Unlock()
+	s.reps.servedMu.Unlock()
 	rep.leaseUntil.Store(0)
 	s.deregisterReads(rep)
 	return true
@@ -294,28 +251,16 @@ func (rep *replica) checkEpoch(epoch uint64) error {
 // meganode in: the server's own region when it serves it, else the
 // served region with the fewest meganodes; nil when it serves none.
 func (s *Server) targetReplica() *replica {
-	if rep := s.servedReplica(s.regionID); rep != nil {
+	if rep := s.reps.servedReplica(s.reps.own.regionID); rep != nil {
 		return rep
 	}
 	var best *replica
-	for _, rep := range s.servedList() {
+	for _, rep := range s.reps.servedList() {
 		if best == nil || len(rep.sm.Region().Meganodes()) < len(best.sm.Region().Meganodes()) {
 			best = rep
 		}
 	}
 	return best
-}
-
-// anyReplica returns this server's replica of region id, served or not:
-// its own region's, or a follower's; nil if it holds none.
-func (s *Server) anyReplica(id uint32) *replica {
-	if rep := s.servedReplica(id); rep != nil {
-		return rep
-	}
-	if id == s.regionID {
-		return s.replica
-	}
-	return s.follower(id)
 }
 
 // readKeyList returns rep's one-sided read registrations.

@@ -36,14 +36,9 @@ type Server struct {
 	// authz: ops are authorized by the peer's role (ClientCertAuth).
 	authz bool
 
-	// The region the server holds (replica.go).
-	*replica
-	// follow is the follower replicas of other servers' regions
-	// (follower.go).
-	follow followerSet
-	// served is the replicas whose regions the server serves (serve.go).
-	served   atomic.Pointer[servedSet]
-	servedMu sync.Mutex // serialises changes to served
+	// reps is every replica the server holds: its own region's, the
+	// followers, and which it serves (registry.go).
+	reps registry
 	// retired are regions replaced while requests may read them
 	// (replica.dropRegionLocked), unmapped at shutdown.
 	retired   []*meganode.Region
@@ -156,7 +151,7 @@ func New(opts Options) (*Server, error) {
 	s.peerOpts = s.wopts
 	s.peerOpts.TLS = opts.PeerTLS
 	s.authz = opts.ClientCertAuth || opts.TLS != nil && opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert
-	s.replica = newReplica(s)
+	s.reps.own = newReplica(s)
 	s.created = time.Now()
 	s.table.Store(newTableView(regiontable.State{}))
 	s.mu.conns = make(map[*conn]struct{})
@@ -194,8 +189,8 @@ func (s *Server) Start(ctx context.Context) error {
 	defer s.mu.Unlock()
 	s.mu.state = stateRunning
 	s.log.Info("server: serving", slog.String("server", s.opts.ServerID), slog.String("rpc", s.rpcAddr),
-		slog.String("rdma", s.responder.Addr()), slog.String("metrics", s.MetricsAddr()), slog.Uint64("region", uint64(s.regionID)),
-		slog.Uint64("epoch", s.epoch), slog.String("root", blink.Ptr(s.root.Load()).String()), slog.Int("cores", s.opts.Cores))
+		slog.String("rdma", s.responder.Addr()), slog.String("metrics", s.MetricsAddr()), slog.Uint64("region", uint64(s.reps.own.regionID)),
+		slog.Uint64("epoch", s.reps.own.epoch), slog.String("root", blink.Ptr(s.root.Load()).String()), slog.Int("cores", s.opts.Cores))
 	return nil
 }
 
@@ -260,7 +255,7 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	s.openSHM()
 	if lead {
-		if err := s.serve(ctx, s.replica); err != nil {
+		if err := s.serve(ctx, s.reps.own); err != nil {
 			return err
 		}
 	}
@@ -502,10 +497,10 @@ func (s *Server) MetricsAddr() string {
 }
 
 // RegionID returns the ID of the server's region (0 before Start).
-func (s *Server) RegionID() uint32 { return s.regionID }
+func (s *Server) RegionID() uint32 { return s.reps.own.regionID }
 
 // Epoch returns the region's epoch for this run.
-func (s *Server) Epoch() uint64 { return s.epoch }
+func (s *Server) Epoch() uint64 { return s.reps.own.epoch }
 
 // Root returns the root meganode pointer as the server knows it.
 func (s *Server) Root() blink.Ptr { return blink.Ptr(s.root.Load()) }
@@ -599,8 +594,8 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 	if s.mux != nil {
 		errs = append(errs, s.mux.Close())
 	}
-	if s.replica.sm != nil {
-		errs = append(errs, s.replica.sm.Close())
+	if s.reps.own.sm != nil {
+		errs = append(errs, s.reps.own.sm.Close())
 	}
 	// After the machines: a served region a machine discards is retired.
 	errs = append(errs, s.closeRetired())

@@ -95,7 +95,7 @@ func TestSnapshotWhileWriting(t *testing.T) {
 	// machine writes less between two rounds).
 	for round := 0; round < 4 || splits() == 0 && round < 40; round++ {
 		time.Sleep(200 * time.Millisecond)
-		snap, err := (*fsm)(s.replica).Snapshot()
+		snap, err := (*fsm)(s.reps.own).Snapshot()
 		if errors.Is(err, rsm.ErrSnapshotLater) {
 			t.Logf("round %d: %v", round, err) // a split was in progress
 			continue
@@ -152,7 +152,7 @@ func TestSnapshotForLogBytes(t *testing.T) {
 		o.TestingKnobs.OnSnapshot = func(*meganode.Region) { snaps <- struct{}{} }
 	})
 	c := newClient(t, store, "server")
-	logStore := s.wal.Log(s.replica.regionID)
+	logStore := s.wal.Log(s.reps.own.regionID)
 	first := func() uint64 {
 		i, err := logStore.FirstIndex()
 		if err != nil {
@@ -193,7 +193,7 @@ func TestSnapshotForLogBytes(t *testing.T) {
 	if f := first(); last-f+1 > 8+1 {
 		t.Fatalf("log [%d, %d] after the snapshot: more than TrailingLogs (8) entries kept", f, last)
 	}
-	if b := s.replica.logBytes.Load(); b >= 256<<10 {
+	if b := s.reps.own.logBytes.Load(); b >= 256<<10 {
 		t.Fatalf("%d bytes counted after the snapshot", b)
 	}
 }

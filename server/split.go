@@ -119,7 +119,7 @@ func (s *Server) maybeRequestSplit(lm *rsm.Meganode) {
 // splitLoop runs the requested splits until the server stops. A split in
 // progress when Close begins is finished first: it only needs the region.
 func (s *Server) splitLoop() {
-	for _, rep := range s.servedList() {
+	for _, rep := range s.reps.servedList() {
 		s.resumeSplits(rep)
 	}
 	retry := time.NewTicker(250 * time.Millisecond)
@@ -159,7 +159,7 @@ func (s *Server) retrySeparators() {
 }
 
 func (s *Server) serveSplit(p blink.Ptr) {
-	lm := s.meganodeAt(p)
+	lm := s.servedMeganode(p)
 	if lm == nil || lm.Ptr() != p {
 		return
 	}
@@ -189,7 +189,7 @@ func (s *Server) runSplit(lm *rsm.Meganode) bool {
 		return false
 	}
 	s.maybeRequestSplit(lm)
-	if y := s.meganodeAt(yp); y != nil {
+	if y := s.servedMeganode(yp); y != nil {
 		s.maybeRequestSplit(y)
 	}
 	return true
@@ -203,7 +203,7 @@ func (s *Server) runSplit(lm *rsm.Meganode) bool {
 // start, takeover) never ran for it. It reports whether it found one and
 // settled it. REQUIRES: s.splitMu held.
 func (s *Server) settleLeftSplitLocked(lm *rsm.Meganode) bool {
-	rep := s.anyReplica(lm.Ptr().Region())
+	rep := s.reps.holding(lm.Ptr().Region())
 	if rep == nil {
 		return false
 	}
@@ -343,7 +343,7 @@ func (s *Server) pause(n int) error {
 // server: it returns the local meganode at level covering key, or the
 // pointer where the search goes on on another server.
 func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*rsm.Meganode, blink.Ptr, error) {
-	lm := s.meganodeAt(start)
+	lm := s.servedMeganode(start)
 	if lm == nil {
 		return nil, start, nil
 	}
@@ -366,7 +366,7 @@ func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*rsm.Meganode
 			}
 			next = res.Child
 		}
-		nl := s.meganodeAt(next)
+		nl := s.servedMeganode(next)
 		if nl == nil {
 			return nil, next, nil
 		}
@@ -381,7 +381,7 @@ func (s *Server) levelOf(p blink.Ptr) (int, error) {
 	if p.IsNil() {
 		return 0, fmt.Errorf("server: no root meganode: %w", blink.ErrRestart)
 	}
-	if lm := s.meganodeAt(p); lm != nil {
+	if lm := s.servedMeganode(p); lm != nil {
 		return lm.Level, nil
 	}
 	info, err := s.remoteMeganode(p)
@@ -406,7 +406,7 @@ func (s *Server) walkLevel(root blink.Ptr, level int) ([]rsm.LevelEntry, error) 
 			minf  bool
 			right blink.Ptr
 		)
-		if lm := s.meganodeAt(p); lm != nil {
+		if lm := s.servedMeganode(p); lm != nil {
 			h, err := lm.T.Header()
 			if err != nil {
 				return nil, err
@@ -450,7 +450,7 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 	// the old root when it is here, else the first of that level here.
 	var x *rsm.Meganode
 	for _, e := range ents {
-		if lm := s.meganodeAt(e.Ptr); lm != nil {
+		if lm := s.servedMeganode(e.Ptr); lm != nil {
 			x = lm
 			break
 		}

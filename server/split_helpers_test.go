@@ -168,19 +168,19 @@ func oneSidedGet(s *Server, key []byte) (string, bool, error) {
 // oneSidedFrom is oneSidedGet starting at meganode header start (0: the
 // root pointer at offset 0 of the region); restarts go to the root.
 func oneSidedFrom(s *Server, key []byte, start blink.Ptr) (string, bool, error) {
-	mem := s.replica.sm.Region().Bytes()
-	ns := uint64(s.replica.sm.NodeSize())
-	buf := atomicmem.Alloc(s.replica.sm.NodeSize())
+	mem := s.reps.own.sm.Region().Bytes()
+	ns := uint64(s.reps.own.sm.NodeSize())
+	buf := atomicmem.Alloc(s.reps.own.sm.NodeSize())
 	read := func(p blink.Ptr) error {
 		off := p.Offset()
-		if p.Region() != s.regionID || off%8 != 0 || off+ns > uint64(len(mem)) {
-			return fmt.Errorf("pointer %v outside region %d", p, s.regionID)
+		if p.Region() != s.reps.own.regionID || off%8 != 0 || off+ns > uint64(len(mem)) {
+			return fmt.Errorf("pointer %v outside region %d", p, s.reps.own.regionID)
 		}
 		atomicmem.Load(buf, mem[off:off+ns])
 		return nil
 	}
 	for restarts := 0; restarts < 1<<12; restarts++ {
-		hp := s.replica.sm.Region().Root()
+		hp := s.reps.own.sm.Region().Root()
 		if restarts == 0 && !start.IsNil() {
 			hp = start
 		}
@@ -340,7 +340,7 @@ func mustServeAll(t testing.TB, s *Server, c *wire.Conn, keys []string) {
 // levels returns the number of meganode levels: the root's level + 1.
 func levels(t testing.TB, s *Server) int {
 	t.Helper()
-	lm := s.meganodeAt(s.Root())
+	lm := s.servedMeganode(s.Root())
 	if lm == nil {
 		t.Fatalf("root %v is not a local meganode", s.Root())
 	}
@@ -363,7 +363,7 @@ func iterKeys(s *Server, lm *rsm.Meganode, lower []byte) ([]string, error) {
 		if err != nil || !more {
 			return out, err
 		}
-		if lm = s.meganodeAt(b); lm == nil {
+		if lm = s.servedMeganode(b); lm == nil {
 			return out, fmt.Errorf("iteration left at %q for %v, no local meganode", edge, b)
 		}
 		lower = bytes.Clone(edge)

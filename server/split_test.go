@@ -67,8 +67,8 @@ func TestSplitServerGrows(t *testing.T) {
 		t.Fatalf("%d level(s) of meganodes after %d puts", lv, n)
 	}
 	root, err := store.Root(ctxT(t))
-	if err != nil || root != s.Root() || s.replica.sm.Region().Root() != s.Root() {
-		t.Fatalf("root: table %v (%v), server %v, region offset 0 %v", root, err, s.Root(), s.replica.sm.Region().Root())
+	if err != nil || root != s.Root() || s.reps.own.sm.Region().Root() != s.Root() {
+		t.Fatalf("root: table %v (%v), server %v, region offset 0 %v", root, err, s.Root(), s.reps.own.sm.Region().Root())
 	}
 	c := dial(t, s)
 	mustServeAll(t, s, c, keys)
@@ -77,8 +77,8 @@ func TestSplitServerGrows(t *testing.T) {
 	if _, err := call(t, c, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true}, &meta); err != nil {
 		t.Fatal(err)
 	}
-	if len(meta.Meganodes) != len(s.replica.sm.Region().Meganodes()) || len(meta.Meganodes) < 3 || meta.Root != s.Root() {
-		t.Fatalf("metadata lists %d meganodes, the region holds %d; root %v", len(meta.Meganodes), len(s.replica.sm.Region().Meganodes()), meta.Root)
+	if len(meta.Meganodes) != len(s.reps.own.sm.Region().Meganodes()) || len(meta.Meganodes) < 3 || meta.Root != s.Root() {
+		t.Fatalf("metadata lists %d meganodes, the region holds %d; root %v", len(meta.Meganodes), len(s.reps.own.sm.Region().Meganodes()), meta.Root)
 	}
 	byLevel := map[uint16]int{}
 	for _, m := range meta.Meganodes {
@@ -121,14 +121,14 @@ func TestSplitDeepTree(t *testing.T) {
 	mustServeAll(t, s, c, keys)
 	var inner int
 	for _, r := range log.all() {
-		if r.kind == rsm.KindSplit && r.phase == rsm.PhaseStart && s.meganodeAt(r.mega).Level > 0 {
+		if r.kind == rsm.KindSplit && r.phase == rsm.PhaseStart && s.servedMeganode(r.mega).Level > 0 {
 			inner++
 		}
 	}
 	if inner == 0 {
 		t.Fatal("no inner meganode split")
 	}
-	t.Logf("%d keys, %d levels, %d meganodes, %d splits (%d of inner meganodes)", len(keys), levels(t, s), len(s.replica.sm.Region().Meganodes()), log.checkSplits(t), inner)
+	t.Logf("%d keys, %d levels, %d meganodes, %d splits (%d of inner meganodes)", len(keys), levels(t, s), len(s.reps.own.sm.Region().Meganodes()), log.checkSplits(t), inner)
 }
 
 // One goroutine puts (triggering splits through the server's write path)
@@ -350,7 +350,7 @@ func TestSplitFailpoints(t *testing.T) {
 	fill := func(lm *rsm.Meganode, fill float64) {
 		for lm.T.Fill() < fill {
 			k := newKey()
-			if hp, err := newWorker(s).descend(s.meganodeAt(s.Root()), []byte(k)); err != nil || hp.lm != lm {
+			if hp, err := newWorker(s).descend(s.servedMeganode(s.Root()), []byte(k)); err != nil || hp.lm != lm {
 				continue // another meganode's key
 			}
 			put(t, c, k, "v"+k)
@@ -360,17 +360,17 @@ func TestSplitFailpoints(t *testing.T) {
 
 	p := pauseSplits(t)
 	for round, pick := range []func() *rsm.Meganode{
-		func() *rsm.Meganode { return s.meganodeAt(s.Root()) },
+		func() *rsm.Meganode { return s.servedMeganode(s.Root()) },
 		func() *rsm.Meganode { // the rightmost leaf meganode
-			lm := s.meganodeAt(s.Root())
+			lm := s.servedMeganode(s.Root())
 			for lm.Level > 0 || !lm.T.Right().IsNil() {
 				if r := lm.T.Right(); !r.IsNil() {
-					lm = s.meganodeAt(r)
+					lm = s.servedMeganode(r)
 					continue
 				}
 				it := lm.T.NewIter(nil)
 				it.Last()
-				lm = s.meganodeAt(it.Child())
+				lm = s.servedMeganode(it.Child())
 				it.Close()
 			}
 			return lm
@@ -390,7 +390,7 @@ func TestSplitFailpoints(t *testing.T) {
 			p.wait(t, step)
 			if y == nil && step != FailpointSplitChose {
 				sep = string(x.T.Split().Sep)
-				for lm := range s.replica.sm.Meganodes() {
+				for lm := range s.reps.own.sm.Meganodes() {
 					if lm.T.Split().Target {
 						y = lm
 					}
@@ -487,8 +487,8 @@ func TestSplitFailpoints(t *testing.T) {
 			case FailpointSplitParent:
 				if round == 0 {
 					r, err := store.Root(ctxT(t))
-					if s.Root() == oldRoot || r != s.Root() || s.replica.sm.Region().Root() != s.Root() || levels(t, s) != 2 {
-						t.Fatalf("root after the root's split: server %v (was %v), table %v (%v), region %v, %d levels", s.Root(), oldRoot, r, err, s.replica.sm.Region().Root(), levels(t, s))
+					if s.Root() == oldRoot || r != s.Root() || s.reps.own.sm.Region().Root() != s.Root() || levels(t, s) != 2 {
+						t.Fatalf("root after the root's split: server %v (was %v), table %v (%v), region %v, %d levels", s.Root(), oldRoot, r, err, s.reps.own.sm.Region().Root(), levels(t, s))
 					}
 				} else if s.Root() != oldRoot {
 					t.Fatalf("root moved from %v to %v on the split of a leaf meganode with a parent", oldRoot, s.Root())
@@ -519,13 +519,13 @@ func lockFreeGet(s *Server, lm *rsm.Meganode, key []byte) (string, error) {
 			return "", err
 		}
 		if next := res.Next; !next.IsNil() {
-			if lm = s.meganodeAt(next); lm == nil {
+			if lm = s.servedMeganode(next); lm == nil {
 				return "", fmt.Errorf("next %v is no local meganode", next)
 			}
 			continue
 		}
 		if lm.Level > 0 {
-			if lm = s.meganodeAt(res.Child); lm == nil {
+			if lm = s.servedMeganode(res.Child); lm == nil {
 				return "", fmt.Errorf("child %v is no local meganode", res.Child)
 			}
 			continue
@@ -569,7 +569,7 @@ func TestSplitAbort(t *testing.T) {
 	})
 	c := dial(t, s)
 	var keys []string
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	for i := 0; x.T.Fill() < 0.7; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
@@ -578,14 +578,14 @@ func TestSplitAbort(t *testing.T) {
 	boom := errors.New("injected")
 	disable := failpoint.Enable(FailpointSplitCopied, func() error { return boom })
 	defer disable()
-	megas := len(s.replica.sm.Region().Meganodes())
+	megas := len(s.reps.own.sm.Region().Meganodes())
 	if s.runSplit(x) {
 		t.Fatal("split done despite the failpoint")
 	}
 	if got := metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "aborted"}); got != 1 {
 		t.Fatalf("%v aborted splits counted", got)
 	}
-	if got := len(s.replica.sm.Region().Meganodes()); got != megas || x.T.Split().Source {
+	if got := len(s.reps.own.sm.Region().Meganodes()); got != megas || x.T.Split().Source {
 		t.Fatalf("after the abort: %d meganodes (%d before), X splitting %v", got, megas, x.T.Split().Source)
 	}
 	recs := log.all()
@@ -625,7 +625,7 @@ func TestSplitParksWrites(t *testing.T) {
 		o.MaxSplitWait = 1500 * time.Millisecond
 	})
 	c := dial(t, s)
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	var keys []string
 	for i := 0; x.T.Fill() < 0.6; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
@@ -726,7 +726,7 @@ func TestSplitTreeSurvivesRestart(t *testing.T) {
 		keys = append(keys, k)
 	}
 	waitSplitsIdle(t, s1)
-	root, megas := s1.Root(), len(s1.replica.sm.Region().Meganodes())
+	root, megas := s1.Root(), len(s1.reps.own.sm.Region().Meganodes())
 	if levels(t, s1) < 2 {
 		t.Fatalf("%d levels", levels(t, s1))
 	}
@@ -735,8 +735,8 @@ func TestSplitTreeSurvivesRestart(t *testing.T) {
 	}
 	opts.Registry, opts.Logger = nil, testLogger(t)
 	s2 := startServer(t, opts)
-	if s2.Root() != root || len(s2.replica.sm.Region().Meganodes()) != megas {
-		t.Fatalf("after restart: root %v (was %v), %d meganodes (were %d)", s2.Root(), root, len(s2.replica.sm.Region().Meganodes()), megas)
+	if s2.Root() != root || len(s2.reps.own.sm.Region().Meganodes()) != megas {
+		t.Fatalf("after restart: root %v (was %v), %d meganodes (were %d)", s2.Root(), root, len(s2.reps.own.sm.Region().Meganodes()), megas)
 	}
 	if err := s2.Check(); err != nil {
 		t.Fatal(err)

@@ -260,7 +260,7 @@ func (d *splitDriver) end() error {
 		s.metrics.splits.WithLabelValues("remote").Inc()
 	}
 	right := -1
-	if y := s.meganodeAt(d.y); y != nil {
+	if y := s.servedMeganode(d.y); y != nil {
 		right = y.T.Usage().Nodes
 	}
 	s.log.Info("server: meganode split done", slog.String("meganode", d.x.Ptr().String()), slog.String("new", d.y.String()),
