@@ -119,7 +119,7 @@ func TestQuietLogsThreeServers(t *testing.T) {
 	if len(rs) < 2 {
 		t.Fatalf("the writes made %d regions, want meganodes split onto other servers: %+v", len(rs), rs)
 	}
-	if code, out, errs := first.cellctl(t, "check"); code != 0 || !strings.Contains(out, fmt.Sprintf("replicas of %d regions equal", len(rs))) {
+	if code, out, errs := first.cellctl(t, "check", "--wait"); code != 0 || !strings.Contains(out, fmt.Sprintf("replicas of %d regions equal", len(rs))) {
 		t.Fatalf("cellctl check: exit %d\n%s%s", code, out, errs)
 	}
 	upTo := make([]int, len(servers))
