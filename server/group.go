@@ -181,7 +181,7 @@ func (a memberRaftAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error
 // heartbeat timeout, as raft's defaults have it. Reads do not depend on it
 // (they are fenced by the read lease, lease.go); it only ends a cut-off
 // leader's writes sooner. It was 100 ms, and on a loaded host (three
-// servers and etcd on one core in BENCHMARKS.md §11) followers' answers
+// servers and etcd on one core in docs/bench-history.md §11) followers' answers
 // came later than that now and then: leaders stepped down under load, and
 // the writes they were committing failed with an unknown outcome.
 func (s *Server) leaderLeaseTimeout() time.Duration { return s.opts.RaftHeartbeatTimeout / 2 }
