@@ -310,6 +310,15 @@ type TestingKnobs struct {
 	// region's capture started: tests take the image the snapshot must
 	// hold with it.
 	OnSnapshot func(region *meganode.Region)
+	// TransferFault, when set, is asked before each try of a leadership
+	// transfer (attempt counts from 1); an error it returns stands for
+	// raft's answer to that try, which is then not made.
+	TransferFault func(region uint32, attempt int) error
+	// BeforeAddNonvoter fires on a region's leader before it adds server
+	// as a nonvoter of the region's group (after the region table lists
+	// it as a learner). Tests block in it to stand for a slow
+	// configuration change.
+	BeforeAddNonvoter func(region uint32, server string)
 	// BeforeRestoreImage fires in fsm.Restore under the apply lock, just
 	// before the image is read into a new region file: tests look at the
 	// region files there are then.

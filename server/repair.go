@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -203,8 +204,15 @@ func (s *Server) requestMove(rep *replica, req *wire.MoveReplicaRequest) error {
 		}
 		return wireErrorf(wire.StatusBadRequest, "move replica: region %d has no replica on %q", rep.regionID, req.From)
 	}
-	if cur := rep.move.Load(); cur != nil && cur.from == req.From && inConfig(cfg, cur.to) {
-		return nil // under way: keep its target
+	if cur := rep.move.Load(); cur != nil && cur.from == req.From && cur.to != req.To {
+		// Under way: keep its target while it is a live member, also
+		// before the group lists it (its nonvoter is being added). An
+		// asker that chose another target (the coordinator places again
+		// on every ask, and the table lists the first as a learner by
+		// then) would otherwise leave the group one replica too many.
+		if _, live := v.members[cur.to]; live && !v.draining[cur.to] {
+			return nil
+		}
 	}
 	if _, live := v.members[req.To]; !live {
 		return wireErrorf(wire.StatusBadRequest, "move replica: %q is not a live member", req.To)
@@ -338,9 +346,14 @@ func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove)
 		return nil // promoteCaughtUp's
 	case mv.from == s.opts.ServerID:
 		// The target votes: hand the leadership over, then the new host
-		// removes this replica when asked again.
+		// removes this replica when asked again. The move is kept until
+		// the transfer succeeds: one that failed (timed out) is tried
+		// again at the next tick, towards the same target.
+		if err := s.transferLeader(rep, mv.to); err != nil {
+			return err
+		}
 		rep.move.CompareAndSwap(mv, nil)
-		return s.transferLeader(rep, mv.to)
+		return nil
 	default:
 		if err := s.removeServer(rep, mv.from, "moved to "+mv.to); err != nil {
 			return err
@@ -351,26 +364,55 @@ func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove)
 }
 
 // trimVoter removes one voter from a group with more than
-// Options.Replicas: a dead one, else a draining one, never this server.
-// It reports whether it removed one.
+// Options.Replicas, never this server: a dead one, else one not a live
+// member, else a draining one, else the one on the server holding the
+// most (placeReplica's measure, so the group keeps the replicas placement
+// would have chosen). It reports whether it removed one.
+//
+// A group gets an extra voter when a replacement finished on a host that
+// did not know of the move before it (the leadership changed during it,
+// or a move was asked again with another target): nothing else would
+// ever remove it.
 func (s *Server) trimVoter(rep *replica, cfg raft.Configuration) (bool, error) {
 	voters, _ := replicaIDs(cfg)
 	if len(voters) <= s.opts.Replicas {
 		return false, nil
 	}
-	v := s.table.Load()
-	dead := s.gone.dead(time.Now(), s.opts.DeadAfter)
-	for _, pass := range []func(string) bool{
-		func(id string) bool { return dead[id] },
-		func(id string) bool { return v.draining[id] },
+	id, why := s.extraVoter(s.table.Load(), s.gone.dead(time.Now(), s.opts.DeadAfter), voters)
+	if id == "" {
+		return false, nil
+	}
+	return true, s.removeServer(rep, id, "the group has more voters than --replicas; "+why)
+}
+
+// extraVoter chooses the voter trimVoter removes, and says why.
+func (s *Server) extraVoter(v *tableView, dead map[string]bool, voters []string) (string, string) {
+	candidates := slices.DeleteFunc(slices.Clone(voters), func(id string) bool { return id == s.opts.ServerID })
+	for _, pass := range []struct {
+		why string
+		is  func(string) bool
+	}{
+		{"its server is dead", func(id string) bool { return dead[id] }},
+		{"its server is not a member", func(id string) bool { _, live := v.members[id]; return !live }},
+		{"its server is draining", func(id string) bool { return v.draining[id] }},
 	} {
-		for _, id := range voters {
-			if id != s.opts.ServerID && pass(id) {
-				return true, s.removeServer(rep, id, "the group has more voters than --replicas")
+		for _, id := range candidates {
+			if pass.is(id) {
+				return id, pass.why
 			}
 		}
 	}
-	return false, nil
+	if len(candidates) == 0 {
+		return "", ""
+	}
+	load := replicaLoad(v, s.regionsInUse(v))
+	most := candidates[0]
+	for _, id := range candidates[1:] {
+		if load[most].less(load[id]) {
+			most = id
+		}
+	}
+	return most, "its server holds the most"
 }
 
 // addNonvoter publishes m as a learner of rep's region and adds it to the
@@ -379,6 +421,9 @@ func (s *Server) addNonvoter(rep *replica, cfg raft.Configuration, m regiontable
 	voters, learners := replicaIDs(cfg)
 	if err := s.putReplicas(rep, voters, append(learners, m.ID)); err != nil {
 		return err
+	}
+	if f := s.opts.TestingKnobs.BeforeAddNonvoter; f != nil {
+		f(rep.regionID, m.ID)
 	}
 	if err := rep.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, s.opts.ProposalTimeout).Error(); err != nil {
 		return fmt.Errorf("add %s: %w", m.ID, err)
@@ -440,13 +485,44 @@ func (s *Server) transferLeader(rep *replica, to string) error {
 	}
 	start := time.Now()
 	s.unserve(rep)
-	if err := rep.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(m.RaftAddr)).Error(); err != nil {
+	for attempt := 1; ; attempt++ {
+		err = s.transferAttempt(rep, attempt, to, m.RaftAddr)
+		if err == nil || attempt == transferAttempts || !transferTimedOut(err) || rep.raft.State() != raft.Leader {
+			break
+		}
+		s.log.Info("server: leadership transfer timed out; trying again", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Int("attempt", attempt))
+	}
+	if err != nil {
 		s.log.Warn("server: leadership transfer failed; serving the region again", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Any("err", err))
 		return wireErrorf(wire.StatusUnavailable, "transfer leader of region %d to %s: %v", rep.regionID, to, err)
 	}
 	s.metrics.leaderTransfers.Inc()
 	s.log.Info("server: handed the region's leadership over", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Duration("took", time.Since(start)))
 	return nil
+}
+
+// transferAttempts bounds the tries of one leadership transfer. raft gives
+// a transfer one election timeout to catch the target up and have it
+// elected; under load (a leader appending thousands of records a second,
+// over one AppendEntries in flight) that can run out while the target is
+// still catching up, and the next try starts from where it got.
+const transferAttempts = 3
+
+// transferAttempt asks raft once to hand rep's group to server to.
+func (s *Server) transferAttempt(rep *replica, attempt int, to, addr string) error {
+	if f := s.opts.TestingKnobs.TransferFault; f != nil {
+		if err := f(rep.regionID, attempt); err != nil {
+			return err
+		}
+	}
+	return rep.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(addr)).Error()
+}
+
+// transferTimedOut reports whether err is raft's "the transfer ran out of
+// time" (it has no error value for it): the leader still leads, and the
+// target may be elected at the next try.
+func transferTimedOut(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "leadership transfer timeout")
 }
 
 func voterIDs(cfg raft.Configuration) []string {
@@ -558,12 +634,41 @@ func (s *Server) repairRegions(ctx context.Context, v *tableView, dead map[strin
 			}
 			moving++
 		}
-		to, ok := s.placeReplica(v, dead, r)
+		to, ok := s.moveTarget(v, dead, r)
 		if !ok {
 			continue
 		}
 		s.askAdmin(ctx, host, wire.OpMoveReplica, &wire.MoveReplicaRequest{Region: r.ID, From: from, To: to}, r.ID, asked, "move "+from+" -> "+to)
 	}
+}
+
+// moveTarget chooses the server that takes the place of r's leaving
+// replica: the replacement already under way (a learner on a server that
+// stays), or, when the region already has Options.Replicas servers that
+// stay, one of them (the host then only removes the leaving one); else a
+// new server (placeReplica). Asked again every repairInterval, it names
+// the same server each time while the move runs.
+func (s *Server) moveTarget(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
+	stay := func(id string) bool {
+		_, live := v.members[id]
+		return live && !leaving(v, dead, id)
+	}
+	for _, id := range slices.Sorted(slices.Values(r.Learners)) {
+		if stay(id) {
+			return id, true
+		}
+	}
+	var staying []string
+	for _, id := range r.Replicas {
+		if stay(id) && id != r.Host {
+			staying = append(staying, id)
+		}
+	}
+	if len(staying)+1 >= s.opts.Replicas && len(staying) > 0 {
+		slices.Sort(staying)
+		return staying[0], true
+	}
+	return s.placeReplica(v, dead, r)
 }
 
 // askAdmin sends an operator request to a region's host, logging it the
