@@ -183,7 +183,7 @@ func (a memberRaftAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error
 // heartbeat timeout, as raft's defaults have it. Reads do not depend on it
 // (they are fenced by the read lease, lease.go); it only ends a cut-off
 // leader's writes sooner. It was 100 ms, and on a loaded host (three
-// servers and etcd on one core in BENCHMARKS.md §11) followers' answers
+// servers and etcd on one core in docs/bench-history.md §11) followers' answers
 // came later than that now and then: leaders stepped down under load, and
 // the writes they were committing failed with an unknown outcome.
 func (s *Server) leaderLeaseTimeout() time.Duration { return s.opts.RaftHeartbeatTimeout / 2 }
@@ -352,7 +352,14 @@ func (rep *replica) stopRaft() error {
 	}
 	if !rep.srv.opts.TestingKnobs.NoSnapshotOnClose {
 		if err := rep.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
-			rep.srv.log.Warn("server: no snapshot at shutdown; the next start replays the log", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+			// raft refuses while only configuration entries follow the
+			// last command (replicas added, nothing written since):
+			// expected, and the log it leaves is short.
+			level := slog.LevelWarn
+			if strings.Contains(err.Error(), "cannot take snapshot now") {
+				level = slog.LevelInfo
+			}
+			rep.srv.log.Log(context.Background(), level, "server: no snapshot at shutdown; the next start replays the log", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 		}
 	}
 	err := rep.raft.Shutdown().Error()
@@ -436,7 +443,7 @@ func (w *raftLogWriter) Write(p []byte) (int, error) {
 	if i := strings.Index(line, "]"); i >= 0 && strings.HasPrefix(line, "[") {
 		line = strings.TrimSpace(line[i+1:])
 	}
-	w.log.Log(context.Background(), level, line)
+	w.log.Log(context.Background(), raftLogLevel(level, line), line)
 	return len(p), nil
 }
 
