@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
@@ -40,13 +39,12 @@ type worker struct {
 	dumpRep     wire.NodeDumpReply
 	metaRep     wire.MetadataReply
 
-	// The request being handled: when it started, and its deadline (zero
-	// when it has none); its job, when it came from the queue; the
-	// proposal a write of the job left in flight (propose.go).
+	// The request being handled: when it started, its deadline (zero
+	// when it has none), and its job (&cur: a pointer to the queued job
+	// would move every job to the heap).
 	started, deadline time.Time
-	job               *job // the job being handled (&cur), nil for a direct call
+	job               *job
 	cur               job
-	proposal          proposal
 
 	hdr    []byte // one node, 8-byte aligned: meganode header copies
 	val    []byte // a value read by Get or Search
@@ -85,37 +83,50 @@ func (w *worker) resetLarge() {
 	}
 }
 
-// handle decodes and serves one request; a nil message is an empty reply.
-func (w *worker) handle(op wire.Op, body []byte) (wire.Message, error) {
+// handled is what a handler did with a request: its reply (msg, or err's
+// status; a nil msg is an empty reply), or, for a write, the proposal its
+// record became (write.go), whose outcome answers the request later.
+type handled struct {
+	msg      wire.Message
+	err      error
+	proposed bool
+	p        proposal // when proposed
+}
+
+// reply is a handler's answer to a request.
+func reply(msg wire.Message, err error) handled { return handled{msg: msg, err: err} }
+
+// handle decodes and serves one request.
+func (w *worker) handle(op wire.Op, body []byte) handled {
 	switch op {
 	case wire.OpSearch:
-		return w.search(body)
+		return reply(w.search(body))
 	case wire.OpGet:
-		return w.get(body)
+		return reply(w.get(body))
 	case wire.OpContains:
-		return w.contains(body)
+		return reply(w.contains(body))
 	case wire.OpPut:
-		return nil, w.put(body)
+		return w.put(body)
 	case wire.OpDelete:
-		return nil, w.del(body)
+		return w.del(body)
 	case wire.OpRange:
-		return w.scan(body)
+		return reply(w.scan(body))
 	case wire.OpMetadata:
-		return w.metadata(body)
+		return reply(w.metadata(body))
 	case wire.OpNodeDump:
-		return w.nodeDump(body)
+		return reply(w.nodeDump(body))
 	case wire.OpSplitBegin:
-		return w.splitBegin(body)
+		return reply(w.splitBegin(body))
 	case wire.OpSplitAppend:
-		return w.splitAppend(body)
+		return reply(w.splitAppend(body))
 	case wire.OpSplitEnd:
-		return nil, w.splitEnd(body)
+		return reply(nil, w.splitEnd(body))
 	case wire.OpInsertChild:
-		return w.insertChild(body)
+		return reply(w.insertChild(body))
 	case wire.OpMeganode:
-		return w.meganodeInfo(body)
+		return reply(w.meganodeInfo(body))
 	}
-	return nil, wireErrorf(wire.StatusUnknownOp, "op %v not served", op)
+	return reply(nil, wireErrorf(wire.StatusUnknownOp, "op %v not served", op))
 }
 
 // checkKey rejects keys the trees would reject, before any work.
@@ -383,143 +394,6 @@ func (w *worker) contains(body []byte) (wire.Message, error) {
 	}
 	w.containsRep.Found = hp.res.Found
 	return &w.containsRep, nil
-}
-
-// put encodes the write and applies it (package rsm).
-func (w *worker) put(body []byte) error {
-	req := &w.putReq
-	if err := req.Decode(body); err != nil {
-		return err
-	}
-	if len(req.Value) > wire.MaxValueSize {
-		return wireErrorf(wire.StatusValueTooLarge, "value of %d bytes, limit %d", len(req.Value), wire.MaxValueSize)
-	}
-	flags, err := w.writeFlags(req.ClientID)
-	if err != nil {
-		return err
-	}
-	_, err = w.write(req.Ptr, req.Epoch, req.Key, "put", func(lm *rsm.Meganode) []byte {
-		w.rec = rsm.AppendRecord(w.rec[:0], &rsm.Record{Kind: rsm.KindPut, Flags: flags, Meganode: lm.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: req.Value})
-		return w.rec
-	})
-	return err
-}
-
-func (w *worker) del(body []byte) error {
-	req := &w.delReq
-	if err := req.Decode(body); err != nil {
-		return err
-	}
-	flags, err := w.writeFlags(req.ClientID)
-	if err != nil {
-		return err
-	}
-	res, err := w.write(req.Ptr, req.Epoch, req.Key, "delete", func(lm *rsm.Meganode) []byte {
-		w.rec = rsm.AppendRecord(w.rec[:0], &rsm.Record{Kind: rsm.KindDelete, Flags: flags, Meganode: lm.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key})
-		return w.rec
-	})
-	if err == nil && !res.Found {
-		return wire.ErrNotFound
-	}
-	return err
-}
-
-// writeFlags returns the record flags of the write request being served:
-// rsm.FlagRetry when the request came with wire.FlagRetry, which needs a client
-// id (the session table vouches per client); otherwise rsm.FlagFloor and
-// rsm.FlagForgotten for a write with a client id (a first attempt), none for
-// one without.
-func (w *worker) writeFlags(client uint64) (uint16, error) {
-	retry := w.job != nil && w.job.f.Header.Flags&wire.FlagRetry != 0
-	switch {
-	case retry && client == 0:
-		return 0, wireErrorf(wire.StatusBadRequest, "a retried write without a client id")
-	case retry:
-		return rsm.FlagRetry, nil
-	case client != 0:
-		return rsm.FlagFloor | rsm.FlagForgotten, nil
-	}
-	return 0, nil
-}
-
-// ackBeforeCommitDelay is how long TestingKnobs.AckBeforeCommit holds an
-// acknowledged write before proposing it.
-const ackBeforeCommitDelay = 100 * time.Millisecond
-
-// Bounds of worker.write's retries.
-const (
-	maxMoves     = 8 // the key's meganode changed between search and apply
-	maxFullWaits = 3 // splits asked for after ErrNeedsSplit
-)
-
-// write descends to the leaf meganode of key and proposes the record rec
-// builds for it (propose.go). Meganode splits stay invisible to the
-// client: a key that moved to another meganode since the search (a split
-// linked) is searched again; a write into a range a split froze waits
-// until the split lets go of it, and one into a full meganode asks for a
-// split and waits for it (at most maxFullWaits times), for
-// Options.MaxSplitWait at most and within the request's deadline, then
-// NeedsRetry (Expired past the deadline). A request from the queue
-// returns errProposed at once: awaitWrite answers it, or runs it again
-// (queued, or parked until the split moves on), so its worker moves on.
-// One without a job (a direct call) waits in place.
-func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec func(*rsm.Meganode) []byte) (rsm.Result, error) {
-	s := w.s
-	var local job // a direct call's wait state
-	j := w.job
-	if j == nil {
-		j = &local
-	}
-	for {
-		gen := s.splitWake.generation()
-		hp, err := w.leafFor(p, epoch, key, what)
-		if err != nil {
-			return rsm.Result{}, err
-		}
-		rep, err := s.holder(hp.lm)
-		if err != nil {
-			return rsm.Result{}, err
-		}
-		if w.job != nil {
-			start := time.Now()
-			if s.opts.TestingKnobs.AckBeforeCommit {
-				// Answered now, proposed a while later: a kill in
-				// between loses the write.
-				r := bytes.Clone(rec(hp.lm))
-				time.AfterFunc(ackBeforeCommitDelay, func() { _, _ = rep.settle(rep.proposeAsync(r)) })
-				return rsm.Result{Found: true}, nil
-			}
-			f := rep.proposeAsync(rec(hp.lm))
-			w.proposal = proposal{f: f, start: start, rep: rep, lm: hp.lm, gen: gen, op: w.job.f.Header.Op}
-			return rsm.Result{}, errProposed
-		}
-		res, err := rep.propose(rec(hp.lm))
-		step, err := s.afterApply(j, hp.lm, err, w.deadline)
-		switch step {
-		case writeDone:
-			return res, err
-		case writeWait:
-			if err := w.waitSplit(gen, j.waitUntil); err != nil {
-				return rsm.Result{}, err
-			}
-		}
-	}
-}
-
-// waitSplit waits in place for the first split event after generation
-// gen, until the time until.
-func (w *worker) waitSplit(gen uint64, until time.Time) error {
-	s := w.s
-	t := time.NewTimer(time.Until(until))
-	defer t.Stop()
-	select {
-	case <-s.splitWake.after(gen):
-		return nil
-	case <-t.C:
-		return wireErrorf(wire.StatusNeedsRetry, "a meganode split is in progress")
-	case <-s.bgCtx.Done():
-		return ErrClosed
-	}
 }
 
 // nodeDump copies bytes of the region (OpNodeDump) with 8-byte atomic

@@ -8,7 +8,7 @@ import (
 
 // Writes that must wait for a meganode split are parked, not blocked: a
 // write whose record met a frozen range (or a full meganode that must
-// split first) is handed to the parking lot by awaitWrite (propose.go),
+// split first) is handed to the parking lot by settleWrite (write.go),
 // and no worker waits for it. The
 // split's progress (splitEvent) puts every parked job back in the queue,
 // where a worker runs it again from its search; so does the end of a job's

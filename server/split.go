@@ -21,7 +21,7 @@ import (
 // Local meganode splits (paper §2.2, docs/design.md §4; the protocol is drawn in
 // doc.go, "Meganode splits"). One goroutine, splitLoop, runs the server's
 // splits one at a time; writes trigger them (requestSplit) and wait for
-// them when they meet a frozen range or a full meganode (worker.write).
+// them when they meet a frozen range or a full meganode (write.go).
 // Every step is a split record through apply, so the log holds the split.
 
 // Failpoints evaluated by the split after each of its steps. A hook may

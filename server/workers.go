@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"log/slog"
 	"math"
 	"time"
@@ -16,7 +15,7 @@ type job struct {
 	f       wire.Frame // owned by the job until the reply is written
 	arrived time.Time  // when the reader had read it
 
-	// A write that met a meganode split (propose.go, park.go): the end of
+	// A write that met a meganode split (write.go, park.go): the end of
 	// its wait, how many splits it asked for, and how many times its key
 	// had moved to another meganode.
 	waitUntil time.Time
@@ -41,7 +40,7 @@ func (s *Server) worker() {
 }
 
 // run handles one job and answers it with its queueing and service time;
-// a write in flight is answered by awaitWrite (propose.go).
+// a write in flight is answered by settleWrite (write.go).
 func (w *worker) run(j job) {
 	s := w.s
 	start := time.Now()
@@ -61,15 +60,14 @@ func (w *worker) run(j job) {
 		// worker (a pointer to j would move every job to the heap).
 		w.cur = j
 		w.job = &w.cur
-		msg, err = w.handle(h.Op, j.f.Body)
+		out := w.handle(h.Op, j.f.Body)
 		j, w.cur, w.job = w.cur, job{}, nil
-		if errors.Is(err, errProposed) {
-			p := w.proposal
-			w.proposal = proposal{}
-			go s.awaitWrite(j, p, start)
+		if out.proposed {
+			go s.settleWrite(j, out.p, start)
 			s.busyNanos.Add(int64(time.Since(start)))
 			return
 		}
+		msg, err = out.msg, out.err
 	}
 	service := time.Since(start)
 	s.busyNanos.Add(int64(service))
