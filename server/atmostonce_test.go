@@ -199,7 +199,7 @@ func TestRetryAfterKeyMoved(t *testing.T) {
 	if len(keys) <= rsm.SessionWindow {
 		t.Fatalf("%d keys: the test needs more than a window", len(keys))
 	}
-	if !s.runSplit(x) {
+	if !s.splits.runSplit(x) {
 		t.Fatal("the split failed")
 	}
 	waitSplitsIdle(t, s)

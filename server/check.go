@@ -21,7 +21,7 @@ import (
 // the orphan check (a meganode here may hang below one elsewhere); the
 // cluster-wide links are cellctl check's.
 // The error joins one error per violation (errors.Join), each one line
-// long. OpCheck runs it while holding s.splitMu (checkop.go), so that no
+// long. OpCheck runs it while holding s.splits.mu (checkop.go), so that no
 // split of this server is half done.
 func (s *Server) Check() error {
 	c := &treeCheck{s: s, seen: map[*rsm.Meganode]bool{}}

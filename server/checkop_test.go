@@ -174,7 +174,7 @@ func TestMetadataSplitFlags(t *testing.T) {
 	checked := make(chan checkResult, 1)
 	p := pauseSplits(t)
 	splitDone := make(chan bool, 1)
-	go func() { splitDone <- s.runSplit(x) }()
+	go func() { splitDone <- s.splits.runSplit(x) }()
 	for _, step := range splitFailpoints {
 		p.wait(t, step)
 		xs, ys := flags()
@@ -232,7 +232,7 @@ func TestCheckFindsMisnamedEntry(t *testing.T) {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 	}
-	if !s.runSplit(x) { // a root over x and its new right neighbour
+	if !s.splits.runSplit(x) { // a root over x and its new right neighbour
 		t.Fatal("split failed")
 	}
 	if err := s.Check(); err != nil {

@@ -61,7 +61,7 @@ func (s *Server) takeOver(rep *replica, old regiontable.Region) {
 	s.log.Warn("server: took the region over (its group elected this server)", slog.Uint64("region", uint64(rep.regionID)),
 		slog.String("old_host", old.Host), slog.Uint64("epoch", rep.epoch), slog.Uint64("term", rep.raft.CurrentTerm()),
 		slog.Duration("took", time.Since(start)))
-	s.resumeSplits(rep)
+	s.splits.resumeSplits(rep)
 	s.splitEvent()
 }
 

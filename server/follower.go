@@ -173,7 +173,7 @@ func (s *Server) tendReplica(rep *replica) {
 				s.log.Warn("server: replicating a region", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 			}
 		}
-		s.sweepTargets(rep)
+		s.splits.sweepTargets(rep)
 	case !served && leader:
 		s.leadUnserved(rep)
 	}

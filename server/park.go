@@ -33,7 +33,7 @@ type parking struct {
 // splitEvent tells the writes waiting for a split that it moved on: the
 // blocking ones through the broadcast, the parked ones by requeueing them.
 func (s *Server) splitEvent() {
-	s.splitWake.broadcast()
+	s.splits.wake.broadcast()
 	s.unpark(false)
 }
 
@@ -47,7 +47,7 @@ func (s *Server) park(j job, gen uint64) bool {
 		p.mu.Unlock()
 		return false
 	}
-	if s.splitWake.generation() != gen {
+	if s.splits.wake.generation() != gen {
 		p.mu.Unlock()
 		s.requeue(j)
 		return true

@@ -32,24 +32,25 @@ import (
 // and settles an unpublished root. The split loop runs it first for the
 // server's own region, and for a region the server takes over
 // (failover.go) when it starts serving it.
-func (s *Server) resumeSplits(rep *replica) {
+func (sp *splitter) resumeSplits(rep *replica) {
+	s := sp.s
 	splits, newRoot := rep.sm.Progress()
 	if len(splits) == 0 && newRoot.IsNil() {
 		return
 	}
-	s.splitMu.Lock()
-	defer s.splitMu.Unlock()
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
 	defer s.splitEvent()
 	// The root first: a split of the root's level that grew it is
 	// resumed over the root the table names, and it grows another only
 	// once no root is left unpublished (apply refuses a second).
 	if np := newRoot; !np.IsNil() {
-		if err := s.settleNewRootLocked(rep, np); err != nil {
+		if err := sp.settleNewRootLocked(rep, np); err != nil {
 			s.log.Error("server: an unpublished root meganode could not be settled", slog.String("meganode", np.String()), slog.Any("err", err))
 		}
 	}
 	for _, p := range splits {
-		if err := s.resumeSplitLocked(p); err != nil {
+		if err := sp.resumeSplitLocked(p); err != nil {
 			s.log.Error("server: an interrupted split could not be resumed", slog.String("meganode", p.X.String()),
 				slog.String("new", p.Y.String()), slog.Any("err", err))
 		}
@@ -59,19 +60,20 @@ func (s *Server) resumeSplits(rep *replica) {
 // resumeSplitLocked resumes or undoes one split, with a driver rebuilt
 // from the applied state; a remainder of the same split this server still
 // had queued (its separator) is dropped, the rebuilt driver doing it.
-// REQUIRES: s.splitMu held.
-func (s *Server) resumeSplitLocked(p rsm.SplitProgress) error {
-	d, err := s.resumeDriver(p)
+// REQUIRES: s.splits.mu held.
+func (sp *splitter) resumeSplitLocked(p rsm.SplitProgress) error {
+	d, err := sp.resumeDriver(p)
 	if err != nil {
 		return err
 	}
-	s.pendingSeps = slices.DeleteFunc(s.pendingSeps, func(q *splitDriver) bool { return q.x == d.x })
+	sp.pendingSeps = slices.DeleteFunc(sp.pendingSeps, func(q *splitDriver) bool { return q.x == d.x })
 	return d.resume()
 }
 
 // resumeDriver rebuilds the driver of split p from what its applied
 // records did.
-func (s *Server) resumeDriver(p rsm.SplitProgress) (*splitDriver, error) {
+func (sp *splitter) resumeDriver(p rsm.SplitProgress) (*splitDriver, error) {
+	s := sp.s
 	x := s.servedMeganode(p.X)
 	if x == nil || x.Ptr() != p.X {
 		return nil, fmt.Errorf("server: split of %v, not a meganode here: %w", p.X, blink.ErrCorruption)
@@ -113,8 +115,9 @@ func (d *splitDriver) resume() error {
 
 // settleNewRootLocked publishes root meganode np if the region table names
 // it (the compare-and-set was done, its publish record was not) and drops
-// it otherwise. REQUIRES: s.splitMu held.
-func (s *Server) settleNewRootLocked(rep *replica, np blink.Ptr) error {
+// it otherwise. REQUIRES: s.splits.mu held.
+func (sp *splitter) settleNewRootLocked(rep *replica, np blink.Ptr) error {
+	s := sp.s
 	if blink.Ptr(s.root.Load()) == np {
 		return s.publishRoot(rep, np)
 	}

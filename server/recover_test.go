@@ -61,7 +61,7 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 				return nil
 			})()
 			done := make(chan bool, 1)
-			go func() { done <- s.runSplit(x) }()
+			go func() { done <- s.splits.runSplit(x) }()
 			select {
 			case <-reached:
 			case <-time.After(30 * time.Second):
@@ -184,17 +184,17 @@ func TestSplitLeftInProgressIsSettled(t *testing.T) {
 	}
 
 	// The start record of a split, and nothing after it.
-	s.splitMu.Lock()
+	s.splits.mu.Lock()
 	sep, err := x.T.SplitKey()
 	if err == nil {
-		_, err = s.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseStart})
+		_, err = s.splits.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseStart})
 	}
-	s.splitMu.Unlock()
+	s.splits.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if !s.runSplit(x) {
+	if !s.splits.runSplit(x) {
 		t.Fatal("the split of a meganode with a split left in progress failed")
 	}
 	splits, _ := s.reps.own.sm.Progress()
@@ -207,7 +207,7 @@ func TestSplitLeftInProgressIsSettled(t *testing.T) {
 	if n := len(s.reps.own.sm.Region().Meganodes()); n != 1 {
 		t.Fatalf("%d meganodes after the interrupted split was undone, want 1", n)
 	}
-	if !s.runSplit(x) {
+	if !s.splits.runSplit(x) {
 		t.Fatal("the split after it failed")
 	}
 	if n := len(s.reps.own.sm.Region().Meganodes()); n != 3 {

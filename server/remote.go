@@ -147,7 +147,8 @@ type splitTarget struct {
 // placeSplit returns the server to put a new meganode on, nil for this
 // one (Options.SplitPlacement). A region with no free meganode slot
 // places remotely whatever the mode but local.
-func (s *Server) placeSplit(x *rsm.Meganode) *regiontable.Member {
+func (sp *splitter) placeSplit(x *rsm.Meganode) *regiontable.Member {
+	s := sp.s
 	mode := s.opts.SplitPlacement
 	if mode == PlaceLocal {
 		return nil
@@ -158,7 +159,7 @@ func (s *Server) placeSplit(x *rsm.Meganode) *regiontable.Member {
 	if mode == PlaceAuto && ours >= s.opts.SplitRemoteBelow && !full {
 		return nil
 	}
-	m, count := s.leastLoadedPeer()
+	m, count := sp.leastLoadedPeer()
 	if m == nil || mode == PlaceAuto && count >= ours && !full {
 		return nil
 	}
@@ -171,7 +172,8 @@ func (s *Server) placeSplit(x *rsm.Meganode) *regiontable.Member {
 // queued for its workers; and the number of meganodes it holds (the
 // paper's placement rule compares counts). nil when no other member
 // answers.
-func (s *Server) leastLoadedPeer() (*regiontable.Member, int) {
+func (sp *splitter) leastLoadedPeer() (*regiontable.Member, int) {
+	s := sp.s
 	v := s.table.Load()
 	type cand struct {
 		m      regiontable.Member
@@ -217,7 +219,8 @@ func (s *Server) leastLoadedPeer() (*regiontable.Member, int) {
 const beginTries = 3
 
 // beginRemoteTarget asks peer to format Y for the split of x at sep.
-func (s *Server) beginRemoteTarget(x *rsm.Meganode, sep []byte, peer *regiontable.Member) (*splitTarget, error) {
+func (sp *splitter) beginRemoteTarget(x *rsm.Meganode, sep []byte, peer *regiontable.Member) (*splitTarget, error) {
+	s := sp.s
 	h, err := x.T.Header()
 	if err != nil {
 		return nil, err
@@ -234,7 +237,7 @@ func (s *Server) beginRemoteTarget(x *rsm.Meganode, sep []byte, peer *regiontabl
 	var rep wire.SplitBeginReply
 	for attempt := 0; attempt < beginTries; attempt++ {
 		if attempt > 0 {
-			if perr := s.pause(attempt); perr != nil {
+			if perr := sp.pause(attempt); perr != nil {
 				return nil, perr
 			}
 			s.log.Warn("server: remote split begin unanswered; asking again", slog.String("peer", peer.ID), slog.Any("err", err))
@@ -256,7 +259,8 @@ func (s *Server) beginRemoteTarget(x *rsm.Meganode, sep []byte, peer *regiontabl
 
 // copyRemote copies x's frozen right half from sep on into the remote
 // target, batch by batch, and returns Y's local root.
-func (s *Server) copyRemote(x *rsm.Meganode, sep []byte, tgt *splitTarget) (blink.Ptr, error) {
+func (sp *splitter) copyRemote(x *rsm.Meganode, sep []byte, tgt *splitTarget) (blink.Ptr, error) {
+	s := sp.s
 	inner := x.Level > 0
 	var (
 		ents  []blink.Entry
@@ -313,7 +317,8 @@ func (s *Server) copyRemote(x *rsm.Meganode, sep []byte, tgt *splitTarget) (blin
 // (sessions, server/rsm/sessions.go), taken after the split froze the keys that move:
 // the target merges it, so that no retry of a write to them is vouched
 // for there that the source applied.
-func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool, sessions []byte) error {
+func (sp *splitter) endRemoteTarget(tgt *splitTarget, commit bool, sessions []byte) error {
+	s := sp.s
 	req := wire.SplitEndRequest{Meganode: tgt.ptr, Commit: commit}
 	if commit {
 		req.Sessions = sessions
@@ -321,7 +326,7 @@ func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool, sessions []byte)
 	var err error
 	for attempt := 0; attempt < commitTries; attempt++ {
 		if attempt > 0 {
-			if perr := s.pause(attempt); perr != nil {
+			if perr := sp.pause(attempt); perr != nil {
 				return perr
 			}
 		}
@@ -357,7 +362,8 @@ func refusedPeerOp(err error) bool {
 // (sep → yp) at level, searching from next. done reports that it is in;
 // otherwise (nil error) the search goes on at the returned pointer, which
 // the caller finds by starting again from the root.
-func (s *Server) insertChildRemote(next blink.Ptr, level int, sep []byte, yp blink.Ptr) (bool, error) {
+func (sp *splitter) insertChildRemote(next blink.Ptr, level int, sep []byte, yp blink.Ptr) (bool, error) {
+	s := sp.s
 	for hops := 0; hops < maxHops; hops++ {
 		m, _, err := s.hostOf(next.Region())
 		if err != nil {
@@ -380,7 +386,8 @@ func (s *Server) insertChildRemote(next blink.Ptr, level int, sep []byte, yp bli
 }
 
 // remoteMeganode describes the meganode of node p on its server.
-func (s *Server) remoteMeganode(p blink.Ptr) (wire.MeganodeReply, error) {
+func (sp *splitter) remoteMeganode(p blink.Ptr) (wire.MeganodeReply, error) {
+	s := sp.s
 	var rep wire.MeganodeReply
 	m, _, err := s.hostOf(p.Region())
 	if err != nil {
@@ -494,7 +501,7 @@ func (w *worker) splitEnd(body []byte) error {
 	if err == nil && req.Commit {
 		s.splitEvent() // writes parked at the frozen target go on
 		if y := s.servedMeganode(req.Meganode); y != nil {
-			s.maybeRequestSplit(y)
+			s.splits.maybeRequestSplit(y)
 		}
 	}
 	if err == nil {
@@ -532,7 +539,7 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 	if s.reps.servedReplica(start.Region()) == nil {
 		return &wire.InsertChildReply{Next: start}, nil
 	}
-	p, next, err := s.parentOf(start, req.Key, int(req.Level))
+	p, next, err := s.splits.parentOf(start, req.Key, int(req.Level))
 	if err != nil {
 		return nil, err
 	}
@@ -549,10 +556,10 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 	_, err = rep.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindChild, Meganode: p.Ptr(), Key: req.Key, Value: binary.LittleEndian.AppendUint64(nil, uint64(req.Child))}))
 	switch {
 	case err == nil:
-		s.maybeRequestSplit(p)
+		s.splits.maybeRequestSplit(p)
 		return &wire.InsertChildReply{Done: true}, nil
 	case errors.Is(err, blink.ErrNeedsSplit):
-		s.requestSplit(p, true)
+		s.splits.requestSplit(p, true)
 		return nil, wireErrorf(wire.StatusNeedsRetry, "parent meganode %v is full; splitting it", p.Ptr())
 	case errors.Is(err, blink.ErrFrozen), errors.Is(err, blink.ErrKeyOutOfRange):
 		return nil, wireErrorf(wire.StatusNeedsRetry, "parent meganode %v is splitting", p.Ptr())
@@ -604,7 +611,8 @@ func badRequest(err error) error {
 // linked is never dropped; one dropped before its source linked fails
 // that split's copy, which the source then undoes. A source that cannot
 // be asked is asked again at the next sweep.
-func (s *Server) sweepTargets(rep *replica) {
+func (sp *splitter) sweepTargets(rep *replica) {
+	s := sp.s
 	targets := rep.sm.Targets()
 	now := time.Now()
 	seen := &rep.targetSeen
@@ -626,7 +634,7 @@ func (s *Server) sweepTargets(rep *replica) {
 			continue
 		}
 		source := targets[yp]
-		orphan, err := s.splitGivenUp(source, yp)
+		orphan, err := sp.splitGivenUp(source, yp)
 		if err != nil {
 			s.log.Debug("server: the source of a frozen split target could not be asked", slog.String("target", yp.String()), slog.String("source", source.String()), slog.Any("err", err))
 			continue
@@ -648,12 +656,13 @@ func (s *Server) sweepTargets(rep *replica) {
 
 // splitGivenUp reports whether source, a meganode that began a remote
 // split into yp, no longer splits into it per its region's applied log.
-func (s *Server) splitGivenUp(source, yp blink.Ptr) (bool, error) {
+func (sp *splitter) splitGivenUp(source, yp blink.Ptr) (bool, error) {
+	s := sp.s
 	if rep := s.reps.servedReplica(source.Region()); rep != nil && rep.sm.MeganodeAt(source) != nil {
 		p, ok := rep.sm.SplitOf(source)
 		return !ok || p.Y != yp, nil
 	}
-	info, err := s.remoteMeganode(source)
+	info, err := sp.remoteMeganode(source)
 	switch {
 	case errors.Is(err, wire.ErrOutOfBounds):
 		return true, nil // the source meganode is gone

@@ -43,7 +43,7 @@ func BenchmarkSplitPlacement(b *testing.B) {
 				}
 				b.StartTimer()
 				start := time.Now()
-				if !s.runSplit(x) {
+				if !s.splits.runSplit(x) {
 					b.Fatal("split failed")
 				}
 				d := time.Since(start)

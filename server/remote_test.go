@@ -219,7 +219,7 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 
 	p := pauseSplits(t)
 	done := make(chan bool, 1)
-	go func() { done <- s.runSplit(x) }()
+	go func() { done <- s.splits.runSplit(x) }()
 	var blocked chan error
 	blockedKey := "key999999" // above any split key
 	for _, step := range splitFailpoints {
@@ -288,7 +288,7 @@ func separatorPending(t *testing.T) (s *Server, c *wire.Conn, x *rsm.Meganode, k
 		put(t, c, k, "v"+k)
 		keys = append(keys, k)
 	}
-	if !s.runSplit(x) { // the root split: the new root has both entries
+	if !s.splits.runSplit(x) { // the root split: the new root has both entries
 		t.Fatal("first split failed")
 	}
 	var fail atomic.Bool
@@ -299,7 +299,7 @@ func separatorPending(t *testing.T) (s *Server, c *wire.Conn, x *rsm.Meganode, k
 		}
 		return nil
 	}))
-	if !s.runSplit(x) {
+	if !s.splits.runSplit(x) {
 		t.Fatal("second split failed")
 	}
 	return s, c, x, keys, func() { fail.Store(false) }
@@ -307,9 +307,9 @@ func separatorPending(t *testing.T) (s *Server, c *wire.Conn, x *rsm.Meganode, k
 
 // pendingSeparators is the number of separators the split loop has to retry.
 func pendingSeparators(s *Server) int {
-	s.splitMu.Lock()
-	defer s.splitMu.Unlock()
-	return len(s.pendingSeps)
+	s.splits.mu.Lock()
+	defer s.splits.mu.Unlock()
+	return len(s.splits.pendingSeps)
 }
 
 // splitsInProgress is the number of splits x's region's applied state
@@ -378,7 +378,7 @@ func TestPendingSeparatorResumedOnce(t *testing.T) {
 	if n, m := pendingSeparators(s), splitsInProgress(s, x); n != 1 || m != 1 {
 		t.Fatalf("%d separators pending and %d splits in progress, want 1 and 1", n, m)
 	}
-	s.resumeSplits(s.reps.holding(x.Ptr().Region())) // the separator still fails: queued again, once
+	s.splits.resumeSplits(s.reps.holding(x.Ptr().Region())) // the separator still fails: queued again, once
 	if n := pendingSeparators(s); n != 1 {
 		t.Fatalf("%d separators pending after the split was resumed, want 1", n)
 	}
@@ -507,7 +507,7 @@ func TestEndRemoteTargetRefusedOnce(t *testing.T) {
 	before := refusals()
 	// The root meganode, here: no split target.
 	tgt := &splitTarget{ptr: s.Root(), peer: regiontable.Member{ID: s.opts.ServerID, RPCAddr: s.rpcAddr}}
-	err := s.endRemoteTarget(tgt, true, nil)
+	err := s.splits.endRemoteTarget(tgt, true, nil)
 	if wire.StatusOf(err) != wire.StatusBadRequest {
 		t.Fatalf("commit of a meganode that is no target: %v, want BadRequest", err)
 	}

@@ -73,20 +73,12 @@ type Server struct {
 	// this server for over at once, not at its next tick.
 	leaderChanges chan raft.Observation
 
-	// Locking notes: Server.splitMu < replica.applyMu (replica.go).
-
-	// Meganode splits (split.go): splitMu is held by the split loop for a
-	// whole split (one at a time); splitReqs queues meganodes to consider;
-	// splitWake wakes writes waiting for a split.
-	splitMu   sync.Mutex
-	splitReqs chan blink.Ptr
-	// peers are connections to other servers (remote splits).
-	peers peerConns
-	// pendingSeps are separators still to insert (split.go). Guarded by
-	// splitMu.
-	pendingSeps []*splitDriver
-	splitWake   splitSignal
-	parking     parking // writes waiting for a split (park.go)
+	// splits is the split driver (split.go).
+	splits splitter
+	// peers are connections to other servers (remote splits, the
+	// coordinator's requests, placement).
+	peers   peerConns
+	parking parking // writes waiting for a split (park.go)
 
 	// Worker accounting (workers.go).
 	busyNanos   atomic.Int64
@@ -145,9 +137,8 @@ func New(opts Options) (*Server, error) {
 		wopts:   wire.Options{MaxFrameSize: opts.MaxFrameSize, WriteTimeout: opts.WriteTimeout},
 		fatal:   make(chan error, 1),
 		done:    make(chan struct{}),
-
-		splitReqs: make(chan blink.Ptr, 256),
 	}
+	s.splits = splitter{s: s, reqs: make(chan blink.Ptr, 256)}
 	s.peerOpts = s.wopts
 	s.peerOpts.TLS = opts.PeerTLS
 	s.authz = opts.ClientCertAuth || opts.TLS != nil && opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert
@@ -265,7 +256,7 @@ func (s *Server) start(ctx context.Context) error {
 		s.workers.Add(1)
 		go s.worker()
 	}
-	s.goBackground(s.splitLoop)
+	s.goBackground(s.splits.splitLoop)
 	s.goBackground(s.acceptLoop)
 	s.goBackground(s.utilizationLoop)
 	s.goBackground(s.followTable)

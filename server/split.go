@@ -51,6 +51,30 @@ const (
 	FailpointTargetEnded    = "server/split/target/ended"    // Y thawed (or dropped)
 )
 
+// splitter is the server's split driver: it splits the meganodes of the
+// regions this server serves, one split at a time (the split loop), by
+// the paper's protocol, each step a record of the regions it changes
+// (splitdriver.go), and resumes or undoes on a new leader the splits its
+// applied state shows in progress (recover.go). It reaches replicas
+// through the server's registry.
+//
+// It has about 30 methods: the loop, the local and remote steps of a
+// split (remote.go), the separator's insertion into the parent and a new
+// root, and recovery, all over the fields below.
+//
+// Locking notes: splitter.mu < rsm.Machine's lock.
+type splitter struct {
+	s *Server
+	// mu is held by the split loop for a whole split (one at a time).
+	mu sync.Mutex
+	// reqs queues meganodes to consider.
+	reqs chan blink.Ptr
+	// pendingSeps are separators still to insert. Guarded by mu.
+	pendingSeps []*splitDriver
+	// wake wakes writes waiting for a split.
+	wake splitSignal
+}
+
 // splitSignal wakes the writes waiting for a split: a write reads the
 // generation before it applies, and after ErrFrozen or ErrNeedsSplit waits
 // for the channel of that generation, which the next broadcast closes.
@@ -91,7 +115,8 @@ func (g *splitSignal) broadcast() {
 // requestSplit asks the split loop to split lm: when its fill reaches
 // Options.SplitFill, or in any case with force (a write met ErrNeedsSplit).
 // It never blocks; a meganode already queued is not queued twice.
-func (s *Server) requestSplit(lm *rsm.Meganode, force bool) {
+func (sp *splitter) requestSplit(lm *rsm.Meganode, force bool) {
+	s := sp.s
 	if s.opts.DisableSplits {
 		return
 	}
@@ -102,7 +127,7 @@ func (s *Server) requestSplit(lm *rsm.Meganode, force bool) {
 		return
 	}
 	select {
-	case s.splitReqs <- lm.Ptr():
+	case sp.reqs <- lm.Ptr():
 	default:
 		lm.Splits.Queued.Store(false) // full: a later write asks again
 	}
@@ -110,17 +135,19 @@ func (s *Server) requestSplit(lm *rsm.Meganode, force bool) {
 
 // maybeRequestSplit requests a split of lm once its fill reached the
 // threshold; a cheap lock-free check for the write path.
-func (s *Server) maybeRequestSplit(lm *rsm.Meganode) {
+func (sp *splitter) maybeRequestSplit(lm *rsm.Meganode) {
+	s := sp.s
 	if !s.opts.DisableSplits && lm.T.Fill() >= s.opts.SplitFill {
-		s.requestSplit(lm, false)
+		sp.requestSplit(lm, false)
 	}
 }
 
 // splitLoop runs the requested splits until the server stops. A split in
 // progress when Close begins is finished first: it only needs the region.
-func (s *Server) splitLoop() {
+func (sp *splitter) splitLoop() {
+	s := sp.s
 	for _, rep := range s.reps.servedList() {
-		s.resumeSplits(rep)
+		sp.resumeSplits(rep)
 	}
 	retry := time.NewTicker(250 * time.Millisecond)
 	defer retry.Stop()
@@ -128,10 +155,10 @@ func (s *Server) splitLoop() {
 		select {
 		case <-s.bgCtx.Done():
 			return
-		case p := <-s.splitReqs:
-			s.serveSplit(p)
+		case p := <-sp.reqs:
+			sp.serveSplit(p)
 		case <-retry.C:
-			s.retrySeparators()
+			sp.retrySeparators()
 		}
 	}
 }
@@ -139,15 +166,16 @@ func (s *Server) splitLoop() {
 // retrySeparators tries the pending separators (splits past their link
 // whose separator is not in the parent yet: its server was down or kept
 // splitting) once each, and ends the splits whose separator went in.
-func (s *Server) retrySeparators() {
-	s.splitMu.Lock()
-	defer s.splitMu.Unlock()
-	pending := s.pendingSeps
-	s.pendingSeps = nil // a parent split below may queue its own
+func (sp *splitter) retrySeparators() {
+	s := sp.s
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	pending := sp.pendingSeps
+	sp.pendingSeps = nil // a parent split below may queue its own
 	for _, d := range pending {
 		d.depth = 0 // from the top now, not nested in a child's split
 		if err := d.insertSeparator(); err != nil {
-			s.pendingSeps = append(s.pendingSeps, d)
+			sp.pendingSeps = append(sp.pendingSeps, d)
 			continue
 		}
 		if err := d.end(); err != nil {
@@ -158,7 +186,8 @@ func (s *Server) retrySeparators() {
 	}
 }
 
-func (s *Server) serveSplit(p blink.Ptr) {
+func (sp *splitter) serveSplit(p blink.Ptr) {
+	s := sp.s
 	lm := s.servedMeganode(p)
 	if lm == nil || lm.Ptr() != p {
 		return
@@ -170,39 +199,41 @@ func (s *Server) serveSplit(p blink.Ptr) {
 	if !force && lm.T.Fill() < s.opts.SplitFill {
 		return
 	}
-	s.runSplit(lm)
+	sp.runSplit(lm)
 }
 
 // runSplit splits lm now, wakes the writes waiting for it, and requests
 // further splits of the two halves if they are still above the fill
 // threshold (an unbalanced split). It reports whether the split was done.
-func (s *Server) runSplit(lm *rsm.Meganode) bool {
-	s.splitMu.Lock()
-	yp, err := s.splitLocked(lm, 0)
-	if errors.Is(err, blink.ErrSplitState) && s.settleLeftSplitLocked(lm) {
+func (sp *splitter) runSplit(lm *rsm.Meganode) bool {
+	s := sp.s
+	sp.mu.Lock()
+	yp, err := sp.splitLocked(lm, 0)
+	if errors.Is(err, blink.ErrSplitState) && sp.settleLeftSplitLocked(lm) {
 		yp, err = 0, nil // settled; a new split is requested below if still due
 	}
-	s.splitMu.Unlock()
+	sp.mu.Unlock()
 	s.splitEvent()
 	if err != nil {
 		s.log.Warn("server: meganode split failed", slog.String("meganode", lm.Ptr().String()), slog.Any("err", err))
 		return false
 	}
-	s.maybeRequestSplit(lm)
+	sp.maybeRequestSplit(lm)
 	if y := s.servedMeganode(yp); y != nil {
-		s.maybeRequestSplit(y)
+		sp.maybeRequestSplit(y)
 	}
 	return true
 }
 
 // settleLeftSplitLocked resumes or undoes a split of lm that its region's
-// replicated state shows in progress while no split runs (s.splitMu is
+// replicated state shows in progress while no split runs (s.splits.mu is
 // held): one whose steps and abort were all refused because this server
 // lost its group's leadership for a moment and was then elected again
 // without another server taking the region over, so resumeSplits (server
 // start, takeover) never ran for it. It reports whether it found one and
-// settled it. REQUIRES: s.splitMu held.
-func (s *Server) settleLeftSplitLocked(lm *rsm.Meganode) bool {
+// settled it. REQUIRES: s.splits.mu held.
+func (sp *splitter) settleLeftSplitLocked(lm *rsm.Meganode) bool {
+	s := sp.s
 	rep := s.reps.holding(lm.Ptr().Region())
 	if rep == nil {
 		return false
@@ -211,7 +242,7 @@ func (s *Server) settleLeftSplitLocked(lm *rsm.Meganode) bool {
 	if !found {
 		return false
 	}
-	if err := s.resumeSplitLocked(p); err != nil {
+	if err := sp.resumeSplitLocked(p); err != nil {
 		s.log.Error("server: a split left in progress could not be resumed", slog.String("meganode", p.X.String()),
 			slog.String("new", p.Y.String()), slog.Any("err", err))
 		return false
@@ -221,14 +252,16 @@ func (s *Server) settleLeftSplitLocked(lm *rsm.Meganode) bool {
 
 // failpointAfterLink evaluates a failpoint past a split's point of no
 // return: an error is logged and the split goes on.
-func (s *Server) failpointAfterLink(name string) {
+func (sp *splitter) failpointAfterLink(name string) {
+	s := sp.s
 	if err := failpoint.Eval(name); err != nil {
 		s.log.Warn("server: failpoint after a split's link ignored", slog.String("failpoint", name), slog.Any("err", err))
 	}
 }
 
 // applySplit applies one split record for meganode x.
-func (s *Server) applySplit(x *rsm.Meganode, sep []byte, b rsm.SplitBody) (rsm.Result, error) {
+func (sp *splitter) applySplit(x *rsm.Meganode, sep []byte, b rsm.SplitBody) (rsm.Result, error) {
+	s := sp.s
 	rec := rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindSplit, Meganode: x.Ptr(), Key: sep, Value: rsm.AppendSplitBody(nil, &b)})
 	rep, err := s.holder(x)
 	var res rsm.Result
@@ -252,8 +285,9 @@ const maxSeparatorTries = 64
 // split first; a remote one is split by its server while this one waits),
 // or, when level is the root's, a new root meganode is made over that
 // level and published. Until then readers reach y through right links.
-// REQUIRES: s.splitMu held.
-func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, depth int) error {
+// REQUIRES: s.splits.mu held.
+func (sp *splitter) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, depth int) error {
+	s := sp.s
 	child := binary.LittleEndian.AppendUint64(nil, uint64(yp))
 	if err := failpoint.Eval(FailpointSeparator); err != nil {
 		return err
@@ -261,19 +295,19 @@ func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, dept
 	var last error
 	for attempt := 0; attempt < maxSeparatorTries; attempt++ {
 		if attempt > 0 {
-			if err := s.pause(attempt); err != nil {
+			if err := sp.pause(attempt); err != nil {
 				return err
 			}
 		}
 		rp := blink.Ptr(s.root.Load())
-		rootLevel, err := s.levelOf(rp)
+		rootLevel, err := sp.levelOf(rp)
 		if err != nil {
 			last = err
 			continue
 		}
 		switch {
 		case rootLevel == level:
-			err := s.growRootLocked(rp, level, sep)
+			err := sp.growRootLocked(rp, level, sep)
 			if errors.Is(err, regiontable.ErrConflict) {
 				continue // the table had a newer root, now ours: look again
 			}
@@ -288,14 +322,14 @@ func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, dept
 			last = fmt.Errorf("server: root meganode %v at level %d is below the level %d separator %q", rp, rootLevel, level+1, sep)
 			continue
 		}
-		p, next, err := s.parentOf(rp, sep, level+1)
+		p, next, err := sp.parentOf(rp, sep, level+1)
 		if err != nil {
 			last = err
 			continue
 		}
 		if p == nil {
 			// The parent level goes on on another server.
-			done, err := s.insertChildRemote(next, level+1, sep, yp)
+			done, err := sp.insertChildRemote(next, level+1, sep, yp)
 			if err == nil && done {
 				return nil
 			}
@@ -308,10 +342,10 @@ func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, dept
 		}
 		switch {
 		case err == nil:
-			s.maybeRequestSplit(p)
+			sp.maybeRequestSplit(p)
 			return nil
 		case errors.Is(err, blink.ErrNeedsSplit):
-			if _, err := s.splitLocked(p, depth+1); err != nil {
+			if _, err := sp.splitLocked(p, depth+1); err != nil {
 				return fmt.Errorf("server: split parent %v: %w", p.Ptr(), err)
 			}
 			s.splitEvent()
@@ -327,7 +361,8 @@ func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, dept
 
 // pause sleeps before attempt n of a step that waits for another server
 // (or the region table): 1 ms doubling to 200 ms.
-func (s *Server) pause(n int) error {
+func (sp *splitter) pause(n int) error {
+	s := sp.s
 	d := time.Millisecond << min(n, 8)
 	t := time.NewTimer(min(d, 200*time.Millisecond))
 	defer t.Stop()
@@ -342,7 +377,8 @@ func (s *Server) pause(n int) error {
 // parentOf searches key from meganode start down to level, within this
 // server: it returns the local meganode at level covering key, or the
 // pointer where the search goes on on another server.
-func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*rsm.Meganode, blink.Ptr, error) {
+func (sp *splitter) parentOf(start blink.Ptr, key []byte, level int) (*rsm.Meganode, blink.Ptr, error) {
+	s := sp.s
 	lm := s.servedMeganode(start)
 	if lm == nil {
 		return nil, start, nil
@@ -377,14 +413,15 @@ func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*rsm.Meganode
 
 // levelOf returns the global level of the meganode holding node p, here
 // or on its server.
-func (s *Server) levelOf(p blink.Ptr) (int, error) {
+func (sp *splitter) levelOf(p blink.Ptr) (int, error) {
+	s := sp.s
 	if p.IsNil() {
 		return 0, fmt.Errorf("server: no root meganode: %w", blink.ErrRestart)
 	}
 	if lm := s.servedMeganode(p); lm != nil {
 		return lm.Level, nil
 	}
-	info, err := s.remoteMeganode(p)
+	info, err := sp.remoteMeganode(p)
 	if err != nil {
 		return 0, err
 	}
@@ -393,7 +430,8 @@ func (s *Server) levelOf(p blink.Ptr) (int, error) {
 
 // walkLevel lists the meganodes of root's level, left to right along the
 // right links, here or on other servers.
-func (s *Server) walkLevel(root blink.Ptr, level int) ([]rsm.LevelEntry, error) {
+func (sp *splitter) walkLevel(root blink.Ptr, level int) ([]rsm.LevelEntry, error) {
+	s := sp.s
 	var out []rsm.LevelEntry
 	for p := root; !p.IsNil(); {
 		if len(out) > maxHops*maxHops {
@@ -413,7 +451,7 @@ func (s *Server) walkLevel(root blink.Ptr, level int) ([]rsm.LevelEntry, error) 
 			}
 			e.Ptr, lv, bmin, minf, right = lm.Ptr(), lm.Level, h.Bounds.Min, h.Bounds.MinInf, lm.T.Right()
 		} else {
-			info, err := s.remoteMeganode(p)
+			info, err := sp.remoteMeganode(p)
 			if err != nil {
 				return nil, err
 			}
@@ -439,9 +477,10 @@ func (s *Server) walkLevel(root blink.Ptr, level int) ([]rsm.LevelEntry, error) 
 // root first (compare-and-set from root), then the server's and offset 0
 // of the region. Readers that still start at the old root reach
 // everything through right links. On failure the unpublished meganode is
-// dropped. REQUIRES: s.splitMu held.
-func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
-	ents, err := s.walkLevel(root, level)
+// dropped. REQUIRES: s.splits.mu held.
+func (sp *splitter) growRootLocked(root blink.Ptr, level int, sep []byte) error {
+	s := sp.s
+	ents, err := sp.walkLevel(root, level)
 	if err != nil {
 		return err
 	}
@@ -458,16 +497,16 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 	if x == nil {
 		return fmt.Errorf("server: no meganode of level %d on this server to grow the root from", level)
 	}
-	res, err := s.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseRoot, Cursor: body})
+	res, err := sp.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseRoot, Cursor: body})
 	if err != nil {
 		return err
 	}
 	np := res.New
-	s.failpointAfterLink(FailpointRootMade)
+	sp.failpointAfterLink(FailpointRootMade)
 	ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
 	defer cancel()
 	if cur, err := s.opts.Store.SetRoot(ctx, root, np); err != nil {
-		if _, aerr := s.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseAbort, New: np}); aerr != nil {
+		if _, aerr := sp.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseAbort, New: np}); aerr != nil {
 			s.log.Error("server: drop the unpublished root meganode", slog.String("meganode", np.String()), slog.Any("err", aerr))
 		}
 		if errors.Is(err, regiontable.ErrConflict) && !cur.IsNil() {
@@ -477,7 +516,7 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 		}
 		return fmt.Errorf("server: publish the new root meganode %v: %w", np, err)
 	}
-	s.failpointAfterLink(FailpointRootSet)
+	sp.failpointAfterLink(FailpointRootSet)
 	rep, err := s.holder(x)
 	if err != nil {
 		return err

@@ -146,8 +146,8 @@ func waitSplitsIdle(t testing.TB, s *Server) {
 			t.Fatal("splits never settled")
 		}
 		time.Sleep(20 * time.Millisecond)
-		if len(s.splitReqs) == 0 && s.splitMu.TryLock() {
-			s.splitMu.Unlock()
+		if len(s.splits.reqs) == 0 && s.splits.mu.TryLock() {
+			s.splits.mu.Unlock()
 			calm++
 		} else {
 			calm = 0

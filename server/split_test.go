@@ -381,7 +381,7 @@ func TestSplitFailpoints(t *testing.T) {
 		oldRoot := s.Root()
 		lo, hi := xMin(t, x), xMax(t, x) // X's range before the split
 		splitDone := make(chan bool, 1)
-		go func() { splitDone <- s.runSplit(x) }()
+		go func() { splitDone <- s.splits.runSplit(x) }()
 		var y *rsm.Meganode
 		var sep string
 		var blocked chan error // a put above sep issued while frozen
@@ -579,7 +579,7 @@ func TestSplitAbort(t *testing.T) {
 	disable := failpoint.Enable(FailpointSplitCopied, func() error { return boom })
 	defer disable()
 	megas := len(s.reps.own.sm.Region().Meganodes())
-	if s.runSplit(x) {
+	if s.splits.runSplit(x) {
 		t.Fatal("split done despite the failpoint")
 	}
 	if got := metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "aborted"}); got != 1 {
@@ -597,7 +597,7 @@ func TestSplitAbort(t *testing.T) {
 	keys = append(keys, "zzz")
 
 	disable()
-	if !s.runSplit(x) {
+	if !s.splits.runSplit(x) {
 		t.Fatal("second attempt failed")
 	}
 	waitSplitsIdle(t, s)
@@ -634,7 +634,7 @@ func TestSplitParksWrites(t *testing.T) {
 	}
 	p := pauseSplits(t)
 	splitDone := make(chan bool, 1)
-	go func() { splitDone <- s.runSplit(x) }()
+	go func() { splitDone <- s.splits.runSplit(x) }()
 	p.wait(t, FailpointSplitChose)
 	p.release <- struct{}{}
 	p.wait(t, FailpointSplitFroze)

@@ -50,8 +50,9 @@ type splitDriver struct {
 // region or another server's (placeSplit), and inserts the separator
 // above (splitting a local parent first if it is full, depth counting
 // those nested splits). It returns y's header pointer.
-// REQUIRES: s.splitMu held.
-func (s *Server) splitLocked(x *rsm.Meganode, depth int) (blink.Ptr, error) {
+// REQUIRES: s.splits.mu held.
+func (sp *splitter) splitLocked(x *rsm.Meganode, depth int) (blink.Ptr, error) {
+	s := sp.s
 	if depth > maxHops {
 		return 0, fmt.Errorf("server: %d nested meganode splits: %w", depth, blink.ErrCorruption)
 	}
@@ -104,8 +105,8 @@ func (d *splitDriver) choose() error {
 	if err := failpoint.Eval(FailpointSplitChose); err != nil {
 		return err
 	}
-	if peer := s.placeSplit(x); peer != nil {
-		if d.tgt, err = s.beginRemoteTarget(x, sep, peer); err != nil {
+	if peer := s.splits.placeSplit(x); peer != nil {
+		if d.tgt, err = s.splits.beginRemoteTarget(x, sep, peer); err != nil {
 			s.log.Warn("server: remote split target refused; splitting locally", slog.String("peer", peer.ID), slog.Any("err", err))
 			d.tgt = nil
 		}
@@ -120,10 +121,10 @@ func (d *splitDriver) start() error {
 	if d.tgt != nil {
 		b.New = d.tgt.ptr
 	}
-	res, err := d.s.applySplit(d.x, d.sep, b)
+	res, err := d.s.splits.applySplit(d.x, d.sep, b)
 	if err != nil {
 		if d.tgt != nil {
-			d.s.endRemoteTarget(d.tgt, false, nil)
+			d.s.splits.endRemoteTarget(d.tgt, false, nil)
 		}
 		return err
 	}
@@ -140,12 +141,12 @@ func (d *splitDriver) start() error {
 // batches of records here (writes to X's left half go on between them).
 func (d *splitDriver) copy() error {
 	if d.tgt != nil {
-		root, err := d.s.copyRemote(d.x, d.sep, d.tgt)
+		root, err := d.s.splits.copyRemote(d.x, d.sep, d.tgt)
 		d.yRoot = root
 		return err
 	}
 	for cursor := d.sep; cursor != nil; {
-		res, err := d.s.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseCopy, New: d.y, Batch: uint32(d.s.opts.SplitCopyBatch), Cursor: cursor})
+		res, err := d.s.splits.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseCopy, New: d.y, Batch: uint32(d.s.opts.SplitCopyBatch), Cursor: cursor})
 		if err != nil {
 			return err
 		}
@@ -162,11 +163,11 @@ func (d *splitDriver) link() error {
 	if d.tgt != nil {
 		b.Cursor = binary.LittleEndian.AppendUint64(nil, uint64(d.yRoot))
 	}
-	if _, err := d.s.applySplit(d.x, d.sep, b); err != nil {
+	if _, err := d.s.splits.applySplit(d.x, d.sep, b); err != nil {
 		return err
 	}
 	d.linked = true
-	d.s.failpointAfterLink(FailpointSplitLinked)
+	d.s.splits.failpointAfterLink(FailpointSplitLinked)
 	return nil
 }
 
@@ -179,7 +180,7 @@ func (d *splitDriver) afterLink() error {
 	if err := d.thawTarget(); err != nil {
 		return err
 	}
-	d.s.failpointAfterLink(FailpointSplitInvalidated)
+	d.s.splits.failpointAfterLink(FailpointSplitInvalidated)
 	if !d.separator() {
 		return nil // retried in the background; the split's end waits for it
 	}
@@ -192,7 +193,7 @@ func (d *splitDriver) afterLink() error {
 func (d *splitDriver) free() error {
 	s := d.s
 	for {
-		res, err := s.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseFree, New: d.y, Batch: uint32(s.opts.SplitFreeBatch)})
+		res, err := s.splits.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseFree, New: d.y, Batch: uint32(s.opts.SplitFreeBatch)})
 		if err != nil {
 			return err
 		}
@@ -216,38 +217,38 @@ func (d *splitDriver) thawTarget() error {
 	if err != nil {
 		return err
 	}
-	return d.s.endRemoteTarget(d.tgt, true, rep.sessionDigest())
+	return d.s.splits.endRemoteTarget(d.tgt, true, rep.sessionDigest())
 }
 
 // separator inserts the separator one level up and reports whether it
 // did; if not, the driver is queued for the split loop to retry
 // (retrySeparators; readers reach Y through right links meanwhile).
-// REQUIRES: s.splitMu held.
+// REQUIRES: s.splits.mu held.
 func (d *splitDriver) separator() bool {
 	s := d.s
 	if err := d.insertSeparator(); err != nil {
 		s.log.Warn("server: separator not inserted yet; retrying in the background", slog.String("meganode", d.x.Ptr().String()),
 			slog.String("new", d.y.String()), slog.Any("err", err))
-		s.pendingSeps = append(s.pendingSeps, d)
+		s.splits.pendingSeps = append(s.splits.pendingSeps, d)
 		return false
 	}
 	return true
 }
 
 // insertSeparator inserts the separator one level up (or grows the root).
-// REQUIRES: s.splitMu held.
+// REQUIRES: s.splits.mu held.
 func (d *splitDriver) insertSeparator() error {
-	if err := d.s.insertSeparatorLocked(d.x.Level, d.sep, d.y, d.depth); err != nil {
+	if err := d.s.splits.insertSeparatorLocked(d.x.Level, d.sep, d.y, d.depth); err != nil {
 		return err
 	}
-	d.s.failpointAfterLink(FailpointSplitParent)
+	d.s.splits.failpointAfterLink(FailpointSplitParent)
 	return nil
 }
 
 // end records the split as done and counts it.
 func (d *splitDriver) end() error {
 	s := d.s
-	if _, err := s.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseEnd, New: d.y}); err != nil {
+	if _, err := s.splits.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseEnd, New: d.y}); err != nil {
 		return err
 	}
 	s.metrics.splits.WithLabelValues("done").Inc()
@@ -275,12 +276,12 @@ func (d *splitDriver) end() error {
 // sweep once the source's state shows no such split).
 func (d *splitDriver) abort() error {
 	s := d.s
-	_, err := s.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseAbort, New: d.y})
+	_, err := s.splits.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseAbort, New: d.y})
 	if err != nil {
 		s.log.Error("server: abort of a meganode split failed", slog.String("meganode", d.x.Ptr().String()), slog.Any("err", err))
 	}
 	if d.tgt != nil {
-		if terr := s.endRemoteTarget(d.tgt, false, nil); terr != nil {
+		if terr := s.splits.endRemoteTarget(d.tgt, false, nil); terr != nil {
 			s.log.Warn("server: the split's remote target was not dropped", slog.String("new", d.y.String()), slog.Any("err", terr))
 		}
 	}

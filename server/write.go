@@ -119,7 +119,7 @@ func (w *worker) writeFlags(client uint64) (uint16, error) {
 // and proposes the record rec builds for it.
 func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec func(*rsm.Meganode) []byte) handled {
 	s := w.s
-	gen := s.splitWake.generation()
+	gen := s.splits.wake.generation()
 	hp, err := w.leafFor(p, epoch, key, what)
 	if err != nil {
 		return reply(nil, err)
@@ -181,7 +181,7 @@ const (
 func (s *Server) afterApply(j *job, lm *rsm.Meganode, err error, deadline time.Time) (writeStep, error) {
 	switch {
 	case err == nil:
-		s.maybeRequestSplit(lm)
+		s.splits.maybeRequestSplit(lm)
 		return writeDone, nil
 	case errors.Is(err, blink.ErrKeyOutOfRange) && j.moves < maxMoves:
 		j.moves++
@@ -194,7 +194,7 @@ func (s *Server) afterApply(j *job, lm *rsm.Meganode, err error, deadline time.T
 			j.full, j.fullRuns = lm, runs
 		}
 		s.metrics.waits.WithLabelValues("full").Inc()
-		s.requestSplit(lm, true)
+		s.splits.requestSplit(lm, true)
 	default:
 		return writeDone, err
 	}
