@@ -187,7 +187,7 @@ func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bo
 	for _, srv := range cfg.Servers {
 		r.Replicas = append(r.Replicas, string(srv.ID))
 	}
-	id, ok := s.placeReplica(v, s.gone.dead(time.Now(), s.opts.DeadAfter), r)
+	id, ok := s.coord.placeReplica(v, s.coord.gone.dead(time.Now(), s.opts.DeadAfter), r)
 	return v.members[id], ok
 }
 

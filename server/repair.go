@@ -63,21 +63,21 @@ const learnerGiveUp = time.Minute
 const failedPlacementMemory = 2 * time.Minute
 
 // noteFailedPlacement remembers that server id failed to open a replica.
-func (s *Server) noteFailedPlacement(id string) {
-	s.failedPlace.Lock()
-	defer s.failedPlace.Unlock()
-	if s.failedPlace.at == nil {
-		s.failedPlace.at = make(map[string]time.Time)
+func (co *coordinator) noteFailedPlacement(id string) {
+	co.failedPlace.Lock()
+	defer co.failedPlace.Unlock()
+	if co.failedPlace.at == nil {
+		co.failedPlace.at = make(map[string]time.Time)
 	}
-	s.failedPlace.at[id] = time.Now()
+	co.failedPlace.at[id] = time.Now()
 }
 
 // placementFailedRecently reports whether server id failed to open a
 // replica within failedPlacementMemory.
-func (s *Server) placementFailedRecently(id string) bool {
-	s.failedPlace.Lock()
-	defer s.failedPlace.Unlock()
-	t, ok := s.failedPlace.at[id]
+func (co *coordinator) placementFailedRecently(id string) bool {
+	co.failedPlace.Lock()
+	defer co.failedPlace.Unlock()
+	t, ok := co.failedPlace.at[id]
 	return ok && time.Since(t) < failedPlacementMemory
 }
 
@@ -285,7 +285,7 @@ func (s *Server) replicate(rep *replica) error {
 // removed instead.
 func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, error) {
 	v := s.table.Load()
-	dead := s.gone.dead(time.Now(), s.opts.DeadAfter)
+	dead := s.coord.gone.dead(time.Now(), s.opts.DeadAfter)
 	for _, srv := range cfg.Servers {
 		if srv.Suffrage != raft.Nonvoter {
 			continue
@@ -311,7 +311,7 @@ func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, er
 				return true, nil
 			}
 			delete(rep.learnerMissing, id)
-			s.noteFailedPlacement(id)
+			s.coord.noteFailedPlacement(id)
 			return true, s.removeServer(rep, id, "its server never opened the replica")
 		}
 		delete(rep.learnerMissing, id)
@@ -378,7 +378,7 @@ func (s *Server) trimVoter(rep *replica, cfg raft.Configuration) (bool, error) {
 	if len(voters) <= s.opts.Replicas {
 		return false, nil
 	}
-	id, why := s.extraVoter(s.table.Load(), s.gone.dead(time.Now(), s.opts.DeadAfter), voters)
+	id, why := s.extraVoter(s.table.Load(), s.coord.gone.dead(time.Now(), s.opts.DeadAfter), voters)
 	if id == "" {
 		return false, nil
 	}
@@ -405,7 +405,7 @@ func (s *Server) extraVoter(v *tableView, dead map[string]bool, voters []string)
 	if len(candidates) == 0 {
 		return "", ""
 	}
-	load := replicaLoad(v, s.regionsInUse(v))
+	load := replicaLoad(v, s.coord.regionsInUse(v))
 	most := candidates[0]
 	for _, id := range candidates[1:] {
 		if load[most].less(load[id]) {
@@ -576,7 +576,8 @@ func voterIDs(cfg raft.Configuration) []string {
 
 // repairLoop replaces dead and draining servers' replicas and spreads
 // leaderships until ctx ends (the coordinator's term).
-func (s *Server) repairLoop(ctx context.Context) {
+func (co *coordinator) repairLoop(ctx context.Context) {
+	s := co.s
 	t := time.NewTicker(repairInterval)
 	defer t.Stop()
 	lastBalance := time.Now()
@@ -592,12 +593,12 @@ func (s *Server) repairLoop(ctx context.Context) {
 			continue
 		}
 		now := time.Now()
-		s.recordMissing(ctx, v, now)
-		dead := s.gone.dead(now, s.opts.DeadAfter)
-		s.repairRegions(ctx, v, dead, asked)
+		co.recordMissing(ctx, v, now)
+		dead := co.gone.dead(now, s.opts.DeadAfter)
+		co.repairRegions(ctx, v, dead, asked)
 		if s.opts.BalanceInterval > 0 && now.Sub(lastBalance) >= s.opts.BalanceInterval {
 			lastBalance = now
-			s.balanceLeaders(ctx, v, dead)
+			co.balanceLeaders(ctx, v, dead)
 		}
 	}
 }
@@ -608,12 +609,13 @@ func (s *Server) repairLoop(ctx context.Context) {
 // that count. A mark is written only while its server is not a member
 // (one compare in the store), and a member's registration clears its
 // own.
-func (s *Server) recordMissing(ctx context.Context, v *tableView, now time.Time) {
+func (co *coordinator) recordMissing(ctx context.Context, v *tableView, now time.Time) {
+	s := co.s
 	every := missingMarkEvery
 	if s.opts.TestingKnobs.MissingMarkEvery > 0 {
 		every = s.opts.TestingKnobs.MissingMarkEvery
 	}
-	add, clear := s.gone.marks(v, now, every)
+	add, clear := co.gone.marks(v, now, every)
 	for _, id := range slices.Sorted(maps.Keys(add)) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		ok, err := s.opts.Store.MarkMissing(cctx, id, add[id])
@@ -643,7 +645,7 @@ func leaving(v *tableView, dead map[string]bool, id string) bool {
 // repairRegions asks the host of every region with a replica on a dead
 // or draining server to move it (or, if the host itself is draining, to
 // hand its leadership over first).
-func (s *Server) repairRegions(ctx context.Context, v *tableView, dead map[string]bool, asked map[uint32]string) {
+func (co *coordinator) repairRegions(ctx context.Context, v *tableView, dead map[string]bool, asked map[uint32]string) {
 	moving := 0
 	for _, r := range v.regions {
 		if len(r.Learners) > 0 {
@@ -667,7 +669,7 @@ func (s *Server) repairRegions(ctx context.Context, v *tableView, dead map[strin
 			continue
 		}
 		if from == r.Host {
-			s.askAdmin(ctx, host, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: r.ID}, r.ID, asked, "hand over: host draining")
+			co.askAdmin(ctx, host, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: r.ID}, r.ID, asked, "hand over: host draining")
 			continue
 		}
 		if len(r.Learners) == 0 {
@@ -676,11 +678,11 @@ func (s *Server) repairRegions(ctx context.Context, v *tableView, dead map[strin
 			}
 			moving++
 		}
-		to, ok := s.moveTarget(v, dead, r)
+		to, ok := co.moveTarget(v, dead, r)
 		if !ok {
 			continue
 		}
-		s.askAdmin(ctx, host, wire.OpMoveReplica, &wire.MoveReplicaRequest{Region: r.ID, From: from, To: to}, r.ID, asked, "move "+from+" -> "+to)
+		co.askAdmin(ctx, host, wire.OpMoveReplica, &wire.MoveReplicaRequest{Region: r.ID, From: from, To: to}, r.ID, asked, "move "+from+" -> "+to)
 	}
 }
 
@@ -690,7 +692,8 @@ func (s *Server) repairRegions(ctx context.Context, v *tableView, dead map[strin
 // stay, one of them (the host then only removes the leaving one); else a
 // new server (placeReplica). Asked again every repairInterval, it names
 // the same server each time while the move runs.
-func (s *Server) moveTarget(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
+func (co *coordinator) moveTarget(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
+	s := co.s
 	stay := func(id string) bool {
 		_, live := v.members[id]
 		return live && !leaving(v, dead, id)
@@ -710,12 +713,13 @@ func (s *Server) moveTarget(v *tableView, dead map[string]bool, r regiontable.Re
 		slices.Sort(staying)
 		return staying[0], true
 	}
-	return s.placeReplica(v, dead, r)
+	return co.placeReplica(v, dead, r)
 }
 
 // askAdmin sends an operator request to a region's host, logging it the
 // first time it is asked.
-func (s *Server) askAdmin(ctx context.Context, host regiontable.Member, op wire.Op, req wire.Message, id uint32, asked map[uint32]string, what string) {
+func (co *coordinator) askAdmin(ctx context.Context, host regiontable.Member, op wire.Op, req wire.Message, id uint32, asked map[uint32]string, what string) {
+	s := co.s
 	if asked[id] != what {
 		asked[id] = what
 		s.log.Warn("server: coordinator: repairing a region", slog.Uint64("region", uint64(id)), slog.String("host", host.ID), slog.String("action", what))
@@ -734,14 +738,14 @@ func (s *Server) askAdmin(ctx context.Context, host regiontable.Member, op wire.
 //
 // A server that recently failed to open a replica is chosen only when no
 // other one can be.
-func (s *Server) placeReplica(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
-	load := replicaLoad(v, s.regionsInUse(v))
+func (co *coordinator) placeReplica(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
+	load := replicaLoad(v, co.regionsInUse(v))
 	best, bestFailed := "", false
 	for _, id := range sortedMembers(v) {
 		if leaving(v, dead, id) || holdsReplica(r, id) || v.members[id].RaftAddr == "" {
 			continue
 		}
-		failed := s.placementFailedRecently(id)
+		failed := co.placementFailedRecently(id)
 		if best == "" || bestFailed && !failed || failed == bestFailed && load[id].less(load[best]) {
 			best, bestFailed = id, failed
 		}
@@ -786,7 +790,8 @@ func replicaLoad(v *tableView, used map[uint32]uint64) map[string]serverLoad {
 // balanceLeaders moves one leadership from the server leading the most
 // regions to the server leading the fewest, when the first leads more
 // than the mean (rounded up) and two more than the second.
-func (s *Server) balanceLeaders(ctx context.Context, v *tableView, dead map[string]bool) {
+func (co *coordinator) balanceLeaders(ctx context.Context, v *tableView, dead map[string]bool) {
+	s := co.s
 	lead := make(map[string]int)
 	var ids []string
 	for _, id := range sortedMembers(v) {

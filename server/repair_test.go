@@ -341,7 +341,7 @@ func (s *Server) balanceLeadersUntil(ctx context.Context, t *testing.T, store re
 		if ctx.Err() != nil {
 			t.Fatalf("leaders not spread: %v", fmt.Sprint(lead))
 		}
-		s.balanceLeaders(ctx, s.table.Load(), nil)
+		s.coord.balanceLeaders(ctx, s.table.Load(), nil)
 		time.Sleep(500 * time.Millisecond)
 	}
 }

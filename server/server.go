@@ -59,15 +59,9 @@ type Server struct {
 
 	root  atomic.Uint64
 	table atomic.Pointer[tableView]
-	gone  goneServers // since when servers are missing (repair.go)
-	use   regionUse   // the regions' bytes in use, for placement (placement.go)
-	// failedPlace is when servers last failed to open a replica placed
-	// on them (repair.go).
-	failedPlace struct {
-		sync.Mutex
-		at map[string]time.Time
-	}
-	coord coordinatorState // coordinator.go
+	// coord is the server's part in the coordinator election and, while
+	// it is elected, the cluster-wide repairs (coordinator.go).
+	coord coordinator
 	// leaderChanges receives the groups' raft leader observations
 	// (dropped when full): replicaLoop takes a region its group elected
 	// this server for over at once, not at its next tick.
@@ -139,6 +133,7 @@ func New(opts Options) (*Server, error) {
 		done:    make(chan struct{}),
 	}
 	s.splits = splitter{s: s, reqs: make(chan blink.Ptr, 256)}
+	s.coord.s = s
 	s.peerOpts = s.wopts
 	s.peerOpts.TLS = opts.PeerTLS
 	s.authz = opts.ClientCertAuth || opts.TLS != nil && opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert
@@ -261,7 +256,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.goBackground(s.utilizationLoop)
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
-	s.goBackground(s.coordinate)
+	s.goBackground(s.coord.coordinate)
 	s.goBackground(s.replicaLoop)
 	return nil
 }

@@ -88,7 +88,7 @@ func (s *Server) followTable() {
 		} else {
 			v := newTableView(st)
 			s.table.Store(v)
-			s.gone.note(v, time.Now())
+			s.coord.gone.note(v, time.Now())
 			for _, r := range st.Regions {
 				s.noteRegionEntry(r)
 			}
@@ -101,7 +101,7 @@ func (s *Server) followTable() {
 				}
 				v := s.table.Load().with(ev)
 				s.table.Store(v)
-				s.gone.note(v, time.Now())
+				s.coord.gone.note(v, time.Now())
 				switch {
 				case ev.Kind == regiontable.RootSet:
 					s.learnRoot(ev.Root)
