@@ -39,10 +39,30 @@ import (
 // A follower that wins an election serves nothing until it takes the
 // region over (failover.go).
 
+// keeper tends the groups of the server's replicas, its own and its
+// followers, as the region table and the options say they should be: it
+// opens a follower for every region that lists this server and drops the
+// ones that no longer do; on the leader of a served region it adds,
+// promotes, moves and removes replicas (repair.go) and hands leaderships
+// over; it takes over a region whose group elected this server
+// (failover.go); and it snapshots a log grown past its bound. It reaches
+// replicas through the server's registry.
+//
+// It has about 30 methods, one per step of those duties; its only state
+// is the channel of leader observations, the rest lives in the replicas.
+type keeper struct {
+	s *Server
+	// leaderChanges receives the groups' raft leader observations
+	// (dropped when full): the replica loop takes a region its group
+	// elected this server for over at once, not at its next tick.
+	leaderChanges chan raft.Observation
+}
+
 // openLoggedFollowers opens a follower replica for every region other
 // than the server's own that the log holds raft state for: the replicas
 // this server held before it stopped.
-func (s *Server) openLoggedFollowers() error {
+func (k *keeper) openLoggedFollowers() error {
+	s := k.s
 	ids, err := s.wal.Regions()
 	if err != nil {
 		return fmt.Errorf("server: list the log's regions: %w", err)
@@ -51,7 +71,7 @@ func (s *Server) openLoggedFollowers() error {
 		if id == s.reps.own.regionID {
 			continue
 		}
-		if err := s.openFollower(id); err != nil {
+		if err := k.openFollower(id); err != nil {
 			return err
 		}
 	}
@@ -62,7 +82,8 @@ func (s *Server) openLoggedFollowers() error {
 // group for it that waits for the region's leader (or restores from the
 // log what it had). It does nothing when the replica is open already or
 // the server is stopping.
-func (s *Server) openFollower(id uint32) error {
+func (k *keeper) openFollower(id uint32) error {
+	s := k.s
 	f := &s.reps.follow
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -87,18 +108,20 @@ func (s *Server) openFollower(id uint32) error {
 
 // noteRegion opens a follower replica when the region table lists this
 // server among the replicas of a region it does not host.
-func (s *Server) noteRegion(r regiontable.Region) {
+func (k *keeper) noteRegion(r regiontable.Region) {
+	s := k.s
 	if r.ID == s.reps.own.regionID || r.Host == s.opts.ServerID || !holdsReplica(r, s.opts.ServerID) {
 		return
 	}
-	if err := s.openFollower(r.ID); err != nil {
+	if err := k.openFollower(r.ID); err != nil {
 		s.log.Error("server: open a follower replica", slog.Uint64("region", uint64(r.ID)), slog.Any("err", err))
 	}
 }
 
 // closeFollowers stops every follower replica and removes its region file
 // (the log holds it).
-func (s *Server) closeFollowers() error {
+func (k *keeper) closeFollowers() error {
+	s := k.s
 	f := &s.reps.follow
 	f.mu.Lock()
 	f.closed = true
@@ -114,37 +137,39 @@ func (s *Server) closeFollowers() error {
 
 // replicaLoop tends the server's replicas every replicaInterval
 // (tendReplica).
-func (s *Server) replicaLoop() {
+func (k *keeper) replicaLoop() {
+	s := k.s
 	t := time.NewTicker(replicaInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.bgCtx.Done():
 			return
-		case <-s.leaderChanges:
+		case <-k.leaderChanges:
 			// A group elected a leader (this server, maybe): take what
 			// it leads over now; the rest waits for the tick.
-			s.takeOverElected()
+			k.takeOverElected()
 			continue
 		case <-t.C:
 		}
-		s.tendReplica(s.reps.own)
+		k.tendReplica(s.reps.own)
 		for _, rep := range s.reps.followerList() {
-			s.tendReplica(rep)
+			k.tendReplica(rep)
 		}
 	}
 }
 
 // takeOverElected takes over the regions whose groups elected this server
 // and that it does not serve yet (tendReplica's failover step alone).
-func (s *Server) takeOverElected() {
+func (k *keeper) takeOverElected() {
+	s := k.s
 	for _, rep := range append([]*replica{s.reps.own}, s.reps.followerList()...) {
 		r := rep.raftGroup()
 		if r == nil || s.bgCtx.Err() != nil {
 			return
 		}
 		if r.State() == raft.Leader && s.reps.servedReplica(rep.regionID) != rep {
-			s.leadUnserved(rep)
+			k.leadUnserved(rep)
 		}
 	}
 }
@@ -158,30 +183,32 @@ const replicaInterval = 250 * time.Millisecond
 // region this server leads gets Options.Replicas replicas (replicate) and
 // loses its orphan split targets (sweepTargets); a region whose group
 // elected this server is taken over (failover.go).
-func (s *Server) tendReplica(rep *replica) {
+func (k *keeper) tendReplica(rep *replica) {
+	s := k.s
 	r := rep.raftGroup()
 	if r == nil || s.bgCtx.Err() != nil {
 		return
 	}
-	s.snapshotIfLogLarge(rep, r)
+	k.snapshotIfLogLarge(rep, r)
 	leader := r.State() == raft.Leader
 	served := s.reps.servedReplica(rep.regionID) == rep
 	switch {
 	case served && leader:
 		if s.opts.Replicas > 1 {
-			if err := s.replicate(rep); err != nil && s.bgCtx.Err() == nil {
+			if err := k.replicate(rep); err != nil && s.bgCtx.Err() == nil {
 				s.log.Warn("server: replicating a region", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 			}
 		}
 		s.splits.sweepTargets(rep)
 	case !served && leader:
-		s.leadUnserved(rep)
+		k.leadUnserved(rep)
 	}
 }
 
 // pickReplicaHost chooses the server for a new replica of the group
 // with configuration cfg (placeReplica).
-func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bool) {
+func (k *keeper) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bool) {
+	s := k.s
 	v := s.table.Load()
 	var r regiontable.Region
 	for _, srv := range cfg.Servers {
@@ -194,7 +221,8 @@ func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bo
 // learnerState asks server id how far its replica of rep's region has
 // applied: whether it caught up with this leader's commit index, and
 // whether it holds the replica at all (it may not: it failed to open it).
-func (s *Server) learnerState(rep *replica, id string) (caughtUp, holds bool, err error) {
+func (k *keeper) learnerState(rep *replica, id string) (caughtUp, holds bool, err error) {
+	s := k.s
 	m, ok := s.table.Load().members[id]
 	if !ok {
 		return false, true, nil // down: ask again later
@@ -214,18 +242,19 @@ func (s *Server) learnerState(rep *replica, id string) (caughtUp, holds bool, er
 
 // publishReplicas writes rep's table entry with the group's current
 // servers.
-func (s *Server) publishReplicas(rep *replica) error {
+func (k *keeper) publishReplicas(rep *replica) error {
 	f := rep.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
 	voters, learners := replicaIDs(f.Configuration())
-	return s.putReplicas(rep, voters, learners)
+	return k.putReplicas(rep, voters, learners)
 }
 
 // putReplicas writes rep's table entry with its voters and learners and
 // the group's current term.
-func (s *Server) putReplicas(rep *replica, voters, learners []string) error {
+func (k *keeper) putReplicas(rep *replica, voters, learners []string) error {
+	s := k.s
 	ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
 	defer cancel()
 	e, err := s.opts.Store.Region(ctx, rep.regionID)
@@ -286,7 +315,8 @@ func (s *Server) followerMetadata(rep *replica) *wire.MetadataReply {
 // Options.TrailingLogs entries. One such snapshot at a time per replica;
 // one that cannot be taken now (a split in progress) is tried again at
 // the next tick.
-func (s *Server) snapshotIfLogLarge(rep *replica, r *raft.Raft) {
+func (k *keeper) snapshotIfLogLarge(rep *replica, r *raft.Raft) {
+	s := k.s
 	if rep.logBytes.Load() < s.opts.SnapshotLogBytes || !rep.snapping.CompareAndSwap(false, true) {
 		return
 	}

@@ -134,7 +134,7 @@ func (rep *replica) startRaft(bootstrap bool) (bool, error) {
 		_ = trans.Close()
 		return false, fmt.Errorf("server: start region %d's raft group: %w", id, err)
 	}
-	r.RegisterObserver(raft.NewObserver(s.leaderChanges, false, func(o *raft.Observation) bool {
+	r.RegisterObserver(raft.NewObserver(s.keep.leaderChanges, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
 		return ok
 	}))

@@ -186,7 +186,8 @@ func (g *goneServers) dead(now time.Time, after time.Duration) map[string]bool {
 
 // requestMove records a move of rep's replica, asked by OpMoveReplica.
 // REQUIRES: this server serves rep's region.
-func (s *Server) requestMove(rep *replica, req *wire.MoveReplicaRequest) error {
+func (k *keeper) requestMove(rep *replica, req *wire.MoveReplicaRequest) error {
+	s := k.s
 	v := s.table.Load()
 	if req.From == req.To {
 		return wireErrorf(wire.StatusBadRequest, "move replica: from and to are both %q", req.From)
@@ -255,35 +256,37 @@ func suffrage(cfg raft.Configuration, id string) (raft.ServerSuffrage, bool) {
 // replicas. The region table's entry is published with the new
 // configuration after every change, and before a nonvoter is added (so
 // that the new member opens its replica).
-func (s *Server) replicate(rep *replica) error {
+func (k *keeper) replicate(rep *replica) error {
+	s := k.s
 	cfg, err := groupConfig(rep)
 	if err != nil {
 		return err
 	}
-	if done, err := s.promoteCaughtUp(rep, cfg); done || err != nil {
+	if done, err := k.promoteCaughtUp(rep, cfg); done || err != nil {
 		return err
 	}
 	if mv := rep.move.Load(); mv != nil {
-		return s.stepMove(rep, cfg, mv)
+		return k.stepMove(rep, cfg, mv)
 	}
-	if done, err := s.trimVoter(rep, cfg); done || err != nil {
+	if done, err := k.trimVoter(rep, cfg); done || err != nil {
 		return err
 	}
 	if len(cfg.Servers) >= s.opts.Replicas {
 		return nil
 	}
-	m, ok := s.pickReplicaHost(cfg)
+	m, ok := k.pickReplicaHost(cfg)
 	if !ok {
 		return nil // too few live servers: try again later
 	}
-	return s.addNonvoter(rep, cfg, m)
+	return k.addNonvoter(rep, cfg, m)
 }
 
 // promoteCaughtUp makes the first nonvoter that has caught up a voter. It
 // reports whether it found a nonvoter (caught up or not): a group adds
 // one server at a time. A nonvoter on a dead or draining server is
 // removed instead.
-func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, error) {
+func (k *keeper) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, error) {
+	s := k.s
 	v := s.table.Load()
 	dead := s.coord.gone.dead(time.Now(), s.opts.DeadAfter)
 	for _, srv := range cfg.Servers {
@@ -292,9 +295,9 @@ func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, er
 		}
 		id := string(srv.ID)
 		if dead[id] || v.draining[id] {
-			return true, s.removeServer(rep, id, "the nonvoter's server is dead or draining")
+			return true, k.removeServer(rep, id, "the nonvoter's server is dead or draining")
 		}
-		ok, holds, err := s.learnerState(rep, id)
+		ok, holds, err := k.learnerState(rep, id)
 		if err != nil {
 			return true, err
 		}
@@ -312,7 +315,7 @@ func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, er
 			}
 			delete(rep.learnerMissing, id)
 			s.coord.noteFailedPlacement(id)
-			return true, s.removeServer(rep, id, "its server never opened the replica")
+			return true, k.removeServer(rep, id, "its server never opened the replica")
 		}
 		delete(rep.learnerMissing, id)
 		if !ok {
@@ -322,13 +325,14 @@ func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, er
 			return true, fmt.Errorf("promote %s: %w", srv.ID, err)
 		}
 		s.log.Info("server: follower caught up; now a voter", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", id))
-		return true, s.publishReplicas(rep)
+		return true, k.publishReplicas(rep)
 	}
 	return false, nil
 }
 
 // stepMove takes one step of move mv (the type's doc).
-func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove) error {
+func (k *keeper) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove) error {
+	s := k.s
 	if !inConfig(cfg, mv.from) {
 		rep.move.CompareAndSwap(mv, nil)
 		return nil
@@ -341,7 +345,7 @@ func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove)
 			rep.move.CompareAndSwap(mv, nil) // the target went; the asker picks another
 			return fmt.Errorf("move target %s is not a live member", mv.to)
 		}
-		return s.addNonvoter(rep, cfg, m)
+		return k.addNonvoter(rep, cfg, m)
 	case sf != raft.Voter:
 		return nil // promoteCaughtUp's
 	case mv.from == s.opts.ServerID:
@@ -349,13 +353,13 @@ func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove)
 		// removes this replica when asked again. The move is kept until
 		// the transfer succeeds: one that failed (timed out) is tried
 		// again at the next tick, towards the same target.
-		if err := s.transferLeader(rep, mv.to); err != nil {
+		if err := k.transferLeader(rep, mv.to); err != nil {
 			return err
 		}
 		rep.move.CompareAndSwap(mv, nil)
 		return nil
 	default:
-		if err := s.removeServer(rep, mv.from, "moved to "+mv.to); err != nil {
+		if err := k.removeServer(rep, mv.from, "moved to "+mv.to); err != nil {
 			return err
 		}
 		rep.move.CompareAndSwap(mv, nil)
@@ -373,20 +377,22 @@ func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove)
 // did not know of the move before it (the leadership changed during it,
 // or a move was asked again with another target): nothing else would
 // ever remove it.
-func (s *Server) trimVoter(rep *replica, cfg raft.Configuration) (bool, error) {
+func (k *keeper) trimVoter(rep *replica, cfg raft.Configuration) (bool, error) {
+	s := k.s
 	voters, _ := replicaIDs(cfg)
 	if len(voters) <= s.opts.Replicas {
 		return false, nil
 	}
-	id, why := s.extraVoter(s.table.Load(), s.coord.gone.dead(time.Now(), s.opts.DeadAfter), voters)
+	id, why := k.extraVoter(s.table.Load(), s.coord.gone.dead(time.Now(), s.opts.DeadAfter), voters)
 	if id == "" {
 		return false, nil
 	}
-	return true, s.removeServer(rep, id, "the group has more voters than --replicas; "+why)
+	return true, k.removeServer(rep, id, "the group has more voters than --replicas; "+why)
 }
 
 // extraVoter chooses the voter trimVoter removes, and says why.
-func (s *Server) extraVoter(v *tableView, dead map[string]bool, voters []string) (string, string) {
+func (k *keeper) extraVoter(v *tableView, dead map[string]bool, voters []string) (string, string) {
+	s := k.s
 	candidates := slices.DeleteFunc(slices.Clone(voters), func(id string) bool { return id == s.opts.ServerID })
 	for _, pass := range []struct {
 		why string
@@ -417,9 +423,10 @@ func (s *Server) extraVoter(v *tableView, dead map[string]bool, voters []string)
 
 // addNonvoter publishes m as a learner of rep's region and adds it to the
 // group as a nonvoter.
-func (s *Server) addNonvoter(rep *replica, cfg raft.Configuration, m regiontable.Member) error {
+func (k *keeper) addNonvoter(rep *replica, cfg raft.Configuration, m regiontable.Member) error {
+	s := k.s
 	voters, learners := replicaIDs(cfg)
-	if err := s.putReplicas(rep, voters, append(learners, m.ID)); err != nil {
+	if err := k.putReplicas(rep, voters, append(learners, m.ID)); err != nil {
 		return err
 	}
 	if f := s.opts.TestingKnobs.BeforeAddNonvoter; f != nil {
@@ -434,13 +441,14 @@ func (s *Server) addNonvoter(rep *replica, cfg raft.Configuration, m regiontable
 
 // removeServer removes server id from rep's group and publishes the new
 // configuration.
-func (s *Server) removeServer(rep *replica, id, why string) error {
+func (k *keeper) removeServer(rep *replica, id, why string) error {
+	s := k.s
 	if err := rep.raft.RemoveServer(raft.ServerID(id), 0, s.opts.ProposalTimeout).Error(); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	s.metrics.replicasRemoved.Inc()
 	s.log.Info("server: replica removed from the group", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", id), slog.String("why", why))
-	return s.publishReplicas(rep)
+	return k.publishReplicas(rep)
 }
 
 // errTransferring refuses a transfer while another one runs; the asker
@@ -452,7 +460,8 @@ var errTransferring = &wire.StatusError{Status: wire.StatusUnavailable, Message:
 // It stops serving the region first (dropping its read lease: the target
 // is elected without waiting the lease out); if the transfer fails, this
 // server is still the leader and serves the region again.
-func (s *Server) transferLeader(rep *replica, to string) error {
+func (k *keeper) transferLeader(rep *replica, to string) error {
+	s := k.s
 	if !rep.transferring.CompareAndSwap(false, true) {
 		return errTransferring
 	}
@@ -483,17 +492,17 @@ func (s *Server) transferLeader(rep *replica, to string) error {
 	if !live {
 		return wireErrorf(wire.StatusBadRequest, "transfer leader: %q is not a live member", to)
 	}
-	if err := s.transferTargetReady(rep, m); err != nil {
+	if err := k.transferTargetReady(rep, m); err != nil {
 		return err
 	}
 	start := time.Now()
 	s.unserve(rep)
 	for attempt := 1; ; attempt++ {
-		err = s.transferAttempt(rep, attempt, to, m.RaftAddr)
+		err = k.transferAttempt(rep, attempt, to, m.RaftAddr)
 		if err == nil || attempt == transferAttempts || !transferTimedOut(err) || rep.raft.State() != raft.Leader {
 			break
 		}
-		if rerr := s.transferTargetReady(rep, m); rerr != nil {
+		if rerr := k.transferTargetReady(rep, m); rerr != nil {
 			err = errors.Join(err, rerr)
 			break
 		}
@@ -533,7 +542,8 @@ const transferReadyTimeout = time.Second
 // off, yet still a member until its lease lapses) holds it there until
 // raft's RPC to it times out, seconds with the region unwritable. A
 // target that answers now is very likely to take the transfer.
-func (s *Server) transferTargetReady(rep *replica, m regiontable.Member) error {
+func (k *keeper) transferTargetReady(rep *replica, m regiontable.Member) error {
+	s := k.s
 	commit := rep.raft.CommitIndex()
 	var md wire.MetadataReply
 	ctx, cancel := context.WithTimeout(s.bgCtx, transferReadyTimeout)
@@ -551,7 +561,8 @@ func (s *Server) transferTargetReady(rep *replica, m regiontable.Member) error {
 }
 
 // transferAttempt asks raft once to hand rep's group to server to.
-func (s *Server) transferAttempt(rep *replica, attempt int, to, addr string) error {
+func (k *keeper) transferAttempt(rep *replica, attempt int, to, addr string) error {
+	s := k.s
 	if f := s.opts.TestingKnobs.TransferFault; f != nil {
 		if err := f(rep.regionID, attempt); err != nil {
 			return err
@@ -862,7 +873,8 @@ func sortedMembers(v *tableView) []string {
 // dropStaleFollower drops this server's follower replica of region e when
 // e no longer lists this server (it was replaced while it was down): the
 // group, the region file and the region's log and snapshots.
-func (s *Server) dropStaleFollower(e regiontable.Region) {
+func (k *keeper) dropStaleFollower(e regiontable.Region) {
+	s := k.s
 	if e.Host == s.opts.ServerID || holdsReplica(e, s.opts.ServerID) || len(e.Replicas) == 0 {
 		return
 	}
@@ -904,7 +916,7 @@ func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
 			if rep == nil {
 				return s.redirect(req.Region, "move replica")
 			}
-			return s.requestMove(rep, &req)
+			return s.keep.requestMove(rep, &req)
 		default:
 			var req wire.TransferLeaderRequest
 			if err := req.Decode(f.Body); err != nil {
@@ -914,7 +926,7 @@ func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
 			if rep == nil {
 				return s.redirect(req.Region, "transfer leader")
 			}
-			return s.transferLeader(rep, req.To)
+			return s.keep.transferLeader(rep, req.To)
 		}
 	}()
 	s.respond(c, h, &wire.EmptyMessage{}, err, 0, time.Since(arrived))

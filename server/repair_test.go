@@ -284,7 +284,7 @@ func TestLeadersBalanced(t *testing.T) {
 	first := srvs[0].opts.ServerID
 	for _, s := range srvs[1:] {
 		for _, rep := range s.reps.servedList() {
-			if err := s.transferLeader(rep, first); err != nil {
+			if err := s.keep.transferLeader(rep, first); err != nil {
 				t.Fatalf("transfer region %d to %s: %v", rep.regionID, first, err)
 			}
 		}

@@ -62,10 +62,10 @@ type Server struct {
 	// coord is the server's part in the coordinator election and, while
 	// it is elected, the cluster-wide repairs (coordinator.go).
 	coord coordinator
-	// leaderChanges receives the groups' raft leader observations
-	// (dropped when full): replicaLoop takes a region its group elected
-	// this server for over at once, not at its next tick.
-	leaderChanges chan raft.Observation
+	// keep tends the groups of the server's replicas: replication,
+	// moves, transfers, followers, takeovers (follower.go, repair.go,
+	// failover.go).
+	keep keeper
 
 	// splits is the split driver (split.go).
 	splits splitter
@@ -134,6 +134,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.splits = splitter{s: s, reqs: make(chan blink.Ptr, 256)}
 	s.coord.s = s
+	s.keep.s = s
 	s.peerOpts = s.wopts
 	s.peerOpts.TLS = opts.PeerTLS
 	s.authz = opts.ClientCertAuth || opts.TLS != nil && opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert
@@ -143,7 +144,7 @@ func New(opts Options) (*Server, error) {
 	s.mu.conns = make(map[*conn]struct{})
 	s.mu.perHost = make(map[string]int)
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
-	s.leaderChanges = make(chan raft.Observation, 16)
+	s.keep.leaderChanges = make(chan raft.Observation, 16)
 	return s, nil
 }
 
@@ -224,7 +225,7 @@ func (s *Server) start(ctx context.Context) error {
 		return fmt.Errorf("server: list the log's regions: %w", err)
 	}
 	s.waitOutLeases(len(logged))
-	if err := s.openLoggedFollowers(); err != nil {
+	if err := s.keep.openLoggedFollowers(); err != nil {
 		return err
 	}
 	lead, err := s.startGroup(ctx)
@@ -257,7 +258,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
 	s.goBackground(s.coord.coordinate)
-	s.goBackground(s.replicaLoop)
+	s.goBackground(s.keep.replicaLoop)
 	return nil
 }
 
@@ -576,7 +577,7 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		errs = append(errs, s.responder.Close())
 	}
 	s.metrics.detach()
-	errs = append(errs, s.stopGroup(), s.closeFollowers())
+	errs = append(errs, s.stopGroup(), s.keep.closeFollowers())
 	if s.mux != nil {
 		errs = append(errs, s.mux.Close())
 	}

@@ -90,7 +90,7 @@ func (s *Server) followTable() {
 			s.table.Store(v)
 			s.coord.gone.note(v, time.Now())
 			for _, r := range st.Regions {
-				s.noteRegionEntry(r)
+				s.keep.noteRegionEntry(r)
 			}
 			s.learnRoot(st.Root)
 			backoff = 100 * time.Millisecond
@@ -106,7 +106,7 @@ func (s *Server) followTable() {
 				case ev.Kind == regiontable.RootSet:
 					s.learnRoot(ev.Root)
 				case ev.Kind == regiontable.RegionPut:
-					s.noteRegionEntry(ev.Region)
+					s.keep.noteRegionEntry(ev.Region)
 				}
 			}
 		}
