@@ -58,7 +58,7 @@ func (c *conn) serveCheck(f wire.Frame, arrived time.Time) {
 		s.log.Warn("server: check found invariant violations", slog.Int("count", int(rep.Count)),
 			slog.String("first", rep.Violations[0]))
 	}
-	s.respond(c, h, &rep, err, queued, service)
+	s.rpc.respond(c, h, &rep, err, queued, service)
 }
 
 // lockSplitsUntil takes s.splits.mu with the splits at rest
@@ -177,7 +177,7 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 		copy(rep.Hash[:], sum.Sum(nil))
 		return nil
 	}()
-	s.respond(c, h, &rep, err, 0, time.Since(arrived))
+	s.rpc.respond(c, h, &rep, err, 0, time.Since(arrived))
 }
 
 // captureRegion starts a capture of the replica's region at its applied

@@ -466,7 +466,7 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		NodeSize:     uint32(s.reps.own.sm.NodeSize()),
 		MeganodeSize: s.reps.own.sm.Region().Layout().MeganodeSize,
 		Root:         blink.Ptr(s.root.Load()),
-		Hints:        s.hints(),
+		Hints:        s.rpc.hints(),
 	}
 	for _, r := range served {
 		regions = append(regions, s.regionInfo(r))

@@ -316,11 +316,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-	gauge(descQueueDepth, float64(len(s.queue)))
-	gauge(descQueueCap, float64(cap(s.queue)))
+	gauge(descQueueDepth, float64(len(s.rpc.queue)))
+	gauge(descQueueCap, float64(cap(s.rpc.queue)))
 	gauge(descWorkers, float64(s.opts.Cores))
-	counter(descBusy, time.Duration(s.busyNanos.Load()).Seconds())
-	gauge(descUtil, math.Float64frombits(s.utilization.Load()))
+	counter(descBusy, time.Duration(s.rpc.busyNanos.Load()).Seconds())
+	gauge(descUtil, math.Float64frombits(s.rpc.utilization.Load()))
 	counter(descApplied, float64(s.reps.own.sm.Applied()))
 
 	rs := s.responder.Stats()

@@ -929,5 +929,5 @@ func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
 			return s.keep.transferLeader(rep, req.To)
 		}
 	}()
-	s.respond(c, h, &wire.EmptyMessage{}, err, 0, time.Since(arrived))
+	s.rpc.respond(c, h, &wire.EmptyMessage{}, err, 0, time.Since(arrived))
 }

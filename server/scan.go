@@ -64,7 +64,7 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	frame := s.rangeBudget()
+	frame := s.rpc.rangeBudget()
 	sc := scanner{w: w, rep: rep, limit: limit, capped: capped, keysOnly: req.KeysOnly, budget: min(frame, s.opts.MaxRangeBytes), frame: frame}
 	if req.Reverse {
 		err = sc.backward(lm, lower, upper)
@@ -80,7 +80,8 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 // rangeBudget is the most bytes of pairs a range reply carries: the frame
 // limit less the header and the reply's other fields (count, flags, a
 // resume key of at most maxKey bytes, next pointer).
-func (s *Server) rangeBudget() int {
+func (rs *rpcServer) rangeBudget() int {
+	s := rs.s
 	return s.opts.MaxFrameSize - wire.HeaderSize - (4 + 1 + 4 + s.reps.own.sm.MaxKey() + 8) - 64
 }
 

@@ -55,7 +55,6 @@ type Server struct {
 	shm       *rdma.SHMServer
 	metricsLn net.Listener
 	httpSrv   *http.Server
-	queue     chan job
 
 	root  atomic.Uint64
 	table atomic.Pointer[tableView]
@@ -71,21 +70,15 @@ type Server struct {
 	splits splitter
 	// peers are connections to other servers (remote splits, the
 	// coordinator's requests, placement).
-	peers   peerConns
-	parking parking // writes waiting for a split (park.go)
-
-	// Worker accounting (workers.go).
-	busyNanos   atomic.Int64
-	queueEWMA   atomic.Int64
-	serviceEWMA atomic.Int64
-	utilization atomic.Uint64 // math.Float64bits of the last second's busy fraction
+	peers peerConns
+	// rpc serves the wire protocol: connections, the workers and their
+	// queue, writes in flight and parked (conn.go, workers.go, write.go).
+	rpc rpcServer
 
 	created  time.Time // when New made the server (lease.go)
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup // background goroutines: accept, table, membership, coordinator, ticker
-	workers  sync.WaitGroup
-	conns    sync.WaitGroup
 
 	fatal   chan error            // the first asynchronous failure; Serve returns it
 	failure atomic.Pointer[error] // the same, for /healthz
@@ -135,6 +128,7 @@ func New(opts Options) (*Server, error) {
 	s.splits = splitter{s: s, reqs: make(chan blink.Ptr, 256)}
 	s.coord.s = s
 	s.keep.s = s
+	s.rpc.s = s
 	s.peerOpts = s.wopts
 	s.peerOpts.TLS = opts.PeerTLS
 	s.authz = opts.ClientCertAuth || opts.TLS != nil && opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert
@@ -247,14 +241,14 @@ func (s *Server) start(ctx context.Context) error {
 		}
 	}
 	s.metrics.attach(s)
-	s.queue = make(chan job, s.opts.QueueDepth)
+	s.rpc.queue = make(chan job, s.opts.QueueDepth)
 	for i := 0; i < s.opts.Cores; i++ {
-		s.workers.Add(1)
-		go s.worker()
+		s.rpc.workers.Add(1)
+		go s.rpc.worker()
 	}
 	s.goBackground(s.splits.splitLoop)
-	s.goBackground(s.acceptLoop)
-	s.goBackground(s.utilizationLoop)
+	s.goBackground(s.rpc.acceptLoop)
+	s.goBackground(s.rpc.utilizationLoop)
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
 	s.goBackground(s.coord.coordinate)
@@ -539,7 +533,7 @@ func (s *Server) closeLocked() error {
 func (s *Server) shutdown(member regiontable.Registration) error {
 	var errs []error
 	s.bgCancel()
-	s.closeParking()
+	s.rpc.closeParking()
 	if member != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := member.Close(ctx); err != nil {
@@ -556,11 +550,11 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		c.stopReading()
 	}
 	s.mu.Unlock()
-	s.conns.Wait()
-	if s.queue != nil {
-		close(s.queue)
+	s.rpc.conns.Wait()
+	if s.rpc.queue != nil {
+		close(s.rpc.queue)
 	}
-	s.workers.Wait()
+	s.rpc.workers.Wait()
 	if s.httpSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = s.httpSrv.Shutdown(ctx)

@@ -660,7 +660,7 @@ func TestSplitParksWrites(t *testing.T) {
 		blocked <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for s.parked() == 0 {
+	for s.rpc.parked() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the frozen put never parked")
 		}
@@ -700,8 +700,8 @@ func TestSplitParksWrites(t *testing.T) {
 		t.Fatal("parked put never answered")
 	}
 	keys = append(keys, k2)
-	if s.parked() != 0 {
-		t.Fatalf("%d jobs still parked", s.parked())
+	if s.rpc.parked() != 0 {
+		t.Fatalf("%d jobs still parked", s.rpc.parked())
 	}
 	mustServeAll(t, s, c, keys)
 	if _, ok := get(t, c, k1); ok {

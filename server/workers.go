@@ -3,11 +3,35 @@ package server
 import (
 	"log/slog"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
+
+// rpcServer serves the wire protocol: it accepts connections (conn.go),
+// whose readers queue requests for exactly Options.Cores workers (the
+// paper's server cores), which run the handlers (handlers.go, scan.go,
+// checkop.go) and answer; a write leaves its worker once proposed and
+// settles, requeues or parks later (write.go, park.go). It keeps the
+// workers' accounting, which the selector hints report. It reaches
+// replicas through the server's registry.
+type rpcServer struct {
+	s     *Server
+	queue chan job
+	// parking is the writes waiting for a split (park.go).
+	parking parking
+	workers sync.WaitGroup
+	conns   sync.WaitGroup
+
+	// Worker accounting.
+	busyNanos   atomic.Int64
+	queueEWMA   atomic.Int64
+	serviceEWMA atomic.Int64
+	utilization atomic.Uint64 // math.Float64bits of the last second's busy fraction
+}
 
 // job is a request read off a connection, waiting for a worker.
 type job struct {
@@ -31,10 +55,11 @@ type job struct {
 // bounded queue, so the server's CPU budget for tree work is explicit (the
 // paper's "server cores"). Each keeps its decode targets, reply messages
 // and buffers, so that a steady stream of requests does not allocate.
-func (s *Server) worker() {
-	defer s.workers.Done()
+func (rs *rpcServer) worker() {
+	s := rs.s
+	defer rs.workers.Done()
 	w := newWorker(s)
-	for j := range s.queue {
+	for j := range rs.queue {
 		w.run(j)
 	}
 }
@@ -63,27 +88,27 @@ func (w *worker) run(j job) {
 		out := w.handle(h.Op, j.f.Body)
 		j, w.cur, w.job = w.cur, job{}, nil
 		if out.proposed {
-			go s.settleWrite(j, out.p, start)
-			s.busyNanos.Add(int64(time.Since(start)))
+			go s.rpc.settleWrite(j, out.p, start)
+			s.rpc.busyNanos.Add(int64(time.Since(start)))
 			return
 		}
 		msg, err = out.msg, out.err
 	}
 	service := time.Since(start)
-	s.busyNanos.Add(int64(service))
-	s.answer(j, msg, err, queued, service)
+	s.rpc.busyNanos.Add(int64(service))
+	s.rpc.answer(j, msg, err, queued, service)
 	w.resetLarge()
 }
 
 // answer writes job j's reply (msg, or err's status) with its queueing and
 // service time, and ends the job.
-func (s *Server) answer(j job, msg wire.Message, err error, queued, service time.Duration) {
+func (rs *rpcServer) answer(j job, msg wire.Message, err error, queued, service time.Duration) {
 	h := &j.f.Header
-	s.respond(j.c, h, msg, err, queued, service)
+	rs.respond(j.c, h, msg, err, queued, service)
 	j.f.Release()
-	ewmaAdd(&s.queueEWMA, int64(queued))
+	ewmaAdd(&rs.queueEWMA, int64(queued))
 	if h.Op == wire.OpSearch {
-		ewmaAdd(&s.serviceEWMA, int64(service))
+		ewmaAdd(&rs.serviceEWMA, int64(service))
 	}
 	j.c.done()
 }
@@ -106,35 +131,37 @@ func ewmaAdd(a interface {
 }
 
 // utilizationLoop computes the workers' busy fraction over each second.
-func (s *Server) utilizationLoop() {
+func (rs *rpcServer) utilizationLoop() {
+	s := rs.s
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	lastBusy, lastT := s.busyNanos.Load(), time.Now()
+	lastBusy, lastT := rs.busyNanos.Load(), time.Now()
 	for {
 		select {
 		case <-s.bgCtx.Done():
 			return
 		case now := <-t.C:
-			busy := s.busyNanos.Load()
+			busy := rs.busyNanos.Load()
 			wall := now.Sub(lastT) * time.Duration(s.opts.Cores)
 			u := 0.0
 			if wall > 0 {
 				u = min(float64(busy-lastBusy)/float64(wall), 1)
 			}
-			s.utilization.Store(math.Float64bits(u))
+			rs.utilization.Store(math.Float64bits(u))
 			lastBusy, lastT = busy, now
 		}
 	}
 }
 
 // hints are the selector hints of a Metadata reply.
-func (s *Server) hints() wire.SelectorHints {
+func (rs *rpcServer) hints() wire.SelectorHints {
+	s := rs.s
 	sat := func(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }
 	return wire.SelectorHints{
 		Workers:      uint16(min(s.opts.Cores, math.MaxUint16)),
-		Queued:       uint32(len(s.queue)),
-		QueueNanos:   sat(s.queueEWMA.Load()),
-		ServiceNanos: sat(s.serviceEWMA.Load()),
+		Queued:       uint32(len(rs.queue)),
+		QueueNanos:   sat(rs.queueEWMA.Load()),
+		ServiceNanos: sat(rs.serviceEWMA.Load()),
 	}
 }
 
@@ -143,7 +170,8 @@ func (s *Server) hints() wire.SelectorHints {
 // it is queued, so that a client holding a reply finds it in /metrics. A
 // reply over the frame limit is a bug (replies are sized below it):
 // logged, and answered Internal.
-func (s *Server) respond(c *conn, h *wire.Header, msg wire.Message, err error, queued, service time.Duration) {
+func (rs *rpcServer) respond(c *conn, h *wire.Header, msg wire.Message, err error, queued, service time.Duration) {
+	s := rs.s
 	var r wire.Reply
 	if err == nil {
 		rh := h.Reply(wire.StatusOK)

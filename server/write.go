@@ -143,17 +143,18 @@ func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec f
 // settleWrite is the proposed state of queued job j, which a worker
 // started at start: it waits for p's outcome, then answers the request,
 // requeues it or parks it (afterApply).
-func (s *Server) settleWrite(j job, p proposal, start time.Time) {
+func (rs *rpcServer) settleWrite(j job, p proposal, start time.Time) {
+	s := rs.s
 	res, err := p.rep.settle(p.f)
 	s.metrics.proposals.Observe(time.Since(p.start).Seconds())
 	dl, _ := j.f.Header.Deadline(j.arrived)
-	step, err := s.afterApply(&j, p.lm, err, dl)
+	step, err := rs.afterApply(&j, p.lm, err, dl)
 	switch step {
 	case writeAgain:
-		s.requeue(j)
+		rs.requeue(j)
 		return
 	case writeWait:
-		if s.park(j, p.gen) {
+		if rs.park(j, p.gen) {
 			return
 		}
 		err = wireErrorf(wire.StatusUnavailable, "server stopping")
@@ -161,7 +162,7 @@ func (s *Server) settleWrite(j job, p proposal, start time.Time) {
 	if err == nil && p.op == wire.OpDelete && !res.Found {
 		err = wire.ErrNotFound
 	}
-	s.answer(j, nil, err, start.Sub(j.arrived), time.Since(start))
+	rs.answer(j, nil, err, start.Sub(j.arrived), time.Since(start))
 }
 
 // writeStep is what a write does after its record's outcome.
@@ -178,7 +179,8 @@ const (
 // maxFullWaits only once a split of that meganode ran since the write
 // last found it full: waking up for another meganode's split is no reason
 // to give up (the write's wait bound still ends it).
-func (s *Server) afterApply(j *job, lm *rsm.Meganode, err error, deadline time.Time) (writeStep, error) {
+func (rs *rpcServer) afterApply(j *job, lm *rsm.Meganode, err error, deadline time.Time) (writeStep, error) {
+	s := rs.s
 	switch {
 	case err == nil:
 		s.splits.maybeRequestSplit(lm)
