@@ -55,7 +55,7 @@ func (k *keeper) takeOver(rep *replica, old regiontable.Region) {
 	}
 	ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
 	defer cancel()
-	if err := s.serve(ctx, rep); err != nil {
+	if err := s.hosting.serve(ctx, rep); err != nil {
 		s.log.Warn("server: cannot take the region over", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 		return
 	}
@@ -72,7 +72,7 @@ func (k *keeper) takeOver(rep *replica, old regiontable.Region) {
 // one-sided reads of it refused.
 func (k *keeper) stopServing(rep *replica, e regiontable.Region) {
 	s := k.s
-	if !s.unserve(rep) {
+	if !s.hosting.unserve(rep) {
 		return
 	}
 	s.log.Warn("server: the region table gives a region we served to another host; stopped serving it", slog.Uint64("region", uint64(rep.regionID)),

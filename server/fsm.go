@@ -56,7 +56,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	rep := (*replica)(f)
-	if srv := rep.srv; srv.unserve(rep) {
+	if srv := rep.srv; srv.hosting.unserve(rep) {
 		// A leader that lost its group is sent a snapshot: the region
 		// it served is about to be replaced.
 		srv.log.Warn("server: a region we served is restored from its new leader's snapshot; stopped serving it", slog.Uint64("region", uint64(rep.regionID)))

@@ -469,7 +469,7 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		Hints:        s.rpc.hints(),
 	}
 	for _, r := range served {
-		regions = append(regions, s.regionInfo(r))
+		regions = append(regions, s.hosting.regionInfo(r))
 	}
 	rep.Regions = regions
 	rep.Meganodes = megas

@@ -57,7 +57,7 @@ func TestIsolatedHostStopsServing(t *testing.T) {
 				}
 			}
 			net.Isolate(host.mux.Addr().String())
-			time.Sleep(host.leaseDuration() + 300*time.Millisecond)
+			time.Sleep(host.hosting.leaseDuration() + 300*time.Millisecond)
 			if got := host.reps.servedReplica(host.reps.own.regionID); got == nil {
 				t.Fatal("the isolated host stopped serving through the table; the test needs it to find out alone")
 			}
@@ -65,7 +65,7 @@ func TestIsolatedHostStopsServing(t *testing.T) {
 				err := probe()
 				switch {
 				case !ignore && err == nil:
-					t.Errorf("%s: the isolated host answered %v after its lease", name, host.leaseDuration())
+					t.Errorf("%s: the isolated host answered %v after its lease", name, host.hosting.leaseDuration())
 				case ignore && err != nil:
 					t.Errorf("%s without leases: %v; the check could not catch a stale host", name, err)
 				}

@@ -80,7 +80,7 @@ func (f replicaFiles) Discard(r *meganode.Region) error {
 	path := r.Path()
 	var err error
 	if f.rep.wasServed.Load() {
-		s.retire(r)
+		s.hosting.retire(r)
 		err = r.Remove()
 	} else {
 		err = errors.Join(r.Close(), r.Remove())

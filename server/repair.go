@@ -496,7 +496,7 @@ func (k *keeper) transferLeader(rep *replica, to string) error {
 		return err
 	}
 	start := time.Now()
-	s.unserve(rep)
+	s.hosting.unserve(rep)
 	for attempt := 1; ; attempt++ {
 		err = k.transferAttempt(rep, attempt, to, m.RaftAddr)
 		if err == nil || attempt == transferAttempts || !transferTimedOut(err) || rep.raft.State() != raft.Leader {

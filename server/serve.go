@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/hashicorp/raft"
 
@@ -55,19 +56,34 @@ func servedMeganodes(reps []*replica) []*rsm.Meganode {
 	return out
 }
 
+// hosting serves the regions whose groups this server leads and whose
+// table entries name it (failover.go tells when): it holds each one's
+// read lease (lease.go), registers it for one-sided reads, publishes its
+// table entry, and stops all of that when the region goes. It reaches
+// replicas through the server's registry.
+type hosting struct {
+	s *Server
+	// retired are regions replaced while requests may read them (a
+	// served replica restored from a snapshot, regionfiles.go), unmapped
+	// at shutdown.
+	retired   []*meganode.Region
+	retiredMu sync.Mutex
+}
+
 // serve makes rep served: it registers the region for one-sided reads,
 // publishes its table entry with the next epoch (the group's term and
 // replicas with it), and adds it to the served set. REQUIRES: this server
 // leads rep's group and has applied everything committed.
-func (s *Server) serve(ctx context.Context, rep *replica) error {
-	if !s.renewLease(rep) {
+func (h *hosting) serve(ctx context.Context, rep *replica) error {
+	s := h.s
+	if !h.renewLease(rep) {
 		return fmt.Errorf("server: region %d: no read lease: %w", rep.regionID, raft.ErrNotLeader)
 	}
-	if err := s.registerReads(rep); err != nil {
+	if err := h.registerReads(rep); err != nil {
 		return err
 	}
-	if err := s.publishRegion(ctx, rep); err != nil {
-		s.deregisterReads(rep)
+	if err := h.publishRegion(ctx, rep); err != nil {
+		h.deregisterReads(rep)
 		return err
 	}
 	rep.wasServed.Store(true)
@@ -76,14 +92,15 @@ func (s *Server) serve(ctx context.Context, rep *replica) error {
 	s.reps.servedMu.Lock()
 	rep.leaseStop = stop
 	s.reps.servedMu.Unlock()
-	s.goBackground(func() { s.keepLease(rep, stop) })
+	s.goBackground(func() { h.keepLease(rep, stop) })
 	return nil
 }
 
 // unserve stops serving rep's region: requests for it are redirected from
 // now on, one-sided reads of it refused, and its lease no longer renewed.
 // It reports whether the region was served.
-func (s *Server) unserve(rep *replica) bool {
+func (h *hosting) unserve(rep *replica) bool {
+	s := h.s
 	if s.reps.servedReplica(rep.regionID) != rep {
 		return false
 	}
@@ -95,34 +112,35 @@ func (s *Server) unserve(rep *replica) bool {
 	}
 	s.reps.servedMu.Unlock()
 	rep.leaseUntil.Store(0)
-	s.deregisterReads(rep)
+	h.deregisterReads(rep)
 	return true
 }
 
 // retire keeps region r, replaced by a snapshot after it was served,
 // mapped until the server stops: requests that were reading it finish
 // on the old copy.
-func (s *Server) retire(r *meganode.Region) {
-	s.retiredMu.Lock()
-	defer s.retiredMu.Unlock()
-	s.retired = append(s.retired, r)
+func (h *hosting) retire(r *meganode.Region) {
+	h.retiredMu.Lock()
+	defer h.retiredMu.Unlock()
+	h.retired = append(h.retired, r)
 }
 
 // closeRetired unmaps the retired regions. REQUIRES: no request runs.
-func (s *Server) closeRetired() error {
-	s.retiredMu.Lock()
-	defer s.retiredMu.Unlock()
+func (h *hosting) closeRetired() error {
+	h.retiredMu.Lock()
+	defer h.retiredMu.Unlock()
 	var errs []error
-	for _, r := range s.retired {
+	for _, r := range h.retired {
 		errs = append(errs, r.Close())
 	}
-	s.retired = nil
+	h.retired = nil
 	return errors.Join(errs...)
 }
 
 // openSHM starts the same-host shared-memory provider, when the platform
 // has one: regions are registered with it as they are served.
-func (s *Server) openSHM() {
+func (h *hosting) openSHM() {
+	s := h.s
 	shm, err := rdma.NewSHMServer(rdma.SHMOptions{Dir: s.shmTableDir(), Host: s.opts.HostID, FileGroup: s.opts.ShmGroup, Logger: s.log})
 	if err != nil {
 		s.log.Warn("server: no shared-memory one-sided reads", slog.Any("err", err))
@@ -133,7 +151,8 @@ func (s *Server) openSHM() {
 
 // registerReads exposes rep's region to one-sided reads: the tcp
 // responder always, shared memory where the platform supports it.
-func (s *Server) registerReads(rep *replica) error {
+func (h *hosting) registerReads(rep *replica) error {
+	s := h.s
 	rk, err := s.responder.Register(rep.sm.Region())
 	if err != nil {
 		return fmt.Errorf("server: register region %d with the tcp responder: %w", rep.regionID, err)
@@ -149,13 +168,14 @@ func (s *Server) registerReads(rep *replica) error {
 	rep.readMu.Lock()
 	rep.readKeys = keys
 	rep.readMu.Unlock()
-	s.applyLease(rep, rep.leaseUntil.Load())
+	h.applyLease(rep, rep.leaseUntil.Load())
 	return nil
 }
 
 // provider is the one-sided provider that registered rk: the tcp
 // responder or the shm server (registerReads makes no other).
-func (s *Server) provider(rk rdma.RemoteKey) rdma.Server {
+func (h *hosting) provider(rk rdma.RemoteKey) rdma.Server {
+	s := h.s
 	if rk.Provider == rdma.ProviderSHM {
 		return s.shm
 	}
@@ -163,11 +183,12 @@ func (s *Server) provider(rk rdma.RemoteKey) rdma.Server {
 }
 
 // deregisterReads revokes one-sided access to rep's region.
-func (s *Server) deregisterReads(rep *replica) {
+func (h *hosting) deregisterReads(rep *replica) {
+	s := h.s
 	rep.readMu.Lock()
 	defer rep.readMu.Unlock()
 	for _, rk := range rep.readKeys {
-		if err := s.provider(rk).Deregister(rk.Key); err != nil {
+		if err := h.provider(rk).Deregister(rk.Key); err != nil {
 			s.log.Warn("server: revoke one-sided reads", slog.Uint64("region", uint64(rep.regionID)), slog.String("provider", rk.Provider), slog.Any("err", err))
 		}
 	}
@@ -177,7 +198,8 @@ func (s *Server) deregisterReads(rep *replica) {
 // publishRegion writes rep's entry with the next epoch, naming this server
 // as host, with the group's term and replicas. The table refuses it when
 // another server published the region with a higher term meanwhile.
-func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
+func (h *hosting) publishRegion(ctx context.Context, rep *replica) error {
+	s := h.s
 	id := rep.regionID
 	epoch := uint64(1)
 	e, err := s.opts.Store.Region(ctx, id)
@@ -222,7 +244,8 @@ func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
 }
 
 // regionInfo describes served replica rep for OpMetadata.
-func (s *Server) regionInfo(rep *replica) wire.RegionInfo {
+func (h *hosting) regionInfo(rep *replica) wire.RegionInfo {
+	s := h.s
 	ri := wire.RegionInfo{
 		ID: rep.regionID, Epoch: rep.epoch, Size: rep.sm.Region().Layout().Size,
 		Host: s.opts.HostID, RPCAddr: s.rpcAddr, ReadAddr: s.responder.Addr(), Path: rep.sm.Region().Path(),

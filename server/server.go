@@ -16,7 +16,6 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/raftmux"
-	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wal"
@@ -39,10 +38,10 @@ type Server struct {
 	// reps is every replica the server holds: its own region's, the
 	// followers, and which it serves (registry.go).
 	reps registry
-	// retired are regions replaced while requests may read them
-	// (replica.dropRegionLocked), unmapped at shutdown.
-	retired   []*meganode.Region
-	retiredMu sync.Mutex
+	// hosting serves the regions whose groups this server leads: their
+	// read leases, one-sided registrations and table entries (serve.go,
+	// lease.go).
+	hosting hosting
 
 	// Set by Start before anything is served, then read-only.
 	dir       *dataDir
@@ -129,6 +128,7 @@ func New(opts Options) (*Server, error) {
 	s.coord.s = s
 	s.keep.s = s
 	s.rpc.s = s
+	s.hosting.s = s
 	s.peerOpts = s.wopts
 	s.peerOpts.TLS = opts.PeerTLS
 	s.authz = opts.ClientCertAuth || opts.TLS != nil && opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert
@@ -218,7 +218,7 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: list the log's regions: %w", err)
 	}
-	s.waitOutLeases(len(logged))
+	s.hosting.waitOutLeases(len(logged))
 	if err := s.keep.openLoggedFollowers(); err != nil {
 		return err
 	}
@@ -234,9 +234,9 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.openSHM()
+	s.hosting.openSHM()
 	if lead {
-		if err := s.serve(ctx, s.reps.own); err != nil {
+		if err := s.hosting.serve(ctx, s.reps.own); err != nil {
 			return err
 		}
 	}
@@ -579,7 +579,7 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		errs = append(errs, s.reps.own.sm.Close())
 	}
 	// After the machines: a served region a machine discards is retired.
-	errs = append(errs, s.closeRetired())
+	errs = append(errs, s.hosting.closeRetired())
 	errs = append(errs, s.closeLog())
 	if s.dir != nil {
 		errs = append(errs, s.dir.close())
