@@ -25,6 +25,18 @@ import (
 // Server is one Cell server: it hosts a region, serves the wire protocol
 // with a fixed number of tree workers, exposes the region to one-sided
 // reads, and publishes itself in the region table. See doc.go.
+//
+// Server is the process and the roles' common ground: it owns the
+// lifecycle (Start, Close, the background goroutines), the data
+// directory, the log, the listeners, the view of the region table, the
+// connections to other servers and the membership, and it starts its own
+// region's group (group.go). The work is the roles': the registry of
+// replicas (reps), hosting, the keeper of the groups, the coordinator,
+// the split driver and RPC serving, each a type of its own that reaches
+// replicas through the registry. So it has about 30 fields and 70
+// methods, most of them small: the exported API (Start, Close, Addr,
+// Metrics, ...), the start and stop steps, and the shared services the
+// roles call (call, redirect, holder, splitEvent).
 type Server struct {
 	opts    Options
 	log     *slog.Logger
