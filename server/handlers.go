@@ -21,6 +21,10 @@ const maxHops = 64
 // and buffers reused from request to request. Decoded requests alias the
 // frame's body and replies alias the buffers: both live until the reply is
 // written.
+//
+// Its 25 fields are those decode targets, replies and buffers, one per
+// kind of request, kept so that serving allocates nothing; its methods
+// are the handlers, one per op, and their steps.
 type worker struct {
 	s *Server
 

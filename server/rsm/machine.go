@@ -22,8 +22,10 @@ import (
 // never take the Machine's lock: blink's readers are lock-free, and the
 // meganode table is an immutable snapshot swapped atomically.
 //
-// Locking notes: Machine.mu < Machine.megaMu < meganode.Region.mu <
-// meganode.Extents.mu < a blink tree's writer lock.
+// Its methods are Apply and one per step a record can take (apply.go,
+// split.go, target.go: about 25), Snapshot and Restore with theirs, and
+// the readers' accessors; its fields are the region, its meganode table
+// and the State, with their locks.
 type Machine struct {
 	id         uint32
 	files      Files
