@@ -8,6 +8,33 @@
 // the regions it serves to one-sided reads (package rdma), and publishes
 // itself in the region table (package regiontable).
 //
+// # Rooms
+//
+// What a region holds and how its records apply is package rsm (the
+// replicated state machine: records, replicated state, apply, snapshots);
+// a replica (replica.go) is one region's rsm.Machine with its raft group
+// (group.go, fsm.go: the adapter from raft to the machine) and what the
+// server keeps of it while it serves it. The Server owns the process
+// (lifecycle, data directory, log, listeners, the table's view, peers,
+// membership) and composes the roles, each a type of its own that
+// reaches replicas only through the registry:
+//
+//   - registry (registry.go): every replica the server holds, its own,
+//     its followers, and which of them it serves;
+//   - rpcServer (conn.go, workers.go, handlers.go, scan.go, limits.go,
+//     checkop.go, write.go, park.go): connections, the queue and the
+//     workers, the handlers, a write's state machine;
+//   - hosting (serve.go, lease.go): the served regions' read leases,
+//     one-sided registrations and table entries;
+//   - keeper (follower.go, repair.go's host side, failover.go): the
+//     replicas' groups as the table and options say they should be:
+//     followers, replication, moves, transfers, takeovers;
+//   - coordinator (coordinator.go, repair.go's coordinator side,
+//     placement.go): the election and the cluster-wide repairs;
+//   - splitter (split.go, splitdriver.go, remote.go, recover.go): the
+//     split driver, one method per step, rebuilt from the applied state
+//     after a failover.
+//
 // # Lifecycle
 //
 // New validates Options; Start brings the server up; Close (or the end of
