@@ -374,7 +374,7 @@ func (s *Server) openRaftListener() error {
 			adv = advertise(s.opts.RaftListen)
 		}
 	}
-	mo := raftmux.Options{Logger: s.log, AdvertiseAddr: adv, Faults: s.opts.TestingKnobs.RaftFaults}
+	mo := raftmux.Options{Logger: s.log, AdvertiseAddr: adv, Faults: s.opts.TestingKnobs.RaftFaults, Network: s.opts.TestingKnobs.RaftNetwork}
 	if s.opts.RaftTLS != nil {
 		mo.ServerTLS, mo.ClientTLS = s.opts.RaftTLS, s.opts.PeerTLS
 	}

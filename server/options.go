@@ -294,6 +294,10 @@ type TestingKnobs struct {
 	// RaftFaults, when set, injects faults into the raft traffic this
 	// server dials (raftmux.FaultNet: partitions, delays, drops).
 	RaftFaults raftmux.Faults
+	// RaftNetwork, when set, carries the raft listener and its dials
+	// instead of TCP: unit tests of replicas and groups share a
+	// raftmux.MemNetwork and open no socket for raft.
+	RaftNetwork raftmux.Network
 	// NoTakeover: a replica elected leader of a region it does not serve
 	// leaves it alone (the old host keeps its table entry), so tests see
 	// what an isolated host does on its own.

@@ -197,8 +197,7 @@ func (g *Group) dial(to string, timeout time.Duration) (net.Conn, error) {
 			return nil, g.orClosed(err)
 		}
 	}
-	var d net.Dialer
-	raw, err := d.DialContext(ctx, "tcp", to)
+	raw, err := g.m.opts.Network.DialContext(ctx, to)
 	if err != nil {
 		return nil, g.orClosed(err)
 	}
