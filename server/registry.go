@@ -95,10 +95,6 @@ func (g *registry) followerList() []*replica {
 	return out
 }
 
-// all returns every replica, the own first, then the followers by region.
-func (g *registry) all() []*replica {
-	return append([]*replica{g.own}, g.followerList()...)
-}
 
 // holding returns this server's replica of region id, served or not: its
 // own region's, or a follower's; nil if it holds none.

@@ -75,42 +75,16 @@ type splitter struct {
 	wake splitSignal
 }
 
-// splitSignal wakes the writes waiting for a split: a write reads the
-// generation before it applies, and after ErrFrozen or ErrNeedsSplit waits
-// for the channel of that generation, which the next broadcast closes.
+// splitSignal counts split events: a write reads the generation before
+// it searches, and one that met a split parks only if no event came
+// since (park.go); each event requeues the parked writes.
 type splitSignal struct {
 	gen atomic.Uint64
-	mu  sync.Mutex
-	ch  chan struct{}
 }
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 func (g *splitSignal) generation() uint64 { return g.gen.Load() }
 
-// after returns a channel closed by the first broadcast after generation
-// gen (at once if there was one).
-func (g *splitSignal) after(gen uint64) <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.gen.Load() != gen {
-		return closedChan
-	}
-	if g.ch == nil {
-		g.ch = make(chan struct{})
-	}
-	return g.ch
-}
-
-func (g *splitSignal) broadcast() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.gen.Add(1)
-	if g.ch != nil {
-		close(g.ch)
-		g.ch = nil
-	}
-}
+func (g *splitSignal) broadcast() { g.gen.Add(1) }
 
 // requestSplit asks the split loop to split lm: when its fill reaches
 // Options.SplitFill, or in any case with force (a write met ErrNeedsSplit).
