@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -199,7 +200,12 @@ func TestPausedHostIsFenced(t *testing.T) {
 			waitReplicated(t, store, 3)
 			// cellctl regions shows every replica's raft state.
 			code, out, errOut := cl.servers[0].cellctl(t, "regions")
-			if code != 0 || strings.Count(out, " leader ") != 3 || strings.Count(out, " follower ") != 6 {
+			roles := regexp.MustCompile(`(?m)^\s*\d+\s+\S+\s+(leader|follower)\s+\d+`).FindAllStringSubmatch(out, -1)
+			count := map[string]int{}
+			for _, m := range roles {
+				count[m[1]]++
+			}
+			if code != 0 || count["leader"] != 3 || count["follower"] != 6 {
 				t.Fatalf("cellctl regions: exit %d, want 3 leaders and 6 followers among the replicas:\n%s%s", code, out, errOut)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
