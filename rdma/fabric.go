@@ -549,3 +549,17 @@ func leaseHolds(lease uint64, c clockSync, now int64, drift float64) bool {
 	}
 	return c.valid() && lease <= math.MaxInt64 && c.bound(now, drift) <= int64(lease)
 }
+
+// FabricKeyProvider returns the libfabric provider a fabric RemoteKey was
+// registered with ("tcp;ofi_rxm"), or "" when rk is not a valid fabric
+// key. A client reads only the keys of its own libfabric provider.
+func FabricKeyProvider(rk *RemoteKey) string {
+	if rk == nil || rk.Provider != ProviderFabric {
+		return ""
+	}
+	d, err := parseFabricDesc(rk.Desc)
+	if err != nil {
+		return ""
+	}
+	return d.provider
+}

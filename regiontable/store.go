@@ -30,6 +30,15 @@ type Member struct {
 	HostID string
 	// Version is the server's build version, for operators.
 	Version string
+	// FabricProvider and FabricAddr name the server's libfabric endpoint
+	// for one-sided reads (cellserver --provider fabric): the libfabric
+	// provider ("verbs;ofi_rxm") and the endpoint's address in
+	// libfabric's text form; empty without one. A server publishes them
+	// again with a new address when it restarts; the fabric RemoteKey of
+	// each region (Region.ReadKey) carries the raw address and the memory
+	// keys that clients read with.
+	FabricProvider string `json:",omitempty"`
+	FabricAddr     string `json:",omitempty"`
 }
 
 // Kind is what a region holds.

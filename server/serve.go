@@ -179,6 +179,7 @@ func (s *Server) registerReads(rep *replica) error {
 			keys = append(keys, rk)
 		}
 	}
+	keys = s.registerFabric(rep, keys)
 	rep.readMu.Lock()
 	rep.readKeys = keys
 	rep.readMu.Unlock()
@@ -187,10 +188,14 @@ func (s *Server) registerReads(rep *replica) error {
 }
 
 // provider is the one-sided provider that registered rk: the tcp
-// responder or the shm server (registerReads makes no other).
+// responder, the shm server or the fabric server (registerReads makes no
+// other).
 func (s *Server) provider(rk rdma.RemoteKey) rdma.Server {
-	if rk.Provider == rdma.ProviderSHM {
+	switch rk.Provider {
+	case rdma.ProviderSHM:
 		return s.shm
+	case rdma.ProviderFabric:
+		return s.fabric
 	}
 	return s.responder
 }

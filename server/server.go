@@ -58,6 +58,7 @@ type Server struct {
 	rpcAddr   string
 	responder *rdma.TCPResponder
 	shm       *rdma.SHMServer
+	fabric    rdma.Server // nil unless Options.Fabric names a provider (fabric.go)
 	metricsLn net.Listener
 	httpSrv   *http.Server
 	queue     chan job
@@ -309,6 +310,9 @@ func (s *Server) listen() error {
 	if err != nil {
 		return fmt.Errorf("server: listen for one-sided reads on %s: %w", s.opts.RDMAListen, err)
 	}
+	if err := s.openFabric(); err != nil {
+		return err
+	}
 	if s.opts.MetricsListen != "" {
 		if s.metricsLn, err = net.Listen("tcp", s.opts.MetricsListen); err != nil {
 			return fmt.Errorf("server: listen for metrics on %s: %w", s.opts.MetricsListen, err)
@@ -327,7 +331,7 @@ func (s *Server) shmTableDir() string {
 }
 
 func (s *Server) memberEntry() regiontable.Member {
-	return regiontable.Member{
+	m := regiontable.Member{
 		ID:       s.opts.ServerID,
 		RPCAddr:  s.rpcAddr,
 		RaftAddr: s.mux.Addr().String(),
@@ -335,6 +339,8 @@ func (s *Server) memberEntry() regiontable.Member {
 		HostID:   s.opts.HostID,
 		Version:  s.opts.Version,
 	}
+	m.FabricProvider, m.FabricAddr = s.fabricEndpoint()
+	return m
 }
 
 // registerMember publishes the member, waiting up to RegisterWait for the
@@ -590,6 +596,9 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 	s.closePeers()
 	if s.shm != nil {
 		errs = append(errs, s.shm.Close())
+	}
+	if s.fabric != nil {
+		errs = append(errs, s.fabric.Close())
 	}
 	if s.responder != nil {
 		errs = append(errs, s.responder.Close())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cellstore/cell/internal/tlsconf"
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/server"
 	"github.com/cellstore/cell/wire"
 )
@@ -74,6 +75,9 @@ type config struct {
 	tls, peerTLS tlsconf.Files
 	// etcdAuth: turn etcd's roles on at start (--etcd-auth).
 	etcdAuth bool
+	// fabric configures one-sided reads over libfabric (--provider
+	// fabric); its Provider is empty without.
+	fabric rdma.FabricOptions
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -112,6 +116,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		maxRangeBytes, maxRequest string
 		clientAuth, peerAuth      string
 		etcdAuth                  string
+		provider, fabricProgress  string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -124,6 +129,10 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&cfg.listen, "listen", server.DefaultListen, "RPC address (wire protocol)")
 	str(&cfg.advertise, "advertise", "", "RPC address published to clients (default: the listen address; a wildcard host becomes the host name)")
 	str(&cfg.rdmaListen, "rdma-listen", server.DefaultRDMAListen, "address of the tcp one-sided read responder")
+	str(&provider, "provider", "tcp", "one-sided read providers: tcp (the tcp responder, and shm for clients on this host), or fabric (those and a libfabric endpoint: --fabric-provider; builds with -tags libfabric)")
+	str(&cfg.fabric.Provider, "fabric-provider", "tcp", "libfabric provider of --provider fabric: verbs (InfiniBand, RoCE), efa, cxi, tcp (tcp;ofi_rxm), shm (this host), or a libfabric provider name")
+	str(&cfg.fabric.Node, "fabric-addr", "", "address the libfabric endpoint binds to (an IP address of the NIC for verbs and tcp); default: the --rdma-listen host for tcp, the provider's choice for others")
+	str(&fabricProgress, "fabric-progress", "", "progress of the libfabric endpoint: tick, auto or conn; default: the provider's (tick for shm, auto for tcp, conn for verbs, efa, cxi)")
 	str(&cfg.raftListen, "raft-listen", server.DefaultRaftListen, "address of the raft listener shared by the raft groups of all the server's regions")
 	str(&cfg.metricsListen, "metrics-listen", server.DefaultMetricsListen, "address of /metrics and /debug/pprof/; empty turns it off")
 	str(&endpoints, "etcd-endpoints", "", "comma-separated endpoints of an external etcd cluster; empty starts an embedded etcd")
@@ -263,6 +272,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	if cfg.shmGroup, err = lookupGroup(shmGroup); err != nil {
 		return nil, fmt.Errorf("--shm-group %q: %w", shmGroup, err)
 	}
+	if err := parseProvider(&cfg, provider, fabricProgress); err != nil {
+		return nil, err
+	}
 	if err := parseLimits(&cfg, idle, frameTimeout, maxConns, maxPerHost, maxInflight, maxRows, maxRangeBytes, maxRequest); err != nil {
 		return nil, err
 	}
@@ -290,6 +302,28 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		}
 	}
 	return &cfg, nil
+}
+
+// parseProvider checks --provider and the fabric flags.
+func parseProvider(cfg *config, provider, progress string) error {
+	switch provider {
+	case rdma.ProviderTCP, "":
+		cfg.fabric = rdma.FabricOptions{}
+		return nil
+	case rdma.ProviderFabric:
+	default:
+		return fmt.Errorf("--provider %q: want tcp or fabric", provider)
+	}
+	if !rdma.FabricBuilt {
+		return fmt.Errorf("--provider fabric: this cellserver was built without libfabric (build with -tags libfabric, libfabric-dev installed)")
+	}
+	cfg.fabric.Progress = progress
+	o := cfg.fabric
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("--fabric-provider %q, --fabric-progress %q: %w", cfg.fabric.Provider, progress, err)
+	}
+	return nil
 }
 
 // lookupGroup resolves a group name or numeric ID to a group ID; "" is 0

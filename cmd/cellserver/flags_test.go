@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/server"
 	"github.com/cellstore/cell/wire"
 )
@@ -267,6 +268,30 @@ func TestParseFlagsEtcdAuth(t *testing.T) {
 			t.Errorf("%v accepted", bad)
 		} else {
 			t.Logf("%v: %v", bad, err)
+		}
+	}
+}
+
+// TestProviderFlags: --provider is tcp (the default) or fabric, which
+// needs a build with libfabric and a valid --fabric-provider.
+func TestProviderFlags(t *testing.T) {
+	cfg, err := parseFlags(nil, io.Discard)
+	if err != nil || cfg.fabric.Provider != "" {
+		t.Fatalf("default: %+v, %v", cfg.fabric, err)
+	}
+	if _, err := parseFlags([]string{"--provider", "verbs"}, io.Discard); err == nil {
+		t.Error("--provider verbs accepted")
+	}
+	cfg, err = parseFlags([]string{"--provider", "fabric", "--fabric-provider", "shm"}, io.Discard)
+	switch {
+	case !rdma.FabricBuilt && (err == nil || !strings.Contains(err.Error(), "-tags libfabric")):
+		t.Errorf("--provider fabric without libfabric: %v", err)
+	case rdma.FabricBuilt && (err != nil || cfg.fabric.Provider != "shm"):
+		t.Errorf("--provider fabric --fabric-provider shm: %+v, %v", cfg, err)
+	}
+	if rdma.FabricBuilt {
+		if _, err := parseFlags([]string{"--provider", "fabric", "--fabric-progress", "spin"}, io.Discard); err == nil {
+			t.Error("--fabric-progress spin accepted")
 		}
 	}
 }

@@ -206,6 +206,7 @@ func serverOptions(cfg *config, store regiontable.Store, tc tlsConfs, knobs serv
 		Listen:           cfg.listen,
 		AdvertiseAddr:    cfg.advertise,
 		RDMAListen:       cfg.rdmaListen,
+		Fabric:           cfg.fabric,
 		RaftListen:       cfg.raftListen,
 		MetricsListen:    cfg.metricsListen,
 		Cores:            cfg.cores,
