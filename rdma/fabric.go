@@ -57,6 +57,14 @@ type fabricProfile struct {
 	// its wait object wakes on a completion. Not shm's, whose reads
 	// progress only while the reader polls.
 	waits bool
+	// fused: one read of several remote ranges copies them in their
+	// order, so that a read can carry its check: the slot as a last
+	// range, copied after the data (tcp;ofi_rxm: one reply, sent from
+	// the ranges in order). Not shm's (a read of several ranges is the
+	// target's work, and one of a revoked key is never answered), nor a
+	// NIC's (verbs;ofi_rxm splits it into reads that may run in any
+	// order).
+	fused bool
 }
 
 // fabricProfiles are the providers Cell names (--fabric-provider). Any
@@ -69,7 +77,7 @@ var fabricProfiles = map[string]fabricProfile{
 	"shm": {libfabric: "shm", progress: ProgressTick, interval: time.Millisecond, ordered: true},
 	// tcp;ofi_rxm: the target's progress thread sends the bytes from the
 	// registered memory (the kernel copies them, in address order).
-	"tcp": {libfabric: "tcp;ofi_rxm", progress: ProgressAuto, interval: 10 * time.Millisecond, ordered: true, waits: true},
+	"tcp": {libfabric: "tcp;ofi_rxm", progress: ProgressAuto, interval: 10 * time.Millisecond, ordered: true, waits: true, fused: true},
 	// verbs;ofi_rxm: InfiniBand and RoCE NICs read host memory in address
 	// order (the paper's footnote 3).
 	"verbs": {libfabric: "verbs;ofi_rxm", progress: ProgressConn, interval: 10 * time.Millisecond, sparesCPU: true, ordered: true, waits: true},
@@ -251,8 +259,12 @@ type FabricClientOptions struct {
 // FabricClientKnobs are test hooks of a fabric client.
 type FabricClientKnobs struct {
 	// AfterCopy fires when a read's ranges have landed, before the
-	// client checks that the key is still registered.
+	// client checks that the key is still registered. It turns fused
+	// reads off (a fused read lands its ranges and its check at once).
 	AfterCopy func(key Key)
+	// SeparateChecks turns fused reads off: every read's check is a read
+	// of its own.
+	SeparateChecks bool
 }
 
 // Defaults of FabricClientOptions.

@@ -34,7 +34,7 @@ typedef struct {
 	uint64_t mr_mode;
 	size_t key_size;
 	int data_progress;
-	size_t tx_size, rx_size, inject_size;
+	size_t tx_size, rx_size, inject_size, rma_iov_limit;
 	size_t addrlen;
 	char addr[256];
 	char prov[64];
@@ -89,6 +89,7 @@ static int cell_fab_open(cell_fab *f, const char *prov, const char *node, const 
 	f->tx_size = i->tx_attr->size;
 	f->rx_size = i->rx_attr->size;
 	f->inject_size = i->tx_attr->inject_size;
+	f->rma_iov_limit = i->tx_attr->rma_iov_limit;
 	snprintf(f->prov, sizeof f->prov, "%s", i->fabric_attr->prov_name);
 	if ((rc = fi_fabric(i->fabric_attr, &f->fabric, NULL))) { strcpy(f->where, "fi_fabric"); goto fail; }
 	if ((rc = fi_domain(f->fabric, i, &f->domain, NULL))) { strcpy(f->where, "fi_domain"); goto fail; }
@@ -135,14 +136,18 @@ static int cell_mr_reg(cell_fab *f, void *addr, size_t len, uint64_t access, uin
 
 static int cell_mr_close(struct fid_mr *mr) { return fi_close(&mr->fid); }
 
+#define CELL_MAX_RMA 4
+
+// cell_rd is one read: len bytes into buf, from the nrma remote ranges in
+// order (their lengths add up to len).
 typedef struct {
 	void *buf;
 	void *desc;
 	uint64_t len;
 	uint64_t dest;
-	uint64_t raddr;
-	uint64_t rkey;
 	void *ctx;
+	int nrma;
+	struct fi_rma_iov rma[CELL_MAX_RMA];
 } cell_rd;
 
 // cell_post_reads posts n reads in order, each but the last with FI_MORE.
@@ -152,11 +157,10 @@ typedef struct {
 static int64_t cell_post_reads(cell_fab *f, cell_rd *r, int n) {
 	for (int k = 0; k < n; k++) {
 		struct iovec iov = { .iov_base = r[k].buf, .iov_len = r[k].len };
-		struct fi_rma_iov rma = { .addr = r[k].raddr, .len = r[k].len, .key = r[k].rkey };
 		void *desc = r[k].desc;
 		struct fi_msg_rma msg = {
 			.msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = r[k].dest,
-			.rma_iov = &rma, .rma_iov_count = 1, .context = r[k].ctx,
+			.rma_iov = r[k].rma, .rma_iov_count = r[k].nrma, .context = r[k].ctx,
 		};
 		ssize_t rc = fi_readmsg(f->ep, &msg, FI_COMPLETION | (k < n - 1 ? FI_MORE : 0));
 		if (rc) return ((int64_t)k << 32) | (uint32_t)(int32_t)rc;
@@ -323,7 +327,10 @@ func (e *fabricEnd) autoProgress() bool {
 	return e.f.data_progress == C.FI_PROGRESS_AUTO
 }
 func (e *fabricEnd) txSize() int { return int(e.f.tx_size) }
-func (e *fabricEnd) rxSize() int { return int(e.f.rx_size) }
+
+// rmaIOVLimit is the most remote ranges one read may carry.
+func (e *fabricEnd) rmaIOVLimit() int { return min(int(e.f.rma_iov_limit), maxRMA) }
+func (e *fabricEnd) rxSize() int      { return int(e.f.rx_size) }
 
 // mrMode flags Cell handles.
 func (e *fabricEnd) virtAddr() bool { return e.f.mr_mode&C.FI_MR_VIRT_ADDR != 0 }
@@ -401,7 +408,20 @@ func (m *fabricMR) close() error {
 type fabricRead = C.cell_rd
 
 func makeRead(buf unsafe.Pointer, desc unsafe.Pointer, n int, dest uint64, raddr, rkey uint64, ctx unsafe.Pointer) fabricRead {
-	return fabricRead{buf: buf, desc: desc, len: C.uint64_t(n), dest: C.uint64_t(dest), raddr: C.uint64_t(raddr), rkey: C.uint64_t(rkey), ctx: ctx}
+	r := fabricRead{buf: buf, desc: desc, len: C.uint64_t(n), dest: C.uint64_t(dest), ctx: ctx, nrma: 1}
+	r.rma[0] = C.struct_fi_rma_iov{addr: C.uint64_t(raddr), len: C.size_t(n), key: C.uint64_t(rkey)}
+	return r
+}
+
+// maxRMA is the most remote ranges one read can carry here.
+const maxRMA = C.CELL_MAX_RMA
+
+// addRange appends a remote range of n bytes to r (len grows by n).
+// REQUIRES: r has fewer than maxRMA ranges.
+func addRange(r *fabricRead, n int, raddr, rkey uint64) {
+	r.rma[r.nrma] = C.struct_fi_rma_iov{addr: C.uint64_t(raddr), len: C.size_t(n), key: C.uint64_t(rkey)}
+	r.nrma++
+	r.len += C.uint64_t(n)
 }
 
 // postReads posts rs in order, in one batch. It returns how many were

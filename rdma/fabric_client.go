@@ -41,7 +41,9 @@ type FabricClient struct {
 	nRecv, nSend        int
 
 	waits   bool // the reaper may wait in the completion queue
+	fused   int  // the most ranges of a read that carries its check; 0: none
 	closing atomic.Bool
+	polling sync.RWMutex // held for reading by readers polling the queue, for writing by Close
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -68,7 +70,9 @@ type FabricClient struct {
 		verify    []*fabricRegState // registrations to verify
 		room      []*fabricOp       // ops waiting for landing room
 		later     []*fabricOp       // ops whose check is posted again at retryAt
-		inflight  int               // reads and sends posted, not completed
+		checkRegs []*fabricRegState // registrations with ops waiting for a check read
+		checkFree []*fabricCheck
+		inflight  int // reads and sends posted, not completed
 		batch     []fabricRead
 		owners    []batchOwner
 	}
@@ -83,23 +87,34 @@ const (
 	useCheck
 	useVerify
 	useSend
+	useFused // data and check in one read
 )
 
 type ctxUse struct {
-	kind uint8
-	seg  int32
-	op   *fabricOp
-	reg  *fabricRegState
-	peer *fabricPeer
-	buf  int // send buffer
+	kind  uint8
+	seg   int32
+	op    *fabricOp
+	reg   *fabricRegState
+	check *fabricCheck
+	peer  *fabricPeer
+	buf   int // send buffer
 }
 
 type batchOwner struct {
-	kind uint8
-	seg  int32
-	ctx  int32
-	op   *fabricOp
-	reg  *fabricRegState
+	kind  uint8
+	seg   int32
+	ctx   int32
+	op    *fabricOp
+	reg   *fabricRegState
+	check *fabricCheck
+}
+
+// fabricCheck is one check read: a registration's slot, read once the
+// data of every op in ops has landed, which judges them all. Its slot
+// lands in the first op's landing space, after that op's data.
+type fabricCheck struct {
+	reg *fabricRegState
+	ops []*fabricOp
 }
 
 type peerID struct {
@@ -142,6 +157,10 @@ type fabricRegState struct {
 	land    int32 // small slot of the verify read
 	users   int
 	queued  bool
+	// checkWait are the ops whose data landed, waiting for a check read;
+	// checkQueued: the registration is in checkRegs.
+	checkWait   []*fabricOp
+	checkQueued bool
 }
 
 // fabricOp is the provider's side of one post of an Op.
@@ -198,6 +217,9 @@ func NewFabricClient(opts FabricClientOptions) (*FabricClient, error) {
 	c.msgBase = c.largeBase + c.large*c.chunk
 	c.nRecv, c.nSend = fabricClientRecvs, fabricClientSends
 	c.waits = end.hasWait() && prof.waits
+	if prof.fused && !opts.TestingKnobs.SeparateChecks && opts.TestingKnobs.AfterCopy == nil {
+		c.fused = end.rmaIOVLimit()
+	}
 	if err := c.setup(); err != nil {
 		c.release()
 		return nil, err
@@ -269,11 +291,13 @@ func (c *FabricClient) Caps() Caps { return fabricCaps(c.opts.Provider, c.opts.L
 // LibfabricProvider returns the libfabric provider in use.
 func (c *FabricClient) LibfabricProvider() string { return c.prov }
 
-// fabricSync is a pooled op and queue for Read and ReadV.
+// fabricSync is a pooled op and queue for Read and ReadV, and room for
+// the completions its reader takes while it polls.
 type fabricSync struct {
 	op  Op
 	cq  *CQ
 	one [1]Segment
+	es  [16]fabricCompletion
 }
 
 // Read implements Client.
@@ -304,19 +328,65 @@ func (c *FabricClient) getSync() *fabricSync {
 	return &fabricSync{cq: NewCQ(1)}
 }
 
+// readSync posts one op and polls the completion queue itself for a
+// while (a read is a few microseconds; handing it to the reaper costs
+// goroutine switches), then leaves it to the reaper.
 func (c *FabricClient) readSync(ctx context.Context, s *fabricSync, rk *RemoteKey, segs []Segment) error {
 	s.op.PrepareV(rk, segs)
-	if err := c.Post(ctx, &s.op, s.cq); err != nil {
+	if err := c.post(ctx, &s.op, s.cq, false); err != nil {
 		return err
 	}
-	op, _ := s.cq.Wait(context.Background()) // the op completes when ctx ends
+	op := s.cq.Poll()
+	for start := monotime.Now(); op == nil && monotime.Now()-start <= int64(fabricSpin) && c.pollOnce(s.es[:]); {
+		op = s.cq.Poll()
+	}
+	if op == nil {
+		c.mu.Lock()
+		c.wakeLocked()
+		c.mu.Unlock()
+		op, _ = s.cq.Wait(context.Background()) // the op completes when ctx ends
+	}
 	err := op.Err()
 	s.op.Remote, s.op.Segs = nil, nil
 	return err
 }
 
+// pollOnce takes the completions there are and posts what waits, as the
+// reaper does; false once the client is closing.
+func (c *FabricClient) pollOnce(es []fabricCompletion) bool {
+	if !c.polling.TryRLock() {
+		return false
+	}
+	defer c.polling.RUnlock()
+	if c.closing.Load() {
+		return false
+	}
+	n, err := c.end.reap(es, 0)
+	if err != nil {
+		return false
+	}
+	now := monotime.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.closed {
+		return false
+	}
+	for i := range n {
+		c.completeLocked(&es[i], now)
+	}
+	c.retryLocked(now)
+	c.flushLocked()
+	return true
+}
+
 // Post implements Client.
 func (c *FabricClient) Post(ctx context.Context, op *Op, cq *CQ) error {
+	return c.post(ctx, op, cq, true)
+}
+
+// post posts op; wake: wake the reaper if it sleeps (a synchronous
+// reader polls first).
+func (c *FabricClient) post(ctx context.Context, op *Op, cq *CQ, wake bool) error {
 	if c.closing.Load() {
 		return ErrClosed
 	}
@@ -370,7 +440,9 @@ func (c *FabricClient) Post(ctx context.Context, op *Op, cq *CQ) error {
 		}
 	}
 	c.flushLocked()
-	c.wakeLocked()
+	if wake {
+		c.wakeLocked()
+	}
 	c.mu.Unlock()
 	op.watch(ctx, gen, c)
 	return nil
@@ -559,9 +631,14 @@ func (c *FabricClient) takeCtxLocked() int32 {
 }
 
 // addDataLocked adds f's unposted reads to the batch; with no context
-// left, f waits in pending.
+// left, f waits in pending. With a provider that copies the ranges of a
+// read in order, an op of few enough ranges is one read, its check (the
+// slot) the last range.
 func (c *FabricClient) addDataLocked(f *fabricOp) {
 	d := &f.reg.desc
+	if f.next == 0 && c.fused > 0 && c.addFusedLocked(f) {
+		return
+	}
 	for ; f.next < len(f.segs); f.next++ {
 		s := &f.segs[f.next]
 		n := len(s.Dst)
@@ -580,21 +657,112 @@ func (c *FabricClient) addDataLocked(f *fabricOp) {
 	}
 }
 
-// addCheckLocked adds f's check read (its slot, after the data) to the
-// batch.
-func (c *FabricClient) addCheckLocked(f *fabricOp) {
+// addFusedLocked adds f as one read of its ranges and its slot, if it
+// has few enough ranges; false if not.
+func (c *FabricClient) addFusedLocked(f *fabricOp) bool {
+	n := 1 // the slot
+	for i := range f.segs {
+		if len(f.segs[i].Dst) > 0 {
+			n++
+		}
+	}
+	if n > c.fused {
+		return false
+	}
 	ctx := c.takeCtxLocked()
 	if ctx < 0 {
-		f.checkQ = true
 		c.pendLocked(f)
-		return
+		return true
 	}
-	f.checkQ = false
-	r := f.reg
-	c.mu.batch = append(c.mu.batch, makeRead(c.ptr(f.landOff+f.total), c.mr.desc, fabricCheckLen, r.peer.fa,
-		r.desc.tbase+fabricSlotOffset(r.rk.Slot), r.desc.tableKey, c.ctxs.ptr(int(ctx))))
-	c.mu.owners = append(c.mu.owners, batchOwner{kind: useCheck, ctx: ctx, op: f})
+	r, d := f.reg, &f.reg.desc
+	rd := makeRead(c.ptr(f.landOff), c.mr.desc, 0, r.peer.fa, 0, 0, c.ctxs.ptr(int(ctx)))
+	rd.nrma = 0
+	for i := range f.segs {
+		if k := len(f.segs[i].Dst); k > 0 {
+			addRange(&rd, k, d.base+f.segs[i].Off, d.key)
+		}
+	}
+	addRange(&rd, fabricCheckLen, d.tbase+fabricSlotOffset(r.rk.Slot), d.tableKey)
+	c.mu.batch = append(c.mu.batch, rd)
+	c.mu.owners = append(c.mu.owners, batchOwner{kind: useFused, ctx: ctx, op: f})
+	f.next, f.nextOff = len(f.segs), f.landOff+f.total
+	f.check = true
 	f.posted++
+	return true
+}
+
+// addCheckLocked makes f wait for a check read of its registration's
+// slot: one read, posted at the next flush, checks every op of the
+// registration whose data has landed by then.
+func (c *FabricClient) addCheckLocked(f *fabricOp) {
+	f.checkQ = true
+	r := f.reg
+	r.checkWait = append(r.checkWait, f)
+	if !r.checkQueued {
+		r.checkQueued = true
+		c.mu.checkRegs = append(c.mu.checkRegs, r)
+	}
+}
+
+// newCheckLocked returns a free check of r.
+func (c *FabricClient) newCheckLocked(r *fabricRegState) *fabricCheck {
+	if n := len(c.mu.checkFree); n > 0 {
+		chk := c.mu.checkFree[n-1]
+		c.mu.checkFree = c.mu.checkFree[:n-1]
+		chk.reg = r
+		return chk
+	}
+	return &fabricCheck{reg: r}
+}
+
+// freeCheckLocked returns chk to the free list.
+func (c *FabricClient) freeCheckLocked(chk *fabricCheck) {
+	clear(chk.ops)
+	chk.ops, chk.reg = chk.ops[:0], nil
+	c.mu.checkFree = append(c.mu.checkFree, chk)
+}
+
+// addChecksLocked adds to the batch a check read for each registration
+// with ops waiting for one.
+func (c *FabricClient) addChecksLocked() {
+	regs := c.mu.checkRegs
+	keep := regs[:0]
+	for _, r := range regs {
+		ops := r.checkWait[:0]
+		for _, f := range r.checkWait {
+			if f.live() && !r.peer.dead {
+				ops = append(ops, f)
+			} else {
+				c.freeOpLocked(f) // nothing in flight: it waited for its check
+			}
+		}
+		if len(ops) == 0 {
+			r.checkWait, r.checkQueued = ops, false
+			continue
+		}
+		ctx := c.takeCtxLocked()
+		if ctx < 0 {
+			r.checkWait = ops
+			keep = append(keep, r)
+			continue
+		}
+		chk := c.newCheckLocked(r)
+		// The registration keeps the check's old list, emptied, for the
+		// next ops: no allocation per check.
+		chk.ops, r.checkWait = append(chk.ops, ops...), ops[:0]
+		r.checkQueued = false
+		ops = chk.ops
+		for _, f := range ops {
+			f.checkQ = false
+			f.posted++
+		}
+		f := ops[0]
+		c.mu.batch = append(c.mu.batch, makeRead(c.ptr(f.landOff+f.total), c.mr.desc, fabricCheckLen, r.peer.fa,
+			r.desc.tbase+fabricSlotOffset(r.rk.Slot), r.desc.tableKey, c.ctxs.ptr(int(ctx))))
+		c.mu.owners = append(c.mu.owners, batchOwner{kind: useCheck, ctx: ctx, check: chk})
+	}
+	clear(regs[len(keep):])
+	c.mu.checkRegs = keep
 }
 
 func (c *FabricClient) pendLocked(f *fabricOp) {
@@ -637,6 +805,9 @@ func (c *FabricClient) addVerifyLocked(r *fabricRegState) bool {
 // refusal fails the op once its posted reads are back. Failing an op may
 // start others (landing room): their reads are posted in the next round.
 func (c *FabricClient) flushLocked() {
+	if len(c.mu.checkRegs) > 0 {
+		c.addChecksLocked()
+	}
 	for len(c.mu.batch) > 0 {
 		k := len(c.mu.batch)
 		c.postBatchLocked(k)
@@ -650,7 +821,7 @@ func (c *FabricClient) postBatchLocked(k int) {
 	n, rc := c.end.postReads(c.mu.batch[:k])
 	for i := range n {
 		o := &c.mu.owners[i]
-		c.mu.ctxUse[o.ctx] = ctxUse{kind: o.kind, seg: o.seg, op: o.op, reg: o.reg}
+		c.mu.ctxUse[o.ctx] = ctxUse{kind: o.kind, seg: o.seg, op: o.op, reg: o.reg, check: o.check}
 		c.mu.inflight++
 	}
 	var perr error
@@ -681,15 +852,31 @@ func (c *FabricClient) postBatchLocked(k int) {
 			} else {
 				c.pendLocked(f)
 			}
-		case useCheck:
+		case useFused:
 			f := o.op
 			f.posted--
+			f.check = false
+			f.next, f.nextOff = 0, f.landOff
 			if perr != nil {
-				c.finishLocked(f, perr)
+				f.next = len(f.segs)
+				if f.err == nil {
+					f.err = perr
+				}
+				f.check = true // no check: the read failed
+				c.settleLocked(f)
 			} else {
-				f.checkQ = true
 				c.pendLocked(f)
 			}
+		case useCheck:
+			for _, f := range o.check.ops {
+				f.posted--
+				if perr != nil {
+					c.finishLocked(f, perr)
+				} else {
+					c.addCheckLocked(f) // posted at the next flush
+				}
+			}
+			c.freeCheckLocked(o.check)
 		case useVerify:
 			r := o.reg
 			c.mu.smallFree = append(c.mu.smallFree, r.land)
@@ -781,7 +968,7 @@ func (c *FabricClient) reap() {
 			lastSweep = now
 		}
 		c.flushLocked()
-		busy := c.mu.inflight > 0 || len(c.mu.pending) > 0 || len(c.mu.verify) > 0 || len(c.mu.room) > 0 || len(c.mu.later) > 0 || c.syncBusyLocked()
+		busy := c.mu.inflight > 0 || len(c.mu.pending) > 0 || len(c.mu.verify) > 0 || len(c.mu.room) > 0 || len(c.mu.later) > 0 || len(c.mu.checkRegs) > 0 || c.syncBusyLocked()
 		switch {
 		case n > 0:
 		case !busy:
@@ -870,15 +1057,35 @@ func (c *FabricClient) completeLocked(e *fabricCompletion, now int64) {
 			f.err = fmt.Errorf("rdma: fabric read of region %d: %w: %w", f.reg.rk.Region, completionErr(e, "read"), ErrDisconnected)
 		}
 		c.settleLocked(f)
-	case useCheck:
+	case useFused:
 		f := u.op
 		f.done++
+		if e.err != 0 {
+			// Tell a revocation or a bound from a lost server with a
+			// check read of its own.
+			if f.err == nil {
+				f.err = fmt.Errorf("rdma: fabric read of region %d: %w: %w", f.reg.rk.Region, completionErr(e, "read"), ErrDisconnected)
+			}
+			f.check = false
+			c.settleLocked(f)
+			break
+		}
 		f.checkAt = now
+		c.checkedLocked(f, decodeSlot(c.arena[f.landOff+f.total:]), nil)
+	case useCheck:
+		chk := u.check
+		f0 := chk.ops[0]
+		img := decodeSlot(c.arena[f0.landOff+f0.total:])
 		var err error
 		if e.err != 0 {
-			err = fmt.Errorf("rdma: fabric check of region %d: %w: %w", f.reg.rk.Region, completionErr(e, "read"), ErrDisconnected)
+			err = fmt.Errorf("rdma: fabric check of region %d: %w: %w", chk.reg.rk.Region, completionErr(e, "read"), ErrDisconnected)
 		}
-		c.checkedLocked(f, err)
+		for _, f := range chk.ops {
+			f.done++
+			f.checkAt = now
+			c.checkedLocked(f, img, err)
+		}
+		c.freeCheckLocked(chk)
 	case useVerify:
 		r := u.reg
 		img := decodeSlot(c.arena[int(r.land)*landingSmall:])
@@ -933,7 +1140,7 @@ func (c *FabricClient) verifiedLocked(r *fabricRegState, img slotImage, err erro
 
 // checkedLocked judges f by its check read: the slot image copied after
 // its data landed.
-func (c *FabricClient) checkedLocked(f *fabricOp, err error) {
+func (c *FabricClient) checkedLocked(f *fabricOp, img slotImage, err error) {
 	if !f.live() {
 		c.freeOpLocked(f)
 		return
@@ -956,7 +1163,6 @@ func (c *FabricClient) checkedLocked(f *fabricOp, err error) {
 		return
 	}
 	r := f.reg
-	img := decodeSlot(c.arena[f.landOff+f.total:])
 	switch st := img.judge(r.rk.Key, f.segs); st {
 	case statusOK:
 	case statusRevoked, statusBadKey:
@@ -1263,6 +1469,8 @@ func (c *FabricClient) Close() error {
 	c.mu.Unlock()
 	close(c.stop)
 	<-c.done
+	c.polling.Lock() // no reader polls the queue any more
+	defer c.polling.Unlock()
 	c.mu.Lock()
 	for _, f := range c.mu.all {
 		if f.op.claimGen(f.gen) {

@@ -83,15 +83,15 @@ type Options struct {
 	// RDMAListen is the address of the tcp one-sided read responder.
 	// Default 127.0.0.1:7071.
 	RDMAListen string
-	// Fabric, when its Provider is set (cellserver --provider fabric),
-	// also registers every served region with a libfabric endpoint (the
-	// rdma package's fabric provider): the endpoint's provider and
-	// address are published with the member entry, each region's key
-	// with its entry, and a new registration (a region served again, a
-	// restart) rotates them. Needs a build with -tags libfabric. Its
-	// Node defaults to RDMAListen's host for the tcp provider; its
-	// Logger to Logger.
-	Fabric rdma.FabricOptions
+	// Fabric lists libfabric endpoints (cellserver --provider fabric, one
+	// per --fabric-provider): every served region is also registered with
+	// each (the rdma package's fabric provider); the endpoints' providers
+	// and addresses are published with the member entry, each region's
+	// keys with its entry, and a new registration (a region served again,
+	// a restart) rotates them. Needs a build with -tags libfabric. A
+	// Node defaults to RDMAListen's host for the tcp provider; a Logger
+	// to Logger.
+	Fabric []rdma.FabricOptions
 	// RaftListen is the address of the server's raft listener, shared by
 	// the raft groups of all its regions (internal/raftmux). Default
 	// 127.0.0.1:7073; port 0 picks a free port. A wildcard host is
@@ -395,9 +395,12 @@ func (o *Options) EnsureDefaults() {
 	if o.ShmDir == "" {
 		o.ShmDir = DefaultShmDir
 	}
-	if o.Fabric.Provider == "tcp" && o.Fabric.Node == "" {
-		if host, _, err := net.SplitHostPort(o.RDMAListen); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
-			o.Fabric.Node = host
+	for i := range o.Fabric {
+		f := &o.Fabric[i]
+		if f.Provider == "tcp" && f.Node == "" {
+			if host, _, err := net.SplitHostPort(o.RDMAListen); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
+				f.Node = host
+			}
 		}
 	}
 	if o.ServerID == "" {
@@ -537,8 +540,8 @@ func (o *Options) Validate() error {
 		return bad("max in-flight per connection %d < 1", o.MaxInflightPerConn)
 	case o.ShmGroup < 0:
 		return bad("shm group %d < 0", o.ShmGroup)
-	case o.Fabric.Provider != "" && !rdma.FabricBuilt:
-		return bad("fabric provider %q: this build has no libfabric provider (build with -tags libfabric)", o.Fabric.Provider)
+	case len(o.Fabric) > 0 && !rdma.FabricBuilt:
+		return bad("fabric providers %v: this build has no libfabric provider (build with -tags libfabric)", o.Fabric)
 	case o.SplitFill <= 0 || o.SplitFill > 1:
 		return bad("split fill %v not in (0, 1]", o.SplitFill)
 	case o.SplitPlacement != PlaceAuto && o.SplitPlacement != PlaceLocal && o.SplitPlacement != PlaceRemote:

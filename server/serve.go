@@ -195,7 +195,7 @@ func (s *Server) provider(rk rdma.RemoteKey) rdma.Server {
 	case rdma.ProviderSHM:
 		return s.shm
 	case rdma.ProviderFabric:
-		return s.fabric
+		return s.fabricOf(rk)
 	}
 	return s.responder
 }

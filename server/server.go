@@ -58,7 +58,7 @@ type Server struct {
 	rpcAddr   string
 	responder *rdma.TCPResponder
 	shm       *rdma.SHMServer
-	fabric    rdma.Server // nil unless Options.Fabric names a provider (fabric.go)
+	fabric    []rdma.Server // one per Options.Fabric (fabric.go)
 	metricsLn net.Listener
 	httpSrv   *http.Server
 	queue     chan job
@@ -339,7 +339,7 @@ func (s *Server) memberEntry() regiontable.Member {
 		HostID:   s.opts.HostID,
 		Version:  s.opts.Version,
 	}
-	m.FabricProvider, m.FabricAddr = s.fabricEndpoint()
+	m.Fabric = regiontable.FormatFabricEndpoints(s.fabricEndpoints())
 	return m
 }
 
@@ -597,8 +597,8 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 	if s.shm != nil {
 		errs = append(errs, s.shm.Close())
 	}
-	if s.fabric != nil {
-		errs = append(errs, s.fabric.Close())
+	for _, f := range s.fabric {
+		errs = append(errs, f.Close())
 	}
 	if s.responder != nil {
 		errs = append(errs, s.responder.Close())

@@ -76,8 +76,8 @@ type config struct {
 	// etcdAuth: turn etcd's roles on at start (--etcd-auth).
 	etcdAuth bool
 	// fabric configures one-sided reads over libfabric (--provider
-	// fabric); its Provider is empty without.
-	fabric rdma.FabricOptions
+	// fabric): an endpoint per --fabric-provider; none without.
+	fabric []rdma.FabricOptions
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -117,6 +117,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 		clientAuth, peerAuth      string
 		etcdAuth                  string
 		provider, fabricProgress  string
+		fabricProviders, fabricAt string
 	)
 	str := func(p *string, name, def, usage string) {
 		if v, ok := os.LookupEnv(envName(name)); ok {
@@ -130,8 +131,8 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	str(&cfg.advertise, "advertise", "", "RPC address published to clients (default: the listen address; a wildcard host becomes the host name)")
 	str(&cfg.rdmaListen, "rdma-listen", server.DefaultRDMAListen, "address of the tcp one-sided read responder")
 	str(&provider, "provider", "tcp", "one-sided read providers: tcp (the tcp responder, and shm for clients on this host), or fabric (those and a libfabric endpoint: --fabric-provider; builds with -tags libfabric)")
-	str(&cfg.fabric.Provider, "fabric-provider", "tcp", "libfabric provider of --provider fabric: verbs (InfiniBand, RoCE), efa, cxi, tcp (tcp;ofi_rxm), shm (this host), or a libfabric provider name")
-	str(&cfg.fabric.Node, "fabric-addr", "", "address the libfabric endpoint binds to (an IP address of the NIC for verbs and tcp); default: the --rdma-listen host for tcp, the provider's choice for others")
+	str(&fabricProviders, "fabric-provider", "tcp", "libfabric providers of --provider fabric, comma-separated, an endpoint each: verbs (InfiniBand, RoCE), efa, cxi, tcp (tcp;ofi_rxm), shm (this host), or a libfabric provider name")
+	str(&fabricAt, "fabric-addr", "", "address the libfabric endpoints bind to (an IP address of the NIC for verbs and tcp; not shm's); default: the --rdma-listen host for tcp, the provider's choice for others")
 	str(&fabricProgress, "fabric-progress", "", "progress of the libfabric endpoint: tick, auto or conn; default: the provider's (tick for shm, auto for tcp, conn for verbs, efa, cxi)")
 	str(&cfg.raftListen, "raft-listen", server.DefaultRaftListen, "address of the raft listener shared by the raft groups of all the server's regions")
 	str(&cfg.metricsListen, "metrics-listen", server.DefaultMetricsListen, "address of /metrics and /debug/pprof/; empty turns it off")
@@ -272,7 +273,7 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 	if cfg.shmGroup, err = lookupGroup(shmGroup); err != nil {
 		return nil, fmt.Errorf("--shm-group %q: %w", shmGroup, err)
 	}
-	if err := parseProvider(&cfg, provider, fabricProgress); err != nil {
+	if err := parseProvider(&cfg, provider, fabricProviders, fabricAt, fabricProgress); err != nil {
 		return nil, err
 	}
 	if err := parseLimits(&cfg, idle, frameTimeout, maxConns, maxPerHost, maxInflight, maxRows, maxRangeBytes, maxRequest); err != nil {
@@ -305,10 +306,9 @@ func parseFlags(args []string, out io.Writer) (*config, error) {
 }
 
 // parseProvider checks --provider and the fabric flags.
-func parseProvider(cfg *config, provider, progress string) error {
+func parseProvider(cfg *config, provider, providers, addr, progress string) error {
 	switch provider {
 	case rdma.ProviderTCP, "":
-		cfg.fabric = rdma.FabricOptions{}
 		return nil
 	case rdma.ProviderFabric:
 	default:
@@ -317,11 +317,24 @@ func parseProvider(cfg *config, provider, progress string) error {
 	if !rdma.FabricBuilt {
 		return fmt.Errorf("--provider fabric: this cellserver was built without libfabric (build with -tags libfabric, libfabric-dev installed)")
 	}
-	cfg.fabric.Progress = progress
-	o := cfg.fabric
-	o.EnsureDefaults()
-	if err := o.Validate(); err != nil {
-		return fmt.Errorf("--fabric-provider %q, --fabric-progress %q: %w", cfg.fabric.Provider, progress, err)
+	seen := map[string]bool{}
+	for _, p := range strings.Split(providers, ",") {
+		p = strings.TrimSpace(p)
+		lf := rdma.LibfabricName(p)
+		if seen[lf] {
+			return fmt.Errorf("--fabric-provider %q: %s twice", providers, p)
+		}
+		seen[lf] = true
+		o := rdma.FabricOptions{Provider: p, Progress: progress}
+		if lf != "shm" {
+			o.Node = addr
+		}
+		v := o
+		v.EnsureDefaults()
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("--fabric-provider %q, --fabric-progress %q: %w", p, progress, err)
+		}
+		cfg.fabric = append(cfg.fabric, o)
 	}
 	return nil
 }

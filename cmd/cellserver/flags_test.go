@@ -276,7 +276,7 @@ func TestParseFlagsEtcdAuth(t *testing.T) {
 // needs a build with libfabric and a valid --fabric-provider.
 func TestProviderFlags(t *testing.T) {
 	cfg, err := parseFlags(nil, io.Discard)
-	if err != nil || cfg.fabric.Provider != "" {
+	if err != nil || len(cfg.fabric) != 0 {
 		t.Fatalf("default: %+v, %v", cfg.fabric, err)
 	}
 	if _, err := parseFlags([]string{"--provider", "verbs"}, io.Discard); err == nil {
@@ -286,10 +286,17 @@ func TestProviderFlags(t *testing.T) {
 	switch {
 	case !rdma.FabricBuilt && (err == nil || !strings.Contains(err.Error(), "-tags libfabric")):
 		t.Errorf("--provider fabric without libfabric: %v", err)
-	case rdma.FabricBuilt && (err != nil || cfg.fabric.Provider != "shm"):
+	case rdma.FabricBuilt && (err != nil || len(cfg.fabric) != 1 || cfg.fabric[0].Provider != "shm"):
 		t.Errorf("--provider fabric --fabric-provider shm: %+v, %v", cfg, err)
 	}
 	if rdma.FabricBuilt {
+		cfg, err = parseFlags([]string{"--provider", "fabric", "--fabric-provider", "shm, tcp", "--fabric-addr", "10.0.0.1"}, io.Discard)
+		if err != nil || len(cfg.fabric) != 2 || cfg.fabric[0].Node != "" || cfg.fabric[1].Provider != "tcp" || cfg.fabric[1].Node != "10.0.0.1" {
+			t.Errorf("two fabric providers: %+v, %v", cfg.fabric, err)
+		}
+		if _, err := parseFlags([]string{"--provider", "fabric", "--fabric-provider", "tcp,tcp;ofi_rxm"}, io.Discard); err == nil {
+			t.Error("a fabric provider twice accepted")
+		}
 		if _, err := parseFlags([]string{"--provider", "fabric", "--fabric-progress", "spin"}, io.Discard); err == nil {
 			t.Error("--fabric-progress spin accepted")
 		}
