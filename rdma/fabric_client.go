@@ -44,6 +44,7 @@ type FabricClient struct {
 	fused   int  // the most ranges of a read that carries its check; 0: none
 	closing atomic.Bool
 	polling sync.RWMutex // held for reading by readers polling the queue, for writing by Close
+	poller  sync.Mutex   // held by the synchronous reader polling the queue
 	wake    chan struct{}
 	stop    chan struct{}
 	done    chan struct{}
@@ -337,13 +338,24 @@ func (c *FabricClient) readSync(ctx context.Context, s *fabricSync, rk *RemoteKe
 		return err
 	}
 	op := s.cq.Poll()
-	for start := monotime.Now(); op == nil && monotime.Now()-start <= int64(fabricSpin) && c.pollOnce(s.es[:]); {
-		op = s.cq.Poll()
-	}
-	if op == nil {
+	// One reader at a time polls; the others wait for it (or the reaper)
+	// to complete their ops.
+	if op == nil && c.poller.TryLock() {
+		for start := monotime.Now(); op == nil && monotime.Now()-start <= int64(fabricSpin) && c.pollOnce(s.es[:]); {
+			op = s.cq.Poll()
+		}
+		c.poller.Unlock()
+		c.mu.Lock()
+		if op == nil || c.mu.inflight > 0 {
+			c.wakeLocked()
+		}
+		c.mu.Unlock()
+	} else if op == nil {
 		c.mu.Lock()
 		c.wakeLocked()
 		c.mu.Unlock()
+	}
+	if op == nil {
 		op, _ = s.cq.Wait(context.Background()) // the op completes when ctx ends
 	}
 	err := op.Err()

@@ -48,9 +48,10 @@ echo "## bench transport ($REPEAT rounds, $DURATION per cell after $WARMUP; comm
 echo
 ctl bench transport --providers tcp,shm,fabric/shm,fabric/tcp --fabric-addr 127.0.0.1 --in-flight "$IN_FLIGHT" \
 	--duration "$DURATION" --warmup "$WARMUP" --repeat "$REPEAT" --server-pid "$server_pid" -w json >"$OUT/transport.json"
-jq -r '"| round | workload | provider | in flight | ops/s | p50 µs | p99 µs | server CPU µs/op | client CPU µs/op | errors |",
-	"|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
-	(.rows[] | "| \(.round) | \(.workload) | \(.provider // "-") | \(.in_flight) | \(.ops_per_sec | floor) | \(.p50_ns / 1000 * 100 | floor / 100) | \(.p99_ns / 1000 * 100 | floor / 100) | \(if .server_cpu_per_op_ns < 0 then "-" else (.server_cpu_per_op_ns / 1000 * 100 | floor / 100) end) | \(.client_cpu_per_op_ns / 1000 * 100 | floor / 100) | \(.errors) |")' "$OUT/transport.json"
+jq -r '"server idle: \(.server_idle_cpu_per_sec_ns / 1000 | floor) µs of CPU per second", "",
+	"| round | workload | provider | in flight | ops/s | p50 µs | p99 µs | server CPU µs/op | above idle µs/op | client CPU µs/op | errors |",
+	"|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+	(.rows[] | "| \(.round) | \(.workload) | \(.provider // "-") | \(.in_flight) | \(.ops_per_sec | floor) | \(.p50_ns / 1000 * 100 | floor / 100) | \(.p99_ns / 1000 * 100 | floor / 100) | \(if .server_cpu_per_op_ns < 0 then "-" else (.server_cpu_per_op_ns / 1000 * 100 | floor / 100) end) | \(.server_busy_cpu_per_op_ns / 1000 * 100 | floor / 100) | \(.client_cpu_per_op_ns / 1000 * 100 | floor / 100) | \(.errors) |")' "$OUT/transport.json"
 echo
 echo "load $(cut -d' ' -f1 /proc/loadavg) at the end"
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -40,6 +41,8 @@ type transportParams struct {
 	Repeat         int           `json:"repeat"`
 	ServerPID      int           `json:"server_pid,omitempty"`
 	Seed           uint64        `json:"seed"`
+
+	idle time.Duration // the server's CPU per second, idle
 }
 
 // Workloads of bench transport.
@@ -64,7 +67,10 @@ type transportRow struct {
 	P99       time.Duration `json:"p99_ns"`
 	// ServerCPUPerOp is the server's CPU time (all its threads) per
 	// operation over the window, with --server-pid; -1 without.
-	ServerCPUPerOp time.Duration `json:"server_cpu_per_op_ns"`
+	// ServerBusyPerOp is the part above what the server spends idle
+	// (transportResult.ServerIdle).
+	ServerCPUPerOp  time.Duration `json:"server_cpu_per_op_ns"`
+	ServerBusyPerOp time.Duration `json:"server_busy_cpu_per_op_ns"`
 	// ClientCPUPerOp is this process's.
 	ClientCPUPerOp time.Duration `json:"client_cpu_per_op_ns"`
 	Errors         uint64        `json:"errors"`
@@ -78,7 +84,11 @@ type transportResult struct {
 	RegionSize uint64          `json:"region_size"`
 	Host       string          `json:"host"`
 	HostRPC    string          `json:"host_rpc"`
-	Rows       []transportRow  `json:"rows"`
+	// ServerIdle is the server's CPU time per second with nothing
+	// measured running (its raft ticks, lease renewals, fabric progress
+	// ticks), over --duration before the grid; -1 without --server-pid.
+	ServerIdle time.Duration  `json:"server_idle_cpu_per_sec_ns"`
+	Rows       []transportRow `json:"rows"`
 }
 
 func newBenchTransportCommand(g *globals) *cobra.Command {
@@ -247,6 +257,18 @@ func runTransport(g *globals, p *transportParams) (transportResult, error) {
 		return res, err
 	}
 	defer conn.Close()
+	res.ServerIdle = -1
+	if p.ServerPID > 0 {
+		c0, err0 := threadsCPU(p.ServerPID)
+		start := time.Now()
+		time.Sleep(p.Duration)
+		c1, err1 := threadsCPU(p.ServerPID)
+		if err0 != nil || err1 != nil {
+			return res, fmt.Errorf("--server-pid %d: %w", p.ServerPID, errors.Join(err0, err1))
+		}
+		res.ServerIdle = time.Duration(float64(c1-c0) / time.Since(start).Seconds())
+		p.idle = res.ServerIdle
+	}
 	for round := 1; round <= p.Repeat; round++ {
 		for _, depth := range p.InFlight {
 			for _, w := range p.Workloads {
@@ -397,6 +419,8 @@ func (p *transportParams) measure(round int, workload string, r *transportReader
 	if ops > 0 {
 		if p.ServerPID > 0 && cerr == nil && cerr1 == nil {
 			row.ServerCPUPerOp = (cpu1 - cpu0) / time.Duration(ops)
+			busy := cpu1 - cpu0 - time.Duration(float64(p.idle)*elapsed.Seconds())
+			row.ServerBusyPerOp = max(busy, 0) / time.Duration(ops)
 		}
 		row.ClientCPUPerOp = (self1 - self0) / time.Duration(ops)
 	}
@@ -415,7 +439,10 @@ func transportTables(r transportResult) []*table {
 	t := &table{
 		title: fmt.Sprintf("bench transport: region %d (%s) of %s at %s; reads of %d bytes, RPCs of %d bytes; %v per cell after %v, %d round(s)",
 			r.Region, fmtBytes(r.RegionSize), r.Host, r.HostRPC, r.Params.ReadSize, r.Params.RPCSize, r.Params.Duration, r.Params.Warmup, r.Params.Repeat),
-		header: []string{"round", "workload", "provider", "in flight", "ops/s", "p50", "p99", "server CPU/op", "client CPU/op", "errors"},
+		header: []string{"round", "workload", "provider", "in flight", "ops/s", "p50", "p99", "server CPU/op", "above idle", "client CPU/op", "errors"},
+	}
+	if r.ServerIdle >= 0 {
+		t.notes = append(t.notes, fmt.Sprintf("server CPU idle: %v per second; \"above idle\" subtracts it", r.ServerIdle.Round(time.Microsecond)))
 	}
 	type cellKey struct {
 		workload, provider string
@@ -425,16 +452,16 @@ func transportTables(r transportResult) []*table {
 	rates := map[cellKey][]float64{}
 	var firstErrs []string
 	for _, row := range r.Rows {
-		cpu := "-"
+		cpu, busy := "-", "-"
 		if row.ServerCPUPerOp >= 0 {
-			cpu = formatMicros(row.ServerCPUPerOp)
+			cpu, busy = formatMicros(row.ServerCPUPerOp), formatMicros(row.ServerBusyPerOp)
 		}
 		prov := row.Provider
 		if prov == "" {
 			prov = "-"
 		}
 		t.add(fmt.Sprint(row.Round), row.Workload, prov, fmt.Sprint(row.InFlight), fmt.Sprintf("%.0f", row.OpsPerSec),
-			formatMicros(row.P50), formatMicros(row.P99), cpu, formatMicros(row.ClientCPUPerOp), fmt.Sprint(row.Errors))
+			formatMicros(row.P50), formatMicros(row.P99), cpu, busy, formatMicros(row.ClientCPUPerOp), fmt.Sprint(row.Errors))
 		k := cellKey{row.Workload, row.Provider, row.InFlight}
 		if _, ok := rates[k]; !ok {
 			order = append(order, k)

@@ -69,7 +69,7 @@ func TestTransportParams(t *testing.T) {
 // TestTransportTables: every round is printed, and the medians with
 // several rounds.
 func TestTransportTables(t *testing.T) {
-	res := transportResult{Params: transportParams{ReadSize: 1024, RPCSize: 128, Duration: time.Second, Repeat: 2}, Region: 1, RegionSize: 1 << 30, Host: "s1", HostRPC: "h:1"}
+	res := transportResult{Params: transportParams{ReadSize: 1024, RPCSize: 128, Duration: time.Second, Repeat: 2}, Region: 1, RegionSize: 1 << 30, Host: "s1", HostRPC: "h:1", ServerIdle: 3 * time.Millisecond}
 	for round := 1; round <= 2; round++ {
 		res.Rows = append(res.Rows,
 			transportRow{Round: round, Workload: "read", Provider: "fabric/shm", InFlight: 16, Ops: 100, OpsPerSec: float64(1000 * round), P50: 3 * time.Microsecond, P99: 9 * time.Microsecond, ServerCPUPerOp: 250, ClientCPUPerOp: 2000},
@@ -82,7 +82,7 @@ func TestTransportTables(t *testing.T) {
 		}
 	}
 	out := b.String()
-	for _, want := range []string{"fabric/shm", "0.25µs", "3.00µs", "median ops/s over the rounds", "2000", "first error: round 1 rpc -: boom"} {
+	for _, want := range []string{"fabric/shm", "0.25µs", "3.00µs", "median ops/s over the rounds", "2000", "first error: round 1 rpc -: boom", "server CPU idle: 3ms per second"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
