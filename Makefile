@@ -21,7 +21,7 @@ IMAGE_DIR ?= build/images
 DOCKER    ?= docker
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-allocs test-ycsb test-fabric ycsb race bench lint fuzz images certs clean
+.PHONY: all build test test-short test-allocs test-ycsb test-fabric ycsb race bench lint fuzz images certs clean
 
 all: build test
 
@@ -38,6 +38,13 @@ test:
 	$(GO) test -race -count=1 -p 1 -timeout 30m $(PKGS)
 	$(MAKE) test-allocs
 	$(MAKE) test-ycsb
+
+# A quick check of a checkout, about a minute once built: the engine, the
+# wire protocol, one-sided reads, regions, the selector and the client
+# against in-process servers; -short, without the race detector. Not what
+# CI runs (make test).
+test-short:
+	$(GO) test -short -count=1 ./blink/ ./wire/ ./rdma/ ./meganode/ ./locality/... ./client/
 
 # The allocation tests skip under the race detector (it changes what
 # allocates): run them again without it, so that the read path's

@@ -42,7 +42,7 @@
 // (Get, Search, Contains, Iter, Scan) never take it.
 //
 // Every change the writer makes to a node is published with the odd/even
-// version protocol of DESIGN §3 using atomic stores: head and tail versions
+// version protocol of docs/design.md §3 using atomic stores: head and tail versions
 // to the same odd value, the changed body words, then tail and head to the
 // next even value. The writer builds each new node image in private scratch
 // memory and stores only the words that differ. Readers copy a node with

@@ -8,7 +8,7 @@ package blink
 //
 // All integers are little-endian. A node is NodeSize bytes (a power of two
 // from 512 to 8192), 8-byte aligned inside its region, and starts and ends
-// with a version word (DESIGN §3).
+// with a version word (docs/design.md §3).
 //
 // Tree node (kind 1):
 //

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Meganode split primitives (paper §2.2, DESIGN §4; the protocol is in
+// Meganode split primitives (paper §2.2, docs/design.md §4; the protocol is in
 // doc.go, "Meganode split"). The layer above sequences them:
 //
 //	X.SplitKey → X.Freeze(sep) → Y.BeginCopy(X.Right()) →

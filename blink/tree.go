@@ -339,7 +339,7 @@ func (t *Tree) checkKey(key []byte) error {
 }
 
 // publish writes img into the live node at p under the version protocol of
-// DESIGN §3: head and tail to the same odd value, the body with atomic
+// docs/design.md §3: head and tail to the same odd value, the body with atomic
 // stores, then tail and head to the next even value. Only words that differ
 // are stored. REQUIRES: t.mu held.
 func (t *Tree) publish(p Ptr, img node) {

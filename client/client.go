@@ -36,8 +36,8 @@ type Client struct {
 	shm      *rdma.SHMClient // nil unless the provider may use shm
 	fabric   rdma.Client     // nil unless the provider is fabric
 
-	// clientID and seq tag writes for at-most-once application (DESIGN
-	// §9): a write retried after an error that proves it was not
+	// clientID and seq tag writes for at-most-once application
+	// (docs/design.md §9): a write retried after an error that proves it was not
 	// executed keeps its id and sequence number. The id changes when a
 	// region answers that it forgot it (write.go, the seq-passed retry).
 	clientID atomic.Uint64
@@ -310,7 +310,7 @@ func checkKey(t *topology, key []byte) error {
 	return nil
 }
 
-// checkValue validates a value against the store's limit (DESIGN §2).
+// checkValue validates a value against the store's limit (docs/design.md §2).
 func checkValue(value []byte) error {
 	if len(value) > wire.MaxValueSize {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLarge, len(value), wire.MaxValueSize)

@@ -1,6 +1,6 @@
 // Package client is Cell's Go client: a goroutine-safe connection to a
 // Cell store with Get, Put, Delete, Contains, Range, Scan and Close
-// (DESIGN §5).
+// (docs/design.md §5).
 //
 // # Connecting
 //
@@ -197,7 +197,7 @@
 //
 // # Consistency of one-sided reads and retries
 //
-// A copy is used only when blink.CheckCopy accepts it (DESIGN §3). What
+// A copy is used only when blink.CheckCopy accepts it (docs/design.md §3). What
 // happens otherwise, by cause (each counted in Stats.Retries and the
 // retries_total metric):
 //
@@ -229,7 +229,7 @@
 // One exception: an operation whose region may just have no serving
 // leader (a lost connection, an Unavailable, Overloaded or NeedsRetry
 // answer, a redirect) goes on past MaxRetries, with the longest backoff,
-// until its context's deadline when it has one (DESIGN §9: "a key whose
+// until its context's deadline when it has one (docs/design.md §9: "a key whose
 // region has no leader right now waits for one within the caller's
 // deadline"), so that a restart or a failover costs latency, not errors;
 // it then fails with ErrUnavailable wrapping the deadline. Each operation
@@ -262,7 +262,7 @@
 // that requests waiting on a paused or cut-off server are retried on the
 // new host instead of waiting for their deadlines.
 // Writes carry a client id and a sequence number for the servers'
-// at-most-once application (DESIGN §9); a retry keeps them (but for
+// at-most-once application (docs/design.md §9); a retry keeps them (but for
 // the seq-passed retry below). A write is
 // retried as it was when the error proves it was not executed. When its
 // outcome was lost (the connection failed after sending, or the server

@@ -221,7 +221,7 @@ func classify(err error, write bool) (disposition, retryCause, error) {
 // retriable error err, of cause: nil to retry. A context that ended stops
 // it; so does MaxRetries, unless the region may just have no serving
 // leader now (a lost connection, a busy or unavailable server, a
-// redirect) and the context has a deadline to wait within (DESIGN §9:
+// redirect) and the context has a deadline to wait within (docs/design.md §9:
 // "a key whose region has no leader right now waits for one within the
 // caller's deadline"), and Config.FailFast is off. Waiting stops with
 // ErrUnavailable wrapping the context's error and err.

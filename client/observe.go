@@ -10,7 +10,7 @@ import (
 //
 // A client-side get over shm costs the client's CPU under 3 µs, and the
 // selector's bookkeeping was about 0.85 µs of it (locality's
-// BenchmarkClientHop; BENCHMARKS.md §5b, "Selector overhead"): time.Now
+// BenchmarkClientHop; docs/bench-history.md §5b, "Selector overhead"): time.Now
 // at each one-sided read's start and end and per Choose, each time.Now two
 // clock reads (wall and monotonic), and a lock of the server's estimator
 // per read and per hop. So, with the system clock:

@@ -113,7 +113,7 @@ func appliedAs(t *testing.T, reg *prometheus.Registry, kind string) float64 {
 
 // A write whose reply is lost after the server applied it is sent again,
 // flagged as a retry with the same client id and sequence number, and
-// answers as the first attempt did without applying twice (DESIGN §9:
+// answers as the first attempt did without applying twice (docs/design.md §9:
 // "a region applies each at most once (a session table in its state
 // machine), so a retry never applies a put twice around another client's
 // write"): a delete that found its key still answers found, not

@@ -17,14 +17,14 @@ import (
 // (GOMAXPROCS), every P always has one to run, and Go's scheduler polls
 // the network only from sysmon, every 10 ms at most: the reply of a
 // server-side operation (a put, or a hop the selector sent to the server)
-// waits in its socket for that long (BENCHMARKS.md §16, "Why inserts in E
+// waits in its socket for that long (docs/bench-history.md §16, "Why inserts in E
 // over shm take 8 ms"). Fewer slots than Ps leave a P that runs out of
 // work and polls at once. A goroutine that finds every slot taken waits,
 // parked, for one. With no call waiting there is no bound: a workload of
 // client-side reads alone keeps every P.
 //
 // The bound trades client-side throughput for the latency of server-side
-// operations (BENCHMARKS.md §16, "Bounding client-side work"). One
+// operations (BENCHMARKS.md §11, "The update tail over shm"). One
 // CPUSlots is shared by every Client of a process that should count
 // against the same cores (cellctl bench --cpu-slots gives one to all its
 // client instances); Config.CPUSlots nil means no bound, the default.

@@ -184,7 +184,7 @@ func (c *Client) refreshLocked(ctx context.Context) error {
 			t.regions[ri.ID] = c.newRegion(a.srv, ri, d.keys[ri.ID])
 		}
 		// The root: the source's if it has one, else the one the server
-		// holding the lowest region reports (DESIGN §4).
+		// holding the lowest region reports (docs/design.md §4).
 		if d.root.IsNil() && !m.Root.IsNil() && (t.root.IsNil() || m.Root.Region() < t.root.Region()) {
 			t.root = m.Root
 		}

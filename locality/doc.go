@@ -3,7 +3,7 @@
 // one-sided reads that only the server's NIC serves). It implements the
 // locality selector of the Cell paper ("Balancing CPU and Network in the Cell
 // Distributed B-Tree Store", USENIX ATC '16, §2.5) exactly, plus fixed modes
-// for benchmarks. DESIGN.md §7 fixes the contract.
+// for benchmarks. docs/design.md §7 fixes the contract.
 //
 // # The rule
 //
@@ -59,7 +59,7 @@
 // once per one-sided read of a client-side search (or ObserveReadsAt once
 // per client-side hop with the latencies of its reads, in order: the same
 // samples). The server reports its
-// queueing and service time with every reply (DESIGN §5); the estimator
+// queueing and service time with every reply (docs/design.md §5); the estimator
 // keeps their moving averages over the same kept samples, and uses the
 // queueing times as "Queue-aware estimate" below says.
 //
@@ -85,7 +85,7 @@
 // except the first time a server ID is seen.
 //
 // The client calls the selector on every hop and every one-sided read, so
-// its cost shows in a client-side get's CPU time (BENCHMARKS.md §5b,
+// its cost shows in a client-side get's CPU time (docs/bench-history.md §5b,
 // "Selector overhead"). The cheap forms give the same decisions: ChooseAt,
 // ObserveReadAt and ObserveServerAt take a time the caller already read
 // (the clock is only used to detect idleness, at the scale of
@@ -127,7 +127,7 @@
 // 2·Window, the window refreshed twice a second), a bucket of one second's
 // worth; a draw below p explores only if it gets a token. Below 2·Window/p
 // hops per second (20,000) nothing changes. PaperRule removes the cap;
-// BENCHMARKS.md §2 and §5b measure both.
+// BENCHMARKS.md §4 measures both.
 //
 // # Exploration by cost (Cell's refinement, measured)
 //
@@ -135,7 +135,7 @@
 // still explored the server 200 times a second per connection, each
 // exploring hop an RPC of about 85 µs and 35 µs of the client's CPU plus
 // the server's: on YCSB-C over shm adaptive spent 25% more CPU per
-// operation than the fixed client mode (BENCHMARKS.md §19). So, unless
+// operation than the fixed client mode (docs/bench-history.md §19). So, unless
 // PaperRule, while client-side hops are the cheaper (their cost m·l_r
 // below a server-side hop's l_s), the probability of exploring the server
 // is p·m·l_r/l_s, as range pages do: exploring then spends about p of the
@@ -169,7 +169,7 @@
 // less that mean plus the short average: round trip, service and network
 // from the window, queueing from the latest replies. Never higher than the
 // paper's estimate. Measured side by side with the paper's estimate
-// (BENCHMARKS.md §2): Table 2 unchanged (within 1% at every core count);
+// (BENCHMARKS.md §4): Table 2 unchanged (within 1% at every core count);
 // after the Fig. 7 spike the server-side share is back in 0.25–0.36 s
 // instead of 0.93–1.20 s over six seeds, p90 after the spike 88–94 µs
 // instead of 0.16–36 ms, base load and the spike's median unchanged.
@@ -204,7 +204,7 @@
 // one-core server against a leaf walk over shm; two tcp round trips per
 // leaf against one Range call), and 1% of the pages explored flat
 // doubled the mean scan latency over shm and cost 11% of the
-// throughput over tcp (BENCHMARKS.md §13). PaperRule restores flat p.
+// throughput over tcp (BENCHMARKS.md §4). PaperRule restores flat p.
 // The modes force the method as for hops; ratio=P keeps a credit of its
 // own for pages, so that P% of the pages go server-side however they
 // interleave with hops. Decisions are counted apart (PageDecisions).

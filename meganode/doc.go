@@ -1,6 +1,6 @@
 // Package meganode manages Cell's memory on one server: regions (one file
 // each, mapped into memory), the meganodes in them, and the buddy allocator
-// of their extent areas (DESIGN §2, paper §2.2 and §3).
+// of their extent areas (docs/design.md §2, paper §2.2 and §3).
 //
 // # Regions and backing
 //
@@ -35,8 +35,9 @@
 //
 //	[header 4 KiB][meganode slot 0][slot 1]...[control bytes][extent heap]
 //
-// The header starts with the root-pointer word (DESIGN §4: the root
-// meganode's pointer lives at offset 0 of the lowest region), then the
+// The header starts with the root-pointer word (docs/design.md §4: the root
+// meganode's pointer lives in the region table and at offset 0 of the
+// region that holds the root), then the
 // magic, format version, region ID, sizes, the node and extent area
 // offsets and sizes, a CRC-32C of those static fields, the allocator's free
 // list heads, the applied index (Region.SetApplied: the raft log index of

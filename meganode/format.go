@@ -46,9 +46,9 @@ package meganode
 //	4096 end of header
 //
 // Bytes [8, 128) are written once, when the region is formatted. The root
-// pointer (word 0: the root meganode, meaningful in the cluster's lowest
-// region, DESIGN §4), the free list heads, the applied index and the slot
-// bitmap change while the region is live, always with 8-byte atomic
+// pointer (word 0: the root meganode, meaningful in the region that
+// holds it, docs/design.md §4), the free list heads, the applied index and
+// the slot bitmap change while the region is live, always with 8-byte atomic
 // stores.
 //
 // Version 2 added the applied index, in what was the head of free list 47

@@ -970,7 +970,7 @@ func BenchmarkWriteImage(b *testing.B) {
 	}
 }
 
-// The applied index is part of the region (DESIGN §9: "same records,
+// The applied index is part of the region (docs/design.md §9: "same records,
 // byte-identical region images (node and extent allocation, slot choice,
 // root word, applied index)"): an image carries it, and a region restored
 // from it has it back.

@@ -205,9 +205,9 @@ func (r *Region) Layout() Layout { return r.lay }
 // Extents returns the region's extent allocator, shared by its meganodes.
 func (r *Region) Extents() *Extents { return r.ext }
 
-// Root returns the root meganode pointer stored at offset 0 (DESIGN §4:
-// meaningful in the cluster's lowest region), 0 once the region is
-// closed. Safe for concurrent use, but not with Close.
+// Root returns the root meganode pointer stored at offset 0
+// (docs/design.md §4: meaningful in the region that holds the root
+// meganode), 0 once the region is closed. Safe for concurrent use, but not with Close.
 func (r *Region) Root() blink.Ptr {
 	return blink.Ptr(r.loadWord(offRoot))
 }

@@ -7,11 +7,11 @@ import (
 
 // Caps states what a provider guarantees. The client package reads it to
 // decide how to use a provider (for example, it batches the ranges of a scan
-// into vector reads only with VectorReads, and the selector of DESIGN §7
+// into vector reads only with VectorReads, and the selector of docs/design.md §7
 // counts one-sided reads as free for the server only with SparesServerCPU).
 type Caps struct {
 	// OrderedReads: every range is read from the region in increasing
-	// address order in 8-byte atomic words, as DESIGN §3 (and the paper's
+	// address order in 8-byte atomic words, as docs/design.md §3 (and the paper's
 	// footnote 3) requires for the head/tail version check to catch every
 	// torn node. A provider without it would need a version per cache line
 	// (FaRM); Cell's node format has none, so Cell uses such a provider

@@ -324,7 +324,7 @@ func testServerChecksBounds(t *testing.T, h harness) {
 	}
 }
 
-// testDeregisterRevokesAtOnce: DESIGN §6 "Deregister revokes access at
+// testDeregisterRevokesAtOnce: docs/design.md §6 "Deregister revokes access at
 // once": the first read after Deregister returns fails, with no delay;
 // other registrations are unaffected; a new registration has a new key.
 func testDeregisterRevokesAtOnce(t *testing.T, h harness) {
@@ -938,7 +938,7 @@ func testCaps(t *testing.T, h harness) {
 }
 
 // testLeaseFencesReads: a registration's lease ends its reads at the
-// deadline, with no call from the server (DESIGN §9: "a paused (SIGSTOP)
+// deadline, with no call from the server (docs/design.md §9: "a paused (SIGSTOP)
 // or deposed leader's memory is never trusted"); a renewal restores them,
 // and 0 removes the lease.
 func testLeaseFencesReads(t *testing.T, h harness) {

@@ -1,4 +1,4 @@
-// Package rdma is Cell's one-sided read layer (DESIGN §6): a client copies
+// Package rdma is Cell's one-sided read layer (docs/design.md §6): a client copies
 // bytes straight out of a server's registered region without the server's
 // tree code taking part. Client-side search (paper §2.3) is built on it: the
 // client package reads B-link nodes with it, checks each copy with
@@ -63,7 +63,7 @@
 //
 // # Consistency of a copy
 //
-// DESIGN §3: node memory is read as 8-byte atomic loads in increasing
+// docs/design.md §3: node memory is read as 8-byte atomic loads in increasing
 // address order, so a copy sees a node's head version before any byte of its
 // body and the tail version after all of them; a copy that raced with the
 // writer has mismatched or odd versions and is rejected by
@@ -75,7 +75,7 @@
 //
 // # Revocation
 //
-// Deregister is the moment a server stops vouching for a region (DESIGN §9:
+// Deregister is the moment a server stops vouching for a region (docs/design.md §9:
 // it lost the region's read lease). When Deregister returns, no read of the
 // key succeeds any more, including one whose copy was in progress while it
 // ran: providers check the registration again after copying, and fail the
@@ -330,7 +330,7 @@
 // receive, a copy and a send, i.e. system calls and a scheduler wake-up on
 // the server's cores, cheaper than a tree search but not free, and its
 // latency is a TCP round trip (tens of microseconds on loopback). The
-// selector of DESIGN §7 will therefore see one-sided reads that compete
+// selector of docs/design.md §7 will therefore see one-sided reads that compete
 // with server-side requests for the same CPUs; measurements taken with the
 // tcp provider must say so. Only shm (for clients on the server's host) and
 // a real RDMA NIC spare the server's CPU; shm is also the only provider here

@@ -19,7 +19,7 @@ var (
 	// ErrOutOfBounds: a range does not lie inside the registered region.
 	ErrOutOfBounds = errors.New("rdma: read outside the registered region")
 	// ErrMisaligned: a range's offset or length is not a multiple of 8 (the
-	// unit of atomic copy, DESIGN §3).
+	// unit of atomic copy, docs/design.md §3).
 	ErrMisaligned = errors.New("rdma: offset or length not a multiple of 8")
 	// ErrTooLarge: a request reads more bytes in all than the provider's
 	// MaxReadLen.

@@ -116,11 +116,11 @@ type Server interface {
 	// any more: a read that was copying while Deregister ran fails with
 	// ErrRevoked, later ones with ErrRevoked (or ErrBadKey once the provider
 	// has forgotten k), and the provider no longer touches the region's
-	// memory, so the caller may close the region. DESIGN §9: a server calls
+	// memory, so the caller may close the region. docs/design.md §9: a server calls
 	// it the moment it loses a region's read lease. Error: ErrBadKey if k
 	// is not registered.
 	Deregister(k Key) error
-	// SetLease sets k's read lease (DESIGN §9: "One-sided reads are
+	// SetLease sets k's read lease (docs/design.md §9: "One-sided reads are
 	// fenced"): a read whose copy ends after until, a monotime.Now
 	// reading (the host's CLOCK_MONOTONIC), fails with ErrRevoked, until
 	// a later SetLease extends it; 0 removes the lease. The provider
@@ -146,7 +146,7 @@ type Server interface {
 // (a late reply is discarded). Destinations may be any memory the process
 // can write, including memory outside the Go heap (a mapped landing area, C
 // memory), need no alignment, and are written with plain stores: the
-// atomicity that matters (8-byte words, increasing addresses, DESIGN §3) is
+// atomicity that matters (8-byte words, increasing addresses, docs/design.md §3) is
 // that of the copy out of the region, done by the provider.
 //
 // On error a destination holds unspecified bytes. On success it holds the
@@ -181,7 +181,7 @@ type Client interface {
 type Limits struct {
 	// MaxReadLen is the most bytes one request may read (all of a vector
 	// read's segments together). Default 2 MiB: a whole extent holding a
-	// value of DESIGN's 1 MiB maximum with its key.
+	// value of the store's 1 MiB maximum with its key (docs/design.md §2).
 	MaxReadLen int
 	// MaxSegments is the most ranges in one vector read. Default 64.
 	MaxSegments int

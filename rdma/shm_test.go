@@ -153,8 +153,8 @@ func TestSHMCloseRevokesAndRemovesTable(t *testing.T) {
 	}
 }
 
-// TestSHMReadAllocs: DESIGN/STYLE "no allocation on the hot read path":
-// a shm read allocates nothing once the files are mapped.
+// TestSHMReadAllocs: the read path allocates nothing (doc.go, "The shm
+// provider"): a shm read allocates nothing once the files are mapped.
 func TestSHMReadAllocs(t *testing.T) {
 	_, cl, rk, _ := newSHM(t, SHMOptions{}, SHMClientOptions{})
 	ctx := context.Background()

@@ -278,7 +278,7 @@ func testRegions(t *testing.T, im impl) {
 		t.Fatalf("Regions = %+v, want %+v", rs, want)
 	}
 
-	// DESIGN §8: "A region entry changes only by compare-and-set: a
+	// docs/design.md §8: "A region entry changes only by compare-and-set: a
 	// leader publishes itself with a higher term, never over an equal
 	// one."
 	led := func(host string, term, epoch uint64) regiontable.Region {

@@ -1,4 +1,4 @@
-// Package regiontable is Cell's cluster state in etcd (DESIGN §8): which
+// Package regiontable is Cell's cluster state in etcd (docs/design.md §8): which
 // servers are alive, which regions exist and who hosts them, the root
 // meganode pointer, the region ID counter, and the coordinator election.
 // Servers write it; clients and servers read it and follow it with
@@ -93,7 +93,7 @@
 //     coordinator acts only while Done is open. Election keys live
 //     outside members/ and regions/, so Load and Watch ignore them.
 //
-// Staleness (DESIGN §8, §9): what a reader got from the table may be out of
+// Staleness (docs/design.md §8, §9): what a reader got from the table may be out of
 // date by the time it uses it. A server never trusts a client's view: a
 // request for a region it does not host is redirected (wire.StatusWrongServer)
 // and one with an old epoch is refused (wire.StatusStaleEpoch), after which

@@ -12,7 +12,7 @@ import (
 	"github.com/cellstore/cell/blink"
 )
 
-// Member is a live server (DESIGN §8). The JSON form is stored under
+// Member is a live server (docs/design.md §8). The JSON form is stored under
 // <prefix>/members/<ID>.
 type Member struct {
 	// ID is the server's ID: 1..128 bytes of [A-Za-z0-9._-].
@@ -75,7 +75,7 @@ type Kind string
 // Region kinds.
 const (
 	// KindData is a region of whole meganodes and the extent area their
-	// leaves point to (DESIGN §2: a leaf meganode and its data live
+	// leaves point to (docs/design.md §2: a leaf meganode and its data live
 	// together).
 	KindData Kind = "data"
 )
@@ -96,7 +96,7 @@ type Region struct {
 	// epoch are refused with wire.StatusStaleEpoch.
 	Epoch uint64
 	// Term is the raft term of the region's group in which Host leads it
-	// (DESIGN §9): a leader publishes itself with its term, and an entry
+	// (docs/design.md §9): a leader publishes itself with its term, and an entry
 	// of a lower term, or of the same term and another host, is refused
 	// (PutRegion). 0 in entries of hosts that publish no term.
 	Term uint64 `json:",omitempty"`
@@ -366,7 +366,7 @@ func validRegion(r *Region) error {
 }
 
 // Supersedes reports whether entry r may replace old, the rule PutRegion
-// keeps (DESIGN §8: "a leader publishes itself with a higher term, never
+// keeps (docs/design.md §8: "a leader publishes itself with a higher term, never
 // over an equal one"): a higher term always does; the same term only for
 // the same host (the leader publishing again) with an epoch at least
 // old's; a lower term never. Entries without terms (both 0) compare by

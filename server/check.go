@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/server/rsm"
 )
 
 // Check verifies the server's tree of meganodes at rest (no split in
@@ -20,24 +21,24 @@ import (
 // the orphan check (a meganode here may hang below one elsewhere); the
 // cluster-wide links are cellctl check's.
 // The error joins one error per violation (errors.Join), each one line
-// long. OpCheck runs it while holding s.splitMu (checkop.go), so that no
+// long. OpCheck runs it while holding s.splits.mu (checkop.go), so that no
 // split of this server is half done.
 func (s *Server) Check() error {
-	c := &treeCheck{s: s, seen: map[*localMeganode]bool{}}
-	megas := servedMeganodes(s.servedList())
+	c := &treeCheck{s: s, seen: map[*rsm.Meganode]bool{}}
+	megas := servedMeganodes(s.reps.servedList())
 	for _, lm := range megas {
-		for _, v := range lm.t.Check() {
-			c.bad("meganode %v: %v: %w", lm.m.Ptr(), v, blink.ErrCorruption)
+		for _, v := range lm.T.Check() {
+			c.bad("meganode %v: %v: %w", lm.Ptr(), v, blink.ErrCorruption)
 		}
 	}
-	root := s.meganodeAt(s.Root())
-	if root == nil || root.m.Ptr() != s.Root() {
+	root := s.servedMeganode(s.Root())
+	if root == nil || root.Ptr() != s.Root() {
 		return errors.Join(c.errs...)
 	}
 	c.tree(root)
 	for _, lm := range megas {
 		if !c.seen[lm] && !c.partial {
-			c.bad("meganode %v (level %d) is not reachable from the root", lm.m.Ptr(), lm.level)
+			c.bad("meganode %v (level %d) is not reachable from the root", lm.Ptr(), lm.Level)
 		}
 	}
 	return errors.Join(c.errs...)
@@ -49,7 +50,7 @@ func (s *Server) Check() error {
 type treeCheck struct {
 	s       *Server
 	errs    []error
-	seen    map[*localMeganode]bool
+	seen    map[*rsm.Meganode]bool
 	partial bool
 }
 
@@ -59,24 +60,24 @@ func (c *treeCheck) bad(format string, args ...any) {
 }
 
 // tree checks the tree from root down, a level at a time.
-func (c *treeCheck) tree(root *localMeganode) {
-	if r := root.t.Right(); !r.IsNil() {
-		c.bad("root meganode %v has a right neighbour %v: the root did not move up", root.m.Ptr(), r)
+func (c *treeCheck) tree(root *rsm.Meganode) {
+	if r := root.T.Right(); !r.IsNil() {
+		c.bad("root meganode %v has a right neighbour %v: the root did not move up", root.Ptr(), r)
 	}
 	first, leftmost := root, true // leftmost: first is its level's leftmost
 	for range maxHops {
 		level := c.level(first)
-		if h, err := first.t.Header(); leftmost && (err != nil || !h.Bounds.MinInf) {
-			c.bad("leftmost meganode %v of level %d does not start at -inf (%v)", first.m.Ptr(), first.level, err)
+		if h, err := first.T.Header(); leftmost && (err != nil || !h.Bounds.MinInf) {
+			c.bad("leftmost meganode %v of level %d does not start at -inf (%v)", first.Ptr(), first.Level, err)
 		}
-		if first.level == 0 {
+		if first.Level == 0 {
 			return
 		}
-		var children []*localMeganode
+		var children []*rsm.Meganode
 		children, leftmost = c.children(level)
 		if len(children) == 0 {
 			if !c.partial {
-				c.bad("inner level %d without entries", first.level)
+				c.bad("inner level %d without entries", first.Level)
 			}
 			return
 		}
@@ -86,28 +87,28 @@ func (c *treeCheck) tree(root *localMeganode) {
 
 // level checks the meganodes of first's level from first rightwards, as
 // far as this server holds them, and returns them in order.
-func (c *treeCheck) level(first *localMeganode) []*localMeganode {
-	var level []*localMeganode
+func (c *treeCheck) level(first *rsm.Meganode) []*rsm.Meganode {
+	var level []*rsm.Meganode
 	for lm := first; lm != nil; {
 		if c.seen[lm] {
-			c.bad("meganode %v met twice", lm.m.Ptr())
+			c.bad("meganode %v met twice", lm.Ptr())
 			break
 		}
 		c.seen[lm] = true
 		if n := len(level); n > 0 {
-			for _, v := range blink.CheckLinks(level[n-1].t, lm.t) {
+			for _, v := range blink.CheckLinks(level[n-1].T, lm.T) {
 				c.bad("%v", v)
 			}
 		}
-		if lm.level != first.level {
-			c.bad("meganode %v at level %d in level %d", lm.m.Ptr(), lm.level, first.level)
+		if lm.Level != first.Level {
+			c.bad("meganode %v at level %d in level %d", lm.Ptr(), lm.Level, first.Level)
 		}
 		level = append(level, lm)
-		next := lm.t.Right()
+		next := lm.T.Right()
 		if next.IsNil() {
 			break
 		}
-		if lm = c.s.meganodeAt(next); lm == nil {
+		if lm = c.s.servedMeganode(next); lm == nil {
 			c.partial = true
 			break // on another server
 		}
@@ -119,36 +120,36 @@ func (c *treeCheck) level(first *localMeganode) []*localMeganode {
 // they name, and returns those this server holds, in order, and whether
 // the first of them is its level's leftmost (no entry before it named a
 // meganode elsewhere).
-func (c *treeCheck) children(level []*localMeganode) (children []*localMeganode, leftmost bool) {
+func (c *treeCheck) children(level []*rsm.Meganode) (children []*rsm.Meganode, leftmost bool) {
 	s := c.s
 	prevLocal := false // the previous entry named a meganode here
 	leftmost = true
 	for _, lm := range level {
-		it := lm.t.NewIter(nil)
+		it := lm.T.NewIter(nil)
 		for ok := it.First(); ok; ok = it.Next() {
-			if s.servedReplica(it.Child().Region()) == nil {
+			if s.reps.servedReplica(it.Child().Region()) == nil {
 				c.partial, prevLocal = true, false
 				if len(children) == 0 {
 					leftmost = false
 				}
 				continue
 			}
-			child := s.meganodeAt(it.Child())
-			if child == nil || child.m.Ptr() != it.Child() {
-				c.bad("entry %q of %v names %v, not a meganode of this server", it.Key(), lm.m.Ptr(), it.Child())
+			child := s.servedMeganode(it.Child())
+			if child == nil || child.Ptr() != it.Child() {
+				c.bad("entry %q of %v names %v, not a meganode of this server", it.Key(), lm.Ptr(), it.Child())
 				continue
 			}
 			if !c.entryNames(lm, it.Key(), child) {
 				continue
 			}
-			if n := len(children); n > 0 && prevLocal && s.meganodeAt(children[n-1].t.Right()) != child {
-				c.bad("entry %q of %v names %v, but its left neighbour %v links to %v", it.Key(), lm.m.Ptr(), child.m.Ptr(), children[n-1].m.Ptr(), children[n-1].t.Right())
+			if n := len(children); n > 0 && prevLocal && s.servedMeganode(children[n-1].T.Right()) != child {
+				c.bad("entry %q of %v names %v, but its left neighbour %v links to %v", it.Key(), lm.Ptr(), child.Ptr(), children[n-1].M.Ptr(), children[n-1].T.Right())
 			}
 			children = append(children, child)
 			prevLocal = true
 		}
 		if err := it.Error(); err != nil {
-			c.bad("entries of %v: %w", lm.m.Ptr(), err)
+			c.bad("entries of %v: %w", lm.Ptr(), err)
 		}
 		it.Close()
 	}
@@ -157,14 +158,14 @@ func (c *treeCheck) children(level []*localMeganode) (children []*localMeganode,
 
 // entryNames checks that entry key of parent names child by its min
 // ("\x00" for -inf); it reports false if child's header is unreadable.
-func (c *treeCheck) entryNames(parent *localMeganode, key []byte, child *localMeganode) bool {
-	h, err := child.t.Header()
+func (c *treeCheck) entryNames(parent *rsm.Meganode, key []byte, child *rsm.Meganode) bool {
+	h, err := child.T.Header()
 	if err != nil {
-		c.bad("meganode %v: %v", child.m.Ptr(), err)
+		c.bad("meganode %v: %v", child.Ptr(), err)
 		return false
 	}
 	if h.Bounds.MinInf && !bytes.Equal(key, []byte{0}) || !h.Bounds.MinInf && !bytes.Equal(key, h.Bounds.Min) {
-		c.bad("entry %q of %v names %v, whose min is %q (inf %v)", key, parent.m.Ptr(), child.m.Ptr(), h.Bounds.Min, h.Bounds.MinInf)
+		c.bad("entry %q of %v names %v, whose min is %q (inf %v)", key, parent.Ptr(), child.Ptr(), h.Bounds.Min, h.Bounds.MinInf)
 	}
 	return true
 }

@@ -2,12 +2,14 @@ package server
 
 import (
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -18,13 +20,13 @@ import (
 // on the tree workers, where it would hold one of the Options.Cores
 // workers (the only one with --cores 1) for that long and queue every
 // request behind it: the connection's reader hands it to a goroutine of
-// its own, as it answers Ping itself. The check holds s.splitMu, so that
+// its own, as it answers Ping itself. The check holds s.splits.mu, so that
 // it sees the tree of meganodes between splits (Check's "at rest") and
 // checks run one at a time; writes go on meanwhile, and writes that need
 // a split wait for it as they would for a split (Options.MaxSplitWait).
 
 // serveCheck answers one OpCheck request. The reply's queue time is the
-// wait for s.splitMu, its service time the check's. REQUIRES: c.inflight
+// wait for s.splits.mu, its service time the check's. REQUIRES: c.inflight
 // counts the request; serveCheck releases it and the frame.
 func (c *conn) serveCheck(f wire.Frame, arrived time.Time) {
 	s := c.s
@@ -45,7 +47,7 @@ func (c *conn) serveCheck(f wire.Frame, arrived time.Time) {
 		if err := s.lockSplitsUntil(dl); err != nil {
 			return err
 		}
-		defer s.splitMu.Unlock()
+		defer s.splits.mu.Unlock()
 		started = time.Now()
 		queued = started.Sub(arrived)
 		rep = checkReply(s.Check(), req.Limit, s.opts.MaxFrameSize)
@@ -56,22 +58,22 @@ func (c *conn) serveCheck(f wire.Frame, arrived time.Time) {
 		s.log.Warn("server: check found invariant violations", slog.Int("count", int(rep.Count)),
 			slog.String("first", rep.Violations[0]))
 	}
-	s.respond(c, h, &rep, err, queued, service)
+	s.rpc.respond(c, h, &rep, err, queued, service)
 }
 
-// lockSplitsUntil takes s.splitMu with the splits at rest
+// lockSplitsUntil takes s.splits.mu with the splits at rest
 // (splitsAtRestLocked), waiting for a split in progress to end until
 // deadline (zero: no limit; then Expired) and while the server runs (then
-// Unavailable). A split holds s.splitMu while its driver runs, but not
+// Unavailable). A split holds s.splits.mu while its driver runs, but not
 // while its separator waits for the split loop's retry, nor before a
 // restart or a takeover resumes it.
 func (s *Server) lockSplitsUntil(deadline time.Time) error {
 	for wait := 100 * time.Microsecond; ; wait = min(2*wait, 10*time.Millisecond) {
-		if s.splitMu.TryLock() {
+		if s.splits.mu.TryLock() {
 			if s.splitsAtRestLocked() {
 				return nil
 			}
-			s.splitMu.Unlock()
+			s.splits.mu.Unlock()
 		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return wireErrorf(wire.StatusExpired, "a meganode split was still in progress at the deadline")
@@ -89,16 +91,13 @@ func (s *Server) lockSplitsUntil(deadline time.Time) error {
 // splitsAtRestLocked reports whether no split of this server is in
 // progress: no separator left for the split loop to retry, no split in
 // progress in the applied state of a region it serves, no root meganode
-// unpublished. REQUIRES: s.splitMu held.
+// unpublished. REQUIRES: s.splits.mu held.
 func (s *Server) splitsAtRestLocked() bool {
-	if len(s.pendingSeps) > 0 {
+	if len(s.splits.pendingSeps) > 0 {
 		return false
 	}
-	for _, rep := range s.servedList() {
-		rep.applyMu.Lock()
-		busy := len(rep.repl.Splits) > 0 || !rep.repl.NewRoot.IsNil()
-		rep.applyMu.Unlock()
-		if busy {
+	for _, rep := range s.reps.servedList() {
+		if splits, newRoot := rep.sm.Progress(); len(splits) > 0 || !newRoot.IsNil() {
 			return false
 		}
 	}
@@ -160,7 +159,7 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 		if err := req.Decode(f.Body); err != nil {
 			return err
 		}
-		r := s.anyReplica(req.Region)
+		r := s.reps.holding(req.Region)
 		if r == nil {
 			return &wire.StatusError{Status: wire.StatusUnknownRegion, Region: req.Region, Message: fmt.Sprintf("no replica of region %d here", req.Region)}
 		}
@@ -178,20 +177,15 @@ func (c *conn) serveReplicaHash(f wire.Frame, arrived time.Time) {
 		copy(rep.Hash[:], sum.Sum(nil))
 		return nil
 	}()
-	s.respond(c, h, &rep, err, 0, time.Since(arrived))
+	s.rpc.respond(c, h, &rep, err, 0, time.Since(arrived))
 }
 
 // captureRegion starts a capture of the replica's region at its applied
 // index, which it returns: writes wait for the start only.
 func (rep *replica) captureRegion() (*meganode.Capture, uint64, error) {
-	rep.applyMu.Lock()
-	defer rep.applyMu.Unlock()
-	if rep.dropped {
+	c, applied, err := rep.sm.Capture()
+	if errors.Is(err, rsm.ErrClosed) {
 		return nil, 0, &wire.StatusError{Status: wire.StatusUnknownRegion, Region: rep.regionID, Message: fmt.Sprintf("the replica of region %d here was dropped", rep.regionID)}
 	}
-	c, err := rep.region.Capture()
-	if err != nil {
-		return nil, 0, fmt.Errorf("server: hash region %d: %w", rep.regionID, err)
-	}
-	return c, rep.repl.Applied, nil
+	return c, applied, err
 }

@@ -82,18 +82,11 @@ func TestCheckOp(t *testing.T) {
 	}
 
 	// Two meganodes nobody links to.
-	s.megaMu.Lock()
 	for range 2 {
-		m, err := s.region.NewMeganode(0, blink.Bounds{Min: []byte("orphan"), MaxInf: true}, s.treeOptions())
-		if err == nil {
-			err = s.addMeganodeLocked(m)
-		}
-		if err != nil {
-			s.megaMu.Unlock()
+		if _, err := s.reps.own.sm.AddMeganode(0, blink.Bounds{Min: []byte("orphan"), MaxInf: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s.megaMu.Unlock()
 	rep := mustCheck(t, c, 0)
 	if rep.Count != 2 || len(rep.Violations) != 2 {
 		t.Fatalf("check with two orphans: %+v", rep)
@@ -158,15 +151,15 @@ func TestMetadataSplitFlags(t *testing.T) {
 		o.MaxSplitWait = 2 * time.Minute
 	})
 	c := dial(t, s)
-	x := s.meganodeAt(s.Root())
-	for i := 0; x.t.Fill() < 0.5; i++ {
+	x := s.servedMeganode(s.Root())
+	for i := 0; x.T.Fill() < 0.5; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 	}
 	flags := func() (xs, ys *wire.MeganodeStats) {
 		meta := metadataOf(t, c)
 		for i, m := range meta.Meganodes {
-			if m.Ptr == x.m.Ptr() {
+			if m.Ptr == x.Ptr() {
 				xs = &meta.Meganodes[i]
 			} else {
 				ys = &meta.Meganodes[i]
@@ -181,7 +174,7 @@ func TestMetadataSplitFlags(t *testing.T) {
 	checked := make(chan checkResult, 1)
 	p := pauseSplits(t)
 	splitDone := make(chan bool, 1)
-	go func() { splitDone <- s.runSplit(x) }()
+	go func() { splitDone <- s.splits.runSplit(x) }()
 	for _, step := range splitFailpoints {
 		p.wait(t, step)
 		xs, ys := flags()
@@ -234,31 +227,31 @@ func TestCheckFindsMisnamedEntry(t *testing.T) {
 		o.SplitFill = 1
 	})
 	c := dial(t, s)
-	x := s.meganodeAt(s.Root())
-	for i := 0; x.t.Fill() < 0.6; i++ {
+	x := s.servedMeganode(s.Root())
+	for i := 0; x.T.Fill() < 0.6; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 	}
-	if !s.runSplit(x) { // a root over x and its new right neighbour
+	if !s.splits.runSplit(x) { // a root over x and its new right neighbour
 		t.Fatal("split failed")
 	}
 	if err := s.Check(); err != nil {
 		t.Fatalf("check of a sound tree: %v", err)
 	}
-	root := s.meganodeAt(s.Root())
+	root := s.servedMeganode(s.Root())
 	if root == nil || root == x {
 		t.Fatal("no new root")
 	}
 	// Straight into the root's tree, past the log: an entry "zzz" naming
 	// x, whose min is -inf, after the entry of x's right neighbour.
-	if err := root.t.InsertChild([]byte("zzz"), x.m.Ptr()); err != nil {
+	if err := root.T.InsertChild([]byte("zzz"), x.Ptr()); err != nil {
 		t.Fatal(err)
 	}
 	err := s.Check()
 	if err == nil {
 		t.Fatal("check passed a root entry that misnames its child")
 	}
-	for _, want := range []string{`entry "zzz" of ` + root.m.Ptr().String() + ` names ` + x.m.Ptr().String() + `, whose min is`, "left neighbour"} {
+	for _, want := range []string{`entry "zzz" of ` + root.Ptr().String() + ` names ` + x.Ptr().String() + `, whose min is`, "left neighbour"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("check: %v\nwant a violation with %q", err, want)
 		}

@@ -122,7 +122,7 @@ func TestConcurrentClients(t *testing.T) {
 	if err := rootTree(t, s).CheckErr(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.region.Check(); err != nil {
+	if err := s.reps.own.sm.Region().Check(); err != nil {
 		t.Fatal(err)
 	}
 }

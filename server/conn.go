@@ -48,7 +48,8 @@ type conn struct {
 }
 
 // acceptLoop accepts connections until the listener closes.
-func (s *Server) acceptLoop() {
+func (rs *rpcServer) acceptLoop() {
+	s := rs.s
 	var delay time.Duration
 	for {
 		nc, err := s.rpcLn.Accept()
@@ -68,7 +69,7 @@ func (s *Server) acceptLoop() {
 			return
 		}
 		delay = 0
-		s.newConn(nc)
+		rs.newConn(nc)
 	}
 }
 
@@ -79,7 +80,8 @@ func isTemporary(err error) bool {
 	return errors.As(err, &t) && t.Temporary()
 }
 
-func (s *Server) newConn(nc net.Conn) {
+func (rs *rpcServer) newConn(nc net.Conn) {
+	s := rs.s
 	host := netaddr.Host(nc)
 	s.mu.Lock()
 	if s.mu.state == stateClosed {
@@ -87,9 +89,9 @@ func (s *Server) newConn(nc net.Conn) {
 		_ = nc.Close()
 		return
 	}
-	if reason := s.overLimit(host); reason != "" {
+	if reason := rs.overLimit(host); reason != "" {
 		s.mu.Unlock()
-		s.refuse(nc, reason)
+		rs.refuse(nc, reason)
 		return
 	}
 	var raw net.Conn
@@ -107,7 +109,7 @@ func (s *Server) newConn(nc net.Conn) {
 	c := &conn{s: s, nc: nc, raw: raw, rw: rw, host: host, slots: make(chan struct{}, s.opts.MaxInflightPerConn)}
 	s.mu.conns[c] = struct{}{}
 	s.mu.perHost[host]++
-	s.conns.Add(1)
+	rs.conns.Add(1)
 	s.mu.Unlock()
 	s.metrics.conns.Inc()
 	s.metrics.accepted.Inc()
@@ -226,7 +228,7 @@ func (c *conn) serve() {
 		delete(s.mu.perHost, c.host)
 	}
 	s.mu.Unlock()
-	s.conns.Done()
+	s.rpc.conns.Done()
 }
 
 // Reasons a connection closed (label of cell_server_connections_closed_total).
@@ -434,7 +436,7 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 	}
 	c.begin()
 	select {
-	case s.queue <- job{c: c, f: f, arrived: arrived}:
+	case s.rpc.queue <- job{c: c, f: f, arrived: arrived}:
 	default:
 		c.overloaded(f, 0)
 	}

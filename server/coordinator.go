@@ -11,7 +11,7 @@ import (
 	"github.com/cellstore/cell/regiontable"
 )
 
-// The coordinator (DESIGN §8): every server campaigns in the region
+// The coordinator (docs/design.md §8): every server campaigns in the region
 // table's election (regiontable.Store.Campaign) for as long as it runs;
 // the elected one does the cluster-wide duties, and when it loses the
 // election (its session lease expired, or it closed and resigned) the next
@@ -27,9 +27,24 @@ import (
 // starting server publishes its region a moment before it registers.
 const regionDownGrace = time.Second
 
-// coordinatorState is the server's part in the election.
-type coordinatorState struct {
+// coordinator is the server's part in the coordinator election and, while
+// it is elected, the coordinator's duties: it reports unavailable regions,
+// replaces the replicas of dead and draining servers (repair.go), places
+// new replicas (placement.go) and spreads leaderships. Every server keeps
+// the count of missing servers (gone), elected or not, so that a newly
+// elected coordinator goes on from it. It reaches replicas through the
+// server's registry and the region table.
+type coordinator struct {
+	s       *Server
 	leading atomic.Bool // elected and not yet lost or resigned
+	gone    goneServers // since when servers are missing (repair.go)
+	use     regionUse   // the regions' bytes in use, for placement (placement.go)
+	// failedPlace is when servers last failed to open a replica placed
+	// on them (repair.go).
+	failedPlace struct {
+		sync.Mutex
+		at map[string]time.Time
+	}
 }
 
 // IsCoordinator reports whether this server is the cluster's coordinator
@@ -39,7 +54,8 @@ func (s *Server) IsCoordinator() bool { return s.coord.leading.Load() }
 
 // coordinate campaigns until the server stops, and coordinates whenever it
 // is elected.
-func (s *Server) coordinate() {
+func (co *coordinator) coordinate() {
+	s := co.s
 	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
 	backoff := minBackoff
 	for s.bgCtx.Err() == nil {
@@ -57,7 +73,7 @@ func (s *Server) coordinate() {
 			continue
 		}
 		backoff = minBackoff
-		s.lead(l)
+		co.lead(l)
 		if s.bgCtx.Err() != nil {
 			// Closing: hand the role over at once rather than after the
 			// lease's TTL.
@@ -70,14 +86,15 @@ func (s *Server) coordinate() {
 			return
 		}
 		s.log.Warn("server: no longer coordinator; campaigning again", slog.String("server", s.opts.ServerID), slog.Any("err", l.Err()))
-		s.withdraw(l)
+		co.withdraw(l)
 	}
 }
 
 // withdraw resigns a lost leadership, retrying until it worked or the
 // server stops: an etcd that restarted restores the lost campaign's key,
 // which would keep every campaign (ours too) waiting for another TTL.
-func (s *Server) withdraw(l regiontable.Leadership) {
+func (co *coordinator) withdraw(l regiontable.Leadership) {
+	s := co.s
 	for s.bgCtx.Err() == nil {
 		ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
 		err := l.Resign(ctx)
@@ -95,7 +112,8 @@ func (s *Server) withdraw(l regiontable.Leadership) {
 
 // lead does the coordinator's duties until the leadership ends or the
 // server stops.
-func (s *Server) lead(l regiontable.Leadership) {
+func (co *coordinator) lead(l regiontable.Leadership) {
+	s := co.s
 	s.coord.leading.Store(true)
 	s.metrics.coordinator.Set(1)
 	s.log.Info("server: elected coordinator", slog.String("server", s.opts.ServerID))
@@ -114,15 +132,16 @@ func (s *Server) lead(l regiontable.Leadership) {
 		}
 	}()
 	var repair sync.WaitGroup
-	repair.Go(func() { s.repairLoop(ctx) })
-	s.watchAvailability(ctx)
+	repair.Go(func() { co.repairLoop(ctx) })
+	co.watchAvailability(ctx)
 	cancel()
 	repair.Wait()
 }
 
 // watchAvailability follows the region table until ctx ends, reporting
 // regions without a live host; it reloads after a failed watch.
-func (s *Server) watchAvailability(ctx context.Context) {
+func (co *coordinator) watchAvailability(ctx context.Context) {
+	s := co.s
 	av := availability{s: s, missing: make(map[uint32]time.Time), reported: make(map[uint32]bool)}
 	backoff := 100 * time.Millisecond
 	check := time.NewTimer(time.Hour)

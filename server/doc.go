@@ -8,6 +8,33 @@
 // the regions it serves to one-sided reads (package rdma), and publishes
 // itself in the region table (package regiontable).
 //
+// # Rooms
+//
+// What a region holds and how its records apply is package rsm (the
+// replicated state machine: records, replicated state, apply, snapshots);
+// a replica (replica.go) is one region's rsm.Machine with its raft group
+// (group.go, fsm.go: the adapter from raft to the machine) and what the
+// server keeps of it while it serves it. The Server owns the process
+// (lifecycle, data directory, log, listeners, the table's view, peers,
+// membership) and composes the roles, each a type of its own that
+// reaches replicas only through the registry:
+//
+//   - registry (registry.go): every replica the server holds, its own,
+//     its followers, and which of them it serves;
+//   - rpcServer (conn.go, workers.go, handlers.go, scan.go, limits.go,
+//     checkop.go, write.go, park.go): connections, the queue and the
+//     workers, the handlers, a write's state machine;
+//   - hosting (serve.go, lease.go): the served regions' read leases,
+//     one-sided registrations and table entries;
+//   - keeper (follower.go, repair.go's host side, failover.go): the
+//     replicas' groups as the table and options say they should be:
+//     followers, replication, moves, transfers, takeovers;
+//   - coordinator (coordinator.go, repair.go's coordinator side,
+//     placement.go): the election and the cluster-wide repairs;
+//   - splitter (split.go, splitdriver.go, remote.go, recover.go): the
+//     split driver, one method per step, rebuilt from the applied state
+//     after a failover.
+//
 // # Lifecycle
 //
 // New validates Options; Start brings the server up; Close (or the end of
@@ -28,7 +55,7 @@
 //     wait in the listen backlog until it accepts them (step 8);
 //  5. reopens a follower replica for every other region its log holds
 //     (follower.go), and starts its own region's raft group (group.go):
-//     raft restores the newest snapshot into the region (fsm.go: the
+//     raft restores the newest snapshot into the region (package rsm: the
 //     empty file of step 3 is removed first, so that a prefaulted or
 //     hugetlbfs region is not held twice), a new directory bootstraps a
 //     group of one voter, and Start waits until this server leads and a barrier committed, so that every record
@@ -39,7 +66,7 @@
 //  6. makes sure the cluster has a root meganode: when the region table
 //     has no root (or its root pointed into a region of ours that holds
 //     no such meganode) root records format one leaf meganode covering
-//     the whole key space around the table's compare-and-set (DESIGN §4);
+//     the whole key space around the table's compare-and-set (docs/design.md §4);
 //  7. registers the region with the tcp responder and the shm provider
 //     (whose start removes the registration tables of dead processes);
 //  8. publishes the region's entry (next epoch, file path, remote keys),
@@ -142,14 +169,14 @@
 // map to statuses in errors.go; a full meganode that cannot split (splits
 // off, no free meganode slot) is StatusUnavailable.
 //
-// # Meganode splits (paper §2.2, DESIGN §4)
+// # Meganode splits (paper §2.2, docs/design.md §4)
 //
 // A meganode whose fill reaches Options.SplitFill (0.75), or that refused
 // a new key (blink.ErrNeedsSplit), is split into itself (X, the left half)
 // and a new meganode of the same region (Y, the right half). One goroutine
 // (splitLoop) runs the server's splits one at a time; writes queue them
 // (requestSplit, deduplicated per meganode). A split is a sequence of
-// split records through apply (apply.go draws their format), each holding
+// split records through apply (server/rsm/record.go draws their format), each holding
 // the apply lock and the trees' writer locks for one bounded step, so
 // writes to other keys and other meganodes go on in between:
 //
@@ -212,7 +239,7 @@
 // applied log shows in progress (recover.go): a start without a link is
 // undone (abort: Y dropped, X thawed), a link is finished (the rest of X's
 // right half freed, the separator inserted, end). No snapshot is taken
-// while a split holds a freeze (fsm.go), so replaying the log rebuilds the
+// while a split holds a freeze (package rsm), so replaying the log rebuilds the
 // freeze and the list of detached nodes, which live in the trees' memory.
 //
 // # Remote splits (paper §2.2: "The server copies the nodes in X_right to
@@ -264,8 +291,8 @@
 //
 // # Writes and concurrency
 //
-// Every write to the region is a record (apply.go) proposed to the
-// region's raft group and applied by its FSM (fsm.go) in log order under
+// Every write to the region is a record (server/rsm/record.go) proposed to the
+// region's raft group and applied by its state machine (package rsm, adapted to raft in fsm.go) in log order under
 // applyMu: puts, deletes, the separators of meganode splits, every step
 // of a split, the region's layout and the root's making. A worker that
 // proposes a client's write does not wait for the log's sync: the write's

@@ -3,9 +3,11 @@ package server
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -29,9 +31,6 @@ var (
 	ErrStarted = errors.New("server: already started")
 	// ErrClosed: the server was closed.
 	ErrClosed = errors.New("server: closed")
-	// ErrBadRecord: an apply record that does not decode or names no
-	// meganode of the region. Deterministic: every replica fails it alike.
-	ErrBadRecord = errors.New("server: bad apply record")
 )
 
 // Messages of statuses whose cause a client cannot guess.
@@ -40,25 +39,6 @@ const (
 	msgExtentsFull = "region extent area full"
 	msgNoRoot      = "the cluster has no root meganode yet"
 )
-
-// errUnverifiable is the outcome of a retried write (recRetry) whose
-// first attempt the region's session table cannot prove unapplied
-// (session.go): it changes nothing.
-var errUnverifiable error = &wire.StatusError{Status: wire.StatusUnverifiable,
-	Message: "the region cannot prove that the write's first attempt was not applied (its at-most-once table forgot the client, or the key moved in since); the outcome stays unknown"}
-
-// errForgottenClient is the outcome of a first attempt (recForgotten) of
-// a client the region's table forgot whole: the same status, nothing
-// changed; the client sends it again under a new client id.
-var errForgottenClient error = &wire.StatusError{Status: wire.StatusUnverifiable,
-	Message: "the region's at-most-once table forgot the write's client, so another attempt of it may have applied; this one was not (send it again under a new client id)"}
-
-// errPassedFloor is the outcome of a first attempt (recFloor) at or below
-// its client's floor: the same status, and nothing changed (the client
-// learns the write was not applied, and may send it again with a new
-// sequence number).
-var errPassedFloor error = &wire.StatusError{Status: wire.StatusUnverifiable,
-	Message: "the write's sequence is below what the region's at-most-once table forgot of its client, so another attempt of it may have applied; this one was not"}
 
 // wireError maps an error of the tree, the region or the server to what the
 // reply says: a wire sentinel for routine outcomes, a *wire.StatusError
@@ -90,7 +70,9 @@ func wireError(err error) error {
 		return wire.ErrKeyOutOfRange
 	case errors.Is(err, blink.ErrRestart):
 		return &wire.StatusError{Status: wire.StatusNeedsRetry, Message: err.Error()}
-	case errors.Is(err, meganode.ErrClosed), errors.Is(err, ErrClosed):
+	case errors.Is(err, rsm.ErrUnverifiable), errors.Is(err, rsm.ErrPassedFloor), errors.Is(err, rsm.ErrForgottenClient):
+		return &wire.StatusError{Status: wire.StatusUnverifiable, Message: strings.TrimPrefix(err.Error(), "rsm: ")}
+	case errors.Is(err, meganode.ErrClosed), errors.Is(err, ErrClosed), errors.Is(err, rsm.ErrClosed):
 		return &wire.StatusError{Status: wire.StatusUnavailable, Message: "server stopping"}
 	case wire.StatusOf(err) != wire.StatusInternal:
 		return err // a wire sentinel, possibly wrapped

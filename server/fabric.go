@@ -69,7 +69,7 @@ func (s *Server) fabricOf(rk rdma.RemoteKey) rdma.Server {
 // server-side.
 func (s *Server) registerFabric(rep *replica, keys []rdma.RemoteKey) []rdma.RemoteKey {
 	for _, f := range s.fabric {
-		rk, err := f.Register(rep.region)
+		rk, err := f.Register(rep.sm.Region())
 		if err != nil {
 			s.log.Warn("server: region not readable over the fabric", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 			continue

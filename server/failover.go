@@ -9,7 +9,7 @@ import (
 	"github.com/cellstore/cell/regiontable"
 )
 
-// Failover (DESIGN §9). A region is served by its host, the server its
+// Failover (docs/design.md §9). A region is served by its host, the server its
 // region table entry names; the host leads the region's raft group and
 // holds its read lease (lease.go). When the group elects another leader
 // (the host died, stalled or was cut off), that server takes the region
@@ -36,16 +36,18 @@ import (
 
 // leadUnserved acts on a group this server leads without serving its
 // region: it takes the region over.
-func (s *Server) leadUnserved(rep *replica) {
+func (k *keeper) leadUnserved(rep *replica) {
+	s := k.s
 	if s.opts.TestingKnobs.NoTakeover || rep.transferring.Load() {
 		return
 	}
-	s.takeOver(rep, s.table.Load().regions[rep.regionID])
+	k.takeOver(rep, s.table.Load().regions[rep.regionID])
 }
 
 // takeOver makes this server the host of rep's region, whose group it
 // leads (the steps above). old is the entry it replaces.
-func (s *Server) takeOver(rep *replica, old regiontable.Region) {
+func (k *keeper) takeOver(rep *replica, old regiontable.Region) {
+	s := k.s
 	start := time.Now()
 	if err := rep.raft.Barrier(s.opts.ProposalTimeout).Error(); err != nil {
 		s.log.Warn("server: cannot take the region over yet: barrier", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
@@ -53,7 +55,7 @@ func (s *Server) takeOver(rep *replica, old regiontable.Region) {
 	}
 	ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
 	defer cancel()
-	if err := s.serve(ctx, rep); err != nil {
+	if err := s.hosting.serve(ctx, rep); err != nil {
 		s.log.Warn("server: cannot take the region over", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 		return
 	}
@@ -61,15 +63,16 @@ func (s *Server) takeOver(rep *replica, old regiontable.Region) {
 	s.log.Warn("server: took the region over (its group elected this server)", slog.Uint64("region", uint64(rep.regionID)),
 		slog.String("old_host", old.Host), slog.Uint64("epoch", rep.epoch), slog.Uint64("term", rep.raft.CurrentTerm()),
 		slog.Duration("took", time.Since(start)))
-	s.resumeSplits(rep)
+	s.splits.resumeSplits(rep)
 	s.splitEvent()
 }
 
 // stopServing stops serving rep's region, which the table now gives to
 // another host (entry e): requests for it are redirected from now on and
 // one-sided reads of it refused.
-func (s *Server) stopServing(rep *replica, e regiontable.Region) {
-	if !s.unserve(rep) {
+func (k *keeper) stopServing(rep *replica, e regiontable.Region) {
+	s := k.s
+	if !s.hosting.unserve(rep) {
 		return
 	}
 	s.log.Warn("server: the region table gives a region we served to another host; stopped serving it", slog.Uint64("region", uint64(rep.regionID)),
@@ -79,15 +82,16 @@ func (s *Server) stopServing(rep *replica, e regiontable.Region) {
 // noteRegionEntry reacts to a region entry from the table: a region this
 // server serves that another host took stops being served; a region that
 // lists this server as a replica gets a follower replica here.
-func (s *Server) noteRegionEntry(e regiontable.Region) {
-	if rep := s.servedReplica(e.ID); rep != nil {
+func (k *keeper) noteRegionEntry(e regiontable.Region) {
+	s := k.s
+	if rep := s.reps.servedReplica(e.ID); rep != nil {
 		if e.Host != s.opts.ServerID {
-			s.stopServing(rep, e)
+			k.stopServing(rep, e)
 		}
 		return
 	}
-	s.dropStaleFollower(e)
-	s.noteRegion(e)
+	k.dropStaleFollower(e)
+	k.noteRegion(e)
 }
 
 // loadRoot learns the root pointer from the table, for a server that does

@@ -7,18 +7,17 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/cellstore/cell/blink"
-	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
-// Follower replicas (DESIGN §9: "a server hosts any number of replicas,
+// Follower replicas (docs/design.md §9: "a server hosts any number of replicas,
 // leaders and followers"). With Options.Replicas above 1 the leader of a
 // region adds that many minus one other servers to its raft group: each
 // first as a nonvoter, which receives a snapshot and the log without
@@ -40,45 +39,39 @@ import (
 // A follower that wins an election serves nothing until it takes the
 // region over (failover.go).
 
-// followerSet is the follower replicas a server holds, by region ID.
-type followerSet struct {
-	mu     sync.Mutex
-	m      map[uint32]*replica
-	closed bool
-}
-
-// followers returns the follower replicas, in region order.
-func (s *Server) followerList() []*replica {
-	s.follow.mu.Lock()
-	defer s.follow.mu.Unlock()
-	out := make([]*replica, 0, len(s.follow.m))
-	for _, rep := range s.follow.m {
-		out = append(out, rep)
-	}
-	slices.SortFunc(out, func(a, b *replica) int { return int(a.regionID) - int(b.regionID) })
-	return out
-}
-
-// follower returns the follower replica of region id, nil if none.
-func (s *Server) follower(id uint32) *replica {
-	s.follow.mu.Lock()
-	defer s.follow.mu.Unlock()
-	return s.follow.m[id]
+// keeper tends the groups of the server's replicas, its own and its
+// followers, as the region table and the options say they should be: it
+// opens a follower for every region that lists this server and drops the
+// ones that no longer do; on the leader of a served region it adds,
+// promotes, moves and removes replicas (repair.go) and hands leaderships
+// over; it takes over a region whose group elected this server
+// (failover.go); and it snapshots a log grown past its bound. It reaches
+// replicas through the server's registry.
+//
+// It has about 30 methods, one per step of those duties; its only state
+// is the channel of leader observations, the rest lives in the replicas.
+type keeper struct {
+	s *Server
+	// leaderChanges receives the groups' raft leader observations
+	// (dropped when full): the replica loop takes a region its group
+	// elected this server for over at once, not at its next tick.
+	leaderChanges chan raft.Observation
 }
 
 // openLoggedFollowers opens a follower replica for every region other
 // than the server's own that the log holds raft state for: the replicas
 // this server held before it stopped.
-func (s *Server) openLoggedFollowers() error {
+func (k *keeper) openLoggedFollowers() error {
+	s := k.s
 	ids, err := s.wal.Regions()
 	if err != nil {
 		return fmt.Errorf("server: list the log's regions: %w", err)
 	}
 	for _, id := range ids {
-		if id == s.regionID {
+		if id == s.reps.own.regionID {
 			continue
 		}
-		if err := s.openFollower(id); err != nil {
+		if err := k.openFollower(id); err != nil {
 			return err
 		}
 	}
@@ -89,27 +82,21 @@ func (s *Server) openLoggedFollowers() error {
 // group for it that waits for the region's leader (or restores from the
 // log what it had). It does nothing when the replica is open already or
 // the server is stopping.
-func (s *Server) openFollower(id uint32) error {
-	f := &s.follow
+func (k *keeper) openFollower(id uint32) error {
+	s := k.s
+	f := &s.reps.follow
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed || f.m[id] != nil || id == s.regionID {
+	if f.closed || f.m[id] != nil || id == s.reps.own.regionID {
 		return nil
 	}
 	rep := newReplica(s)
-	name := s.dir.regionFileName(id)
-	if err := s.removeRegionFileNamed(name); err != nil {
-		return err
+	if err := rep.openMachine(id); err != nil {
+		return fmt.Errorf("server: follower of region %d: %w", id, err)
 	}
-	r, err := meganode.Create(rep.regionOptions(id, regionBody{Size: s.opts.RegionSize, MeganodeSize: s.opts.MeganodeSize, NodeSize: uint32(s.opts.NodeSize)}))
-	if err != nil {
-		return fmt.Errorf("server: create follower region %d: %w", id, err)
-	}
-	rep.setRegion(r)
 	had, err := rep.startRaft(false)
 	if err != nil {
-		_ = rep.closeRegion()
-		return err
+		return errors.Join(err, rep.sm.Close())
 	}
 	if f.m == nil {
 		f.m = make(map[uint32]*replica)
@@ -121,19 +108,21 @@ func (s *Server) openFollower(id uint32) error {
 
 // noteRegion opens a follower replica when the region table lists this
 // server among the replicas of a region it does not host.
-func (s *Server) noteRegion(r regiontable.Region) {
-	if r.ID == s.regionID || r.Host == s.opts.ServerID || !holdsReplica(r, s.opts.ServerID) {
+func (k *keeper) noteRegion(r regiontable.Region) {
+	s := k.s
+	if r.ID == s.reps.own.regionID || r.Host == s.opts.ServerID || !holdsReplica(r, s.opts.ServerID) {
 		return
 	}
-	if err := s.openFollower(r.ID); err != nil {
+	if err := k.openFollower(r.ID); err != nil {
 		s.log.Error("server: open a follower replica", slog.Uint64("region", uint64(r.ID)), slog.Any("err", err))
 	}
 }
 
 // closeFollowers stops every follower replica and removes its region file
 // (the log holds it).
-func (s *Server) closeFollowers() error {
-	f := &s.follow
+func (k *keeper) closeFollowers() error {
+	s := k.s
+	f := &s.reps.follow
 	f.mu.Lock()
 	f.closed = true
 	reps := f.m
@@ -141,44 +130,46 @@ func (s *Server) closeFollowers() error {
 	f.mu.Unlock()
 	var errs []error
 	for _, rep := range reps {
-		errs = append(errs, rep.stopRaft(), rep.closeRegion())
+		errs = append(errs, rep.stopRaft(), rep.sm.Close())
 	}
 	return errors.Join(errs...)
 }
 
 // replicaLoop tends the server's replicas every replicaInterval
 // (tendReplica).
-func (s *Server) replicaLoop() {
+func (k *keeper) replicaLoop() {
+	s := k.s
 	t := time.NewTicker(replicaInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.bgCtx.Done():
 			return
-		case <-s.leaderChanges:
+		case <-k.leaderChanges:
 			// A group elected a leader (this server, maybe): take what
 			// it leads over now; the rest waits for the tick.
-			s.takeOverElected()
+			k.takeOverElected()
 			continue
 		case <-t.C:
 		}
-		s.tendReplica(s.replica)
-		for _, rep := range s.followerList() {
-			s.tendReplica(rep)
+		k.tendReplica(s.reps.own)
+		for _, rep := range s.reps.followerList() {
+			k.tendReplica(rep)
 		}
 	}
 }
 
 // takeOverElected takes over the regions whose groups elected this server
 // and that it does not serve yet (tendReplica's failover step alone).
-func (s *Server) takeOverElected() {
-	for _, rep := range append([]*replica{s.replica}, s.followerList()...) {
+func (k *keeper) takeOverElected() {
+	s := k.s
+	for _, rep := range append([]*replica{s.reps.own}, s.reps.followerList()...) {
 		r := rep.raftGroup()
 		if r == nil || s.bgCtx.Err() != nil {
 			return
 		}
-		if r.State() == raft.Leader && s.servedReplica(rep.regionID) != rep {
-			s.leadUnserved(rep)
+		if r.State() == raft.Leader && s.reps.servedReplica(rep.regionID) != rep {
+			k.leadUnserved(rep)
 		}
 	}
 }
@@ -192,43 +183,46 @@ const replicaInterval = 250 * time.Millisecond
 // region this server leads gets Options.Replicas replicas (replicate) and
 // loses its orphan split targets (sweepTargets); a region whose group
 // elected this server is taken over (failover.go).
-func (s *Server) tendReplica(rep *replica) {
+func (k *keeper) tendReplica(rep *replica) {
+	s := k.s
 	r := rep.raftGroup()
 	if r == nil || s.bgCtx.Err() != nil {
 		return
 	}
-	s.snapshotIfLogLarge(rep, r)
+	k.snapshotIfLogLarge(rep, r)
 	leader := r.State() == raft.Leader
-	served := s.servedReplica(rep.regionID) == rep
+	served := s.reps.servedReplica(rep.regionID) == rep
 	switch {
 	case served && leader:
 		if s.opts.Replicas > 1 {
-			if err := s.replicate(rep); err != nil && s.bgCtx.Err() == nil {
+			if err := k.replicate(rep); err != nil && s.bgCtx.Err() == nil {
 				s.log.Warn("server: replicating a region", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 			}
 		}
-		s.sweepTargets(rep)
+		s.splits.sweepTargets(rep)
 	case !served && leader:
-		s.leadUnserved(rep)
+		k.leadUnserved(rep)
 	}
 }
 
 // pickReplicaHost chooses the server for a new replica of the group
 // with configuration cfg (placeReplica).
-func (s *Server) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bool) {
+func (k *keeper) pickReplicaHost(cfg raft.Configuration) (regiontable.Member, bool) {
+	s := k.s
 	v := s.table.Load()
 	var r regiontable.Region
 	for _, srv := range cfg.Servers {
 		r.Replicas = append(r.Replicas, string(srv.ID))
 	}
-	id, ok := s.placeReplica(v, s.gone.dead(time.Now(), s.opts.DeadAfter), r)
+	id, ok := s.coord.placeReplica(v, s.coord.gone.dead(time.Now(), s.opts.DeadAfter), r)
 	return v.members[id], ok
 }
 
 // learnerState asks server id how far its replica of rep's region has
 // applied: whether it caught up with this leader's commit index, and
 // whether it holds the replica at all (it may not: it failed to open it).
-func (s *Server) learnerState(rep *replica, id string) (caughtUp, holds bool, err error) {
+func (k *keeper) learnerState(rep *replica, id string) (caughtUp, holds bool, err error) {
+	s := k.s
 	m, ok := s.table.Load().members[id]
 	if !ok {
 		return false, true, nil // down: ask again later
@@ -248,18 +242,19 @@ func (s *Server) learnerState(rep *replica, id string) (caughtUp, holds bool, er
 
 // publishReplicas writes rep's table entry with the group's current
 // servers.
-func (s *Server) publishReplicas(rep *replica) error {
+func (k *keeper) publishReplicas(rep *replica) error {
 	f := rep.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
 	}
 	voters, learners := replicaIDs(f.Configuration())
-	return s.putReplicas(rep, voters, learners)
+	return k.putReplicas(rep, voters, learners)
 }
 
 // putReplicas writes rep's table entry with its voters and learners and
 // the group's current term.
-func (s *Server) putReplicas(rep *replica, voters, learners []string) error {
+func (k *keeper) putReplicas(rep *replica, voters, learners []string) error {
+	s := k.s
 	ctx, cancel := context.WithTimeout(s.bgCtx, 5*time.Second)
 	defer cancel()
 	e, err := s.opts.Store.Region(ctx, rep.regionID)
@@ -297,18 +292,17 @@ func holdsReplica(e regiontable.Region, id string) bool {
 // followerMetadata describes a follower replica, for OpMetadata asking
 // for its region: its raft state only (it serves nothing).
 func (s *Server) followerMetadata(rep *replica) *wire.MetadataReply {
-	rep.applyMu.Lock() // a snapshot may be replacing the region
-	defer rep.applyMu.Unlock()
-	if rep.dropped {
+	if rep.sm.Closed() {
 		return &wire.MetadataReply{Server: s.opts.ServerID, Root: blink.Ptr(s.root.Load())}
 	}
+	lay := rep.sm.Region().Layout() // one region: a snapshot may be replacing it
 	return &wire.MetadataReply{
 		Server:       s.opts.ServerID,
-		NodeSize:     uint32(rep.nodeSize),
-		MeganodeSize: rep.region.Layout().MeganodeSize,
+		NodeSize:     uint32(lay.NodeSize),
+		MeganodeSize: lay.MeganodeSize,
 		Root:         blink.Ptr(s.root.Load()),
 		Regions: []wire.RegionInfo{{
-			ID: rep.regionID, Size: rep.region.Layout().Size, Host: s.opts.HostID,
+			ID: rep.regionID, Size: lay.Size, Host: s.opts.HostID,
 			RPCAddr: s.rpcAddr, Raft: rep.raftInfo(),
 		}},
 	}
@@ -321,7 +315,8 @@ func (s *Server) followerMetadata(rep *replica) *wire.MetadataReply {
 // Options.TrailingLogs entries. One such snapshot at a time per replica;
 // one that cannot be taken now (a split in progress) is tried again at
 // the next tick.
-func (s *Server) snapshotIfLogLarge(rep *replica, r *raft.Raft) {
+func (k *keeper) snapshotIfLogLarge(rep *replica, r *raft.Raft) {
+	s := k.s
 	if rep.logBytes.Load() < s.opts.SnapshotLogBytes || !rep.snapping.CompareAndSwap(false, true) {
 		return
 	}
@@ -342,9 +337,9 @@ func (s *Server) snapshotIfLogLarge(rep *replica, r *raft.Raft) {
 }
 
 // snapshotNotNow reports a snapshot refused for now: a split in progress
-// (errSnapshotLater, which raft passes on as text) or a configuration
+// (rsm.ErrSnapshotLater, which raft passes on as text) or a configuration
 // change not applied yet.
 func snapshotNotNow(err error) bool {
 	msg := err.Error()
-	return strings.Contains(msg, errSnapshotLater.Error()) || strings.Contains(msg, "cannot take snapshot now")
+	return strings.Contains(msg, rsm.ErrSnapshotLater.Error()) || strings.Contains(msg, "cannot take snapshot now")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
 	"github.com/cellstore/cell/internal/testutil"
+	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
 )
@@ -46,14 +47,14 @@ func waitVoters(t *testing.T, s *Server, want int) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var voters []string
-		if f := s.raft.GetConfiguration(); f.Error() == nil {
+		if f := s.reps.own.raft.GetConfiguration(); f.Error() == nil {
 			for _, srv := range f.Configuration().Servers {
 				if srv.Suffrage == raft.Voter {
 					voters = append(voters, string(srv.ID))
 				}
 			}
 		}
-		e := s.table.Load().regions[s.regionID]
+		e := s.table.Load().regions[s.reps.own.regionID]
 		if len(voters) == want && len(e.Replicas) == want {
 			return
 		}
@@ -69,9 +70,9 @@ func waitVoters(t *testing.T, s *Server, want int) {
 func replicasOf(srvs []*Server, id uint32) []*replica {
 	var out []*replica
 	for _, s := range srvs {
-		if s.regionID == id {
-			out = append([]*replica{s.replica}, out...)
-		} else if rep := s.follower(id); rep != nil {
+		if s.reps.own.regionID == id {
+			out = append([]*replica{s.reps.own}, out...)
+		} else if rep := s.reps.follower(id); rep != nil {
 			out = append(out, rep)
 		}
 	}
@@ -90,15 +91,15 @@ func waitConverged(t *testing.T, srvs []*Server) map[uint32][]*replica {
 		same := true
 		var state []string
 		for _, s := range srvs {
-			reps := replicasOf(srvs, s.regionID)
-			want := s.raft.LastIndex()
+			reps := replicasOf(srvs, s.reps.own.regionID)
+			want := s.reps.own.raft.LastIndex()
 			for _, rep := range reps {
 				if rep.raft.AppliedIndex() != want {
 					same = false
 				}
-				state = append(state, fmt.Sprintf("region %d on %s: applied %d of %d (%v)", s.regionID, rep.srv.opts.ServerID, rep.raft.AppliedIndex(), want, rep.raft.State()))
+				state = append(state, fmt.Sprintf("region %d on %s: applied %d of %d (%v)", s.reps.own.regionID, rep.srv.opts.ServerID, rep.raft.AppliedIndex(), want, rep.raft.State()))
 			}
-			now[s.regionID] = want
+			now[s.reps.own.regionID] = want
 		}
 		if same && last != nil && fmt.Sprint(last) == fmt.Sprint(now) {
 			break
@@ -111,7 +112,7 @@ func waitConverged(t *testing.T, srvs []*Server) map[uint32][]*replica {
 	}
 	out := make(map[uint32][]*replica)
 	for _, s := range srvs {
-		out[s.regionID] = replicasOf(srvs, s.regionID)
+		out[s.reps.own.regionID] = replicasOf(srvs, s.reps.own.regionID)
 	}
 	return out
 }
@@ -124,7 +125,7 @@ func checkIdenticalReplicas(t *testing.T, srvs []*Server) {
 		want := imageHash(reps[0])
 		for _, rep := range reps[1:] {
 			if got := imageHash(rep); got != want {
-				t.Errorf("region %d: replica on %s differs from its leader's at index %d", id, rep.srv.opts.ServerID, rep.applied.Load())
+				t.Errorf("region %d: replica on %s differs from its leader's at index %d", id, rep.srv.opts.ServerID, rep.sm.Applied())
 			}
 		}
 	}
@@ -132,12 +133,12 @@ func checkIdenticalReplicas(t *testing.T, srvs []*Server) {
 
 // imageHash is the SHA-256 of a replica's whole region.
 func imageHash(rep *replica) [32]byte {
-	rep.applyMu.Lock()
-	defer rep.applyMu.Unlock()
-	return sha256.Sum256(rep.region.Bytes())
+	var sum [32]byte
+	rep.sm.Exclusive(func(r *meganode.Region, _ uint64) { sum = sha256.Sum256(r.Bytes()) })
+	return sum
 }
 
-// DESIGN §9: every region is a raft group whose replicas apply the same
+// docs/design.md §9: every region is a raft group whose replicas apply the same
 // records in the same order. With three servers each keeping three
 // replicas, and enough writes to split meganodes locally and onto other
 // servers, every follower's region is byte for byte its leader's at the
@@ -163,7 +164,7 @@ func TestFollowersByteIdentical(t *testing.T) {
 		want := imageHash(reps[0])
 		for _, rep := range reps[1:] {
 			if got := imageHash(rep); got != want {
-				t.Errorf("region %d: a follower's image differs from its leader's at index %d", id, rep.applied.Load())
+				t.Errorf("region %d: a follower's image differs from its leader's at index %d", id, rep.sm.Applied())
 			}
 		}
 	}
@@ -205,13 +206,13 @@ func TestFollowerCatchesUp(t *testing.T) {
 			if err := victim.Close(); err != nil {
 				t.Fatal(err)
 			}
-			behind := srvs[0].raft.LastIndex()
+			behind := srvs[0].reps.own.raft.LastIndex()
 			keys = append(keys, put(200, 1500)...)
 			if tc.name == "snapshot" {
 				// The leader's log no longer holds what the follower
 				// misses: only a snapshot can bring it back.
 				waitFor(t, func() bool {
-					first, err := srvs[0].wal.Log(srvs[0].regionID).FirstIndex()
+					first, err := srvs[0].wal.Log(srvs[0].reps.own.regionID).FirstIndex()
 					return err == nil && first > behind+1
 				}, "the leader to truncate its log past the stopped follower")
 			}
@@ -224,7 +225,7 @@ func TestFollowerCatchesUp(t *testing.T) {
 	}
 }
 
-// DESIGN §9: when a region's host is down, a server holding a replica of
+// docs/design.md §9: when a region's host is down, a server holding a replica of
 // it is elected, takes the region over and serves it: every acknowledged
 // write is readable, new writes succeed, and the old host, restarted,
 // holds a replica of its region without serving it.
@@ -237,7 +238,7 @@ func TestFailover(t *testing.T) {
 	put := func(from, to int) []string { return putRange(t, c, from, to) }
 	keys := put(0, 800)
 	host := srvs[0]
-	id := host.regionID
+	id := host.reps.own.regionID
 	before, _ := store.Region(ctx, id)
 	opts := host.opts
 	opts.RaftListen = host.mux.Addr().String()
@@ -260,7 +261,7 @@ func TestFailover(t *testing.T) {
 			newHost = s
 		}
 	}
-	if newHost == nil || newHost.servedReplica(id) == nil {
+	if newHost == nil || newHost.reps.servedReplica(id) == nil {
 		t.Fatalf("region %d's new host %s does not serve it", id, after.Host)
 	}
 	if got := metricValue(gather(t, newHost), "cell_server_region_takeovers_total", nil); got != 1 {
@@ -272,7 +273,7 @@ func TestFailover(t *testing.T) {
 	// The old host returns: it follows its region, serves nothing, and
 	// every replica ends identical.
 	srvs[0] = restartServer(t, opts)
-	if srvs[0].servedReplica(id) != nil {
+	if srvs[0].reps.servedReplica(id) != nil {
 		t.Fatalf("the old host serves region %d again", id)
 	}
 	keys = append(keys, put(1200, 1400)...)
@@ -298,12 +299,12 @@ func TestReplicaHash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reps := waitConverged(t, srvs)[srvs[0].regionID]
+	reps := waitConverged(t, srvs)[srvs[0].reps.own.regionID]
 	hashes := func() []wire.ReplicaHashReply {
 		var out []wire.ReplicaHashReply
 		for _, s := range srvs {
 			var rep wire.ReplicaHashReply
-			if _, err := call(t, dial(t, s), wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: srvs[0].regionID}, &rep); err != nil {
+			if _, err := call(t, dial(t, s), wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: srvs[0].reps.own.regionID}, &rep); err != nil {
 				t.Fatalf("%s: %v", s.opts.ServerID, err)
 			}
 			out = append(out, rep)
@@ -319,14 +320,13 @@ func TestReplicaHash(t *testing.T) {
 	// Flip a byte of the root meganode's header on a follower.
 	var f *replica
 	for _, rep := range reps {
-		if rep.srv.servedReplica(rep.regionID) == nil {
+		if rep.srv.reps.servedReplica(rep.regionID) == nil {
 			f = rep
 		}
 	}
-	f.applyMu.Lock()
 	off := blink.Ptr(f.srv.root.Load()).Offset() + 64
-	f.region.Bytes()[off] ^= 0xff
-	f.applyMu.Unlock()
+	flip := func(r *meganode.Region, _ uint64) { r.Bytes()[off] ^= 0xff }
+	f.sm.Exclusive(flip)
 	changed := 0
 	for _, h := range hashes() {
 		if h.Hash != hs[0].Hash {
@@ -340,9 +340,7 @@ func TestReplicaHash(t *testing.T) {
 	if _, err := call(t, dial(t, srvs[0]), wire.OpReplicaHash, &wire.ReplicaHashRequest{Region: 999}, &rep); !errors.Is(err, wire.ErrUnknownRegion) {
 		t.Fatalf("hash of a region held nowhere: %v, want UnknownRegion", err)
 	}
-	f.applyMu.Lock()
-	f.region.Bytes()[off] ^= 0xff // the cleanup checks the tree
-	f.applyMu.Unlock()
+	f.sm.Exclusive(flip) // the cleanup checks the tree
 }
 
 // restartServer starts a server again on the fixed raft address it had
@@ -423,7 +421,7 @@ func TestRestartOnNewRaftAddress(t *testing.T) {
 	ctx := ctxT(t)
 	put := func(from, to int) []string { return putRange(t, c, from, to) }
 	keys := put(0, 300)
-	id := srvs[0].regionID
+	id := srvs[0].reps.own.regionID
 
 	moved := srvs[2]
 	old := moved.mux.Addr().String()

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cellstore/cell/wire"
 )
@@ -41,7 +42,15 @@ func FuzzHandle(f *testing.F) {
 	f.Fuzz(func(t *testing.T, op uint8, body []byte) {
 		mu.Lock()
 		defer mu.Unlock()
-		msg, err := w.handle(wire.Op(op), body)
+		w.cur = job{f: wire.Frame{Header: wire.Header{Op: wire.Op(op)}}, arrived: time.Now()}
+		w.job = &w.cur
+		out := w.handle(wire.Op(op), body)
+		w.job, w.cur = nil, job{}
+		msg, err := out.msg, out.err
+		if out.proposed {
+			// The write's outcome, as settleWrite waits for it.
+			_, err = out.p.rep.settle(out.p.f)
+		}
 		if err == nil && msg != nil {
 			_ = msg.AppendTo(nil) // the reply encodes
 		}

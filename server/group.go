@@ -16,11 +16,12 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cellstore/cell/internal/raftmux"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wal"
 	"github.com/cellstore/cell/wire"
 )
 
-// The region is a raft group (DESIGN §9). This step of the replication
+// The region is a raft group (docs/design.md §9). This step of the replication
 // work runs every group with one voter, this server (the single-node
 // store's replication factor 1): a write is acknowledged once its record
 // is synced to the server's log (package wal) and applied, and a restart
@@ -35,7 +36,7 @@ import (
 // directory without raft state bootstraps a one-voter configuration; the
 // server waits until it leads and a barrier committed, so every record
 // committed before the restart is applied before anything is served
-// (DESIGN §9: "a restarted replica serves only once it has applied
+// (docs/design.md §9: "a restarted replica serves only once it has applied
 // everything committed").
 
 // openLog opens the server's log and snapshot stores in the data
@@ -78,8 +79,9 @@ func (s *Server) raftConfig() *raft.Config {
 // host (it took the region over while this one was down: this server
 // holds a replica, failover.go).
 func (s *Server) startGroup(ctx context.Context) (lead bool, err error) {
+	own := s.reps.own
 	start := time.Now()
-	had, err := s.replica.startRaft(true)
+	had, err := own.startRaft(true)
 	if err != nil {
 		return false, err
 	}
@@ -89,11 +91,11 @@ func (s *Server) startGroup(ctx context.Context) (lead bool, err error) {
 	if err != nil || !lead {
 		return false, err
 	}
-	s.log.Info("server: region's raft group leads and has applied everything committed", slog.Uint64("region", uint64(s.regionID)),
-		slog.Bool("restart", had), slog.Uint64("applied", s.applied.Load()), slog.Duration("took", time.Since(start)))
+	s.log.Info("server: region's raft group leads and has applied everything committed", slog.Uint64("region", uint64(own.regionID)),
+		slog.Bool("restart", had), slog.Uint64("applied", own.sm.Applied()), slog.Duration("took", time.Since(start)))
 	if !s.regionFormatted() {
-		rec := appendRecord(nil, &writeRecord{Kind: recRegion, Value: appendRegionBody(nil, layoutBody(s.region.Layout()))})
-		if _, err := s.replica.propose(rec); err != nil {
+		rec := rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindRegion, Value: rsm.AppendRegionBody(nil, rsm.LayoutOf(own.sm.Region()))})
+		if _, err := own.propose(rec); err != nil {
 			return false, fmt.Errorf("server: the region record: %w", err)
 		}
 	}
@@ -132,7 +134,7 @@ func (rep *replica) startRaft(bootstrap bool) (bool, error) {
 		_ = trans.Close()
 		return false, fmt.Errorf("server: start region %d's raft group: %w", id, err)
 	}
-	r.RegisterObserver(raft.NewObserver(s.leaderChanges, false, func(o *raft.Observation) bool {
+	r.RegisterObserver(raft.NewObserver(s.keep.leaderChanges, false, func(o *raft.Observation) bool {
 		_, ok := o.Data.(raft.LeaderObservation)
 		return ok
 	}))
@@ -181,7 +183,7 @@ func (a memberRaftAddrs) ServerAddr(id raft.ServerID) (raft.ServerAddress, error
 // heartbeat timeout, as raft's defaults have it. Reads do not depend on it
 // (they are fenced by the read lease, lease.go); it only ends a cut-off
 // leader's writes sooner. It was 100 ms, and on a loaded host (three
-// servers and etcd on one core in BENCHMARKS.md §11) followers' answers
+// servers and etcd on one core in docs/bench-history.md §11) followers' answers
 // came later than that now and then: leaders stepped down under load, and
 // the writes they were committing failed with an unknown outcome.
 func (s *Server) leaderLeaseTimeout() time.Duration { return s.opts.RaftHeartbeatTimeout / 2 }
@@ -202,28 +204,30 @@ func (s *Server) soleVoterTimeout() time.Duration {
 // only voter, so that it elects itself within soleVoterTimeout instead of
 // Options.RaftHeartbeatTimeout (restoreTimeouts puts them back).
 func (s *Server) electSoleVoterSoon() {
+	own := s.reps.own
 	if v := s.voters(); len(v) != 1 || v[0] != s.opts.ServerID {
 		return
 	}
-	rc := s.raft.ReloadableConfig()
+	rc := own.raft.ReloadableConfig()
 	rc.HeartbeatTimeout, rc.ElectionTimeout = s.soleVoterTimeout(), s.soleVoterTimeout()
-	if err := s.raft.ReloadConfig(rc); err != nil {
+	if err := own.raft.ReloadConfig(rc); err != nil {
 		s.log.Warn("server: keeping the raft timeouts", slog.Any("err", err))
 	}
 }
 
 // restoreTimeouts sets the group's timeouts to Options.RaftHeartbeatTimeout.
 func (s *Server) restoreTimeouts() {
-	rc := s.raft.ReloadableConfig()
+	own := s.reps.own
+	rc := own.raft.ReloadableConfig()
 	rc.HeartbeatTimeout, rc.ElectionTimeout = s.opts.RaftHeartbeatTimeout, s.opts.RaftHeartbeatTimeout
-	if err := s.raft.ReloadConfig(rc); err != nil {
+	if err := own.raft.ReloadConfig(rc); err != nil {
 		s.log.Warn("server: raft timeouts not restored", slog.Any("err", err))
 	}
 }
 
 // voters returns the IDs of the group's voters, sorted.
 func (s *Server) voters() []string {
-	f := s.raft.GetConfiguration()
+	f := s.reps.own.raft.GetConfiguration()
 	if f.Error() != nil {
 		return []string{s.opts.ServerID}
 	}
@@ -258,11 +262,7 @@ func (rep *replica) raftInfo() wire.RaftInfo {
 }
 
 // regionFormatted reports whether the region record was applied.
-func (s *Server) regionFormatted() bool {
-	s.applyMu.Lock()
-	defer s.applyMu.Unlock()
-	return s.repl.Formatted
-}
+func (s *Server) regionFormatted() bool { return s.reps.own.sm.Formatted() }
 
 // awaitLeadership waits until this server leads the group, then commits a
 // barrier: everything committed is applied when it returns true. It
@@ -271,16 +271,17 @@ func (s *Server) regionFormatted() bool {
 // for a group with followers, after startLeaderWait without leading it:
 // its leader, maybe a server still starting, takes it over.
 func (s *Server) awaitLeadership(ctx context.Context) (bool, error) {
+	own := s.reps.own
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
 	var looked time.Time
 	start := time.Now()
-	for s.raft.State() != raft.Leader {
+	for own.raft.State() != raft.Leader {
 		if time.Since(looked) >= 250*time.Millisecond {
 			looked = time.Now()
-			if e, err := s.opts.Store.Region(ctx, s.regionID); err == nil && e.Host != s.opts.ServerID {
+			if e, err := s.opts.Store.Region(ctx, own.regionID); err == nil && e.Host != s.opts.ServerID {
 				s.log.Info("server: the region is hosted by another server now; this server holds a replica of it",
-					slog.Uint64("region", uint64(s.regionID)), slog.String("host", e.Host), slog.Uint64("epoch", e.Epoch))
+					slog.Uint64("region", uint64(own.regionID)), slog.String("host", e.Host), slog.Uint64("epoch", e.Epoch))
 				return false, nil
 			}
 		}
@@ -292,17 +293,17 @@ func (s *Server) awaitLeadership(ctx context.Context) (bool, error) {
 			// Start without serving the region; whoever leads its group
 			// takes it over.
 			s.log.Warn("server: its region's group elected no leader here; starting without serving it (its leader takes it over)",
-				slog.Uint64("region", uint64(s.regionID)), slog.String("leader", string(s.raft.Leader())), slog.Duration("waited", time.Since(start)))
+				slog.Uint64("region", uint64(own.regionID)), slog.String("leader", string(own.raft.Leader())), slog.Duration("waited", time.Since(start)))
 			return false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return false, fmt.Errorf("server: region %d's raft group elected no leader: %w", s.regionID, ctx.Err())
+			return false, fmt.Errorf("server: region %d's raft group elected no leader: %w", own.regionID, ctx.Err())
 		case <-t.C:
 		}
 	}
-	if err := s.raft.Barrier(s.opts.ProposalTimeout).Error(); err != nil {
-		return false, fmt.Errorf("server: region %d's barrier: %w", s.regionID, err)
+	if err := own.raft.Barrier(s.opts.ProposalTimeout).Error(); err != nil {
+		return false, fmt.Errorf("server: region %d's barrier: %w", own.regionID, err)
 	}
 	return true, nil
 }
@@ -316,16 +317,17 @@ func (s *Server) startLeaderWait() time.Duration {
 }
 
 // logFailed stops the server when the log latched a failed write or sync
-// (DESIGN §9: "after the first failed fsync, fail every later write until
+// (docs/design.md §9: "after the first failed fsync, fail every later write until
 // restart"): the raft group is shut down at once (from then on no write is
 // acknowledged, and raft would panic when it next fails to persist a term
 // or vote), and Serve returns the error (cellserver exits with it). A
 // restart reopens the log and finds exactly what was acknowledged. The
 // log calls it once, on a goroutine of its own.
 func (s *Server) logFailed(err error) {
+	own := s.reps.own
 	s.log.Error("server: the log failed a write or sync; stopping (restart the server: it recovers everything acknowledged)", slog.Any("err", err))
-	if r := s.raftGroup(); r != nil {
-		s.props.stop(s.opts.ProposalTimeout)
+	if r := own.raftGroup(); r != nil {
+		own.props.stop(s.opts.ProposalTimeout)
 		_ = r.Shutdown().Error()
 	}
 	s.failed(fmt.Errorf("server: %w", err))
@@ -334,11 +336,12 @@ func (s *Server) logFailed(err error) {
 // stopGroup stops the region's group (stopRaft) once no proposal is in
 // flight.
 func (s *Server) stopGroup() error {
-	if s.raft == nil {
+	own := s.reps.own
+	if own.raft == nil {
 		return nil
 	}
-	s.props.stop(s.opts.ProposalTimeout)
-	return s.replica.stopRaft()
+	own.props.stop(s.opts.ProposalTimeout)
+	return own.stopRaft()
 }
 
 // stopRaft snapshots the region when the log grew since the last snapshot
@@ -349,7 +352,14 @@ func (rep *replica) stopRaft() error {
 	}
 	if !rep.srv.opts.TestingKnobs.NoSnapshotOnClose {
 		if err := rep.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
-			rep.srv.log.Warn("server: no snapshot at shutdown; the next start replays the log", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+			// raft refuses while only configuration entries follow the
+			// last command (replicas added, nothing written since):
+			// expected, and the log it leaves is short.
+			level := slog.LevelWarn
+			if strings.Contains(err.Error(), "cannot take snapshot now") {
+				level = slog.LevelInfo
+			}
+			rep.srv.log.Log(context.Background(), level, "server: no snapshot at shutdown; the next start replays the log", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 		}
 	}
 	err := rep.raft.Shutdown().Error()
@@ -364,7 +374,7 @@ func (s *Server) openRaftListener() error {
 			adv = advertise(s.opts.RaftListen)
 		}
 	}
-	mo := raftmux.Options{Logger: s.log, AdvertiseAddr: adv, Faults: s.opts.TestingKnobs.RaftFaults}
+	mo := raftmux.Options{Logger: s.log, AdvertiseAddr: adv, Faults: s.opts.TestingKnobs.RaftFaults, Network: s.opts.TestingKnobs.RaftNetwork}
 	if s.opts.RaftTLS != nil {
 		mo.ServerTLS, mo.ClientTLS = s.opts.RaftTLS, s.opts.PeerTLS
 	}
@@ -433,7 +443,7 @@ func (w *raftLogWriter) Write(p []byte) (int, error) {
 	if i := strings.Index(line, "]"); i >= 0 && strings.HasPrefix(line, "[") {
 		line = strings.TrimSpace(line[i+1:])
 	}
-	w.log.Log(context.Background(), level, line)
+	w.log.Log(context.Background(), raftLogLevel(level, line), line)
 	return len(p), nil
 }
 

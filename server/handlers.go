@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"runtime"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/atomicmem"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -21,6 +21,10 @@ const maxHops = 64
 // and buffers reused from request to request. Decoded requests alias the
 // frame's body and replies alias the buffers: both live until the reply is
 // written.
+//
+// Its 25 fields are those decode targets, replies and buffers, one per
+// kind of request, kept so that serving allocates nothing; its methods
+// are the handlers, one per op, and their steps.
 type worker struct {
 	s *Server
 
@@ -39,13 +43,12 @@ type worker struct {
 	dumpRep     wire.NodeDumpReply
 	metaRep     wire.MetadataReply
 
-	// The request being handled: when it started, and its deadline (zero
-	// when it has none); its job, when it came from the queue; the
-	// proposal a write of the job left in flight (propose.go).
+	// The request being handled: when it started, its deadline (zero
+	// when it has none), and its job (&cur: a pointer to the queued job
+	// would move every job to the heap).
 	started, deadline time.Time
-	job               *job // the job being handled (&cur), nil for a direct call
+	job               *job
 	cur               job
-	proposal          proposal
 
 	hdr    []byte // one node, 8-byte aligned: meganode header copies
 	val    []byte // a value read by Get or Search
@@ -63,7 +66,7 @@ type span struct{ off, klen, vlen int }
 const keepBuffer = 256 << 10
 
 func newWorker(s *Server) *worker {
-	return &worker{s: s, hdr: atomicmem.Alloc(s.nodeSize)}
+	return &worker{s: s, hdr: atomicmem.Alloc(s.reps.own.sm.NodeSize())}
 }
 
 // resetLarge drops buffers a large request grew.
@@ -84,37 +87,50 @@ func (w *worker) resetLarge() {
 	}
 }
 
-// handle decodes and serves one request; a nil message is an empty reply.
-func (w *worker) handle(op wire.Op, body []byte) (wire.Message, error) {
+// handled is what a handler did with a request: its reply (msg, or err's
+// status; a nil msg is an empty reply), or, for a write, the proposal its
+// record became (write.go), whose outcome answers the request later.
+type handled struct {
+	msg      wire.Message
+	err      error
+	proposed bool
+	p        proposal // when proposed
+}
+
+// reply is a handler's answer to a request.
+func reply(msg wire.Message, err error) handled { return handled{msg: msg, err: err} }
+
+// handle decodes and serves one request.
+func (w *worker) handle(op wire.Op, body []byte) handled {
 	switch op {
 	case wire.OpSearch:
-		return w.search(body)
+		return reply(w.search(body))
 	case wire.OpGet:
-		return w.get(body)
+		return reply(w.get(body))
 	case wire.OpContains:
-		return w.contains(body)
+		return reply(w.contains(body))
 	case wire.OpPut:
-		return nil, w.put(body)
+		return w.put(body)
 	case wire.OpDelete:
-		return nil, w.del(body)
+		return w.del(body)
 	case wire.OpRange:
-		return w.scan(body)
+		return reply(w.scan(body))
 	case wire.OpMetadata:
-		return w.metadata(body)
+		return reply(w.metadata(body))
 	case wire.OpNodeDump:
-		return w.nodeDump(body)
+		return reply(w.nodeDump(body))
 	case wire.OpSplitBegin:
-		return w.splitBegin(body)
+		return reply(w.splitBegin(body))
 	case wire.OpSplitAppend:
-		return w.splitAppend(body)
+		return reply(w.splitAppend(body))
 	case wire.OpSplitEnd:
-		return nil, w.splitEnd(body)
+		return reply(nil, w.splitEnd(body))
 	case wire.OpInsertChild:
-		return w.insertChild(body)
+		return reply(w.insertChild(body))
 	case wire.OpMeganode:
-		return w.meganodeInfo(body)
+		return reply(w.meganodeInfo(body))
 	}
-	return nil, wireErrorf(wire.StatusUnknownOp, "op %v not served", op)
+	return reply(nil, wireErrorf(wire.StatusUnknownOp, "op %v not served", op))
 }
 
 // checkKey rejects keys the trees would reject, before any work.
@@ -122,22 +138,22 @@ func (w *worker) checkKey(key []byte) error {
 	switch {
 	case len(key) == 0:
 		return wire.ErrEmptyKey
-	case len(key) > w.s.maxKey:
-		return wireErrorf(wire.StatusKeyTooLarge, "key of %d bytes, limit %d", len(key), w.s.maxKey)
+	case len(key) > w.s.reps.own.sm.MaxKey():
+		return wireErrorf(wire.StatusKeyTooLarge, "key of %d bytes, limit %d", len(key), w.s.reps.own.sm.MaxKey())
 	}
 	return nil
 }
 
 // startAt resolves a request's start pointer (0: the root) to a meganode of
 // this server, after checking the request's epoch.
-func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*localMeganode, error) {
+func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*rsm.Meganode, error) {
 	s := w.s
 	if p.IsNil() {
 		if p = blink.Ptr(s.root.Load()); p.IsNil() {
 			return nil, wireErrorf(wire.StatusUnavailable, msgNoRoot)
 		}
 	}
-	rep := s.servedReplica(p.Region())
+	rep := s.reps.servedReplica(p.Region())
 	if rep == nil {
 		return nil, s.redirect(p.Region(), what)
 	}
@@ -147,7 +163,7 @@ func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*localMeganode
 	if !rep.leased() {
 		return nil, errNoLease(rep.regionID)
 	}
-	lm := rep.meganodeAt(p)
+	lm := rep.sm.MeganodeAt(p)
 	if lm == nil {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", p, rep.regionID)
 	}
@@ -157,7 +173,7 @@ func (w *worker) startAt(p blink.Ptr, epoch uint64, what string) (*localMeganode
 // elsewhere is the error for a request that must continue at next, a
 // pointer this server cannot follow.
 func (w *worker) elsewhere(next blink.Ptr, what string) error {
-	if w.s.servedReplica(next.Region()) == nil {
+	if w.s.reps.servedReplica(next.Region()) == nil {
 		return w.s.redirect(next.Region(), fmt.Sprintf("%s continues at meganode %v", what, next))
 	}
 	return fmt.Errorf("server: pointer %v names no meganode of region %d: %w", next, next.Region(), blink.ErrCorruption)
@@ -166,7 +182,7 @@ func (w *worker) elsewhere(next blink.Ptr, what string) error {
 // hop is where a search through this server's meganodes ended: a leaf
 // meganode's result (next nil), or the pointer to continue at elsewhere.
 type hop struct {
-	lm   *localMeganode
+	lm   *rsm.Meganode
 	res  blink.Result
 	next blink.Ptr
 }
@@ -175,15 +191,15 @@ type hop struct {
 // meganodes of this server (paper §2.2: "Each server uses Sagiv's algorithm
 // to search within meganode(s) until it reaches a pointer that is not local
 // to the machine").
-func (w *worker) descend(lm *localMeganode, key []byte) (hop, error) {
+func (w *worker) descend(lm *rsm.Meganode, key []byte) (hop, error) {
 	start := lm
 	for range maxHops {
-		res, err := lm.t.Search(key)
+		res, err := lm.T.Search(key)
 		if err != nil {
 			return hop{lm: lm}, err
 		}
 		next := res.Next
-		if next.IsNil() && lm.level > 0 {
+		if next.IsNil() && lm.Level > 0 {
 			if next = res.Child; next.IsNil() {
 				return hop{lm: lm}, noChild(lm, lm == start, fmt.Sprintf("%q", key))
 			}
@@ -191,7 +207,7 @@ func (w *worker) descend(lm *localMeganode, key []byte) (hop, error) {
 		if next.IsNil() {
 			return hop{lm: lm, res: res}, nil
 		}
-		if nl := w.s.meganodeAt(next); nl != nil {
+		if nl := w.s.servedMeganode(next); nl != nil {
 			lm = nl
 			continue
 		}
@@ -207,19 +223,19 @@ func (w *worker) descend(lm *localMeganode, key []byte) (hop, error) {
 // came from no search (it names a split's target still empty, say, which
 // a client can name but no search reaches). One that came to lm from
 // another meganode found the tree corrupt.
-func noChild(lm *localMeganode, first bool, what string) error {
+func noChild(lm *rsm.Meganode, first bool, what string) error {
 	if first {
-		return wireErrorf(wire.StatusOutOfBounds, "meganode %v holds no child for %s: no place to start a request (a split's target, not yet in the tree?)", lm.m.Ptr(), what)
+		return wireErrorf(wire.StatusOutOfBounds, "meganode %v holds no child for %s: no place to start a request (a split's target, not yet in the tree?)", lm.Ptr(), what)
 	}
-	return fmt.Errorf("server: inner meganode %v has no child for %s: %w", lm.m.Ptr(), what, blink.ErrCorruption)
+	return fmt.Errorf("server: inner meganode %v has no child for %s: %w", lm.Ptr(), what, blink.ErrCorruption)
 }
 
 // header copies lm's header into w.hdr and decodes it, lock-free and
 // without allocating; the bounds alias w.hdr until the next call.
-func (w *worker) header(lm *localMeganode) (blink.Header, error) {
-	hp := lm.m.Ptr()
+func (w *worker) header(lm *rsm.Meganode) (blink.Header, error) {
+	hp := lm.Ptr()
 	for attempt := 1; ; attempt++ {
-		if !lm.t.NodeBytes(hp, w.hdr) {
+		if !lm.T.NodeBytes(hp, w.hdr) {
 			return blink.Header{}, fmt.Errorf("server: meganode header %v: %w", hp, blink.ErrCorruption)
 		}
 		h, r := blink.DecodeHeader(w.hdr)
@@ -237,12 +253,12 @@ func (w *worker) header(lm *localMeganode) (blink.Header, error) {
 }
 
 // describe fills m from lm's header; key bytes alias w.hdr.
-func (w *worker) describe(lm *localMeganode, m *wire.Meganode) (blink.Header, error) {
+func (w *worker) describe(lm *rsm.Meganode, m *wire.Meganode) (blink.Header, error) {
 	h, err := w.header(lm)
 	if err != nil {
 		return h, err
 	}
-	*m = wire.Meganode{Ptr: lm.m.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)}
+	*m = wire.Meganode{Ptr: lm.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)}
 	return h, nil
 }
 
@@ -327,7 +343,7 @@ func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (ho
 		// server (a remote split) is refused KeyOutOfRange: the client's
 		// cached leaf is stale, and it locates the key again from the
 		// root. One sent to an inner meganode is redirected.
-		if lm.level == 0 && w.s.servedReplica(hp.next.Region()) == nil {
+		if lm.Level == 0 && w.s.reps.servedReplica(hp.next.Region()) == nil {
 			return hop{}, wireErrorf(wire.StatusKeyOutOfRange, "%s: key %q continues at meganode %v on another server", what, key, hp.next)
 		}
 		return hop{}, w.elsewhere(hp.next, what)
@@ -340,11 +356,11 @@ func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (ho
 // changed since the search, with a search of its own (blink Get). A key
 // the search did not find is blink.ErrNotFound.
 func (w *worker) value(hp hop, key []byte) ([]byte, error) {
-	v, ok, err := hp.lm.t.Value(hp.res, key, w.val[:0])
+	v, ok, err := hp.lm.T.Value(hp.res, key, w.val[:0])
 	if ok || err != nil {
 		return v, err
 	}
-	return hp.lm.t.Get(key, w.val[:0])
+	return hp.lm.T.Get(key, w.val[:0])
 }
 
 func (w *worker) get(body []byte) (wire.Message, error) {
@@ -384,139 +400,6 @@ func (w *worker) contains(body []byte) (wire.Message, error) {
 	return &w.containsRep, nil
 }
 
-// put encodes the write and applies it (apply.go).
-func (w *worker) put(body []byte) error {
-	req := &w.putReq
-	if err := req.Decode(body); err != nil {
-		return err
-	}
-	if len(req.Value) > wire.MaxValueSize {
-		return wireErrorf(wire.StatusValueTooLarge, "value of %d bytes, limit %d", len(req.Value), wire.MaxValueSize)
-	}
-	flags, err := w.writeFlags(req.ClientID)
-	if err != nil {
-		return err
-	}
-	_, err = w.write(req.Ptr, req.Epoch, req.Key, "put", func(lm *localMeganode) []byte {
-		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recPut, Flags: flags, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: req.Value})
-		return w.rec
-	})
-	return err
-}
-
-func (w *worker) del(body []byte) error {
-	req := &w.delReq
-	if err := req.Decode(body); err != nil {
-		return err
-	}
-	flags, err := w.writeFlags(req.ClientID)
-	if err != nil {
-		return err
-	}
-	res, err := w.write(req.Ptr, req.Epoch, req.Key, "delete", func(lm *localMeganode) []byte {
-		w.rec = appendRecord(w.rec[:0], &writeRecord{Kind: recDelete, Flags: flags, Meganode: lm.m.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key})
-		return w.rec
-	})
-	if err == nil && !res.Found {
-		return wire.ErrNotFound
-	}
-	return err
-}
-
-// writeFlags returns the record flags of the write request being served:
-// recRetry when the request came with wire.FlagRetry, which needs a client
-// id (the session table vouches per client); otherwise recFloor and
-// recForgotten for a write with a client id (a first attempt), none for
-// one without.
-func (w *worker) writeFlags(client uint64) (uint16, error) {
-	retry := w.job != nil && w.job.f.Header.Flags&wire.FlagRetry != 0
-	switch {
-	case retry && client == 0:
-		return 0, wireErrorf(wire.StatusBadRequest, "a retried write without a client id")
-	case retry:
-		return recRetry, nil
-	case client != 0:
-		return recFloor | recForgotten, nil
-	}
-	return 0, nil
-}
-
-// ackBeforeCommitDelay is how long TestingKnobs.AckBeforeCommit holds an
-// acknowledged write before proposing it.
-const ackBeforeCommitDelay = 100 * time.Millisecond
-
-// Bounds of worker.write's retries.
-const (
-	maxMoves     = 8 // the key's meganode changed between search and apply
-	maxFullWaits = 3 // splits asked for after ErrNeedsSplit
-)
-
-// write descends to the leaf meganode of key and proposes the record rec
-// builds for it (propose.go). Meganode splits stay invisible to the
-// client: a key that moved to another meganode since the search (a split
-// linked) is searched again; a write into a range a split froze waits
-// until the split lets go of it, and one into a full meganode asks for a
-// split and waits for it (at most maxFullWaits times), for
-// Options.MaxSplitWait at most and within the request's deadline, then
-// NeedsRetry (Expired past the deadline). A request from the queue
-// returns errProposed at once: awaitWrite answers it, or runs it again
-// (queued, or parked until the split moves on), so its worker moves on.
-// One without a job (a direct call) waits in place.
-func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec func(*localMeganode) []byte) (applyResult, error) {
-	s := w.s
-	var local job // a direct call's wait state
-	j := w.job
-	if j == nil {
-		j = &local
-	}
-	for {
-		gen := s.splitWake.generation()
-		hp, err := w.leafFor(p, epoch, key, what)
-		if err != nil {
-			return applyResult{}, err
-		}
-		if w.job != nil {
-			start := time.Now()
-			if s.opts.TestingKnobs.AckBeforeCommit {
-				// Answered now, proposed a while later: a kill in
-				// between loses the write.
-				r, rep := bytes.Clone(rec(hp.lm)), hp.lm.rep
-				time.AfterFunc(ackBeforeCommitDelay, func() { _, _ = rep.settle(rep.proposeAsync(r)) })
-				return applyResult{Found: true}, nil
-			}
-			f := hp.lm.rep.proposeAsync(rec(hp.lm))
-			w.proposal = proposal{f: f, start: start, lm: hp.lm, gen: gen, op: w.job.f.Header.Op}
-			return applyResult{}, errProposed
-		}
-		res, err := hp.lm.rep.propose(rec(hp.lm))
-		step, err := s.afterApply(j, hp.lm, err, w.deadline)
-		switch step {
-		case writeDone:
-			return res, err
-		case writeWait:
-			if err := w.waitSplit(gen, j.waitUntil); err != nil {
-				return applyResult{}, err
-			}
-		}
-	}
-}
-
-// waitSplit waits in place for the first split event after generation
-// gen, until the time until.
-func (w *worker) waitSplit(gen uint64, until time.Time) error {
-	s := w.s
-	t := time.NewTimer(time.Until(until))
-	defer t.Stop()
-	select {
-	case <-s.splitWake.after(gen):
-		return nil
-	case <-t.C:
-		return wireErrorf(wire.StatusNeedsRetry, "a meganode split is in progress")
-	case <-s.bgCtx.Done():
-		return ErrClosed
-	}
-}
-
 // nodeDump copies bytes of the region (OpNodeDump) with 8-byte atomic
 // loads, as a one-sided read would: any range inside the region, 8-byte
 // aligned, up to what fits in a reply.
@@ -529,7 +412,7 @@ func (w *worker) nodeDump(body []byte) (wire.Message, error) {
 	if req.Ptr.IsNil() {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "nil pointer")
 	}
-	rep := s.servedReplica(req.Ptr.Region())
+	rep := s.reps.servedReplica(req.Ptr.Region())
 	if rep == nil {
 		return nil, s.redirect(req.Ptr.Region(), "node dump")
 	}
@@ -541,10 +424,10 @@ func (w *worker) nodeDump(body []byte) (wire.Message, error) {
 	}
 	n := uint64(req.Length)
 	if n == 0 {
-		n = uint64(rep.nodeSize)
+		n = uint64(rep.sm.NodeSize())
 	}
 	off := req.Ptr.Offset()
-	size := uint64(len(rep.region.Bytes()))
+	size := uint64(len(rep.sm.Region().Bytes()))
 	limit := uint64(s.opts.MaxFrameSize-wire.HeaderSize-4) &^ 7
 	switch {
 	case off%8 != 0 || n%8 != 0:
@@ -558,7 +441,7 @@ func (w *worker) nodeDump(body []byte) (wire.Message, error) {
 		w.dumpRep.Data = make([]byte, n)
 	}
 	w.dumpRep.Data = w.dumpRep.Data[:n]
-	atomicmem.LoadTo(w.dumpRep.Data, rep.region.Bytes()[off:off+n])
+	atomicmem.LoadTo(w.dumpRep.Data, rep.sm.Region().Bytes()[off:off+n])
 	return &w.dumpRep, nil
 }
 
@@ -569,11 +452,11 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	served := s.servedList()
+	served := s.reps.servedList()
 	if req.OneRegion {
-		r := s.servedReplica(req.Region)
+		r := s.reps.servedReplica(req.Region)
 		if r == nil {
-			if f := s.anyReplica(req.Region); f != nil {
+			if f := s.reps.holding(req.Region); f != nil {
 				return s.followerMetadata(f), nil
 			}
 			return nil, s.redirect(req.Region, "metadata")
@@ -584,13 +467,13 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 	regions, megas := rep.Regions[:0], rep.Meganodes[:0]
 	*rep = wire.MetadataReply{
 		Server:       s.opts.ServerID,
-		NodeSize:     uint32(s.nodeSize),
-		MeganodeSize: s.region.Layout().MeganodeSize,
+		NodeSize:     uint32(s.reps.own.sm.NodeSize()),
+		MeganodeSize: s.reps.own.sm.Region().Layout().MeganodeSize,
 		Root:         blink.Ptr(s.root.Load()),
-		Hints:        s.hints(),
+		Hints:        s.rpc.hints(),
 	}
 	for _, r := range served {
-		regions = append(regions, s.regionInfo(r))
+		regions = append(regions, s.hosting.regionInfo(r))
 	}
 	rep.Regions = regions
 	rep.Meganodes = megas
@@ -598,25 +481,25 @@ func (w *worker) metadata(body []byte) (wire.Message, error) {
 		// Each entry is at most this many bytes; stop before the frame
 		// limit (a region has at most meganode.MaxSlots meganodes, far
 		// below it with default sizes).
-		per := wire.MeganodeStatsSize(s.maxKey, s.maxKey)
+		per := wire.MeganodeStatsSize(s.reps.own.sm.MaxKey(), s.reps.own.sm.MaxKey())
 		room := s.opts.MaxFrameSize - wire.HeaderSize - 4096
 		for _, lm := range servedMeganodes(served) {
 			if room -= per; room < 0 {
 				break
 			}
-			h, err := lm.t.Header() // copies the bounds out
+			h, err := lm.T.Header() // copies the bounds out
 			if err != nil {
 				return nil, err
 			}
 			// Right and Split take the tree's writer lock briefly; a
 			// split may change them between these reads (cellctl check
 			// allows for that).
-			sp := lm.t.Split()
+			sp := lm.T.Split()
 			rep.Meganodes = append(rep.Meganodes, wire.MeganodeStats{
-				Meganode:    wire.Meganode{Ptr: lm.m.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)},
+				Meganode:    wire.Meganode{Ptr: lm.Ptr(), Level: uint16(h.Level), Height: uint16(h.Height), Range: keyRange(h.Bounds)},
 				UsedNodes:   uint32(h.InUse),
 				Capacity:    uint32(h.Capacity),
-				Right:       lm.t.Right(),
+				Right:       lm.T.Right(),
 				SplitSource: sp.Source,
 				SplitTarget: sp.Target,
 				SplitLinked: sp.Source && sp.Linked,

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/raftmux"
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wire"
@@ -46,10 +47,17 @@ func (w *tWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// raftNet carries the raft traffic of every server the package's tests
+// start: they test replicas and groups, not the network, and open no
+// socket for raft (the process-level tests in package test keep TCP).
+var raftNet = &raftmux.MemNetwork{}
+
 // testOptions are options of a small server on loopback ports with its
-// region in a plain file under a temporary data directory.
+// region in a plain file under a temporary data directory, its raft
+// traffic over raftNet.
 func testOptions(t testing.TB, store regiontable.Store) Options {
 	return Options{
+		TestingKnobs: TestingKnobs{RaftNetwork: raftNet},
 		DataDir:      t.TempDir(),
 		Listen:       "127.0.0.1:0",
 		RDMAListen:   "127.0.0.1:0",
@@ -213,11 +221,11 @@ func wantStatus(t testing.TB, err error, st wire.Status) {
 // rootTree returns the tree of the server's root meganode.
 func rootTree(t testing.TB, s *Server) *blink.Tree {
 	t.Helper()
-	lm := s.meganodeAt(s.Root())
+	lm := s.servedMeganode(s.Root())
 	if lm == nil {
 		t.Fatalf("root %v is not a local meganode", s.Root())
 	}
-	return lm.t
+	return lm.T
 }
 
 // gather returns the server's metric families by name.

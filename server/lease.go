@@ -11,7 +11,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// Read leases (DESIGN §9: "Only a region's leader serves it, RPC and
+// Read leases (docs/design.md §9: "Only a region's leader serves it, RPC and
 // one-sided, and only while it holds a read lease"). A served region's
 // lease is renewed every leaseRenewal by raft's VerifyLeader, which
 // succeeds once a majority of the group answered a heartbeat sent after
@@ -40,10 +40,13 @@ const (
 )
 
 // leaseDuration is how long a renewal's lease lasts.
-func (s *Server) leaseDuration() time.Duration { return s.opts.RaftHeartbeatTimeout * 3 / 4 }
+func (h *hosting) leaseDuration() time.Duration {
+	s := h.s
+	return s.opts.RaftHeartbeatTimeout * 3 / 4
+}
 
 // leaseRenewal is how often a lease is renewed.
-func (s *Server) leaseRenewal() time.Duration { return s.leaseDuration() / 4 }
+func (h *hosting) leaseRenewal() time.Duration { return h.leaseDuration() / 4 }
 
 // leased reports whether the replica holds its read lease now.
 func (rep *replica) leased() bool {
@@ -60,10 +63,11 @@ func errNoLease(id uint32) error {
 
 // renewLease renews rep's lease once and hands it to the one-sided
 // providers. It reports whether the server leads rep's group.
-func (s *Server) renewLease(rep *replica) bool {
+func (h *hosting) renewLease(rep *replica) bool {
+	s := h.s
 	start := monotime.Now()
 	until := int64(noLease)
-	if !s.soleVoter(rep) {
+	if !h.soleVoter(rep) {
 		if err := rep.raft.VerifyLeader().Error(); err != nil {
 			if rep.leaseUntil.Load() != 0 {
 				s.metrics.leaseLapses.Inc()
@@ -72,33 +76,35 @@ func (s *Server) renewLease(rep *replica) bool {
 			rep.leaseUntil.Store(0)
 			// Fence the providers too: they may hold "no lease" from
 			// when this server was the group's only voter.
-			s.applyLease(rep, expiredLease)
+			h.applyLease(rep, expiredLease)
 			return false
 		}
-		until = start + int64(s.leaseDuration())
+		until = start + int64(h.leaseDuration())
 	}
 	rep.leaseUntil.Store(until)
-	s.applyLease(rep, until)
+	h.applyLease(rep, until)
 	s.metrics.leaseRenewals.Inc()
 	return true
 }
 
 // applyLease gives rep's one-sided registrations the lease until.
-func (s *Server) applyLease(rep *replica, until int64) {
+func (h *hosting) applyLease(rep *replica, until int64) {
+	s := h.s
 	if until == noLease || s.opts.TestingKnobs.IgnoreLease {
 		until = 0 // the providers' "no lease"
 	}
 	rep.readMu.Lock()
 	defer rep.readMu.Unlock()
 	for _, rk := range rep.readKeys {
-		if err := s.provider(rk).SetLease(rk.Key, until); err != nil {
+		if err := h.provider(rk).SetLease(rk.Key, until); err != nil {
 			s.log.Warn("server: lease of a one-sided registration", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 		}
 	}
 }
 
 // soleVoter reports whether this server is the only voter of rep's group.
-func (s *Server) soleVoter(rep *replica) bool {
+func (h *hosting) soleVoter(rep *replica) bool {
+	s := h.s
 	f := rep.raft.GetConfiguration()
 	if f.Error() != nil {
 		return false
@@ -115,8 +121,9 @@ func (s *Server) soleVoter(rep *replica) bool {
 }
 
 // keepLease renews rep's lease until stop closes or the server stops.
-func (s *Server) keepLease(rep *replica, stop <-chan struct{}) {
-	t := time.NewTicker(s.leaseRenewal())
+func (h *hosting) keepLease(rep *replica, stop <-chan struct{}) {
+	s := h.s
+	t := time.NewTicker(h.leaseRenewal())
 	defer t.Stop()
 	for {
 		select {
@@ -126,7 +133,7 @@ func (s *Server) keepLease(rep *replica, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		s.renewLease(rep)
+		h.renewLease(rep)
 	}
 }
 
@@ -134,11 +141,12 @@ func (s *Server) keepLease(rep *replica, stop <-chan struct{}) {
 // one lease duration since it was made: it may have acknowledged a
 // leader's heartbeat just before it stopped, and it forgot it; voting
 // sooner could elect another leader while that lease holds.
-func (s *Server) waitOutLeases(logged int) {
+func (h *hosting) waitOutLeases(logged int) {
+	s := h.s
 	if s.opts.Replicas <= 1 && logged <= 1 {
 		return
 	}
-	if d := s.leaseDuration() - time.Since(s.created); d > 0 {
+	if d := h.leaseDuration() - time.Since(s.created); d > 0 {
 		time.Sleep(d)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// DESIGN §9: "Only a region's leader serves it, RPC and one-sided, and
+// docs/design.md §9: "Only a region's leader serves it, RPC and one-sided, and
 // only while it holds a read lease ... One-sided reads are fenced ... a
 // paused (SIGSTOP) or deposed leader's memory is never trusted." The host
 // of a region is cut off from its group's majority (its raft traffic
@@ -45,7 +45,7 @@ func TestIsolatedHostStopsServing(t *testing.T) {
 				}
 			}
 			host := srvs[0]
-			e, err := store.Region(ctx, host.regionID)
+			e, err := store.Region(ctx, host.reps.own.regionID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,15 +57,15 @@ func TestIsolatedHostStopsServing(t *testing.T) {
 				}
 			}
 			net.Isolate(host.mux.Addr().String())
-			time.Sleep(host.leaseDuration() + 300*time.Millisecond)
-			if got := host.servedReplica(host.regionID); got == nil {
+			time.Sleep(host.hosting.leaseDuration() + 300*time.Millisecond)
+			if got := host.reps.servedReplica(host.reps.own.regionID); got == nil {
 				t.Fatal("the isolated host stopped serving through the table; the test needs it to find out alone")
 			}
 			for name, probe := range probes {
 				err := probe()
 				switch {
 				case !ignore && err == nil:
-					t.Errorf("%s: the isolated host answered %v after its lease", name, host.leaseDuration())
+					t.Errorf("%s: the isolated host answered %v after its lease", name, host.hosting.leaseDuration())
 				case ignore && err != nil:
 					t.Errorf("%s without leases: %v; the check could not catch a stale host", name, err)
 				}
@@ -132,7 +132,7 @@ func leaseProbes(t *testing.T, host *Server, tcpKey, shmKey rdma.RemoteKey) map[
 	}
 }
 
-// DESIGN §9: "A follower with a divergent uncommitted tail that receives a
+// docs/design.md §9: "A follower with a divergent uncommitted tail that receives a
 // snapshot must converge (hashicorp/raft #697): test it." The host of a
 // region is cut off while it is being written: the writes it appended in
 // its last moments as leader never commit. The others elect a leader,
@@ -150,7 +150,7 @@ func TestDivergentTailConverges(t *testing.T) {
 		o.SnapshotInterval = 100 * time.Millisecond
 	})
 	host := srvs[0]
-	id := host.regionID
+	id := host.reps.own.regionID
 	c := newClient(t, store, "server")
 	ctx := ctxT(t)
 	acked := map[string]string{}
@@ -193,7 +193,7 @@ func TestDivergentTailConverges(t *testing.T) {
 		}()
 	}
 	time.Sleep(200 * time.Millisecond)
-	tail, commit := host.raft.LastIndex(), host.raft.CommitIndex()
+	tail, commit := host.reps.own.raft.LastIndex(), host.reps.own.raft.CommitIndex()
 	if tail <= commit {
 		t.Fatalf("the isolated host has no uncommitted tail (last %d, commit %d)", tail, commit)
 	}
@@ -207,7 +207,7 @@ func TestDivergentTailConverges(t *testing.T) {
 	wg.Wait()
 	var leader *replica
 	for _, s := range srvs[1:] {
-		if rep := s.servedReplica(id); rep != nil {
+		if rep := s.reps.servedReplica(id); rep != nil {
 			leader = rep
 		}
 	}
@@ -225,7 +225,7 @@ func TestDivergentTailConverges(t *testing.T) {
 		want := imageHash(reps[0])
 		for _, rep := range reps[1:] {
 			if got := imageHash(rep); got != want {
-				t.Errorf("region %d: the replica on %s differs from %s's at index %d", rid, rep.srv.opts.ServerID, reps[0].srv.opts.ServerID, rep.applied.Load())
+				t.Errorf("region %d: the replica on %s differs from %s's at index %d", rid, rep.srv.opts.ServerID, reps[0].srv.opts.ServerID, rep.sm.Applied())
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -41,7 +43,7 @@ func TestRegionTableEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Host != "test-1" || r.Epoch != 1 || r.Kind != regiontable.KindData || r.Size != 32<<20 || r.Path == "" || r.Path != s.region.Path() {
+	if r.Host != "test-1" || r.Epoch != 1 || r.Kind != regiontable.KindData || r.Size != 32<<20 || r.Path == "" || r.Path != s.reps.own.sm.Region().Path() {
 		t.Fatalf("region %+v", r)
 	}
 	for _, p := range []string{rdma.ProviderTCP, rdma.ProviderSHM} {
@@ -162,7 +164,7 @@ func TestRestartReplaysTheLog(t *testing.T) {
 		put(t, c, k, v)
 		want[k] = v
 	}
-	if err := s1.raft.Snapshot().Error(); err != nil {
+	if err := s1.reps.own.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 300 {
@@ -236,7 +238,7 @@ func TestRestartRestoresWithOneRegionFile(t *testing.T) {
 	for i := range 200 {
 		put(t, c, fmt.Sprintf("k%04d", i), fmt.Sprintf("v%d", i))
 	}
-	if err := s1.raft.Snapshot().Error(); err != nil {
+	if err := s1.reps.own.raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
 	}
 	for i := 200; i < 300; i++ {
@@ -273,9 +275,8 @@ func TestRestartRestoresWithOneRegionFile(t *testing.T) {
 			t.Fatalf("after restart %s = %q, %v", k, v, ok)
 		}
 	}
-	s2.applyMu.Lock()
-	inRegion, applied := s2.region.Applied(), s2.repl.Applied
-	s2.applyMu.Unlock()
+	var inRegion, applied uint64
+	s2.reps.own.sm.Exclusive(func(r *meganode.Region, a uint64) { inRegion, applied = r.Applied(), a })
 	if inRegion != applied || applied == 0 {
 		t.Fatalf("after restart the region records applied index %d, the replica %d", inRegion, applied)
 	}
@@ -288,23 +289,19 @@ func TestFailedRestoreKeepsTheReplicaWhole(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
 	s := startServer(t, testOptions(t, store))
-	rep := s.replica
-	bad := func() error {
-		rep.applyMu.Lock()
-		defer rep.applyMu.Unlock()
-		_, err := rep.restoreRegionLocked(strings.NewReader("not an image"), 1)
-		return err
+	rep := s.reps.own
+	put(t, dial(t, s), "a", "1")
+	state, _ := snapshotOf(t, rep)
+	bad := func(rep *replica) error {
+		return rep.sm.Restore(io.MultiReader(bytes.NewReader(state), strings.NewReader("not an image")))
 	}
 
 	// A replica with data (the root meganode, a key): kept as it was.
-	put(t, dial(t, s), "a", "1")
-	rep.applyMu.Lock()
-	before := rep.region
-	rep.applyMu.Unlock()
-	if err := bad(); err == nil {
+	before := rep.sm.Region()
+	if err := bad(rep); err == nil {
 		t.Fatal("a bad image restored")
 	}
-	if rep.region != before || len(rep.region.Meganodes()) == 0 {
+	if rep.sm.Region() != before || len(rep.sm.Region().Meganodes()) == 0 {
 		t.Fatalf("the replica's region changed on a failed restore")
 	}
 	if v, ok := get(t, dial(t, s), "a"); !ok || v != "1" {
@@ -312,19 +309,11 @@ func TestFailedRestoreKeepsTheReplicaWhole(t *testing.T) {
 	}
 
 	// A pristine replica: dropped first, then made again, empty.
-	rep.applyMu.Lock()
-	layout := rep.region.Layout()
-	pristine := rep.pristineLocked()
-	rep.applyMu.Unlock()
-	if pristine {
-		t.Fatal("a replica with data counted as pristine")
-	}
+	layout := rep.sm.Region().Layout()
 	p := newPristineReplica(t, s)
-	p.applyMu.Lock()
-	old := p.region
-	_, err := p.restoreRegionLocked(strings.NewReader("not an image"), 1)
-	got := p.region
-	p.applyMu.Unlock()
+	old := p.sm.Region()
+	err := bad(p)
+	got := p.sm.Region()
 	if err == nil {
 		t.Fatal("a bad image restored")
 	}
@@ -334,6 +323,29 @@ func TestFailedRestoreKeepsTheReplicaWhole(t *testing.T) {
 	if _, err := os.Stat(got.Path()); err != nil {
 		t.Fatalf("its region file: %v", err)
 	}
+}
+
+// snapshotOf takes a snapshot of rep and returns its two parts: the
+// replicated state's encoding and the region's image.
+func snapshotOf(t *testing.T, rep *replica) (state, img []byte) {
+	t.Helper()
+	snap, err := (*fsm)(rep).Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &slowSink{}
+	err = snap.Persist(sink)
+	snap.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sink.Bytes()
+	br := bytes.NewReader(b)
+	if _, err := rsm.ReadState(br); err != nil {
+		t.Fatal(err)
+	}
+	n := len(b) - br.Len()
+	return b[:n], b[n:]
 }
 
 // A data directory whose region the table gives to another server does
@@ -634,18 +646,10 @@ func TestRootInUnpublishedRegionIsWaitedFor(t *testing.T) {
 func newPristineReplica(t *testing.T, s *Server) *replica {
 	t.Helper()
 	rep := newReplica(s)
-	id := s.regionID + 1000
-	r, err := meganode.Create(rep.regionOptions(id, layoutBody(s.region.Layout())))
-	if err != nil {
+	if err := rep.openMachine(s.reps.own.regionID + 1000); err != nil {
 		t.Fatal(err)
 	}
-	rep.setRegion(r)
-	t.Cleanup(func() {
-		rep.applyMu.Lock()
-		defer rep.applyMu.Unlock()
-		_ = rep.region.Close()
-		_ = rep.region.Remove()
-	})
+	t.Cleanup(func() { _ = rep.sm.Close() })
 	return rep
 }
 
@@ -656,37 +660,27 @@ func TestRestoreRefusesAnImageAtAnotherIndex(t *testing.T) {
 	store := regiontable.NewMemory()
 	defer store.Close()
 	s := startServer(t, testOptions(t, store))
-	rep := s.replica
+	rep := s.reps.own
 	put(t, dial(t, s), "a", "1")
-	snap, err := (*fsm)(rep).Snapshot()
+	state, img := snapshotOf(t, rep)
+	st, err := rsm.ReadState(bytes.NewReader(state))
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := &slowSink{}
-	err = snap.Persist(sink)
-	snap.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
-	br := bytes.NewReader(sink.Bytes())
-	st, err := readReplState(br)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, _ := io.ReadAll(br)
+	// The head's applied index (at offset 16 of its encoding), one on.
+	state = bytes.Clone(state)
+	binary.LittleEndian.PutUint64(state[16:], st.Applied+1)
 
-	rep.applyMu.Lock()
-	before := rep.region
-	inRegion := rep.region.Applied()
-	_, err = rep.restoreRegionLocked(bytes.NewReader(img), st.Applied+1)
-	rep.applyMu.Unlock()
+	before := rep.sm.Region()
+	inRegion := rep.sm.Region().Applied()
+	err = rep.sm.Restore(io.MultiReader(bytes.NewReader(state), bytes.NewReader(img)))
 	if inRegion < st.Applied || st.Applied == 0 {
 		t.Fatalf("the region's applied index %d, the snapshot's %d", inRegion, st.Applied)
 	}
 	if !errors.Is(err, meganode.ErrCorruption) {
 		t.Fatalf("an image at index %d restored as %d: %v", st.Applied, st.Applied+1, err)
 	}
-	if rep.region != before {
+	if rep.sm.Region() != before {
 		t.Fatal("the replica's region changed on a refused restore")
 	}
 	if v, ok := get(t, dial(t, s), "a"); !ok || v != "1" {

@@ -40,7 +40,8 @@ var refusalReasons = []string{refuseMaxConns, refuseMaxPerHost, refuseIdle, refu
 
 // overLimit returns why a new connection from host is refused, or "".
 // REQUIRES: s.mu held.
-func (s *Server) overLimit(host string) string {
+func (rs *rpcServer) overLimit(host string) string {
+	s := rs.s
 	switch {
 	case len(s.mu.conns) >= s.opts.MaxConnections:
 		return refuseMaxConns
@@ -58,7 +59,8 @@ func (s *Server) overLimit(host string) string {
 // On a TLS port the connection is closed without a frame: the client is
 // in its handshake, which fails (a dial error, nothing sent), and the
 // handshake is not done in the accept loop.
-func (s *Server) refuse(nc net.Conn, reason string) {
+func (rs *rpcServer) refuse(nc net.Conn, reason string) {
+	s := rs.s
 	s.metrics.refusals.WithLabelValues(reason).Inc()
 	if s.opts.TLS != nil {
 		_ = nc.Close()

@@ -16,7 +16,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// DESIGN §9: "Never acknowledge before the log is synced; after the first
+// docs/design.md §9: "Never acknowledge before the log is synced; after the first
 // failed fsync, fail every later write until restart (a later fsync may
 // falsely succeed)." Once the log's sync fails, no write is acknowledged
 // again, the server reports the failure as fatal, and a restart on a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -18,24 +19,19 @@ import (
 // of this server, for [-inf, "m") and ["m", "x"), and a meganode of region
 // 999 on another server for ["x", +inf).
 type megaTree struct {
-	inner, left, right *localMeganode
+	inner, left, right *rsm.Meganode
 	remote             blink.Ptr
 	keys               []string // the keys stored here, sorted
 }
 
 func buildMegaTree(t *testing.T, s *Server) *megaTree {
 	t.Helper()
-	s.megaMu.Lock()
-	defer s.megaMu.Unlock()
-	mk := func(level int, b blink.Bounds) *localMeganode {
-		m, err := s.region.NewMeganode(level, b, s.treeOptions())
+	mk := func(level int, b blink.Bounds) *rsm.Meganode {
+		m, err := s.reps.own.sm.AddMeganode(level, b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.addMeganodeLocked(m); err != nil {
-			t.Fatal(err)
-		}
-		return s.meganodeAt(m.Ptr())
+		return m
 	}
 	mt := &megaTree{
 		inner:  mk(1, blink.Full),
@@ -46,8 +42,8 @@ func buildMegaTree(t *testing.T, s *Server) *megaTree {
 	for _, e := range []struct {
 		key   string
 		child blink.Ptr
-	}{{"\x00", mt.left.m.Ptr()}, {"m", mt.right.m.Ptr()}, {"x", mt.remote}} {
-		if err := mt.inner.t.InsertChild([]byte(e.key), e.child); err != nil {
+	}{{"\x00", mt.left.Ptr()}, {"m", mt.right.Ptr()}, {"x", mt.remote}} {
+		if err := mt.inner.T.InsertChild([]byte(e.key), e.child); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -58,7 +54,7 @@ func buildMegaTree(t *testing.T, s *Server) *megaTree {
 			if k >= "m" {
 				lm = mt.right
 			}
-			if err := lm.t.Put([]byte(k), []byte("v"+k)); err != nil {
+			if err := lm.T.Put([]byte(k), []byte("v"+k)); err != nil {
 				t.Fatal(err)
 			}
 			mt.keys = append(mt.keys, k)
@@ -72,13 +68,13 @@ func buildMegaTree(t *testing.T, s *Server) *megaTree {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.opts.Store.SetRoot(ctx, cur, mt.inner.m.Ptr()); err != nil {
+	if _, err := s.opts.Store.SetRoot(ctx, cur, mt.inner.Ptr()); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for blink.Ptr(s.root.Load()) != mt.inner.m.Ptr() {
+	for blink.Ptr(s.root.Load()) != mt.inner.Ptr() {
 		if time.Now().After(deadline) {
-			t.Fatalf("server root %v never became %v", blink.Ptr(s.root.Load()), mt.inner.m.Ptr())
+			t.Fatalf("server root %v never became %v", blink.Ptr(s.root.Load()), mt.inner.Ptr())
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -94,12 +90,12 @@ func TestSearchAcrossMeganodes(t *testing.T) {
 	var rep wire.SearchReply
 	for _, tc := range []struct {
 		key  string
-		leaf *localMeganode
+		leaf *rsm.Meganode
 	}{{"c05", mt.left}, {"q17", mt.right}, {"m00", mt.right}, {"l29", mt.left}} {
 		if _, err := call(t, c, wire.OpSearch, &wire.SearchRequest{Key: []byte(tc.key), WantValue: true}, &rep); err != nil {
 			t.Fatal(err)
 		}
-		if rep.Kind != wire.SearchLeaf || !rep.Found || string(rep.Value) != "v"+tc.key || rep.Meganode.Ptr != tc.leaf.m.Ptr() || rep.Meganode.Level != 0 {
+		if rep.Kind != wire.SearchLeaf || !rep.Found || string(rep.Value) != "v"+tc.key || rep.Meganode.Ptr != tc.leaf.Ptr() || rep.Meganode.Level != 0 {
 			t.Fatalf("search %s = %+v", tc.key, rep)
 		}
 	}
@@ -111,13 +107,13 @@ func TestSearchAcrossMeganodes(t *testing.T) {
 	if _, err := call(t, c, wire.OpSearch, &wire.SearchRequest{Key: []byte("y01")}, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if rep.Kind != wire.SearchNext || rep.Next != mt.remote || rep.Meganode.Ptr != mt.inner.m.Ptr() || rep.Meganode.Level != 1 || !rep.Meganode.Range.MinInf || !rep.Meganode.Range.MaxInf {
+	if rep.Kind != wire.SearchNext || rep.Next != mt.remote || rep.Meganode.Ptr != mt.inner.Ptr() || rep.Meganode.Level != 1 || !rep.Meganode.Range.MinInf || !rep.Meganode.Range.MaxInf {
 		t.Fatalf("search y01 = %+v", rep)
 	}
 	// Starting at a leaf meganode with a key above its range: restart.
-	_, err := call(t, c, wire.OpSearch, &wire.SearchRequest{Ptr: mt.left.m.Ptr(), Key: []byte("q00")}, &rep)
+	_, err := call(t, c, wire.OpSearch, &wire.SearchRequest{Ptr: mt.left.Ptr(), Key: []byte("q00")}, &rep)
 	wantStatus(t, err, wire.StatusKeyOutOfRange)
-	_, err = call(t, c, wire.OpSearch, &wire.SearchRequest{Ptr: mt.right.m.Ptr(), Key: []byte("a00")}, &rep)
+	_, err = call(t, c, wire.OpSearch, &wire.SearchRequest{Ptr: mt.right.Ptr(), Key: []byte("a00")}, &rep)
 	wantStatus(t, err, wire.StatusKeyOutOfRange)
 
 	// Get of a key on the other server: unknown region, then a redirect
@@ -144,15 +140,15 @@ func TestSearchAcrossMeganodes(t *testing.T) {
 
 	// Writes land in the right leaf meganode through apply.
 	put(t, c, "q99", "new")
-	if v, err := mt.right.t.Get([]byte("q99"), nil); err != nil || string(v) != "new" {
+	if v, err := mt.right.T.Get([]byte("q99"), nil); err != nil || string(v) != "new" {
 		t.Fatalf("q99 in the right meganode: %q, %v", v, err)
 	}
 	put(t, c, "b99", "new")
-	if v, err := mt.left.t.Get([]byte("b99"), nil); err != nil || string(v) != "new" {
+	if v, err := mt.left.T.Get([]byte("b99"), nil); err != nil || string(v) != "new" {
 		t.Fatalf("b99 in the left meganode: %q, %v", v, err)
 	}
 	var meta wire.MetadataReply
-	if _, err := call(t, c, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true}, &meta); err != nil || len(meta.Meganodes) != 4 || meta.Root != mt.inner.m.Ptr() {
+	if _, err := call(t, c, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true}, &meta); err != nil || len(meta.Meganodes) != 4 || meta.Root != mt.inner.Ptr() {
 		t.Fatalf("metadata: %d meganodes, root %v, %v", len(meta.Meganodes), meta.Root, err)
 	}
 }

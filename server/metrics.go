@@ -316,12 +316,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
-	gauge(descQueueDepth, float64(len(s.queue)))
-	gauge(descQueueCap, float64(cap(s.queue)))
+	gauge(descQueueDepth, float64(len(s.rpc.queue)))
+	gauge(descQueueCap, float64(cap(s.rpc.queue)))
 	gauge(descWorkers, float64(s.opts.Cores))
-	counter(descBusy, time.Duration(s.busyNanos.Load()).Seconds())
-	gauge(descUtil, math.Float64frombits(s.utilization.Load()))
-	counter(descApplied, float64(s.applied.Load()))
+	counter(descBusy, time.Duration(s.rpc.busyNanos.Load()).Seconds())
+	gauge(descUtil, math.Float64frombits(s.rpc.utilization.Load()))
+	counter(descApplied, float64(s.reps.own.sm.Applied()))
 
 	rs := s.responder.Stats()
 	counter(descOneSided, float64(rs.Reads), "tcp")
@@ -342,21 +342,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	var torn, invalid, oor, crc, restarts uint64
-	for _, lm := range s.megas.Load().bySlot {
-		if lm == nil {
-			continue
-		}
-		st := &lm.t.Stats
+	for lm := range s.reps.own.sm.Meganodes() {
+		st := &lm.T.Stats
 		torn += st.Torn.Load()
 		invalid += st.Invalid.Load()
 		oor += st.OutOfRange.Load()
 		crc += st.CRC.Load()
 		restarts += st.Restarts.Load()
-		h, err := lm.t.Header()
+		h, err := lm.T.Header()
 		if err != nil {
 			continue
 		}
-		name, level := lm.m.Ptr().String(), levelLabel(h)
+		name, level := lm.Ptr().String(), levelLabel(h)
 		gauge(descFill, float64(h.InUse)/float64(max(h.Capacity, 1)), name, level)
 		gauge(descHeight, float64(h.Height), name, level)
 	}
@@ -390,18 +387,18 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 
 	// The region and its group, read without the apply lock (a restore
-	// replaces the region under it).
-	region := s.shown.region.Load()
-	if region == nil {
+	// replaces the region under it: Region loads the one of the moment).
+	if s.reps.own.sm == nil {
 		return // not made yet
 	}
+	region := s.reps.own.sm.Region()
 	rid := formatUint(uint64(region.ID()))
 	gauge(descRegion, float64(region.Layout().Size), rid, region.Backing().String())
 	es := region.Extents().Stats()
 	gauge(descExtents, float64(es.InUse), rid, "in_use")
 	gauge(descExtents, float64(es.Capacity), rid, "capacity")
-	gauge(descEpoch, float64(s.shown.epoch.Load()), rid)
-	if r := s.raftGroup(); r != nil {
+	gauge(descEpoch, float64(s.reps.own.shown.epoch.Load()), rid)
+	if r := s.reps.own.raftGroup(); r != nil {
 		st := r.State()
 		for _, name := range []string{"follower", "candidate", "leader", "shutdown"} {
 			v := 0.0
@@ -501,8 +498,8 @@ func (s *Server) notReady() string {
 	case stateClosed:
 		return "stopping"
 	}
-	for _, rep := range append([]*replica{s.replica}, s.followerList()...) {
-		if r := rep.raftGroup(); r != nil && r.State() == raft.Leader && s.servedReplica(rep.regionID) != rep {
+	for _, rep := range append([]*replica{s.reps.own}, s.reps.followerList()...) {
+		if r := rep.raftGroup(); r != nil && r.State() == raft.Leader && s.reps.servedReplica(rep.regionID) != rep {
 			return fmt.Sprintf("region %d: this server leads its raft group and does not serve it yet", rep.regionID)
 		}
 	}

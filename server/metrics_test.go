@@ -34,7 +34,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		`cell_server_meganode_fill_ratio{level="0",meganode="` + s.Root().String() + `"}`,
 		`cell_server_region_bytes{backing="file",region="1"} 3.3554432e+07`,
 		`cell_server_applied_total{kind="put",result="OK"} 1`,
-		fmt.Sprintf("cell_server_apply_index %d", s.applied.Load()),
+		fmt.Sprintf("cell_server_apply_index %d", s.reps.own.sm.Applied()),
 		`cell_server_connections 1`,
 		`cell_raft_state{region="1",state="leader"} 1`,
 		`cell_raft_state{region="1",state="follower"} 0`,

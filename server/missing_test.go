@@ -149,9 +149,9 @@ func TestMissingCountOutlivesRestart(t *testing.T) {
 	start := time.Now()
 	back := restartServer(t, opts)
 	for {
-		back.gone.mu.Lock()
-		since, ok := back.gone.since[id]
-		back.gone.mu.Unlock()
+		back.coord.gone.mu.Lock()
+		since, ok := back.coord.gone.since[id]
+		back.coord.gone.mu.Unlock()
 		if ok && since.Before(start) {
 			t.Logf("%s, started %v after %s went missing, counts it gone for %v", other.opts.ServerID, start.Sub(since).Round(time.Millisecond), id, time.Since(since).Round(time.Millisecond))
 			break

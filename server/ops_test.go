@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/binary"
 	"fmt"
 	"testing"
 
@@ -27,7 +28,7 @@ func TestPing(t *testing.T) {
 func TestPutGetDelete(t *testing.T) {
 	s, _ := newTestServer(t)
 	c := dial(t, s)
-	applied := s.applied.Load()
+	applied := s.reps.own.sm.Applied()
 	if _, ok := get(t, c, "k1"); ok {
 		t.Fatal("k1 found in an empty store")
 	}
@@ -65,7 +66,7 @@ func TestPutGetDelete(t *testing.T) {
 	if err := rootTree(t, s).CheckErr(); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.applied.Load() - applied; n != 5 {
+	if n := s.reps.own.sm.Applied() - applied; n != 5 {
 		t.Fatalf("%d records applied, want 5 (3 puts, 1 delete that found its key, 1 that did not)", n)
 	}
 }
@@ -170,11 +171,11 @@ func TestNodeDump(t *testing.T) {
 	if v := blink.View(rep.Data); v.Count() != 1 || string(v.Key(0)) != "a" {
 		t.Fatalf("root node: %v", v)
 	}
-	// Offset 0 of the region holds the root pointer (DESIGN §4).
+	// Offset 0 of the region holds the root pointer (docs/design.md §4).
 	if _, err := call(t, c, wire.OpNodeDump, &wire.NodeDumpRequest{Ptr: blink.MakePtr(s.RegionID(), 0), Length: 8}, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if got := blink.Ptr(le.Uint64(rep.Data)); got != s.Root() {
+	if got := blink.Ptr(binary.LittleEndian.Uint64(rep.Data)); got != s.Root() {
 		t.Fatalf("region offset 0 holds %v, root is %v", got, s.Root())
 	}
 	size := uint64(32 << 20)

@@ -303,6 +303,10 @@ type TestingKnobs struct {
 	// RaftFaults, when set, injects faults into the raft traffic this
 	// server dials (raftmux.FaultNet: partitions, delays, drops).
 	RaftFaults raftmux.Faults
+	// RaftNetwork, when set, carries the raft listener and its dials
+	// instead of TCP: unit tests of replicas and groups share a
+	// raftmux.MemNetwork and open no socket for raft.
+	RaftNetwork raftmux.Network
 	// NoTakeover: a replica elected leader of a region it does not serve
 	// leaves it alone (the old host keeps its table entry), so tests see
 	// what an isolated host does on its own.
@@ -319,6 +323,15 @@ type TestingKnobs struct {
 	// region's capture started: tests take the image the snapshot must
 	// hold with it.
 	OnSnapshot func(region *meganode.Region)
+	// TransferFault, when set, is asked before each try of a leadership
+	// transfer (attempt counts from 1); an error it returns stands for
+	// raft's answer to that try, which is then not made.
+	TransferFault func(region uint32, attempt int) error
+	// BeforeAddNonvoter fires on a region's leader before it adds server
+	// as a nonvoter of the region's group (after the region table lists
+	// it as a learner). Tests block in it to stand for a slow
+	// configuration change.
+	BeforeAddNonvoter func(region uint32, server string)
 	// BeforeRestoreImage fires in fsm.Restore under the apply lock, just
 	// before the image is read into a new region file: tests look at the
 	// region files there are then.
@@ -366,7 +379,9 @@ const (
 )
 
 // EnsureDefaults fills zero fields with their defaults. HostID stays empty
-// when rdma.HostID fails (Validate reports it).
+// when rdma.HostID fails (Validate reports it). cellserver's flags
+// (cmd/cellserver/options.go) default to the same values, which its
+// TestOptionDefaults checks: a default changed here is changed there.
 func (o *Options) EnsureDefaults() {
 	if o.Listen == "" {
 		o.Listen = DefaultListen

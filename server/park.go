@@ -8,7 +8,7 @@ import (
 
 // Writes that must wait for a meganode split are parked, not blocked: a
 // write whose record met a frozen range (or a full meganode that must
-// split first) is handed to the parking lot by awaitWrite (propose.go),
+// split first) is handed to the parking lot by settleWrite (write.go),
 // and no worker waits for it. The
 // split's progress (splitEvent) puts every parked job back in the queue,
 // where a worker runs it again from its search; so does the end of a job's
@@ -33,23 +33,24 @@ type parking struct {
 // splitEvent tells the writes waiting for a split that it moved on: the
 // blocking ones through the broadcast, the parked ones by requeueing them.
 func (s *Server) splitEvent() {
-	s.splitWake.broadcast()
-	s.unpark(false)
+	s.splits.wake.broadcast()
+	s.rpc.unpark(false)
 }
 
 // park parks job j, whose write met a split at generation gen. It returns
 // false when parking is closed (the server stops). A split that moved on
 // since gen gets the job back in the queue at once.
-func (s *Server) park(j job, gen uint64) bool {
-	p := &s.parking
+func (rs *rpcServer) park(j job, gen uint64) bool {
+	s := rs.s
+	p := &rs.parking
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return false
 	}
-	if s.splitWake.generation() != gen {
+	if s.splits.wake.generation() != gen {
 		p.mu.Unlock()
-		s.requeue(j)
+		rs.requeue(j)
 		return true
 	}
 	p.jobs = append(p.jobs, j)
@@ -57,7 +58,7 @@ func (s *Server) park(j job, gen uint64) bool {
 		p.next = j.waitUntil
 		d := max(time.Until(j.waitUntil), 0)
 		if p.timer == nil {
-			p.timer = time.AfterFunc(d, func() { s.unpark(true) })
+			p.timer = time.AfterFunc(d, func() { rs.unpark(true) })
 		} else {
 			p.timer.Reset(d)
 		}
@@ -68,8 +69,8 @@ func (s *Server) park(j job, gen uint64) bool {
 
 // unpark requeues the parked jobs: all of them, or with expired only those
 // whose wait bound passed (the timer), re-arming the timer for the rest.
-func (s *Server) unpark(expired bool) {
-	p := &s.parking
+func (rs *rpcServer) unpark(expired bool) {
+	p := &rs.parking
 	p.mu.Lock()
 	var run []job
 	if expired {
@@ -99,14 +100,14 @@ func (s *Server) unpark(expired bool) {
 	}
 	p.mu.Unlock()
 	for _, j := range run {
-		s.requeue(j)
+		rs.requeue(j)
 	}
 }
 
 // closeParking stops parking and requeues every parked job. Close calls it
 // while the queue still takes jobs.
-func (s *Server) closeParking() {
-	p := &s.parking
+func (rs *rpcServer) closeParking() {
+	p := &rs.parking
 	p.mu.Lock()
 	p.closed = true
 	run := slices.Clone(p.jobs)
@@ -116,22 +117,22 @@ func (s *Server) closeParking() {
 	}
 	p.mu.Unlock()
 	for _, j := range run {
-		s.requeue(j)
+		rs.requeue(j)
 	}
 }
 
 // parked returns the number of parked jobs.
-func (s *Server) parked() int {
-	s.parking.mu.Lock()
-	defer s.parking.mu.Unlock()
-	return len(s.parking.jobs)
+func (rs *rpcServer) parked() int {
+	rs.parking.mu.Lock()
+	defer rs.parking.mu.Unlock()
+	return len(rs.parking.jobs)
 }
 
 // requeue puts a parked job back in the queue, or answers it Overloaded
 // when the queue is full (it was not applied; the client retries).
-func (s *Server) requeue(j job) {
+func (rs *rpcServer) requeue(j job) {
 	select {
-	case s.queue <- j:
+	case rs.queue <- j:
 	default:
 		j.c.overloaded(j.f, time.Since(j.arrived))
 	}

@@ -39,8 +39,9 @@ type regionUse struct {
 // regionsInUse returns the bytes in use of the regions the live members
 // of v lead, by region ID; a region whose leader did not answer is
 // missing (replicaLoad then counts its size).
-func (s *Server) regionsInUse(v *tableView) map[uint32]uint64 {
-	u := &s.use
+func (co *coordinator) regionsInUse(v *tableView) map[uint32]uint64 {
+	s := co.s
+	u := &co.use
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.used != nil && time.Since(u.at) < useTTL {

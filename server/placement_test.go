@@ -30,8 +30,8 @@ func TestPlaceReplicaByBytesInUse(t *testing.T) {
 	place := func(used map[uint32]uint64, r regiontable.Region) string {
 		t.Helper()
 		s := &Server{}
-		s.use.used, s.use.at = used, time.Now() // as the members reported
-		id, ok := s.placeReplica(v, nil, r)
+		s.coord.use.used, s.coord.use.at = used, time.Now() // as the members reported
+		id, ok := s.coord.placeReplica(v, nil, r)
 		if !ok {
 			t.Fatal("no server placed")
 		}
@@ -62,7 +62,7 @@ func TestRegionsInUse(t *testing.T) {
 	c := newClient(t, store, "server")
 	keys := putRange(t, c, 0, 300)
 	v := srvs[0].table.Load()
-	used := srvs[0].regionsInUse(v)
+	used := srvs[0].coord.regionsInUse(v)
 	if len(used) != len(v.regions) {
 		t.Fatalf("bytes in use of %d regions, the table has %d: %v", len(used), len(v.regions), used)
 	}
@@ -78,8 +78,8 @@ func TestRegionsInUse(t *testing.T) {
 		t.Fatalf("%d bytes in use in all regions, below the %d bytes put: %v", total, data, used)
 	}
 	// Cached: a second call within useTTL asks nobody.
-	at := srvs[0].use.at
-	if srvs[0].regionsInUse(v); srvs[0].use.at != at {
+	at := srvs[0].coord.use.at
+	if srvs[0].coord.regionsInUse(v); srvs[0].coord.use.at != at {
 		t.Fatal("a second call within useTTL asked the members again")
 	}
 	t.Logf("bytes in use by region after %d puts (%d bytes of keys and values): %v", len(keys), data, used)

@@ -77,7 +77,7 @@ func TestOverloaded(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if d := len(s.queue); d != 4 {
+	if d := len(s.rpc.queue); d != 4 {
 		t.Fatalf("queue depth %d, want 4", d)
 	}
 	g.release()
@@ -170,9 +170,9 @@ func TestGracefulClose(t *testing.T) {
 	}
 	<-g.entered
 	deadline := time.Now().Add(10 * time.Second)
-	for len(s.queue) < n-1 {
+	for len(s.rpc.queue) < n-1 {
 		if time.Now().After(deadline) {
-			t.Fatalf("queue holds %d", len(s.queue))
+			t.Fatalf("queue holds %d", len(s.rpc.queue))
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -13,10 +13,11 @@ import (
 
 	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 )
 
 // A meganode split interrupted by a crash at each of its steps is undone
-// or finished when the server restarts (DESIGN §9: "a new leader resumes
+// or finished when the server restarts (docs/design.md §9: "a new leader resumes
 // or undoes every split its applied state shows in progress"): the crash
 // image is the data directory copied while the split is paused at the
 // step (the log holds exactly what was synced then); a server started on
@@ -40,9 +41,9 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 			opts.SplitFreeBatch = 3
 			s := startServer(t, opts)
 			c := dial(t, s)
-			x := s.meganodeAt(s.Root())
+			x := s.servedMeganode(s.Root())
 			var keys []string
-			for i := 0; x.t.Fill() < 0.55; i++ {
+			for i := 0; x.T.Fill() < 0.55; i++ {
 				k := fmt.Sprintf("key%06d", i*7919%100003)
 				put(t, c, k, "v"+k)
 				keys = append(keys, k)
@@ -60,7 +61,7 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 				return nil
 			})()
 			done := make(chan bool, 1)
-			go func() { done <- s.runSplit(x) }()
+			go func() { done <- s.splits.runSplit(x) }()
 			select {
 			case <-reached:
 			case <-time.After(30 * time.Second):
@@ -102,11 +103,9 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 			if err := s2.Check(); err != nil {
 				t.Fatalf("after the restart at %s: %v", step, err)
 			}
-			s2.applyMu.Lock()
-			open := len(s2.repl.Splits)
-			s2.applyMu.Unlock()
-			if open != 0 || !s2.frozenLocked().IsNil() {
-				t.Fatalf("after the restart at %s: %d splits in progress, frozen meganode %v", step, open, s2.frozenLocked())
+			splits, _ := s2.reps.own.sm.Progress()
+			if frozen := s2.reps.own.sm.Frozen(); len(splits) != 0 || !frozen.IsNil() {
+				t.Fatalf("after the restart at %s: %d splits in progress, frozen meganode %v", step, len(splits), frozen)
 			}
 			c2 := dial(t, s2)
 			for _, k := range keys {
@@ -120,7 +119,7 @@ func TestSplitInterruptedByCrash(t *testing.T) {
 			if step != FailpointSplitChose && step != FailpointSplitFroze && step != FailpointSplitCopied {
 				want = 3
 			}
-			if n := len(s2.region.Meganodes()); n != want {
+			if n := len(s2.reps.own.sm.Region().Meganodes()); n != want {
 				t.Fatalf("after the restart at %s: %d meganodes, want %d", step, n, want)
 			}
 			t.Logf("crash at %s: restarted with %d meganodes, %d keys served", step, want, len(keys))
@@ -176,44 +175,42 @@ func TestSplitLeftInProgressIsSettled(t *testing.T) {
 	opts.SplitFill = 1 // no split unless the test asks
 	s := startServer(t, opts)
 	c := dial(t, s)
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	var keys []string
-	for i := 0; x.t.Fill() < 0.55; i++ {
+	for i := 0; x.T.Fill() < 0.55; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 		keys = append(keys, k)
 	}
 
 	// The start record of a split, and nothing after it.
-	s.splitMu.Lock()
-	sep, err := x.t.SplitKey()
+	s.splits.mu.Lock()
+	sep, err := x.T.SplitKey()
 	if err == nil {
-		_, err = s.applySplit(x, sep, splitBody{Phase: phaseStart})
+		_, err = s.splits.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseStart})
 	}
-	s.splitMu.Unlock()
+	s.splits.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	if !s.runSplit(x) {
+	if !s.splits.runSplit(x) {
 		t.Fatal("the split of a meganode with a split left in progress failed")
 	}
-	s.applyMu.Lock()
-	open := len(s.repl.Splits)
-	s.applyMu.Unlock()
-	if open != 0 || !s.frozenLocked().IsNil() {
-		t.Fatalf("%d splits in progress, frozen meganode %v", open, s.frozenLocked())
+	splits, _ := s.reps.own.sm.Progress()
+	if frozen := s.reps.own.sm.Frozen(); len(splits) != 0 || !frozen.IsNil() {
+		t.Fatalf("%d splits in progress, frozen meganode %v", len(splits), frozen)
 	}
 	if err := s.Check(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(s.region.Meganodes()); n != 1 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 1 {
 		t.Fatalf("%d meganodes after the interrupted split was undone, want 1", n)
 	}
-	if !s.runSplit(x) {
+	if !s.splits.runSplit(x) {
 		t.Fatal("the split after it failed")
 	}
-	if n := len(s.region.Meganodes()); n != 3 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 3 {
 		t.Fatalf("%d meganodes after the split, want 3", n)
 	}
 	if err := s.Check(); err != nil {

@@ -5,97 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 )
-
-// localMeganode is a meganode of the server's region.
-type localMeganode struct {
-	rep   *replica // the region it is in
-	m     *meganode.Meganode
-	t     *blink.Tree
-	level int // level in the global tree, fixed for the meganode's life
-
-	// splitQueued: a split request for the meganode is queued (split.go);
-	// splitForce: a write found it full, split whatever its fill.
-	splitQueued, splitForce atomic.Bool
-	// splitRuns counts the splits of the meganode that ran to their end
-	// or failed: writes waiting for it to make room count by it.
-	splitRuns atomic.Uint64
-}
-
-// meganodeTable holds the region's meganodes by slot. It is immutable once
-// published: readers load it without a lock.
-type meganodeTable struct {
-	bySlot []*localMeganode
-}
-
-// meganodeAt returns the meganode holding the node at p, or nil when p is
-// not a node of a meganode in use here.
-func (rep *replica) meganodeAt(p blink.Ptr) *localMeganode {
-	if p.Region() != rep.regionID {
-		return nil
-	}
-	slot, ok := rep.region.SlotOf(p)
-	if !ok {
-		return nil
-	}
-	tab := rep.megas.Load()
-	if slot >= len(tab.bySlot) || tab.bySlot[slot] == nil {
-		return nil
-	}
-	lm := tab.bySlot[slot]
-	if (p.Offset()-lm.m.Base())%uint64(rep.nodeSize) != 0 {
-		return nil
-	}
-	return lm
-}
-
-// addMeganodeLocked publishes m in the meganode table. REQUIRES: s.megaMu
-// held.
-func (rep *replica) addMeganodeLocked(m *meganode.Meganode) error {
-	h, err := m.Tree().Header()
-	if err != nil {
-		return fmt.Errorf("server: meganode %v: %w", m.Ptr(), err)
-	}
-	old := rep.megas.Load()
-	bySlot := make([]*localMeganode, max(len(old.bySlot), m.Slot()+1))
-	copy(bySlot, old.bySlot)
-	bySlot[m.Slot()] = &localMeganode{rep: rep, m: m, t: m.Tree(), level: h.Level}
-	rep.megas.Store(&meganodeTable{bySlot: bySlot})
-	return nil
-}
-
-// dropMeganode unpublishes the meganode of slot and frees the slot.
-func (rep *replica) dropMeganode(slot int) error {
-	rep.megaMu.Lock()
-	defer rep.megaMu.Unlock()
-	old := rep.megas.Load()
-	bySlot := append([]*localMeganode(nil), old.bySlot...)
-	if slot < len(bySlot) {
-		bySlot[slot] = nil
-	}
-	rep.megas.Store(&meganodeTable{bySlot: bySlot})
-	return rep.region.FreeMeganode(slot)
-}
-
-// treeOptions are the run-time options of the region's trees.
-func (rep *replica) treeOptions() blink.Options {
-	return blink.Options{NodeSize: rep.nodeSize}
-}
 
 // openRegion decides which region this data directory holds (region.json,
 // or a new ID from the region table) and creates its file EMPTY, with the
 // sizes of this server's options: the region's raft group then rebuilds
-// its contents from the last snapshot and the log (fsm.go), and the first
+// its contents from the last snapshot and the log (package rsm), and the first
 // record of the log pins the sizes it was made with. Whatever file an
 // earlier run left is discarded: after a crash it may hold half-applied
-// records, and the log holds everything acknowledged. It sets s.region,
-// s.regionID and s.nodeSize.
+// records, and the log holds everything acknowledged. It sets the own
+// replica's region and state machine.
 func (s *Server) openRegion(ctx context.Context) error {
 	d := s.dir
 	var st dataState
@@ -129,27 +54,20 @@ func (s *Server) openRegion(ctx context.Context) error {
 	if len(held) > 0 {
 		s.log.Warn("server: region files named after this data directory are held by another process", slog.Any("paths", held))
 	}
-	name := d.regionFileName(id)
-	if err := s.removeRegionFileNamed(name); err != nil {
+	if err := s.reps.own.openMachine(id); err != nil {
 		return err
 	}
-	r, err := meganode.Create(s.regionOptions(id, regionBody{Size: s.opts.RegionSize, MeganodeSize: s.opts.MeganodeSize, NodeSize: uint32(s.opts.NodeSize)}))
-	if err != nil {
-		return fmt.Errorf("server: create region %d: %w", id, err)
-	}
+	r := s.reps.own.sm.Region()
 	if err := d.writeJSON(stateFile, dataState{ServerID: s.opts.ServerID, Region: id, Path: r.Path()}); err != nil {
-		_ = r.Close()
-		_ = r.Remove()
-		return err
+		return errors.Join(err, s.reps.own.sm.Close())
 	}
-	s.setRegion(r)
 	s.log.Info("server: region file made; its raft group restores its contents", slog.Uint64("region", uint64(id)), slog.String("path", r.Path()),
 		slog.String("backing", r.Backing().String()), slog.Bool("restart", haveState))
 	return nil
 }
 
 // regionOptions are the options that make region id's file with layout b.
-func (rep *replica) regionOptions(id uint32, b regionBody) meganode.Options {
+func (rep *replica) regionOptions(id uint32, b rsm.Layout) meganode.Options {
 	return meganode.Options{
 		ID:           id,
 		Size:         b.Size,
@@ -163,68 +81,6 @@ func (rep *replica) regionOptions(id uint32, b regionBody) meganode.Options {
 		FileGroup:    rep.srv.opts.ShmGroup,
 		Logger:       rep.srv.log,
 	}
-}
-
-// layoutBody is a region layout as a region record's body.
-func layoutBody(l meganode.Layout) regionBody {
-	return regionBody{Size: l.Size, MeganodeSize: l.MeganodeSize, NodeSize: uint32(l.NodeSize)}
-}
-
-// dropRegionLocked closes the region and removes its file, and empties the
-// meganode table. A region that was served may still be read by requests
-// in flight: it stays mapped until the server stops (retire), only its
-// file is removed. REQUIRES: s.applyMu held, the region not served.
-func (rep *replica) dropRegionLocked() error {
-	rep.megaMu.Lock()
-	rep.megas.Store(&meganodeTable{})
-	rep.megaMu.Unlock()
-	r := rep.region
-	if rep.wasServed.Load() {
-		rep.srv.retire(r)
-		if err := r.Remove(); err != nil {
-			return fmt.Errorf("server: drop region %d: %w", rep.regionID, err)
-		}
-		return nil
-	}
-	cerr := r.Close()
-	if err := errors.Join(cerr, r.Remove()); err != nil {
-		return fmt.Errorf("server: drop region %d: %w", rep.regionID, err)
-	}
-	return nil
-}
-
-// adoptRegionLocked makes r the region and opens its meganodes.
-// REQUIRES: s.applyMu held.
-func (rep *replica) adoptRegionLocked(r *meganode.Region) error {
-	rep.setRegion(r)
-	rep.megaMu.Lock()
-	defer rep.megaMu.Unlock()
-	for _, slot := range r.Meganodes() {
-		m, err := r.OpenMeganode(slot, rep.treeOptions())
-		if err != nil {
-			return fmt.Errorf("server: open meganode in slot %d: %w", slot, err)
-		}
-		if err := rep.addMeganodeLocked(m); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// remakeRegionLocked replaces the (empty) region with an empty one of
-// layout b: the region record of a log made by a server with other sizes.
-// REQUIRES: s.applyMu held.
-func (rep *replica) remakeRegionLocked(b regionBody) error {
-	if err := rep.dropRegionLocked(); err != nil {
-		return err
-	}
-	r, err := meganode.Create(rep.regionOptions(rep.regionID, b))
-	if err != nil {
-		return fmt.Errorf("server: make region %d with the sizes of its log: %w", rep.regionID, err)
-	}
-	rep.srv.log.Warn("server: the region keeps the sizes it was made with, not this server's options",
-		slog.Uint64("region_size", b.Size), slog.Uint64("meganode_size", b.MeganodeSize), slog.Uint64("node_size", uint64(b.NodeSize)))
-	return rep.adoptRegionLocked(r)
 }
 
 // chooseRegionID keeps the ID of the region this directory held, unless
@@ -258,23 +114,13 @@ func (s *Server) chooseRegionID(ctx context.Context, haveState bool, st dataStat
 	return id, nil
 }
 
-func (rep *replica) setRegion(r *meganode.Region) {
-	rep.region = r
-	rep.shown.region.Store(r)
-	if rep.regionID == 0 {
-		rep.regionID = r.ID() // fixed for the replica's life
-	}
-	rep.nodeSize = int(r.Layout().NodeSize)
-	rep.maxKey = blink.MaxKeySize(rep.nodeSize)
-}
-
 // ensureRoot makes sure the cluster has a root meganode. The root is
 // (re)made here, as one leaf meganode covering the whole key space, when
 // the cluster has none, or when the root pointer names a region that was
 // ours and holds no such meganode. A root on another live server is left
 // alone. Making it is two records around the region table's
 // compare-and-set: root format, then root publish (the pointer at offset
-// 0 of the region, DESIGN §4), or root drop when the table took another.
+// 0 of the region, docs/design.md §4), or root drop when the table took another.
 func (s *Server) ensureRoot(ctx context.Context) error {
 	root, err := s.opts.Store.Root(ctx)
 	if err != nil {
@@ -311,7 +157,7 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 			s.root.Store(uint64(root))
 			return nil
 		}
-		res, err := s.replica.proposeRoot(rootFormat, 0)
+		res, err := s.reps.own.proposeRoot(rsm.RootFormat, 0)
 		if err != nil {
 			return fmt.Errorf("server: format the root meganode: %w", err)
 		}
@@ -319,10 +165,10 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 		cur, err := s.opts.Store.SetRoot(ctx, root, np)
 		if err == nil {
 			s.log.Info("server: formatted the root meganode", slog.String("root", np.String()), slog.String("old_root", root.String()), slog.String("why", why))
-			return s.publishRoot(s.replica, np)
+			return s.publishRoot(s.reps.own, np)
 		}
 		// Lost the race (or etcd failed): take the meganode back.
-		if _, ferr := s.replica.proposeRoot(rootDrop, np); ferr != nil {
+		if _, ferr := s.reps.own.proposeRoot(rsm.RootDrop, np); ferr != nil {
 			return fmt.Errorf("server: free the unused root meganode: %w", ferr)
 		}
 		if !errors.Is(err, regiontable.ErrConflict) {
@@ -334,15 +180,15 @@ func (s *Server) ensureRoot(ctx context.Context) error {
 
 // proposeRoot proposes a root record of phase p for meganode mp (0 for
 // format) and waits for its outcome.
-func (rep *replica) proposeRoot(p rootPhase, mp blink.Ptr) (applyResult, error) {
-	return rep.propose(appendRecord(nil, &writeRecord{Kind: recRoot, Meganode: mp, Value: appendRootBody(nil, p)}))
+func (rep *replica) proposeRoot(p rsm.RootPhase, mp blink.Ptr) (rsm.Result, error) {
+	return rep.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindRoot, Meganode: mp, Value: rsm.AppendRootBody(nil, p)}))
 }
 
 // publishRoot ends the making of root meganode np of rep's region, which
 // the region table now names: a root publish record stores it at offset 0
 // of the region, and the server searches from it.
 func (s *Server) publishRoot(rep *replica, np blink.Ptr) error {
-	if _, err := rep.proposeRoot(rootPublish, np); err != nil {
+	if _, err := rep.proposeRoot(rsm.RootPublish, np); err != nil {
 		return fmt.Errorf("server: publish root meganode %v: %w", np, err)
 	}
 	s.root.Store(uint64(np))
@@ -366,8 +212,8 @@ func (s *Server) rootNeedsRemaking(ctx context.Context, root blink.Ptr) (bool, s
 	if root.IsNil() {
 		return true, "the cluster had no root", nil
 	}
-	if root.Region() == s.regionID {
-		if lm := s.replica.meganodeAt(root); lm != nil && lm.m.Ptr() == root {
+	if root.Region() == s.reps.own.regionID {
+		if lm := s.reps.own.sm.MeganodeAt(root); lm != nil && lm.Ptr() == root {
 			return false, "", nil
 		}
 		return true, "the root pointed into our region, which holds no meganode there (its contents were discarded)", nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,10 +18,11 @@ import (
 	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
-// Remote meganode splits (paper §2.2, DESIGN §4; doc.go draws the
+// Remote meganode splits (paper §2.2, docs/design.md §4; doc.go draws the
 // protocol). The source server (X's) drives the target server (Y's)
 // through the server-to-server ops of wire/split.go; each side logs its
 // own steps through its apply path (split records here, target records
@@ -145,17 +147,19 @@ type splitTarget struct {
 // placeSplit returns the server to put a new meganode on, nil for this
 // one (Options.SplitPlacement). A region with no free meganode slot
 // places remotely whatever the mode but local.
-func (s *Server) placeSplit(x *localMeganode) *regiontable.Member {
+func (sp *splitter) placeSplit(x *rsm.Meganode) *regiontable.Member {
+	s := sp.s
 	mode := s.opts.SplitPlacement
 	if mode == PlaceLocal {
 		return nil
 	}
-	ours := len(x.rep.region.Meganodes())
-	full := uint64(ours) >= x.rep.region.Layout().Slots
+	r := s.reps.holding(x.Ptr().Region()).sm.Region()
+	ours := len(r.Meganodes())
+	full := uint64(ours) >= r.Layout().Slots
 	if mode == PlaceAuto && ours >= s.opts.SplitRemoteBelow && !full {
 		return nil
 	}
-	m, count := s.leastLoadedPeer()
+	m, count := sp.leastLoadedPeer()
 	if m == nil || mode == PlaceAuto && count >= ours && !full {
 		return nil
 	}
@@ -168,7 +172,8 @@ func (s *Server) placeSplit(x *localMeganode) *regiontable.Member {
 // queued for its workers; and the number of meganodes it holds (the
 // paper's placement rule compares counts). nil when no other member
 // answers.
-func (s *Server) leastLoadedPeer() (*regiontable.Member, int) {
+func (sp *splitter) leastLoadedPeer() (*regiontable.Member, int) {
+	s := sp.s
 	v := s.table.Load()
 	type cand struct {
 		m      regiontable.Member
@@ -214,15 +219,16 @@ func (s *Server) leastLoadedPeer() (*regiontable.Member, int) {
 const beginTries = 3
 
 // beginRemoteTarget asks peer to format Y for the split of x at sep.
-func (s *Server) beginRemoteTarget(x *localMeganode, sep []byte, peer *regiontable.Member) (*splitTarget, error) {
-	h, err := x.t.Header()
+func (sp *splitter) beginRemoteTarget(x *rsm.Meganode, sep []byte, peer *regiontable.Member) (*splitTarget, error) {
+	s := sp.s
+	h, err := x.T.Header()
 	if err != nil {
 		return nil, err
 	}
 	// The peer puts the target in a region it serves, of its choice
 	// (targetReplica); the request's epoch stays unchecked (0).
 	req := wire.SplitBeginRequest{
-		Source: x.m.Ptr(), Level: uint16(x.level), Right: x.t.Right(),
+		Source: x.Ptr(), Level: uint16(x.Level), Right: x.T.Right(),
 		Range: wire.KeyRange{Min: sep, Max: h.Bounds.Max, MaxInf: h.Bounds.MaxInf},
 	}
 	// A begin whose reply was lost may have made the target: asked again,
@@ -231,7 +237,7 @@ func (s *Server) beginRemoteTarget(x *localMeganode, sep []byte, peer *regiontab
 	var rep wire.SplitBeginReply
 	for attempt := 0; attempt < beginTries; attempt++ {
 		if attempt > 0 {
-			if perr := s.pause(attempt); perr != nil {
+			if perr := sp.pause(attempt); perr != nil {
 				return nil, perr
 			}
 			s.log.Warn("server: remote split begin unanswered; asking again", slog.String("peer", peer.ID), slog.Any("err", err))
@@ -253,8 +259,9 @@ func (s *Server) beginRemoteTarget(x *localMeganode, sep []byte, peer *regiontab
 
 // copyRemote copies x's frozen right half from sep on into the remote
 // target, batch by batch, and returns Y's local root.
-func (s *Server) copyRemote(x *localMeganode, sep []byte, tgt *splitTarget) (blink.Ptr, error) {
-	inner := x.level > 0
+func (sp *splitter) copyRemote(x *rsm.Meganode, sep []byte, tgt *splitTarget) (blink.Ptr, error) {
+	s := sp.s
+	inner := x.Level > 0
 	var (
 		ents  []blink.Entry
 		req   = wire.SplitAppendRequest{Meganode: tgt.ptr, Inner: inner}
@@ -275,7 +282,7 @@ func (s *Server) copyRemote(x *localMeganode, sep []byte, tgt *splitTarget) (bli
 		return nil
 	}
 	for cursor := sep; cursor != nil; {
-		ents, cursor, err = x.t.FrozenRecords(cursor, batch, remoteAppendBytes, ents[:0])
+		ents, cursor, err = x.T.FrozenRecords(cursor, batch, remoteAppendBytes, ents[:0])
 		if err != nil {
 			return 0, err
 		}
@@ -307,10 +314,11 @@ func (s *Server) copyRemote(x *localMeganode, sep []byte, tgt *splitTarget) (bli
 // thawed answers so to a resumed split's commit).
 //
 // A commit carries the digest of the source region's session table
-// (sessions, session.go), taken after the split froze the keys that move:
+// (sessions, server/rsm/sessions.go), taken after the split froze the keys that move:
 // the target merges it, so that no retry of a write to them is vouched
 // for there that the source applied.
-func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool, sessions []byte) error {
+func (sp *splitter) endRemoteTarget(tgt *splitTarget, commit bool, sessions []byte) error {
+	s := sp.s
 	req := wire.SplitEndRequest{Meganode: tgt.ptr, Commit: commit}
 	if commit {
 		req.Sessions = sessions
@@ -318,7 +326,7 @@ func (s *Server) endRemoteTarget(tgt *splitTarget, commit bool, sessions []byte)
 	var err error
 	for attempt := 0; attempt < commitTries; attempt++ {
 		if attempt > 0 {
-			if perr := s.pause(attempt); perr != nil {
+			if perr := sp.pause(attempt); perr != nil {
 				return perr
 			}
 		}
@@ -354,7 +362,8 @@ func refusedPeerOp(err error) bool {
 // (sep → yp) at level, searching from next. done reports that it is in;
 // otherwise (nil error) the search goes on at the returned pointer, which
 // the caller finds by starting again from the root.
-func (s *Server) insertChildRemote(next blink.Ptr, level int, sep []byte, yp blink.Ptr) (bool, error) {
+func (sp *splitter) insertChildRemote(next blink.Ptr, level int, sep []byte, yp blink.Ptr) (bool, error) {
+	s := sp.s
 	for hops := 0; hops < maxHops; hops++ {
 		m, _, err := s.hostOf(next.Region())
 		if err != nil {
@@ -377,7 +386,8 @@ func (s *Server) insertChildRemote(next blink.Ptr, level int, sep []byte, yp bli
 }
 
 // remoteMeganode describes the meganode of node p on its server.
-func (s *Server) remoteMeganode(p blink.Ptr) (wire.MeganodeReply, error) {
+func (sp *splitter) remoteMeganode(p blink.Ptr) (wire.MeganodeReply, error) {
+	s := sp.s
 	var rep wire.MeganodeReply
 	m, _, err := s.hostOf(p.Region())
 	if err != nil {
@@ -420,11 +430,11 @@ func (w *worker) splitBegin(body []byte) (wire.Message, error) {
 	if int(req.Level) > maxHops {
 		return nil, wireErrorf(wire.StatusBadRequest, "meganode level %d", req.Level)
 	}
-	if rr := s.servedReplica(req.Right.Region()); rr != nil && rr.meganodeAt(req.Right) == nil {
+	if rr := s.reps.servedReplica(req.Right.Region()); rr != nil && rr.sm.MeganodeAt(req.Right) == nil {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "right link %v is no node of region %d", req.Right, rr.regionID)
 	}
-	b := targetBody{Phase: targetBegin, MaxInf: req.Range.MaxInf, Level: req.Level, Right: req.Right, Source: req.Source, Payload: req.Range.Max}
-	res, err := tr.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Key: req.Range.Min, Value: appendTargetBody(nil, &b)}))
+	b := rsm.TargetBody{Phase: rsm.TargetBegin, MaxInf: req.Range.MaxInf, Level: req.Level, Right: req.Right, Source: req.Source, Payload: req.Range.Max}
+	res, err := tr.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindTarget, Key: req.Range.Min, Value: rsm.AppendTargetBody(nil, &b)}))
 	if errors.Is(err, meganode.ErrRegionFull) {
 		return nil, wireErrorf(wire.StatusUnavailable, "%v", err)
 	}
@@ -447,7 +457,7 @@ func (w *worker) splitAppend(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	tr := s.servedReplica(req.Meganode.Region())
+	tr := s.reps.servedReplica(req.Meganode.Region())
 	if tr == nil {
 		return nil, s.redirect(req.Meganode.Region(), "split append")
 	}
@@ -460,8 +470,8 @@ func (w *worker) splitAppend(body []byte) (wire.Message, error) {
 	for i, e := range req.Entries {
 		ents[i] = blink.Entry{Key: e.Key, Value: e.Value, Child: e.Child}
 	}
-	b := targetBody{Phase: targetAppend, Payload: appendEntries(nil, req.Inner, ents)}
-	res, err := tr.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
+	b := rsm.TargetBody{Phase: rsm.TargetAppend, Payload: rsm.AppendEntries(nil, req.Inner, ents)}
+	res, err := tr.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindTarget, Meganode: req.Meganode, Value: rsm.AppendTargetBody(nil, &b)}))
 	if err != nil {
 		return nil, badRequest(err)
 	}
@@ -478,20 +488,20 @@ func (w *worker) splitEnd(body []byte) error {
 		return err
 	}
 	s := w.s
-	tr := s.servedReplica(req.Meganode.Region())
+	tr := s.reps.servedReplica(req.Meganode.Region())
 	if tr == nil {
 		return s.redirect(req.Meganode.Region(), "split end")
 	}
-	b := targetBody{Phase: targetAbort}
+	b := rsm.TargetBody{Phase: rsm.TargetAbort}
 	if req.Commit {
-		b.Phase, b.Payload = targetCommit, req.Sessions
+		b.Phase, b.Payload = rsm.TargetCommit, req.Sessions
 	}
-	_, err := tr.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: req.Meganode, Value: appendTargetBody(nil, &b)}))
+	_, err := tr.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindTarget, Meganode: req.Meganode, Value: rsm.AppendTargetBody(nil, &b)}))
 	err = badRequest(err)
 	if err == nil && req.Commit {
 		s.splitEvent() // writes parked at the frozen target go on
-		if y := s.meganodeAt(req.Meganode); y != nil {
-			s.maybeRequestSplit(y)
+		if y := s.servedMeganode(req.Meganode); y != nil {
+			s.splits.maybeRequestSplit(y)
 		}
 	}
 	if err == nil {
@@ -515,21 +525,21 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	if s.servedReplica(req.Child.Region()) == nil {
+	if s.reps.servedReplica(req.Child.Region()) == nil {
 		if _, ok := s.table.Load().regions[req.Child.Region()]; !ok {
 			return nil, wireErrorf(wire.StatusBadRequest, "child %v is in no region of the table", req.Child)
 		}
-	} else if c := s.meganodeAt(req.Child); c == nil || c.m.Ptr() != req.Child || c.level != int(req.Level)-1 {
+	} else if c := s.servedMeganode(req.Child); c == nil || c.Ptr() != req.Child || c.Level != int(req.Level)-1 {
 		return nil, wireErrorf(wire.StatusBadRequest, "child %v is not a level %d meganode here", req.Child, req.Level-1)
 	}
 	start := req.Start
 	if start.IsNil() {
 		start = blink.Ptr(s.root.Load())
 	}
-	if s.servedReplica(start.Region()) == nil {
+	if s.reps.servedReplica(start.Region()) == nil {
 		return &wire.InsertChildReply{Next: start}, nil
 	}
-	p, next, err := s.parentOf(start, req.Key, int(req.Level))
+	p, next, err := s.splits.parentOf(start, req.Key, int(req.Level))
 	if err != nil {
 		return nil, err
 	}
@@ -539,16 +549,20 @@ func (w *worker) insertChild(body []byte) (wire.Message, error) {
 		}
 		return &wire.InsertChildReply{Next: next}, nil
 	}
-	_, err = p.rep.propose(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: req.Key, Value: le.AppendUint64(nil, uint64(req.Child))}))
+	rep, err := s.holder(p)
+	if err != nil {
+		return nil, err
+	}
+	_, err = rep.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindChild, Meganode: p.Ptr(), Key: req.Key, Value: binary.LittleEndian.AppendUint64(nil, uint64(req.Child))}))
 	switch {
 	case err == nil:
-		s.maybeRequestSplit(p)
+		s.splits.maybeRequestSplit(p)
 		return &wire.InsertChildReply{Done: true}, nil
 	case errors.Is(err, blink.ErrNeedsSplit):
-		s.requestSplit(p, true)
-		return nil, wireErrorf(wire.StatusNeedsRetry, "parent meganode %v is full; splitting it", p.m.Ptr())
+		s.splits.requestSplit(p, true)
+		return nil, wireErrorf(wire.StatusNeedsRetry, "parent meganode %v is full; splitting it", p.Ptr())
 	case errors.Is(err, blink.ErrFrozen), errors.Is(err, blink.ErrKeyOutOfRange):
-		return nil, wireErrorf(wire.StatusNeedsRetry, "parent meganode %v is splitting", p.m.Ptr())
+		return nil, wireErrorf(wire.StatusNeedsRetry, "parent meganode %v is splitting", p.Ptr())
 	}
 	return nil, err
 }
@@ -560,10 +574,10 @@ func (w *worker) meganodeInfo(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	s := w.s
-	if s.servedReplica(req.Ptr.Region()) == nil {
+	if s.reps.servedReplica(req.Ptr.Region()) == nil {
 		return nil, s.redirect(req.Ptr.Region(), "meganode")
 	}
-	lm := s.meganodeAt(req.Ptr)
+	lm := s.servedMeganode(req.Ptr)
 	if lm == nil {
 		return nil, wireErrorf(wire.StatusOutOfBounds, "%v is not a node of a meganode of region %d", req.Ptr, req.Ptr.Region())
 	}
@@ -571,164 +585,21 @@ func (w *worker) meganodeInfo(body []byte) (wire.Message, error) {
 	if _, err := w.describe(lm, &rep.Meganode); err != nil {
 		return nil, err
 	}
-	rep.Right = lm.t.Right()
-	lm.rep.applyMu.Lock()
-	if p := lm.rep.repl.splitOf(lm.m.Ptr()); p != nil {
+	rep.Right = lm.T.Right()
+	if p, ok := s.reps.holding(lm.Ptr().Region()).sm.SplitOf(lm.Ptr()); ok {
 		rep.SplitNew = p.Y
 	}
-	lm.rep.applyMu.Unlock()
 	return rep, nil
 }
 
 // badRequest maps an apply record refused as inconsistent with the
-// region (ErrBadRecord: a split op naming no split target, say) to
+// region (rsm.ErrBadRecord: a split op naming no split target, say) to
 // StatusBadRequest: the server-to-server op was wrong, nothing changed.
 func badRequest(err error) error {
-	if errors.Is(err, ErrBadRecord) {
+	if errors.Is(err, rsm.ErrBadRecord) {
 		return wireErrorf(wire.StatusBadRequest, "%v", err)
 	}
 	return err
-}
-
-// applyTargetLocked applies one target record r with body b.
-// REQUIRES: s.applyMu held.
-func (rep *replica) applyTargetLocked(r *writeRecord, b *targetBody) (applyResult, error) {
-	if b.Phase == targetBegin {
-		return rep.beginTargetLocked(r, b)
-	}
-	y := rep.meganodeAt(r.Meganode)
-	isTarget := y != nil && y.m.Ptr() == r.Meganode && y.t.Split().Target
-	switch {
-	case !isTarget && rep.endedTarget(r.Meganode, b.Phase == targetCommit):
-		// Ended that way already: a retried end whose first reply was
-		// lost changes nothing and succeeds.
-		return applyResult{}, nil
-	case !isTarget:
-		return applyResult{}, fmt.Errorf("server: target %v record for %v, not a split target of region %d: %w", b.Phase, r.Meganode, rep.regionID, ErrBadRecord)
-	}
-	switch b.Phase {
-	case targetAppend:
-		inner, ents, err := decodeEntries(b.Payload)
-		if err != nil {
-			return applyResult{}, err
-		}
-		if inner != (y.level > 0) {
-			return applyResult{}, fmt.Errorf("server: target append of inner=%v entries into a level %d meganode: %w", inner, y.level, ErrBadRecord)
-		}
-		if err := y.t.AppendEntries(ents); err != nil {
-			return applyResult{}, err
-		}
-		if ts := rep.targets[y.m.Ptr()]; ts != nil {
-			ts.appended = true
-		}
-		return applyResult{Root: y.t.Root()}, nil
-	case targetCommit:
-		if len(b.Payload) > 0 {
-			rep.repl.Sessions.merge(b.Payload, rep.repl.Applied)
-		}
-		delete(rep.targets, y.m.Ptr())
-		rep.noteEnded(y.m.Ptr(), true)
-		return applyResult{}, y.t.Thaw()
-	case targetAbort:
-		rep.noteEnded(y.m.Ptr(), false)
-		return applyResult{}, rep.dropTargetLocked(y)
-	}
-	return applyResult{}, fmt.Errorf("server: target phase %v: %w", b.Phase, ErrBadRecord)
-}
-
-// targetState is a remote split's target in this region, from its begin
-// record to its commit or abort: the split it belongs to (the source
-// meganode and the split key), and whether entries were appended to it.
-// Kept by apply alone (rep.targets, guarded by applyMu) and rebuilt by
-// replaying the log: no snapshot is taken while a target is frozen
-// (fsm.go), so every replica knows the same targets.
-type targetState struct {
-	source   blink.Ptr
-	key      []byte
-	appended bool
-}
-
-// beginTargetLocked applies a target begin record. A begin that repeats
-// one whose target is still frozen and empty (the source retried after a
-// lost reply) answers that target instead of making a second one, so a
-// timed-out SplitBegin leaves no orphan; a frozen target of the same
-// split that already received entries (the source started the split
-// over) is dropped first. REQUIRES: rep.applyMu held.
-func (rep *replica) beginTargetLocked(r *writeRecord, b *targetBody) (applyResult, error) {
-	if !r.Meganode.IsNil() {
-		return applyResult{}, fmt.Errorf("server: target begin record names %v: apply chooses the meganode: %w", r.Meganode, ErrBadRecord)
-	}
-	for _, yp := range slices.Sorted(maps.Keys(rep.targets)) {
-		ts := rep.targets[yp]
-		if ts.source != b.Source || !bytes.Equal(ts.key, r.Key) {
-			continue
-		}
-		y := rep.meganodeAt(yp)
-		if y == nil || y.m.Ptr() != yp || !y.t.Split().Target {
-			delete(rep.targets, yp)
-			continue
-		}
-		if !ts.appended && y.level == int(b.Level) {
-			return applyResult{New: yp}, nil
-		}
-		if err := rep.dropTargetLocked(y); err != nil {
-			return applyResult{}, err
-		}
-	}
-	bounds := blink.Bounds{Min: r.Key, Max: b.Payload, MaxInf: b.MaxInf}
-	yp, err := rep.newMeganodeLocked(int(b.Level), bounds, func(y *blink.Tree) error {
-		return y.BeginCopy(b.Right)
-	})
-	if err == nil {
-		if rep.targets == nil {
-			rep.targets = make(map[blink.Ptr]*targetState)
-		}
-		rep.targets[yp] = &targetState{source: b.Source, key: bytes.Clone(r.Key)}
-	}
-	return applyResult{New: yp}, err
-}
-
-// endedTargets bounds the targets whose end a replica remembers, for
-// retried ends.
-const endedTargets = 64
-
-// endedTarget is a target's end: committed, or aborted.
-type endedTarget struct {
-	ptr    blink.Ptr
-	commit bool
-}
-
-// noteEnded remembers that target p ended (committed or aborted), the last
-// endedTargets of them, in log order. Snapshots do not carry them: a
-// replica restored from one answers a retried end BadRequest where the
-// others answer OK, and neither changes anything, so the regions stay
-// identical. REQUIRES: rep.applyMu held.
-func (rep *replica) noteEnded(p blink.Ptr, commit bool) {
-	rep.ended = append(rep.ended, endedTarget{p, commit})
-	if len(rep.ended) > endedTargets {
-		rep.ended = slices.Delete(rep.ended, 0, 1)
-	}
-}
-
-// endedTarget reports whether target p's last end was commit's kind (a
-// commit, or an abort): a retried end. REQUIRES: rep.applyMu held.
-func (rep *replica) endedTarget(p blink.Ptr, commit bool) bool {
-	for i := len(rep.ended) - 1; i >= 0; i-- {
-		if rep.ended[i].ptr == p {
-			return rep.ended[i].commit == commit
-		}
-	}
-	return false
-}
-
-// dropTargetLocked drops frozen target y: its records (copies of the
-// source's) and its meganode. REQUIRES: rep.applyMu held.
-func (rep *replica) dropTargetLocked(y *localMeganode) error {
-	delete(rep.targets, y.m.Ptr())
-	if err := y.t.DropRecords(); err != nil {
-		return err
-	}
-	return rep.dropMeganode(y.m.Slot())
 }
 
 // sweepTargets drops the frozen remote split targets of rep's region,
@@ -740,13 +611,9 @@ func (rep *replica) dropTargetLocked(y *localMeganode) error {
 // linked is never dropped; one dropped before its source linked fails
 // that split's copy, which the source then undoes. A source that cannot
 // be asked is asked again at the next sweep.
-func (s *Server) sweepTargets(rep *replica) {
-	rep.applyMu.Lock()
-	targets := make(map[blink.Ptr]blink.Ptr, len(rep.targets))
-	for yp, ts := range rep.targets {
-		targets[yp] = ts.source
-	}
-	rep.applyMu.Unlock()
+func (sp *splitter) sweepTargets(rep *replica) {
+	s := sp.s
+	targets := rep.sm.Targets()
 	now := time.Now()
 	seen := &rep.targetSeen
 	for yp := range *seen {
@@ -767,7 +634,7 @@ func (s *Server) sweepTargets(rep *replica) {
 			continue
 		}
 		source := targets[yp]
-		orphan, err := s.splitGivenUp(source, yp)
+		orphan, err := sp.splitGivenUp(source, yp)
 		if err != nil {
 			s.log.Debug("server: the source of a frozen split target could not be asked", slog.String("target", yp.String()), slog.String("source", source.String()), slog.Any("err", err))
 			continue
@@ -775,8 +642,8 @@ func (s *Server) sweepTargets(rep *replica) {
 		if !orphan {
 			continue
 		}
-		b := targetBody{Phase: targetAbort}
-		if _, err := rep.propose(appendRecord(nil, &writeRecord{Kind: recTarget, Meganode: yp, Value: appendTargetBody(nil, &b)})); err != nil {
+		b := rsm.TargetBody{Phase: rsm.TargetAbort}
+		if _, err := rep.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindTarget, Meganode: yp, Value: rsm.AppendTargetBody(nil, &b)})); err != nil {
 			s.log.Warn("server: drop an orphan split target", slog.String("target", yp.String()), slog.Any("err", err))
 			continue
 		}
@@ -789,14 +656,13 @@ func (s *Server) sweepTargets(rep *replica) {
 
 // splitGivenUp reports whether source, a meganode that began a remote
 // split into yp, no longer splits into it per its region's applied log.
-func (s *Server) splitGivenUp(source, yp blink.Ptr) (bool, error) {
-	if lm := s.meganodeAt(source); lm != nil {
-		lm.rep.applyMu.Lock()
-		defer lm.rep.applyMu.Unlock()
-		p := lm.rep.repl.splitOf(source)
-		return p == nil || p.Y != yp, nil
+func (sp *splitter) splitGivenUp(source, yp blink.Ptr) (bool, error) {
+	s := sp.s
+	if rep := s.reps.servedReplica(source.Region()); rep != nil && rep.sm.MeganodeAt(source) != nil {
+		p, ok := rep.sm.SplitOf(source)
+		return !ok || p.Y != yp, nil
 	}
-	info, err := s.remoteMeganode(source)
+	info, err := sp.remoteMeganode(source)
 	switch {
 	case errors.Is(err, wire.ErrOutOfBounds):
 		return true, nil // the source meganode is gone
@@ -805,3 +671,14 @@ func (s *Server) splitGivenUp(source, yp blink.Ptr) (bool, error) {
 	}
 	return info.SplitNew != yp, nil
 }
+
+// sessionDigest returns the digest of the region's session table, as a
+// remote split's commit carries it: in a wire frame of the server's
+// MaxFrameSize, beside the request's other fields.
+func (rep *replica) sessionDigest() []byte {
+	return rep.sm.SessionDigest(rep.srv.opts.MaxFrameSize - wire.HeaderSize - splitEndOverhead)
+}
+
+// splitEndOverhead bounds the bytes of a wire.SplitEndRequest beside its
+// sessions.
+const splitEndOverhead = 64

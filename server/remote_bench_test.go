@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/server/rsm"
 )
 
 // BenchmarkSplitPlacement times one split of a full meganode (issue #4:
@@ -31,18 +32,18 @@ func BenchmarkSplitPlacement(b *testing.B) {
 					o.Logger = discardLogger()
 				})
 				s := srvs[0]
-				x := s.meganodeAt(s.Root())
+				x := s.servedMeganode(s.Root())
 				val := []byte("value-0123456789")
 				n := 0
-				for ; x.t.Fill() < 0.75; n++ {
+				for ; x.T.Fill() < 0.75; n++ {
 					key := fmt.Appendf(nil, "key-%012d", uint64(n)*2654435761%(1<<40))
-					if _, err := s.propose(appendRecord(nil, &writeRecord{Kind: recPut, Meganode: x.m.Ptr(), Key: key, Value: val})); err != nil {
+					if _, err := s.reps.own.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindPut, Meganode: x.Ptr(), Key: key, Value: val})); err != nil {
 						b.Fatalf("fill at %d keys: %v", n, err)
 					}
 				}
 				b.StartTimer()
 				start := time.Now()
-				if !s.runSplit(x) {
+				if !s.splits.runSplit(x) {
 					b.Fatal("split failed")
 				}
 				d := time.Since(start)

@@ -14,6 +14,7 @@ import (
 	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/locality"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -90,9 +91,9 @@ func TestRemoteSplit(t *testing.T) {
 		t.Fatalf("%d remote splits", remote)
 	}
 	for _, s := range srvs {
-		t.Logf("%s: %d meganodes", s.opts.ServerID, len(s.region.Meganodes()))
-		if len(s.region.Meganodes()) < 2 {
-			t.Errorf("%s holds %d meganodes", s.opts.ServerID, len(s.region.Meganodes()))
+		t.Logf("%s: %d meganodes", s.opts.ServerID, len(s.reps.own.sm.Region().Meganodes()))
+		if len(s.reps.own.sm.Region().Meganodes()) < 2 {
+			t.Errorf("%s holds %d meganodes", s.opts.ServerID, len(s.reps.own.sm.Region().Meganodes()))
 		}
 	}
 	slices.Sort(keys)
@@ -170,7 +171,7 @@ func TestSplitOpsBadInput(t *testing.T) {
 			t.Errorf("%s: %v (status %v), want %v", tc.name, err, got, tc.want)
 		}
 	}
-	if n := len(s.region.Meganodes()); n != 1 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 1 {
 		t.Fatalf("%d meganodes after refused split ops", n)
 	}
 	if err := s.Check(); err != nil {
@@ -199,10 +200,10 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 		o.OrphanTargetAge = time.Millisecond
 	})
 	s := srvs[0]
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	c := dial(t, s)
 	var keys []string
-	for i := 0; x.t.Fill() < 0.6; i++ {
+	for i := 0; x.T.Fill() < 0.6; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 		keys = append(keys, k)
@@ -218,19 +219,19 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 
 	p := pauseSplits(t)
 	done := make(chan bool, 1)
-	go func() { done <- s.runSplit(x) }()
+	go func() { done <- s.splits.runSplit(x) }()
 	var blocked chan error
 	blockedKey := "key999999" // above any split key
 	for _, step := range splitFailpoints {
 		p.wait(t, step)
-		sep := string(x.t.Split().Sep)
+		sep := string(x.T.Split().Sep)
 		t.Logf("paused at %s (sep %q)", step, sep)
 		// Long enough for the target's leader to ask the source whether
 		// the split goes on (OrphanTargetAge is 1 ms here): it does.
 		time.Sleep(3 * replicaInterval)
 		switch step {
 		case FailpointSplitFroze:
-			if sep == "" || !x.t.Split().Source {
+			if sep == "" || !x.T.Split().Source {
 				t.Fatalf("X not frozen at %s", step)
 			}
 			blocked = make(chan error, 1)
@@ -245,11 +246,10 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 			// X's old right half is gone and Y thawed: the put lands in Y.
 			awaitPut(t, blocked, blockedKey)
 			keys = append(keys, blockedKey)
-			y := srvs[1].megas.Load()
 			found := false
-			for _, lm := range y.bySlot {
-				if lm != nil && lm.level == 0 {
-					if v, err := lm.t.Get([]byte(blockedKey), nil); err == nil && string(v) == "v"+blockedKey {
+			for lm := range srvs[1].reps.own.sm.Meganodes() {
+				if lm.Level == 0 {
+					if v, err := lm.T.Get([]byte(blockedKey), nil); err == nil && string(v) == "v"+blockedKey {
 						found = true
 					}
 				}
@@ -276,19 +276,19 @@ func TestRemoteSplitFailpoints(t *testing.T) {
 // second split's separator refused by a failpoint until unblock is called:
 // the split is past its link with its separator pending. It returns the
 // keys written, every one readable.
-func separatorPending(t *testing.T) (s *Server, c *wire.Conn, x *localMeganode, keys []string, unblock func()) {
+func separatorPending(t *testing.T) (s *Server, c *wire.Conn, x *rsm.Meganode, keys []string, unblock func()) {
 	s, _ = newTestServer(t, func(o *Options) {
 		o.MeganodeSize = 64 << 10
 		o.SplitFill = 1
 	})
 	c = dial(t, s)
-	x = s.meganodeAt(s.Root())
-	for i := 0; x.t.Fill() < 0.6; i++ {
+	x = s.servedMeganode(s.Root())
+	for i := 0; x.T.Fill() < 0.6; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 		keys = append(keys, k)
 	}
-	if !s.runSplit(x) { // the root split: the new root has both entries
+	if !s.splits.runSplit(x) { // the root split: the new root has both entries
 		t.Fatal("first split failed")
 	}
 	var fail atomic.Bool
@@ -299,7 +299,7 @@ func separatorPending(t *testing.T) (s *Server, c *wire.Conn, x *localMeganode, 
 		}
 		return nil
 	}))
-	if !s.runSplit(x) {
+	if !s.splits.runSplit(x) {
 		t.Fatal("second split failed")
 	}
 	return s, c, x, keys, func() { fail.Store(false) }
@@ -307,27 +307,26 @@ func separatorPending(t *testing.T) (s *Server, c *wire.Conn, x *localMeganode, 
 
 // pendingSeparators is the number of separators the split loop has to retry.
 func pendingSeparators(s *Server) int {
-	s.splitMu.Lock()
-	defer s.splitMu.Unlock()
-	return len(s.pendingSeps)
+	s.splits.mu.Lock()
+	defer s.splits.mu.Unlock()
+	return len(s.splits.pendingSeps)
 }
 
 // splitsInProgress is the number of splits x's region's applied state
 // shows in progress.
-func splitsInProgress(x *localMeganode) int {
-	x.rep.applyMu.Lock()
-	defer x.rep.applyMu.Unlock()
-	return len(x.rep.repl.Splits)
+func splitsInProgress(s *Server, x *rsm.Meganode) int {
+	splits, _ := s.reps.holding(x.Ptr().Region()).sm.Progress()
+	return len(splits)
 }
 
 // waitSplitsSettled waits until no separator is pending and no split of
 // x's region in progress.
-func waitSplitsSettled(t *testing.T, s *Server, x *localMeganode) {
+func waitSplitsSettled(t *testing.T, s *Server, x *rsm.Meganode) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for pendingSeparators(s) != 0 || splitsInProgress(x) != 0 {
+	for pendingSeparators(s) != 0 || splitsInProgress(s, x) != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d separators pending and %d splits in progress after 10 s", pendingSeparators(s), splitsInProgress(x))
+			t.Fatalf("%d separators pending and %d splits in progress after 10 s", pendingSeparators(s), splitsInProgress(s, x))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -376,10 +375,10 @@ func TestSeparatorRetried(t *testing.T) {
 // in once and the split ends once.
 func TestPendingSeparatorResumedOnce(t *testing.T) {
 	s, c, x, keys, unblock := separatorPending(t)
-	if n, m := pendingSeparators(s), splitsInProgress(x); n != 1 || m != 1 {
+	if n, m := pendingSeparators(s), splitsInProgress(s, x); n != 1 || m != 1 {
 		t.Fatalf("%d separators pending and %d splits in progress, want 1 and 1", n, m)
 	}
-	s.resumeSplits(x.rep) // the separator still fails: queued again, once
+	s.splits.resumeSplits(s.reps.holding(x.Ptr().Region())) // the separator still fails: queued again, once
 	if n := pendingSeparators(s); n != 1 {
 		t.Fatalf("%d separators pending after the split was resumed, want 1", n)
 	}
@@ -418,7 +417,7 @@ func TestSplitOpsRetried(t *testing.T) {
 	if y2 := begin("m"); y2 != y1 {
 		t.Fatalf("a retried begin made %v, the first made %v", y2, y1)
 	}
-	if n := len(s.region.Meganodes()); n != 2 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 2 {
 		t.Fatalf("%d meganodes after a begin asked twice, want 2", n)
 	}
 	for i := range 2 {
@@ -445,12 +444,12 @@ func TestSplitOpsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	y5 := begin("q")
-	if n := len(s.region.Meganodes()); n != 3 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 3 {
 		t.Fatalf("begin of a split started over: %d meganodes, want the root, the committed target and the new one", n)
 	}
-	if lm := s.meganodeAt(y5); lm == nil {
+	if lm := s.servedMeganode(y5); lm == nil {
 		t.Fatalf("the new target %v is no meganode", y5)
-	} else if it := lm.t.NewIter(nil); it.First() {
+	} else if it := lm.T.NewIter(nil); it.First() {
 		t.Fatalf("the new target %v holds %q: the old one's entries", y5, it.Key())
 	} else {
 		it.Close()
@@ -458,7 +457,7 @@ func TestSplitOpsRetried(t *testing.T) {
 	if err := end(y5, false); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(s.region.Meganodes()); n != 2 {
+	if n := len(s.reps.own.sm.Region().Meganodes()); n != 2 {
 		t.Fatalf("%d meganodes at the end, want the root and the committed target", n)
 	}
 	put(t, c, "b", "vb")
@@ -479,16 +478,14 @@ func TestOrphanTargetDropped(t *testing.T) {
 	if _, err := call(t, c, wire.OpSplitBegin, &wire.SplitBeginRequest{Source: a.Root(), Range: wire.KeyRange{Min: []byte("m"), MaxInf: true}}, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if b.meganodeAt(rep.Meganode) == nil {
+	if b.servedMeganode(rep.Meganode) == nil {
 		t.Fatalf("no target %v", rep.Meganode)
 	}
-	waitFor(t, func() bool { return b.meganodeAt(rep.Meganode) == nil }, "the orphan target to be dropped")
+	waitFor(t, func() bool { return b.servedMeganode(rep.Meganode) == nil }, "the orphan target to be dropped")
 	if n := metricValue(gather(t, b), "cell_server_meganode_splits_total", map[string]string{"result": "orphan_dropped"}); n != 1 {
 		t.Errorf("%v orphans counted", n)
 	}
-	b.applyMu.Lock()
-	left := len(b.targets)
-	b.applyMu.Unlock()
+	left := len(b.reps.own.sm.Targets())
 	if left != 0 {
 		t.Errorf("%d targets left", left)
 	}
@@ -510,7 +507,7 @@ func TestEndRemoteTargetRefusedOnce(t *testing.T) {
 	before := refusals()
 	// The root meganode, here: no split target.
 	tgt := &splitTarget{ptr: s.Root(), peer: regiontable.Member{ID: s.opts.ServerID, RPCAddr: s.rpcAddr}}
-	err := s.endRemoteTarget(tgt, true, nil)
+	err := s.splits.endRemoteTarget(tgt, true, nil)
 	if wire.StatusOf(err) != wire.StatusBadRequest {
 		t.Fatalf("commit of a meganode that is no target: %v, want BadRequest", err)
 	}

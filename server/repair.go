@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// Self-repair (DESIGN §9). Three things keep the replicas of the cluster
+// Self-repair (docs/design.md §9). Three things keep the replicas of the cluster
 // where they should be:
 //
 //   - A replica move (OpMoveReplica, from an operator or the coordinator)
@@ -62,21 +63,21 @@ const learnerGiveUp = time.Minute
 const failedPlacementMemory = 2 * time.Minute
 
 // noteFailedPlacement remembers that server id failed to open a replica.
-func (s *Server) noteFailedPlacement(id string) {
-	s.failedPlace.Lock()
-	defer s.failedPlace.Unlock()
-	if s.failedPlace.at == nil {
-		s.failedPlace.at = make(map[string]time.Time)
+func (co *coordinator) noteFailedPlacement(id string) {
+	co.failedPlace.Lock()
+	defer co.failedPlace.Unlock()
+	if co.failedPlace.at == nil {
+		co.failedPlace.at = make(map[string]time.Time)
 	}
-	s.failedPlace.at[id] = time.Now()
+	co.failedPlace.at[id] = time.Now()
 }
 
 // placementFailedRecently reports whether server id failed to open a
 // replica within failedPlacementMemory.
-func (s *Server) placementFailedRecently(id string) bool {
-	s.failedPlace.Lock()
-	defer s.failedPlace.Unlock()
-	t, ok := s.failedPlace.at[id]
+func (co *coordinator) placementFailedRecently(id string) bool {
+	co.failedPlace.Lock()
+	defer co.failedPlace.Unlock()
+	t, ok := co.failedPlace.at[id]
 	return ok && time.Since(t) < failedPlacementMemory
 }
 
@@ -185,7 +186,8 @@ func (g *goneServers) dead(now time.Time, after time.Duration) map[string]bool {
 
 // requestMove records a move of rep's replica, asked by OpMoveReplica.
 // REQUIRES: this server serves rep's region.
-func (s *Server) requestMove(rep *replica, req *wire.MoveReplicaRequest) error {
+func (k *keeper) requestMove(rep *replica, req *wire.MoveReplicaRequest) error {
+	s := k.s
 	v := s.table.Load()
 	if req.From == req.To {
 		return wireErrorf(wire.StatusBadRequest, "move replica: from and to are both %q", req.From)
@@ -203,8 +205,15 @@ func (s *Server) requestMove(rep *replica, req *wire.MoveReplicaRequest) error {
 		}
 		return wireErrorf(wire.StatusBadRequest, "move replica: region %d has no replica on %q", rep.regionID, req.From)
 	}
-	if cur := rep.move.Load(); cur != nil && cur.from == req.From && inConfig(cfg, cur.to) {
-		return nil // under way: keep its target
+	if cur := rep.move.Load(); cur != nil && cur.from == req.From && cur.to != req.To {
+		// Under way: keep its target while it is a live member, also
+		// before the group lists it (its nonvoter is being added). An
+		// asker that chose another target (the coordinator places again
+		// on every ask, and the table lists the first as a learner by
+		// then) would otherwise leave the group one replica too many.
+		if _, live := v.members[cur.to]; live && !v.draining[cur.to] {
+			return nil
+		}
 	}
 	if _, live := v.members[req.To]; !live {
 		return wireErrorf(wire.StatusBadRequest, "move replica: %q is not a live member", req.To)
@@ -247,46 +256,48 @@ func suffrage(cfg raft.Configuration, id string) (raft.ServerSuffrage, bool) {
 // replicas. The region table's entry is published with the new
 // configuration after every change, and before a nonvoter is added (so
 // that the new member opens its replica).
-func (s *Server) replicate(rep *replica) error {
+func (k *keeper) replicate(rep *replica) error {
+	s := k.s
 	cfg, err := groupConfig(rep)
 	if err != nil {
 		return err
 	}
-	if done, err := s.promoteCaughtUp(rep, cfg); done || err != nil {
+	if done, err := k.promoteCaughtUp(rep, cfg); done || err != nil {
 		return err
 	}
 	if mv := rep.move.Load(); mv != nil {
-		return s.stepMove(rep, cfg, mv)
+		return k.stepMove(rep, cfg, mv)
 	}
-	if done, err := s.trimVoter(rep, cfg); done || err != nil {
+	if done, err := k.trimVoter(rep, cfg); done || err != nil {
 		return err
 	}
 	if len(cfg.Servers) >= s.opts.Replicas {
 		return nil
 	}
-	m, ok := s.pickReplicaHost(cfg)
+	m, ok := k.pickReplicaHost(cfg)
 	if !ok {
 		return nil // too few live servers: try again later
 	}
-	return s.addNonvoter(rep, cfg, m)
+	return k.addNonvoter(rep, cfg, m)
 }
 
 // promoteCaughtUp makes the first nonvoter that has caught up a voter. It
 // reports whether it found a nonvoter (caught up or not): a group adds
 // one server at a time. A nonvoter on a dead or draining server is
 // removed instead.
-func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, error) {
+func (k *keeper) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, error) {
+	s := k.s
 	v := s.table.Load()
-	dead := s.gone.dead(time.Now(), s.opts.DeadAfter)
+	dead := s.coord.gone.dead(time.Now(), s.opts.DeadAfter)
 	for _, srv := range cfg.Servers {
 		if srv.Suffrage != raft.Nonvoter {
 			continue
 		}
 		id := string(srv.ID)
 		if dead[id] || v.draining[id] {
-			return true, s.removeServer(rep, id, "the nonvoter's server is dead or draining")
+			return true, k.removeServer(rep, id, "the nonvoter's server is dead or draining")
 		}
-		ok, holds, err := s.learnerState(rep, id)
+		ok, holds, err := k.learnerState(rep, id)
 		if err != nil {
 			return true, err
 		}
@@ -303,8 +314,8 @@ func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, er
 				return true, nil
 			}
 			delete(rep.learnerMissing, id)
-			s.noteFailedPlacement(id)
-			return true, s.removeServer(rep, id, "its server never opened the replica")
+			s.coord.noteFailedPlacement(id)
+			return true, k.removeServer(rep, id, "its server never opened the replica")
 		}
 		delete(rep.learnerMissing, id)
 		if !ok {
@@ -314,13 +325,14 @@ func (s *Server) promoteCaughtUp(rep *replica, cfg raft.Configuration) (bool, er
 			return true, fmt.Errorf("promote %s: %w", srv.ID, err)
 		}
 		s.log.Info("server: follower caught up; now a voter", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", id))
-		return true, s.publishReplicas(rep)
+		return true, k.publishReplicas(rep)
 	}
 	return false, nil
 }
 
 // stepMove takes one step of move mv (the type's doc).
-func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove) error {
+func (k *keeper) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove) error {
+	s := k.s
 	if !inConfig(cfg, mv.from) {
 		rep.move.CompareAndSwap(mv, nil)
 		return nil
@@ -333,16 +345,21 @@ func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove)
 			rep.move.CompareAndSwap(mv, nil) // the target went; the asker picks another
 			return fmt.Errorf("move target %s is not a live member", mv.to)
 		}
-		return s.addNonvoter(rep, cfg, m)
+		return k.addNonvoter(rep, cfg, m)
 	case sf != raft.Voter:
 		return nil // promoteCaughtUp's
 	case mv.from == s.opts.ServerID:
 		// The target votes: hand the leadership over, then the new host
-		// removes this replica when asked again.
+		// removes this replica when asked again. The move is kept until
+		// the transfer succeeds: one that failed (timed out) is tried
+		// again at the next tick, towards the same target.
+		if err := k.transferLeader(rep, mv.to); err != nil {
+			return err
+		}
 		rep.move.CompareAndSwap(mv, nil)
-		return s.transferLeader(rep, mv.to)
+		return nil
 	default:
-		if err := s.removeServer(rep, mv.from, "moved to "+mv.to); err != nil {
+		if err := k.removeServer(rep, mv.from, "moved to "+mv.to); err != nil {
 			return err
 		}
 		rep.move.CompareAndSwap(mv, nil)
@@ -351,34 +368,69 @@ func (s *Server) stepMove(rep *replica, cfg raft.Configuration, mv *replicaMove)
 }
 
 // trimVoter removes one voter from a group with more than
-// Options.Replicas: a dead one, else a draining one, never this server.
-// It reports whether it removed one.
-func (s *Server) trimVoter(rep *replica, cfg raft.Configuration) (bool, error) {
+// Options.Replicas, never this server: a dead one, else one not a live
+// member, else a draining one, else the one on the server holding the
+// most (placeReplica's measure, so the group keeps the replicas placement
+// would have chosen). It reports whether it removed one.
+//
+// A group gets an extra voter when a replacement finished on a host that
+// did not know of the move before it (the leadership changed during it,
+// or a move was asked again with another target): nothing else would
+// ever remove it.
+func (k *keeper) trimVoter(rep *replica, cfg raft.Configuration) (bool, error) {
+	s := k.s
 	voters, _ := replicaIDs(cfg)
 	if len(voters) <= s.opts.Replicas {
 		return false, nil
 	}
-	v := s.table.Load()
-	dead := s.gone.dead(time.Now(), s.opts.DeadAfter)
-	for _, pass := range []func(string) bool{
-		func(id string) bool { return dead[id] },
-		func(id string) bool { return v.draining[id] },
+	id, why := k.extraVoter(s.table.Load(), s.coord.gone.dead(time.Now(), s.opts.DeadAfter), voters)
+	if id == "" {
+		return false, nil
+	}
+	return true, k.removeServer(rep, id, "the group has more voters than --replicas; "+why)
+}
+
+// extraVoter chooses the voter trimVoter removes, and says why.
+func (k *keeper) extraVoter(v *tableView, dead map[string]bool, voters []string) (string, string) {
+	s := k.s
+	candidates := slices.DeleteFunc(slices.Clone(voters), func(id string) bool { return id == s.opts.ServerID })
+	for _, pass := range []struct {
+		why string
+		is  func(string) bool
+	}{
+		{"its server is dead", func(id string) bool { return dead[id] }},
+		{"its server is not a member", func(id string) bool { _, live := v.members[id]; return !live }},
+		{"its server is draining", func(id string) bool { return v.draining[id] }},
 	} {
-		for _, id := range voters {
-			if id != s.opts.ServerID && pass(id) {
-				return true, s.removeServer(rep, id, "the group has more voters than --replicas")
+		for _, id := range candidates {
+			if pass.is(id) {
+				return id, pass.why
 			}
 		}
 	}
-	return false, nil
+	if len(candidates) == 0 {
+		return "", ""
+	}
+	load := replicaLoad(v, s.coord.regionsInUse(v))
+	most := candidates[0]
+	for _, id := range candidates[1:] {
+		if load[most].less(load[id]) {
+			most = id
+		}
+	}
+	return most, "its server holds the most"
 }
 
 // addNonvoter publishes m as a learner of rep's region and adds it to the
 // group as a nonvoter.
-func (s *Server) addNonvoter(rep *replica, cfg raft.Configuration, m regiontable.Member) error {
+func (k *keeper) addNonvoter(rep *replica, cfg raft.Configuration, m regiontable.Member) error {
+	s := k.s
 	voters, learners := replicaIDs(cfg)
-	if err := s.putReplicas(rep, voters, append(learners, m.ID)); err != nil {
+	if err := k.putReplicas(rep, voters, append(learners, m.ID)); err != nil {
 		return err
+	}
+	if f := s.opts.TestingKnobs.BeforeAddNonvoter; f != nil {
+		f(rep.regionID, m.ID)
 	}
 	if err := rep.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, s.opts.ProposalTimeout).Error(); err != nil {
 		return fmt.Errorf("add %s: %w", m.ID, err)
@@ -389,13 +441,14 @@ func (s *Server) addNonvoter(rep *replica, cfg raft.Configuration, m regiontable
 
 // removeServer removes server id from rep's group and publishes the new
 // configuration.
-func (s *Server) removeServer(rep *replica, id, why string) error {
+func (k *keeper) removeServer(rep *replica, id, why string) error {
+	s := k.s
 	if err := rep.raft.RemoveServer(raft.ServerID(id), 0, s.opts.ProposalTimeout).Error(); err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
 	s.metrics.replicasRemoved.Inc()
 	s.log.Info("server: replica removed from the group", slog.Uint64("region", uint64(rep.regionID)), slog.String("server", id), slog.String("why", why))
-	return s.publishReplicas(rep)
+	return k.publishReplicas(rep)
 }
 
 // errTransferring refuses a transfer while another one runs; the asker
@@ -407,7 +460,8 @@ var errTransferring = &wire.StatusError{Status: wire.StatusUnavailable, Message:
 // It stops serving the region first (dropping its read lease: the target
 // is elected without waiting the lease out); if the transfer fails, this
 // server is still the leader and serves the region again.
-func (s *Server) transferLeader(rep *replica, to string) error {
+func (k *keeper) transferLeader(rep *replica, to string) error {
+	s := k.s
 	if !rep.transferring.CompareAndSwap(false, true) {
 		return errTransferring
 	}
@@ -438,15 +492,90 @@ func (s *Server) transferLeader(rep *replica, to string) error {
 	if !live {
 		return wireErrorf(wire.StatusBadRequest, "transfer leader: %q is not a live member", to)
 	}
+	if err := k.transferTargetReady(rep, m); err != nil {
+		return err
+	}
 	start := time.Now()
-	s.unserve(rep)
-	if err := rep.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(m.RaftAddr)).Error(); err != nil {
+	s.hosting.unserve(rep)
+	for attempt := 1; ; attempt++ {
+		err = k.transferAttempt(rep, attempt, to, m.RaftAddr)
+		if err == nil || attempt == transferAttempts || !transferTimedOut(err) || rep.raft.State() != raft.Leader {
+			break
+		}
+		if rerr := k.transferTargetReady(rep, m); rerr != nil {
+			err = errors.Join(err, rerr)
+			break
+		}
+		s.log.Info("server: leadership transfer timed out; trying again", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Int("attempt", attempt))
+	}
+	if err != nil {
 		s.log.Warn("server: leadership transfer failed; serving the region again", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Any("err", err))
 		return wireErrorf(wire.StatusUnavailable, "transfer leader of region %d to %s: %v", rep.regionID, to, err)
 	}
 	s.metrics.leaderTransfers.Inc()
 	s.log.Info("server: handed the region's leadership over", slog.Uint64("region", uint64(rep.regionID)), slog.String("to", to), slog.Duration("took", time.Since(start)))
 	return nil
+}
+
+// transferAttempts bounds the tries of one leadership transfer. raft gives
+// a transfer one election timeout to catch the target up and have it
+// elected; under load (a leader appending thousands of records a second,
+// over one AppendEntries in flight) that can run out while the target is
+// still catching up, and the next try starts from where it got.
+const transferAttempts = 3
+
+// transferCatchUp is how far behind the leader's commit index a target
+// may have applied and still be handed the leadership: raft catches it up
+// first, within the transfer's election timeout.
+const transferCatchUp = 256
+
+// transferReadyTimeout bounds the question transferTargetReady asks.
+const transferReadyTimeout = time.Second
+
+// transferTargetReady asks the target member m how far its replica of
+// rep's region has applied, and refuses the transfer (Unavailable) unless
+// it answers within transferReadyTimeout, holding the replica, no more
+// than transferCatchUp entries behind this leader's commit index.
+//
+// raft's transfer cannot be cancelled: while it runs the leader refuses
+// every write, and a target that stopped answering (killed, paused, cut
+// off, yet still a member until its lease lapses) holds it there until
+// raft's RPC to it times out, seconds with the region unwritable. A
+// target that answers now is very likely to take the transfer.
+func (k *keeper) transferTargetReady(rep *replica, m regiontable.Member) error {
+	s := k.s
+	commit := rep.raft.CommitIndex()
+	var md wire.MetadataReply
+	ctx, cancel := context.WithTimeout(s.bgCtx, transferReadyTimeout)
+	defer cancel()
+	if err := s.call(ctx, m.RPCAddr, wire.OpMetadata, &wire.MetadataRequest{OneRegion: true, Region: rep.regionID}, &md); err != nil {
+		return wireErrorf(wire.StatusUnavailable, "transfer leader of region %d: %s does not answer: %v", rep.regionID, m.ID, err)
+	}
+	if len(md.Regions) != 1 || md.Regions[0].ID != rep.regionID {
+		return wireErrorf(wire.StatusUnavailable, "transfer leader of region %d: %s holds no replica of it", rep.regionID, m.ID)
+	}
+	if applied := md.Regions[0].Raft.Applied; applied+transferCatchUp < commit {
+		return wireErrorf(wire.StatusUnavailable, "transfer leader of region %d: %s has applied %d of %d", rep.regionID, m.ID, applied, commit)
+	}
+	return nil
+}
+
+// transferAttempt asks raft once to hand rep's group to server to.
+func (k *keeper) transferAttempt(rep *replica, attempt int, to, addr string) error {
+	s := k.s
+	if f := s.opts.TestingKnobs.TransferFault; f != nil {
+		if err := f(rep.regionID, attempt); err != nil {
+			return err
+		}
+	}
+	return rep.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(addr)).Error()
+}
+
+// transferTimedOut reports whether err is raft's "the transfer ran out of
+// time" (it has no error value for it): the leader still leads, and the
+// target may be elected at the next try.
+func transferTimedOut(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "leadership transfer timeout")
 }
 
 func voterIDs(cfg raft.Configuration) []string {
@@ -458,7 +587,8 @@ func voterIDs(cfg raft.Configuration) []string {
 
 // repairLoop replaces dead and draining servers' replicas and spreads
 // leaderships until ctx ends (the coordinator's term).
-func (s *Server) repairLoop(ctx context.Context) {
+func (co *coordinator) repairLoop(ctx context.Context) {
+	s := co.s
 	t := time.NewTicker(repairInterval)
 	defer t.Stop()
 	lastBalance := time.Now()
@@ -474,12 +604,12 @@ func (s *Server) repairLoop(ctx context.Context) {
 			continue
 		}
 		now := time.Now()
-		s.recordMissing(ctx, v, now)
-		dead := s.gone.dead(now, s.opts.DeadAfter)
-		s.repairRegions(ctx, v, dead, asked)
+		co.recordMissing(ctx, v, now)
+		dead := co.gone.dead(now, s.opts.DeadAfter)
+		co.repairRegions(ctx, v, dead, asked)
 		if s.opts.BalanceInterval > 0 && now.Sub(lastBalance) >= s.opts.BalanceInterval {
 			lastBalance = now
-			s.balanceLeaders(ctx, v, dead)
+			co.balanceLeaders(ctx, v, dead)
 		}
 	}
 }
@@ -490,12 +620,13 @@ func (s *Server) repairLoop(ctx context.Context) {
 // that count. A mark is written only while its server is not a member
 // (one compare in the store), and a member's registration clears its
 // own.
-func (s *Server) recordMissing(ctx context.Context, v *tableView, now time.Time) {
+func (co *coordinator) recordMissing(ctx context.Context, v *tableView, now time.Time) {
+	s := co.s
 	every := missingMarkEvery
 	if s.opts.TestingKnobs.MissingMarkEvery > 0 {
 		every = s.opts.TestingKnobs.MissingMarkEvery
 	}
-	add, clear := s.gone.marks(v, now, every)
+	add, clear := co.gone.marks(v, now, every)
 	for _, id := range slices.Sorted(maps.Keys(add)) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		ok, err := s.opts.Store.MarkMissing(cctx, id, add[id])
@@ -525,7 +656,7 @@ func leaving(v *tableView, dead map[string]bool, id string) bool {
 // repairRegions asks the host of every region with a replica on a dead
 // or draining server to move it (or, if the host itself is draining, to
 // hand its leadership over first).
-func (s *Server) repairRegions(ctx context.Context, v *tableView, dead map[string]bool, asked map[uint32]string) {
+func (co *coordinator) repairRegions(ctx context.Context, v *tableView, dead map[string]bool, asked map[uint32]string) {
 	moving := 0
 	for _, r := range v.regions {
 		if len(r.Learners) > 0 {
@@ -549,7 +680,7 @@ func (s *Server) repairRegions(ctx context.Context, v *tableView, dead map[strin
 			continue
 		}
 		if from == r.Host {
-			s.askAdmin(ctx, host, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: r.ID}, r.ID, asked, "hand over: host draining")
+			co.askAdmin(ctx, host, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: r.ID}, r.ID, asked, "hand over: host draining")
 			continue
 		}
 		if len(r.Learners) == 0 {
@@ -558,17 +689,48 @@ func (s *Server) repairRegions(ctx context.Context, v *tableView, dead map[strin
 			}
 			moving++
 		}
-		to, ok := s.placeReplica(v, dead, r)
+		to, ok := co.moveTarget(v, dead, r)
 		if !ok {
 			continue
 		}
-		s.askAdmin(ctx, host, wire.OpMoveReplica, &wire.MoveReplicaRequest{Region: r.ID, From: from, To: to}, r.ID, asked, "move "+from+" -> "+to)
+		co.askAdmin(ctx, host, wire.OpMoveReplica, &wire.MoveReplicaRequest{Region: r.ID, From: from, To: to}, r.ID, asked, "move "+from+" -> "+to)
 	}
+}
+
+// moveTarget chooses the server that takes the place of r's leaving
+// replica: the replacement already under way (a learner on a server that
+// stays), or, when the region already has Options.Replicas servers that
+// stay, one of them (the host then only removes the leaving one); else a
+// new server (placeReplica). Asked again every repairInterval, it names
+// the same server each time while the move runs.
+func (co *coordinator) moveTarget(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
+	s := co.s
+	stay := func(id string) bool {
+		_, live := v.members[id]
+		return live && !leaving(v, dead, id)
+	}
+	for _, id := range slices.Sorted(slices.Values(r.Learners)) {
+		if stay(id) {
+			return id, true
+		}
+	}
+	var staying []string
+	for _, id := range r.Replicas {
+		if stay(id) && id != r.Host {
+			staying = append(staying, id)
+		}
+	}
+	if len(staying)+1 >= s.opts.Replicas && len(staying) > 0 {
+		slices.Sort(staying)
+		return staying[0], true
+	}
+	return co.placeReplica(v, dead, r)
 }
 
 // askAdmin sends an operator request to a region's host, logging it the
 // first time it is asked.
-func (s *Server) askAdmin(ctx context.Context, host regiontable.Member, op wire.Op, req wire.Message, id uint32, asked map[uint32]string, what string) {
+func (co *coordinator) askAdmin(ctx context.Context, host regiontable.Member, op wire.Op, req wire.Message, id uint32, asked map[uint32]string, what string) {
+	s := co.s
 	if asked[id] != what {
 		asked[id] = what
 		s.log.Warn("server: coordinator: repairing a region", slog.Uint64("region", uint64(id)), slog.String("host", host.ID), slog.String("action", what))
@@ -587,14 +749,14 @@ func (s *Server) askAdmin(ctx context.Context, host regiontable.Member, op wire.
 //
 // A server that recently failed to open a replica is chosen only when no
 // other one can be.
-func (s *Server) placeReplica(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
-	load := replicaLoad(v, s.regionsInUse(v))
+func (co *coordinator) placeReplica(v *tableView, dead map[string]bool, r regiontable.Region) (string, bool) {
+	load := replicaLoad(v, co.regionsInUse(v))
 	best, bestFailed := "", false
 	for _, id := range sortedMembers(v) {
 		if leaving(v, dead, id) || holdsReplica(r, id) || v.members[id].RaftAddr == "" {
 			continue
 		}
-		failed := s.placementFailedRecently(id)
+		failed := co.placementFailedRecently(id)
 		if best == "" || bestFailed && !failed || failed == bestFailed && load[id].less(load[best]) {
 			best, bestFailed = id, failed
 		}
@@ -639,7 +801,8 @@ func replicaLoad(v *tableView, used map[uint32]uint64) map[string]serverLoad {
 // balanceLeaders moves one leadership from the server leading the most
 // regions to the server leading the fewest, when the first leads more
 // than the mean (rounded up) and two more than the second.
-func (s *Server) balanceLeaders(ctx context.Context, v *tableView, dead map[string]bool) {
+func (co *coordinator) balanceLeaders(ctx context.Context, v *tableView, dead map[string]bool) {
+	s := co.s
 	lead := make(map[string]int)
 	var ids []string
 	for _, id := range sortedMembers(v) {
@@ -710,11 +873,12 @@ func sortedMembers(v *tableView) []string {
 // dropStaleFollower drops this server's follower replica of region e when
 // e no longer lists this server (it was replaced while it was down): the
 // group, the region file and the region's log and snapshots.
-func (s *Server) dropStaleFollower(e regiontable.Region) {
+func (k *keeper) dropStaleFollower(e regiontable.Region) {
+	s := k.s
 	if e.Host == s.opts.ServerID || holdsReplica(e, s.opts.ServerID) || len(e.Replicas) == 0 {
 		return
 	}
-	f := &s.follow
+	f := &s.reps.follow
 	f.mu.Lock()
 	rep := f.m[e.ID]
 	if rep == nil || f.closed {
@@ -724,10 +888,7 @@ func (s *Server) dropStaleFollower(e regiontable.Region) {
 	delete(f.m, e.ID)
 	f.mu.Unlock()
 	err := rep.stopRaft()
-	rep.applyMu.Lock()
-	rep.dropped = true // for requests that found the replica before
-	err = errors.Join(err, rep.closeRegion())
-	rep.applyMu.Unlock()
+	err = errors.Join(err, rep.sm.Close()) // requests that found the replica before fail
 	err = errors.Join(err, s.wal.DropRegion(e.ID), s.snaps.DropRegion(e.ID))
 	s.log.Warn("server: dropped a stale replica: the region's group no longer holds this server", slog.Uint64("region", uint64(e.ID)),
 		slog.Any("replicas", e.Replicas), slog.Any("err", err))
@@ -751,22 +912,22 @@ func (c *conn) serveAdmin(f wire.Frame, arrived time.Time) {
 			if err := req.Decode(f.Body); err != nil {
 				return err
 			}
-			rep := s.servedReplica(req.Region)
+			rep := s.reps.servedReplica(req.Region)
 			if rep == nil {
 				return s.redirect(req.Region, "move replica")
 			}
-			return s.requestMove(rep, &req)
+			return s.keep.requestMove(rep, &req)
 		default:
 			var req wire.TransferLeaderRequest
 			if err := req.Decode(f.Body); err != nil {
 				return err
 			}
-			rep := s.servedReplica(req.Region)
+			rep := s.reps.servedReplica(req.Region)
 			if rep == nil {
 				return s.redirect(req.Region, "transfer leader")
 			}
-			return s.transferLeader(rep, req.To)
+			return s.keep.transferLeader(rep, req.To)
 		}
 	}()
-	s.respond(c, h, &wire.EmptyMessage{}, err, 0, time.Since(arrived))
+	s.rpc.respond(c, h, &wire.EmptyMessage{}, err, 0, time.Since(arrived))
 }

@@ -68,7 +68,7 @@ func fullyReplicatedWithout(want int, gone ...string) func([]regiontable.Region)
 func followingServer(t *testing.T, srvs []*Server) *Server {
 	t.Helper()
 	for _, s := range srvs {
-		if !s.IsCoordinator() && len(s.followerList()) > 0 {
+		if !s.IsCoordinator() && len(s.reps.followerList()) > 0 {
 			return s
 		}
 	}
@@ -148,7 +148,7 @@ func TestDeadServerReplaced(t *testing.T) {
 	// It returns: its stale follower replicas go, with their logs.
 	back := restartServer(t, opts)
 	for _, r := range rs {
-		for back.follower(r.ID) != nil {
+		for back.reps.follower(r.ID) != nil {
 			if ctx.Err() != nil {
 				t.Fatalf("%s still follows region %d, which it was removed from", id, r.ID)
 			}
@@ -159,7 +159,7 @@ func TestDeadServerReplaced(t *testing.T) {
 		t.Fatal(err)
 	} else {
 		for _, r := range rs {
-			if slices.Contains(logged, r.ID) && r.ID != back.regionID && !holdsReplica(r, id) {
+			if slices.Contains(logged, r.ID) && r.ID != back.reps.own.regionID && !holdsReplica(r, id) {
 				t.Errorf("the log of %s still holds region %d, which it was removed from", id, r.ID)
 			}
 		}
@@ -179,7 +179,7 @@ func TestMoveReplicaAndTransferLeader(t *testing.T) {
 	keys := putRange(t, c, 0, 300)
 	slices.Sort(keys)
 
-	r, err := store.Region(ctx, srvs[0].regionID)
+	r, err := store.Region(ctx, srvs[0].reps.own.regionID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestDrain(t *testing.T) {
 	start := time.Now()
 	waitRegions(t, ctx, store, "drained "+d, fullyReplicatedWithout(3, d))
 	t.Logf("%s drained in %v", d, time.Since(start).Round(time.Millisecond))
-	if n := len(srvs[1].servedList()); n != 0 {
+	if n := len(srvs[1].reps.servedList()); n != 0 {
 		t.Errorf("the drained server serves %d regions", n)
 	}
 	keys = append(keys, putRange(t, c, 300, 400)...)
@@ -283,8 +283,8 @@ func TestLeadersBalanced(t *testing.T) {
 	// Gather every leadership on the first server.
 	first := srvs[0].opts.ServerID
 	for _, s := range srvs[1:] {
-		for _, rep := range s.servedList() {
-			if err := s.transferLeader(rep, first); err != nil {
+		for _, rep := range s.reps.servedList() {
+			if err := s.keep.transferLeader(rep, first); err != nil {
 				t.Fatalf("transfer region %d to %s: %v", rep.regionID, first, err)
 			}
 		}
@@ -341,7 +341,7 @@ func (s *Server) balanceLeadersUntil(ctx context.Context, t *testing.T, store re
 		if ctx.Err() != nil {
 			t.Fatalf("leaders not spread: %v", fmt.Sprint(lead))
 		}
-		s.balanceLeaders(ctx, s.table.Load(), nil)
+		s.coord.balanceLeaders(ctx, s.table.Load(), nil)
 		time.Sleep(500 * time.Millisecond)
 	}
 }
@@ -456,7 +456,7 @@ func TestStartDoesNotWaitForAnotherLeadersTakeover(t *testing.T) {
 	back := restartServer(t, opts)
 	took := time.Since(start)
 	t.Logf("%s started in %v (startLeaderWait %v) without its region %d's leadership", id, took.Round(time.Millisecond), back.startLeaderWait(), region)
-	if back.servedReplica(region) != nil {
+	if back.reps.servedReplica(region) != nil {
 		t.Fatalf("%s serves region %d, whose group another replica leads", id, region)
 	}
 	e, err := store.Region(ctx, region)
@@ -476,7 +476,7 @@ func TestStartDoesNotWaitForAnotherLeadersTakeover(t *testing.T) {
 // leads its group, "" if none does.
 func leaderOf(srvs []*Server, region uint32) string {
 	for _, s := range srvs {
-		if rep := s.anyReplica(region); rep != nil {
+		if rep := s.reps.holding(region); rep != nil {
 			if r := rep.raftGroup(); r != nil && r.State() == raft.Leader {
 				return s.opts.ServerID
 			}

@@ -9,7 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -31,7 +33,7 @@ func (l *recordLog) record(index uint64, rec []byte, _ error) {
 	l.mu.Unlock()
 }
 
-// DESIGN §9: "Applying is deterministic: same records, byte-identical
+// docs/design.md §9: "Applying is deterministic: same records, byte-identical
 // region images (node and extent allocation, slot choice, root word,
 // applied index)." A split-heavy run (puts, overwrites and deletes from
 // concurrent writers into 16 KiB meganodes, dozens of splits and a tree of
@@ -84,20 +86,23 @@ func TestReplayByteIdentical(t *testing.T) {
 	}
 	// The image and the log at one instant: apply holds applyMu, and so
 	// does OnApply.
-	s.applyMu.Lock()
-	want := bytes.Clone(s.region.Bytes())
-	log.mu.Lock()
-	recs := slices.Clone(log.recs)
-	log.mu.Unlock()
-	applied := s.region.Applied()
-	s.applyMu.Unlock()
+	var want []byte
+	var recs []indexedRecord
+	var applied uint64
+	s.reps.own.sm.Exclusive(func(r *meganode.Region, _ uint64) {
+		want = bytes.Clone(r.Bytes())
+		log.mu.Lock()
+		recs = slices.Clone(log.recs)
+		log.mu.Unlock()
+		applied = r.Applied()
+	})
 	if last := recs[len(recs)-1].index; applied != last {
 		t.Fatalf("the region's applied index is %d, the last record's %d", applied, last)
 	}
 	splits := 0
 	for _, ir := range recs {
-		if r, err := decodeRecord(ir.rec); err == nil && r.Kind == recSplit {
-			if b, _ := decodeSplitBody(r.Value); b.Phase == phaseEnd {
+		if r, err := rsm.DecodeRecord(ir.rec); err == nil && r.Kind == rsm.KindSplit {
+			if b, _ := rsm.DecodeSplitBody(r.Value); b.Phase == rsm.PhaseEnd {
 				splits++
 			}
 		}
@@ -135,14 +140,13 @@ func replayOnto(t *testing.T, recs []indexedRecord) []byte {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = r.region.Close()
-		_ = r.region.Remove()
+		_ = r.reps.own.sm.Close()
 		_ = r.dir.close()
 	})
 	for _, ir := range recs {
-		_, _ = r.apply(ir.index, ir.rec) // errors are outcomes too, the same ones
+		_, _ = r.reps.own.sm.Apply(ir.index, ir.rec) // errors are outcomes too, the same ones
 	}
-	return bytes.Clone(r.region.Bytes())
+	return bytes.Clone(r.reps.own.sm.Region().Bytes())
 }
 
 func firstDiff(a, b []byte) int {

@@ -8,59 +8,42 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cellstore/cell/blink"
-	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
+	"github.com/cellstore/cell/server/rsm"
 )
 
-// replica is one region this server holds (DESIGN §9: "a server hosts any
-// number of replicas, leaders and followers"): the region's file of
-// meganodes, its meganode table, the apply path that alone writes them,
-// the replicated state beside the image (fsm.go), and the raft group that
-// orders its records (group.go). Everything a replica holds is rebuilt
-// from its snapshot and log.
+// replica is one region this server holds (docs/design.md §9: "a server hosts any
+// number of replicas, leaders and followers"): the region's replicated
+// state machine (sm: the region file, its meganodes, the state beside the
+// image and the apply path that alone writes them, package rsm), the raft
+// group that orders its records (group.go), and what the server keeps of
+// it while it serves it (serve.go, lease.go) or tends its group
+// (repair.go). Everything sm holds is rebuilt from the snapshot and log.
 //
-// Today a server holds exactly one replica, the one it leads, and embeds
-// it (Server.replica): the process-level parts (listeners, workers, the
-// region table, peers, the split driver) are Server's. A replica reaches
-// them only through srv, for its options, logger, metrics and data
-// directory.
-//
-// Locking notes: replica.applyMu < replica.megaMu < meganode.Region.mu <
-// meganode.Extents.mu < a blink tree's writer lock.
+// A server holds its own region's replica (Server.reps.own) and followers
+// of others' (follower.go). A replica reaches the server only through
+// srv, for its options, logger, metrics and data directory.
 type replica struct {
 	srv *Server
 
-	// Set when the region is made or restored (under applyMu), read by
-	// the server's readers once it serves.
-	region   *meganode.Region
+	// regionID is the region's ID, and sm its state machine: set when
+	// the region's file is made (region.go, follower.go), fixed for the
+	// replica's life.
 	regionID uint32
-	nodeSize int
-	maxKey   int
+	sm       *rsm.Machine
 
-	megas  atomic.Pointer[meganodeTable]
-	megaMu sync.Mutex // serialises changes to megas and meganode slots
-
-	// applyMu serialises every write to the region (apply.go).
-	applyMu sync.Mutex
-	applied atomic.Uint64 // the last applied log index, for readers
-	repl    replState     // guarded by applyMu (fsm.go)
-	// targets are the remote split targets in the region (remote.go),
-	// kept by apply. Guarded by applyMu.
-	targets map[blink.Ptr]*targetState
-	ended   []endedTarget // the last targets that ended (remote.go)
 	// targetSeen is when this server, leading the region, first saw
-	// each target frozen (sweepTargets). Used by the replica loop only.
+	// each remote split target frozen (sweepTargets). Used by the
+	// replica loop only.
 	targetSeen map[blink.Ptr]time.Time
 
 	// Set when the server starts serving the region (it leads it), then
 	// read-only until it stops serving it (serve.go).
 	epoch uint64 // the region's epoch in the table
-	// shown is the region and epoch as the metrics collector reads them,
-	// at any time (region and epoch are not, outside the apply lock and
-	// serving).
+	// shown is the epoch as the metrics collector reads it, at any time
+	// (epoch is not, outside serving).
 	shown struct {
-		region atomic.Pointer[meganode.Region]
-		epoch  atomic.Uint64
+		epoch atomic.Uint64
 	}
 	readKeys []rdma.RemoteKey // its one-sided read registrations; guarded by readMu
 	// readMu guards readKeys: the lease loop reads them while the
@@ -97,9 +80,6 @@ type replica struct {
 	// server holding no replica (repair.go). Used by the replica loop
 	// only.
 	learnerMissing map[string]time.Time
-	// dropped: the replica was dropped (repair.go) and its region
-	// closed. Guarded by applyMu.
-	dropped bool
 }
 
 // raftGroup returns the replica's raft group, nil before it started.
@@ -107,7 +87,5 @@ func (rep *replica) raftGroup() *raft.Raft { return rep.group.Load() }
 
 // newReplica returns an empty replica of srv.
 func newReplica(srv *Server) *replica {
-	rep := &replica{srv: srv, learnerMissing: make(map[string]time.Time)}
-	rep.megas.Store(&meganodeTable{})
-	return rep
+	return &replica{srv: srv, learnerMissing: make(map[string]time.Time)}
 }

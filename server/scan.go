@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -37,8 +38,8 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 			upper = req.End
 		}
 	}
-	if len(lower) > s.maxKey || len(upper) > s.maxKey {
-		return nil, wireErrorf(wire.StatusKeyTooLarge, "range bound of %d bytes, limit %d", max(len(lower), len(upper)), s.maxKey)
+	if len(lower) > s.reps.own.sm.MaxKey() || len(upper) > s.reps.own.sm.MaxKey() {
+		return nil, wireErrorf(wire.StatusKeyTooLarge, "range bound of %d bytes, limit %d", max(len(lower), len(upper)), s.reps.own.sm.MaxKey())
 	}
 	limit, capped := int(req.Limit), false
 	if limit == 0 || limit > s.opts.MaxRangePairs {
@@ -63,7 +64,7 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	frame := s.rangeBudget()
+	frame := s.rpc.rangeBudget()
 	sc := scanner{w: w, rep: rep, limit: limit, capped: capped, keysOnly: req.KeysOnly, budget: min(frame, s.opts.MaxRangeBytes), frame: frame}
 	if req.Reverse {
 		err = sc.backward(lm, lower, upper)
@@ -79,8 +80,9 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 // rangeBudget is the most bytes of pairs a range reply carries: the frame
 // limit less the header and the reply's other fields (count, flags, a
 // resume key of at most maxKey bytes, next pointer).
-func (s *Server) rangeBudget() int {
-	return s.opts.MaxFrameSize - wire.HeaderSize - (4 + 1 + 4 + s.maxKey + 8) - 64
+func (rs *rpcServer) rangeBudget() int {
+	s := rs.s
+	return s.opts.MaxFrameSize - wire.HeaderSize - (4 + 1 + 4 + s.reps.own.sm.MaxKey() + 8) - 64
 }
 
 // scanner is one range request in progress.
@@ -156,11 +158,11 @@ func (sc *scanner) value(it *blink.Iter) (v []byte, ok bool, err error) {
 }
 
 // rootMeganode returns the root meganode if it is on this server.
-func (w *worker) rootMeganode() *localMeganode {
-	return w.s.meganodeAt(blink.Ptr(w.s.root.Load()))
+func (w *worker) rootMeganode() *rsm.Meganode {
+	return w.s.servedMeganode(blink.Ptr(w.s.root.Load()))
 }
 
-func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
+func (sc *scanner) forward(lm *rsm.Meganode, cur, upper []byte) error {
 	w := sc.w
 	for i := range maxHops {
 		leaf, next, err := w.edgeLeaf(lm, cur, false, i == 0)
@@ -170,20 +172,20 @@ func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 		if !next.IsNil() {
 			return sc.more(cur, next)
 		}
-		it := leaf.t.NewIter(&blink.IterOptions{Lower: cur, Upper: upper})
+		it := leaf.T.NewIter(&blink.IterOptions{Lower: cur, Upper: upper})
 		defer it.Close()
 		for ok := it.First(); ok; ok = it.Next() {
 			k := it.Key()
 			if len(w.spans) == sc.limit {
 				sc.cutRows()
-				return sc.more(k, leaf.m.Ptr())
+				return sc.more(k, leaf.Ptr())
 			}
 			v, present, err := sc.value(it)
 			if err != nil {
 				return err
 			}
 			if present && !sc.add(k, v) {
-				return sc.more(k, leaf.m.Ptr())
+				return sc.more(k, leaf.Ptr())
 			}
 		}
 		if err := it.Error(); err != nil {
@@ -199,7 +201,7 @@ func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 		w.maxMin = append(w.maxMin[:0], edge...)
 		cur = w.maxMin
 		if b := it.Boundary(); !b.IsNil() {
-			if lm = w.s.meganodeAt(b); lm == nil {
+			if lm = w.s.servedMeganode(b); lm == nil {
 				return sc.more(cur, b)
 			}
 			continue
@@ -211,7 +213,7 @@ func (sc *scanner) forward(lm *localMeganode, cur, upper []byte) error {
 	return sc.more(cur, 0)
 }
 
-func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
+func (sc *scanner) backward(lm *rsm.Meganode, lower, upper []byte) error {
 	w := sc.w
 	for i := range maxHops {
 		leaf, next, err := w.edgeLeaf(lm, upper, true, i == 0)
@@ -224,20 +226,20 @@ func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 			}
 			return sc.more(upper, next)
 		}
-		it := leaf.t.NewIter(&blink.IterOptions{Lower: lower, Upper: upper})
+		it := leaf.T.NewIter(&blink.IterOptions{Lower: lower, Upper: upper})
 		defer it.Close()
 		for ok := it.Last(); ok; ok = it.Prev() {
 			k := it.Key()
 			if len(w.spans) == sc.limit {
 				sc.cutRows()
-				return sc.more(sc.lastKey(), leaf.m.Ptr())
+				return sc.more(sc.lastKey(), leaf.Ptr())
 			}
 			v, present, err := sc.value(it)
 			if err != nil {
 				return err
 			}
 			if present && !sc.add(k, v) {
-				return sc.more(sc.lastKey(), leaf.m.Ptr())
+				return sc.more(sc.lastKey(), leaf.Ptr())
 			}
 		}
 		if err := it.Error(); err != nil {
@@ -253,7 +255,7 @@ func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 				w.maxMin = append(w.maxMin[:0], edge...)
 				upper = w.maxMin
 			}
-			if lm = w.s.meganodeAt(b); lm == nil {
+			if lm = w.s.servedMeganode(b); lm == nil {
 				if len(w.spans) > 0 {
 					return sc.more(sc.lastKey(), b)
 				}
@@ -282,15 +284,15 @@ func (sc *scanner) backward(lm *localMeganode, lower, upper []byte) error {
 // first key); backward, the one holding the last key below key (nil: the
 // last key). A non-nil pointer means that meganode is elsewhere. first
 // says lm is the request's own start (noChild).
-func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward, first bool) (*localMeganode, blink.Ptr, error) {
+func (w *worker) edgeLeaf(lm *rsm.Meganode, key []byte, backward, first bool) (*rsm.Meganode, blink.Ptr, error) {
 	start := lm
 	for range maxHops {
-		if lm.level == 0 {
+		if lm.Level == 0 {
 			return lm, 0, nil
 		}
 		var child blink.Ptr
 		if !backward && key != nil {
-			res, err := lm.t.Search(key)
+			res, err := lm.T.Search(key)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -298,7 +300,7 @@ func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward, first bool) (
 				child = res.Child
 			}
 		} else {
-			it := lm.t.NewIter(nil)
+			it := lm.T.NewIter(nil)
 			defer it.Close()
 			var ok bool
 			switch {
@@ -319,7 +321,7 @@ func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward, first bool) (
 			} else if b := it.Boundary(); !b.IsNil() {
 				// The position lies right of this meganode's current
 				// range (a split moved it): go on at the same level.
-				if nl := w.s.meganodeAt(b); nl != nil {
+				if nl := w.s.servedMeganode(b); nl != nil {
 					lm = nl
 					continue
 				}
@@ -329,7 +331,7 @@ func (w *worker) edgeLeaf(lm *localMeganode, key []byte, backward, first bool) (
 		if child.IsNil() {
 			return nil, 0, noChild(lm, first && lm == start, "a scan")
 		}
-		if nl := w.s.meganodeAt(child); nl != nil {
+		if nl := w.s.servedMeganode(child); nl != nil {
 			lm = nl
 			continue
 		}

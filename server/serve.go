@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 
 	"github.com/hashicorp/raft"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -23,139 +25,122 @@ import (
 // redirected (table.go). A served replica is registered for one-sided
 // reads and published in the region table with a new epoch (serve).
 
-// servedSet is the served replicas, sorted by region ID. It is immutable
-// once published: the read path loads it without a lock.
-type servedSet struct {
-	reps []*replica
-}
-
-// servedReplica returns the served replica of region id, nil when this
-// server does not serve it.
-func (s *Server) servedReplica(id uint32) *replica {
-	if set := s.served.Load(); set != nil {
-		for _, rep := range set.reps {
-			if rep.regionID == id {
-				return rep
-			}
-		}
-	}
-	return nil
-}
-
-// servedList returns the served replicas, by region ID.
-func (s *Server) servedList() []*replica {
-	if set := s.served.Load(); set != nil {
-		return set.reps
-	}
-	return nil
-}
-
-// meganodeAt returns the meganode of a served region holding the node at
+// servedMeganode returns the meganode of a served region holding the node at
 // p, or nil when there is none (another region's, or not a node).
-func (s *Server) meganodeAt(p blink.Ptr) *localMeganode {
-	if rep := s.servedReplica(p.Region()); rep != nil {
-		return rep.meganodeAt(p)
+func (s *Server) servedMeganode(p blink.Ptr) *rsm.Meganode {
+	if rep := s.reps.servedReplica(p.Region()); rep != nil {
+		return rep.sm.MeganodeAt(p)
 	}
 	return nil
+}
+
+// holder returns the served replica whose region holds lm, which a
+// write to lm is proposed to: an error redirects the request when this
+// server no longer serves the region.
+func (s *Server) holder(lm *rsm.Meganode) (*replica, error) {
+	id := lm.Ptr().Region()
+	if rep := s.reps.servedReplica(id); rep != nil {
+		return rep, nil
+	}
+	return nil, s.redirect(id, "write")
 }
 
 // servedMeganodes lists the meganodes of reps.
-func servedMeganodes(reps []*replica) []*localMeganode {
-	var out []*localMeganode
+func servedMeganodes(reps []*replica) []*rsm.Meganode {
+	var out []*rsm.Meganode
 	for _, rep := range reps {
-		for _, lm := range rep.megas.Load().bySlot {
-			if lm != nil {
-				out = append(out, lm)
-			}
+		for lm := range rep.sm.Meganodes() {
+			out = append(out, lm)
 		}
 	}
 	return out
 }
 
-// setServed publishes the served set with rep added (add) or removed.
-func (s *Server) setServed(rep *replica, add bool) {
-	s.servedMu.Lock()
-	defer s.servedMu.Unlock()
-	var reps []*replica
-	if set := s.served.Load(); set != nil {
-		reps = slices.Clone(set.reps)
-	}
-	reps = slices.DeleteFunc(reps, func(r *replica) bool { return r == rep })
-	if add {
-		reps = append(reps, rep)
-		slices.SortFunc(reps, func(a, b *replica) int { return int(a.regionID) - int(b.regionID) })
-	}
-	s.served.Store(&servedSet{reps: reps})
+// hosting serves the regions whose groups this server leads and whose
+// table entries name it (failover.go tells when): it holds each one's
+// read lease (lease.go), registers it for one-sided reads, publishes its
+// table entry, and stops all of that when the region goes. It reaches
+// replicas through the server's registry.
+type hosting struct {
+	s *Server
+	// retired are regions replaced while requests may read them (a
+	// served replica restored from a snapshot, regionfiles.go), unmapped
+	// at shutdown.
+	retired   []*meganode.Region
+	retiredMu sync.Mutex
 }
 
 // serve makes rep served: it registers the region for one-sided reads,
 // publishes its table entry with the next epoch (the group's term and
 // replicas with it), and adds it to the served set. REQUIRES: this server
 // leads rep's group and has applied everything committed.
-func (s *Server) serve(ctx context.Context, rep *replica) error {
-	if !s.renewLease(rep) {
+func (h *hosting) serve(ctx context.Context, rep *replica) error {
+	s := h.s
+	if !h.renewLease(rep) {
 		return fmt.Errorf("server: region %d: no read lease: %w", rep.regionID, raft.ErrNotLeader)
 	}
-	if err := s.registerReads(rep); err != nil {
+	if err := h.registerReads(rep); err != nil {
 		return err
 	}
-	if err := s.publishRegion(ctx, rep); err != nil {
-		s.deregisterReads(rep)
+	if err := h.publishRegion(ctx, rep); err != nil {
+		h.deregisterReads(rep)
 		return err
 	}
 	rep.wasServed.Store(true)
-	s.setServed(rep, true)
+	s.reps.setServed(rep, true)
 	stop := make(chan struct{})
-	s.servedMu.Lock()
+	s.reps.servedMu.Lock()
 	rep.leaseStop = stop
-	s.servedMu.Unlock()
-	s.goBackground(func() { s.keepLease(rep, stop) })
+	s.reps.servedMu.Unlock()
+	s.goBackground(func() { h.keepLease(rep, stop) })
 	return nil
 }
 
 // unserve stops serving rep's region: requests for it are redirected from
 // now on, one-sided reads of it refused, and its lease no longer renewed.
 // It reports whether the region was served.
-func (s *Server) unserve(rep *replica) bool {
-	if s.servedReplica(rep.regionID) != rep {
+func (h *hosting) unserve(rep *replica) bool {
+	s := h.s
+	if s.reps.servedReplica(rep.regionID) != rep {
 		return false
 	}
-	s.setServed(rep, false)
-	s.servedMu.Lock()
+	s.reps.setServed(rep, false)
+	s.reps.servedMu.Lock()
 	if rep.leaseStop != nil {
 		close(rep.leaseStop)
 		rep.leaseStop = nil
 	}
-	s.servedMu.Unlock()
+	s.reps.servedMu.Unlock()
 	rep.leaseUntil.Store(0)
-	s.deregisterReads(rep)
+	h.deregisterReads(rep)
 	return true
 }
 
 // retire keeps region r, replaced by a snapshot after it was served,
 // mapped until the server stops: requests that were reading it finish
 // on the old copy.
-func (s *Server) retire(r *meganode.Region) {
-	s.retiredMu.Lock()
-	defer s.retiredMu.Unlock()
-	s.retired = append(s.retired, r)
+func (h *hosting) retire(r *meganode.Region) {
+	h.retiredMu.Lock()
+	defer h.retiredMu.Unlock()
+	h.retired = append(h.retired, r)
 }
 
 // closeRetired unmaps the retired regions. REQUIRES: no request runs.
-func (s *Server) closeRetired() error {
-	s.retiredMu.Lock()
-	defer s.retiredMu.Unlock()
+func (h *hosting) closeRetired() error {
+	h.retiredMu.Lock()
+	defer h.retiredMu.Unlock()
 	var errs []error
-	for _, r := range s.retired {
+	for _, r := range h.retired {
 		errs = append(errs, r.Close())
 	}
-	s.retired = nil
+	h.retired = nil
 	return errors.Join(errs...)
 }
 
 // openSHM starts the same-host shared-memory provider, when the platform
 // has one: regions are registered with it as they are served.
-func (s *Server) openSHM() {
+func (h *hosting) openSHM() {
+	s := h.s
 	shm, err := rdma.NewSHMServer(rdma.SHMOptions{Dir: s.shmTableDir(), Host: s.opts.HostID, FileGroup: s.opts.ShmGroup, Logger: s.log})
 	if err != nil {
 		s.log.Warn("server: no shared-memory one-sided reads", slog.Any("err", err))
@@ -166,14 +151,15 @@ func (s *Server) openSHM() {
 
 // registerReads exposes rep's region to one-sided reads: the tcp
 // responder always, shared memory where the platform supports it.
-func (s *Server) registerReads(rep *replica) error {
-	rk, err := s.responder.Register(rep.region)
+func (h *hosting) registerReads(rep *replica) error {
+	s := h.s
+	rk, err := s.responder.Register(rep.sm.Region())
 	if err != nil {
 		return fmt.Errorf("server: register region %d with the tcp responder: %w", rep.regionID, err)
 	}
 	keys := []rdma.RemoteKey{rk}
 	if s.shm != nil {
-		if rk, err = s.shm.Register(rep.region); err != nil {
+		if rk, err = s.shm.Register(rep.sm.Region()); err != nil {
 			s.log.Warn("server: region not readable over shared memory", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
 		} else {
 			keys = append(keys, rk)
@@ -183,14 +169,15 @@ func (s *Server) registerReads(rep *replica) error {
 	rep.readMu.Lock()
 	rep.readKeys = keys
 	rep.readMu.Unlock()
-	s.applyLease(rep, rep.leaseUntil.Load())
+	h.applyLease(rep, rep.leaseUntil.Load())
 	return nil
 }
 
 // provider is the one-sided provider that registered rk: the tcp
 // responder, the shm server or the fabric server (registerReads makes no
 // other).
-func (s *Server) provider(rk rdma.RemoteKey) rdma.Server {
+func (h *hosting) provider(rk rdma.RemoteKey) rdma.Server {
+	s := h.s
 	switch rk.Provider {
 	case rdma.ProviderSHM:
 		return s.shm
@@ -201,11 +188,12 @@ func (s *Server) provider(rk rdma.RemoteKey) rdma.Server {
 }
 
 // deregisterReads revokes one-sided access to rep's region.
-func (s *Server) deregisterReads(rep *replica) {
+func (h *hosting) deregisterReads(rep *replica) {
+	s := h.s
 	rep.readMu.Lock()
 	defer rep.readMu.Unlock()
 	for _, rk := range rep.readKeys {
-		if err := s.provider(rk).Deregister(rk.Key); err != nil {
+		if err := h.provider(rk).Deregister(rk.Key); err != nil {
 			s.log.Warn("server: revoke one-sided reads", slog.Uint64("region", uint64(rep.regionID)), slog.String("provider", rk.Provider), slog.Any("err", err))
 		}
 	}
@@ -215,7 +203,8 @@ func (s *Server) deregisterReads(rep *replica) {
 // publishRegion writes rep's entry with the next epoch, naming this server
 // as host, with the group's term and replicas. The table refuses it when
 // another server published the region with a higher term meanwhile.
-func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
+func (h *hosting) publishRegion(ctx context.Context, rep *replica) error {
+	s := h.s
 	id := rep.regionID
 	epoch := uint64(1)
 	e, err := s.opts.Store.Region(ctx, id)
@@ -236,13 +225,13 @@ func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
 	entry := regiontable.Region{
 		ID:       id,
 		Kind:     regiontable.KindData,
-		Size:     rep.region.Layout().Size,
+		Size:     rep.sm.Region().Layout().Size,
 		Host:     s.opts.ServerID,
 		Epoch:    epoch,
 		Term:     rep.raft.CurrentTerm(),
 		Replicas: voters,
 		Learners: learners,
-		Path:     rep.region.Path(),
+		Path:     rep.sm.Region().Path(),
 	}
 	for _, rk := range rep.readKeyList() {
 		b, err := json.Marshal(&rk)
@@ -260,10 +249,11 @@ func (s *Server) publishRegion(ctx context.Context, rep *replica) error {
 }
 
 // regionInfo describes served replica rep for OpMetadata.
-func (s *Server) regionInfo(rep *replica) wire.RegionInfo {
+func (h *hosting) regionInfo(rep *replica) wire.RegionInfo {
+	s := h.s
 	ri := wire.RegionInfo{
-		ID: rep.regionID, Epoch: rep.epoch, Size: rep.region.Layout().Size,
-		Host: s.opts.HostID, RPCAddr: s.rpcAddr, ReadAddr: s.responder.Addr(), Path: rep.region.Path(),
+		ID: rep.regionID, Epoch: rep.epoch, Size: rep.sm.Region().Layout().Size,
+		Host: s.opts.HostID, RPCAddr: s.rpcAddr, ReadAddr: s.responder.Addr(), Path: rep.sm.Region().Path(),
 		Raft: rep.raftInfo(),
 	}
 	for _, rk := range rep.readKeyList() {
@@ -289,28 +279,16 @@ func (rep *replica) checkEpoch(epoch uint64) error {
 // meganode in: the server's own region when it serves it, else the
 // served region with the fewest meganodes; nil when it serves none.
 func (s *Server) targetReplica() *replica {
-	if rep := s.servedReplica(s.regionID); rep != nil {
+	if rep := s.reps.servedReplica(s.reps.own.regionID); rep != nil {
 		return rep
 	}
 	var best *replica
-	for _, rep := range s.servedList() {
-		if best == nil || len(rep.region.Meganodes()) < len(best.region.Meganodes()) {
+	for _, rep := range s.reps.servedList() {
+		if best == nil || len(rep.sm.Region().Meganodes()) < len(best.sm.Region().Meganodes()) {
 			best = rep
 		}
 	}
 	return best
-}
-
-// anyReplica returns this server's replica of region id, served or not:
-// its own region's, or a follower's; nil if it holds none.
-func (s *Server) anyReplica(id uint32) *replica {
-	if rep := s.servedReplica(id); rep != nil {
-		return rep
-	}
-	if id == s.regionID {
-		return s.replica
-	}
-	return s.follower(id)
 }
 
 // readKeyList returns rep's one-sided read registrations.

@@ -16,7 +16,6 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/raftmux"
-	"github.com/cellstore/cell/meganode"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
 	"github.com/cellstore/cell/wal"
@@ -26,6 +25,18 @@ import (
 // Server is one Cell server: it hosts a region, serves the wire protocol
 // with a fixed number of tree workers, exposes the region to one-sided
 // reads, and publishes itself in the region table. See doc.go.
+//
+// Server is the process and the roles' common ground: it owns the
+// lifecycle (Start, Close, the background goroutines), the data
+// directory, the log, the listeners, the view of the region table, the
+// connections to other servers and the membership, and it starts its own
+// region's group (group.go). The work is the roles': the registry of
+// replicas (reps), hosting, the keeper of the groups, the coordinator,
+// the split driver and RPC serving, each a type of its own that reaches
+// replicas through the registry. So it has about 30 fields and 70
+// methods, most of them small: the exported API (Start, Close, Addr,
+// Metrics, ...), the start and stop steps, and the shared services the
+// roles call (call, redirect, holder, splitEvent).
 type Server struct {
 	opts    Options
 	log     *slog.Logger
@@ -36,18 +47,13 @@ type Server struct {
 	// authz: ops are authorized by the peer's role (ClientCertAuth).
 	authz bool
 
-	// The region the server holds (replica.go).
-	*replica
-	// follow is the follower replicas of other servers' regions
-	// (follower.go).
-	follow followerSet
-	// served is the replicas whose regions the server serves (serve.go).
-	served   atomic.Pointer[servedSet]
-	servedMu sync.Mutex // serialises changes to served
-	// retired are regions replaced while requests may read them
-	// (replica.dropRegionLocked), unmapped at shutdown.
-	retired   []*meganode.Region
-	retiredMu sync.Mutex
+	// reps is every replica the server holds: its own region's, the
+	// followers, and which it serves (registry.go).
+	reps registry
+	// hosting serves the regions whose groups this server leads: their
+	// read leases, one-sided registrations and table entries (serve.go,
+	// lease.go).
+	hosting hosting
 
 	// Set by Start before anything is served, then read-only.
 	dir       *dataDir
@@ -61,51 +67,30 @@ type Server struct {
 	fabric    []rdma.Server // one per Options.Fabric (fabric.go)
 	metricsLn net.Listener
 	httpSrv   *http.Server
-	queue     chan job
 
 	root  atomic.Uint64
 	table atomic.Pointer[tableView]
-	gone  goneServers // since when servers are missing (repair.go)
-	use   regionUse   // the regions' bytes in use, for placement (placement.go)
-	// failedPlace is when servers last failed to open a replica placed
-	// on them (repair.go).
-	failedPlace struct {
-		sync.Mutex
-		at map[string]time.Time
-	}
-	coord coordinatorState // coordinator.go
-	// leaderChanges receives the groups' raft leader observations
-	// (dropped when full): replicaLoop takes a region its group elected
-	// this server for over at once, not at its next tick.
-	leaderChanges chan raft.Observation
+	// coord is the server's part in the coordinator election and, while
+	// it is elected, the cluster-wide repairs (coordinator.go).
+	coord coordinator
+	// keep tends the groups of the server's replicas: replication,
+	// moves, transfers, followers, takeovers (follower.go, repair.go,
+	// failover.go).
+	keep keeper
 
-	// Locking notes: Server.splitMu < replica.applyMu (replica.go).
-
-	// Meganode splits (split.go): splitMu is held by the split loop for a
-	// whole split (one at a time); splitReqs queues meganodes to consider;
-	// splitWake wakes writes waiting for a split.
-	splitMu   sync.Mutex
-	splitReqs chan blink.Ptr
-	// peers are connections to other servers (remote splits).
+	// splits is the split driver (split.go).
+	splits splitter
+	// peers are connections to other servers (remote splits, the
+	// coordinator's requests, placement).
 	peers peerConns
-	// pendingSeps are separators still to insert (split.go). Guarded by
-	// splitMu.
-	pendingSeps []*splitDriver
-	splitWake   splitSignal
-	parking     parking // writes waiting for a split (park.go)
-
-	// Worker accounting (workers.go).
-	busyNanos   atomic.Int64
-	queueEWMA   atomic.Int64
-	serviceEWMA atomic.Int64
-	utilization atomic.Uint64 // math.Float64bits of the last second's busy fraction
+	// rpc serves the wire protocol: connections, the workers and their
+	// queue, writes in flight and parked (conn.go, workers.go, write.go).
+	rpc rpcServer
 
 	created  time.Time // when New made the server (lease.go)
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup // background goroutines: accept, table, membership, coordinator, ticker
-	workers  sync.WaitGroup
-	conns    sync.WaitGroup
 
 	fatal   chan error            // the first asynchronous failure; Serve returns it
 	failure atomic.Pointer[error] // the same, for /healthz
@@ -151,19 +136,22 @@ func New(opts Options) (*Server, error) {
 		wopts:   wire.Options{MaxFrameSize: opts.MaxFrameSize, WriteTimeout: opts.WriteTimeout},
 		fatal:   make(chan error, 1),
 		done:    make(chan struct{}),
-
-		splitReqs: make(chan blink.Ptr, 256),
 	}
+	s.splits = splitter{s: s, reqs: make(chan blink.Ptr, 256)}
+	s.coord.s = s
+	s.keep.s = s
+	s.rpc.s = s
+	s.hosting.s = s
 	s.peerOpts = s.wopts
 	s.peerOpts.TLS = opts.PeerTLS
 	s.authz = opts.ClientCertAuth || opts.TLS != nil && opts.TLS.ClientAuth == tls.RequireAndVerifyClientCert
-	s.replica = newReplica(s)
+	s.reps.own = newReplica(s)
 	s.created = time.Now()
 	s.table.Store(newTableView(regiontable.State{}))
 	s.mu.conns = make(map[*conn]struct{})
 	s.mu.perHost = make(map[string]int)
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
-	s.leaderChanges = make(chan raft.Observation, 16)
+	s.keep.leaderChanges = make(chan raft.Observation, 16)
 	return s, nil
 }
 
@@ -195,8 +183,8 @@ func (s *Server) Start(ctx context.Context) error {
 	defer s.mu.Unlock()
 	s.mu.state = stateRunning
 	s.log.Info("server: serving", slog.String("server", s.opts.ServerID), slog.String("rpc", s.rpcAddr),
-		slog.String("rdma", s.responder.Addr()), slog.String("metrics", s.MetricsAddr()), slog.Uint64("region", uint64(s.regionID)),
-		slog.Uint64("epoch", s.epoch), slog.String("root", blink.Ptr(s.root.Load()).String()), slog.Int("cores", s.opts.Cores))
+		slog.String("rdma", s.responder.Addr()), slog.String("metrics", s.MetricsAddr()), slog.Uint64("region", uint64(s.reps.own.regionID)),
+		slog.Uint64("epoch", s.reps.own.epoch), slog.String("root", blink.Ptr(s.root.Load()).String()), slog.Int("cores", s.opts.Cores))
 	return nil
 }
 
@@ -243,8 +231,8 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("server: list the log's regions: %w", err)
 	}
-	s.waitOutLeases(len(logged))
-	if err := s.openLoggedFollowers(); err != nil {
+	s.hosting.waitOutLeases(len(logged))
+	if err := s.keep.openLoggedFollowers(); err != nil {
 		return err
 	}
 	lead, err := s.startGroup(ctx)
@@ -259,25 +247,25 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.openSHM()
+	s.hosting.openSHM()
 	if lead {
-		if err := s.serve(ctx, s.replica); err != nil {
+		if err := s.hosting.serve(ctx, s.reps.own); err != nil {
 			return err
 		}
 	}
 	s.metrics.attach(s)
-	s.queue = make(chan job, s.opts.QueueDepth)
+	s.rpc.queue = make(chan job, s.opts.QueueDepth)
 	for i := 0; i < s.opts.Cores; i++ {
-		s.workers.Add(1)
-		go s.worker()
+		s.rpc.workers.Add(1)
+		go s.rpc.worker()
 	}
-	s.goBackground(s.splitLoop)
-	s.goBackground(s.acceptLoop)
-	s.goBackground(s.utilizationLoop)
+	s.goBackground(s.splits.splitLoop)
+	s.goBackground(s.rpc.acceptLoop)
+	s.goBackground(s.rpc.utilizationLoop)
 	s.goBackground(s.followTable)
 	s.goBackground(s.keepMembership)
-	s.goBackground(s.coordinate)
-	s.goBackground(s.replicaLoop)
+	s.goBackground(s.coord.coordinate)
+	s.goBackground(s.keep.replicaLoop)
 	return nil
 }
 
@@ -508,10 +496,10 @@ func (s *Server) MetricsAddr() string {
 }
 
 // RegionID returns the ID of the server's region (0 before Start).
-func (s *Server) RegionID() uint32 { return s.regionID }
+func (s *Server) RegionID() uint32 { return s.reps.own.regionID }
 
 // Epoch returns the region's epoch for this run.
-func (s *Server) Epoch() uint64 { return s.epoch }
+func (s *Server) Epoch() uint64 { return s.reps.own.epoch }
 
 // Root returns the root meganode pointer as the server knows it.
 func (s *Server) Root() blink.Ptr { return blink.Ptr(s.root.Load()) }
@@ -563,7 +551,7 @@ func (s *Server) closeLocked() error {
 func (s *Server) shutdown(member regiontable.Registration) error {
 	var errs []error
 	s.bgCancel()
-	s.closeParking()
+	s.rpc.closeParking()
 	if member != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := member.Close(ctx); err != nil {
@@ -580,11 +568,11 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		c.stopReading()
 	}
 	s.mu.Unlock()
-	s.conns.Wait()
-	if s.queue != nil {
-		close(s.queue)
+	s.rpc.conns.Wait()
+	if s.rpc.queue != nil {
+		close(s.rpc.queue)
 	}
-	s.workers.Wait()
+	s.rpc.workers.Wait()
 	if s.httpSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = s.httpSrv.Shutdown(ctx)
@@ -604,13 +592,15 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		errs = append(errs, s.responder.Close())
 	}
 	s.metrics.detach()
-	errs = append(errs, s.stopGroup(), s.closeFollowers(), s.closeRetired())
+	errs = append(errs, s.stopGroup(), s.keep.closeFollowers())
 	if s.mux != nil {
 		errs = append(errs, s.mux.Close())
 	}
-	if s.region != nil {
-		errs = append(errs, s.closeRegion())
+	if s.reps.own.sm != nil {
+		errs = append(errs, s.reps.own.sm.Close())
 	}
+	// After the machines: a served region a machine discards is retired.
+	errs = append(errs, s.hosting.closeRetired())
 	errs = append(errs, s.closeLog())
 	if s.dir != nil {
 		errs = append(errs, s.dir.close())
@@ -622,17 +612,4 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 		s.log.Info("server: stopped cleanly", slog.String("server", s.opts.ServerID))
 	}
 	return err
-}
-
-// closeRegion closes the region and removes its file: the log and the
-// snapshots hold its contents, and the next start rebuilds it from them.
-func (rep *replica) closeRegion() error {
-	id, path := rep.regionID, rep.region.Path()
-	cerr := rep.region.Close()
-	rerr := rep.region.Remove()
-	if err := errors.Join(cerr, rerr); err != nil {
-		return fmt.Errorf("server: close region %d: %w", id, err)
-	}
-	rep.srv.log.Info("server: region closed and its file removed (the log holds it)", slog.Uint64("region", uint64(id)), slog.String("path", path))
-	return nil
 }

@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
-	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/client"
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/server/rsm"
 )
 
 // slowSink is a raft.SnapshotSink in memory that sleeps on every write,
@@ -33,8 +31,6 @@ func (s *slowSink) Write(b []byte) (int, error) {
 func (s *slowSink) Close() error  { s.closed = true; return nil }
 func (s *slowSink) Cancel() error { s.canceled = true; return nil }
 func (s *slowSink) ID() string    { return "slow" }
-
-var _ raft.SnapshotSink = (*slowSink)(nil)
 
 // TestSnapshotWhileWriting: a snapshot holds writes only while it starts
 // (fsm.go: the replicated state encoded, the region's copy-on-write
@@ -99,8 +95,8 @@ func TestSnapshotWhileWriting(t *testing.T) {
 	// machine writes less between two rounds).
 	for round := 0; round < 4 || splits() == 0 && round < 40; round++ {
 		time.Sleep(200 * time.Millisecond)
-		snap, err := (*fsm)(s.replica).Snapshot()
-		if errors.Is(err, errSnapshotLater) {
+		snap, err := (*fsm)(s.reps.own).Snapshot()
+		if errors.Is(err, rsm.ErrSnapshotLater) {
 			t.Logf("round %d: %v", round, err) // a split was in progress
 			continue
 		}
@@ -114,7 +110,7 @@ func TestSnapshotWhileWriting(t *testing.T) {
 			t.Fatalf("round %d: persist: %v (closed %v)", round, err, sink.closed)
 		}
 		br := bytes.NewReader(sink.Bytes())
-		st, err := readReplState(br)
+		st, err := rsm.ReadState(br)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,51 +138,6 @@ func TestSnapshotWhileWriting(t *testing.T) {
 	}
 }
 
-// The replicated state at a snapshot's head (the splits in progress and
-// the session table) decodes without panicking, never reads past its
-// own end, and what it accepts in the current version re-encodes to the
-// bytes it read: the image that follows it is left to the image's reader,
-// and one state has one encoding. An older version's state re-encodes in
-// the current version, to bytes that read back to themselves.
-func FuzzReadReplState(f *testing.F) {
-	st := replState{Formatted: true, Applied: 42, NewRoot: blink.MakePtr(3, 0x1000),
-		Splits: []splitProgress{{X: blink.MakePtr(3, 0x21000), Y: blink.MakePtr(9, 0x41000), Sep: []byte("m"), Linked: true}}}
-	st.Sessions.record(7, 1, false, 40)
-	st.Sessions.record(7, 2, true, 41)
-	st.Sessions.record(3, 9, false, 42)
-	f.Add(st.encode())
-	f.Add(append(st.encode(), "image"...))
-	f.Add((&replState{}).encode())
-	st.Sessions.markEvicted(99) // a filter of one level (state version 3)
-	st.Sessions.evicted.merge(&evictedFilter{levels: []filterLevel{{scheme: schemeLegacy, bits: make([]byte, legacyFilterBits/8)}}})
-	f.Add(st.encode())
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r := bytes.NewReader(b)
-		got, err := readReplState(r)
-		if err != nil {
-			if !errors.Is(err, meganode.ErrCorruption) {
-				t.Fatalf("error %v is not corruption", err)
-			}
-			return
-		}
-		read := b[:len(b)-r.Len()]
-		enc := got.encode()
-		if le.Uint32(read[4:]) == replVersion {
-			if !bytes.Equal(enc, read) {
-				t.Fatalf("accepted state does not re-encode to the %d bytes read:\n in %x\nout %x", len(read), read, enc)
-			}
-			return
-		}
-		again, err := readReplState(bytes.NewReader(enc))
-		if err != nil {
-			t.Fatalf("an older state re-encoded does not read back: %v\n in %x\nout %x", err, read, enc)
-		}
-		if enc2 := again.encode(); !bytes.Equal(enc2, enc) {
-			t.Fatalf("an older state re-encoded is not stable:\n in %x\nout %x\nthen %x", read, enc, enc2)
-		}
-	})
-}
-
 // TestSnapshotForLogBytes: a region snapshots once the records it applied
 // since its last snapshot add up to Options.SnapshotLogBytes, though
 // their count is far below SnapshotThreshold, and its log is truncated
@@ -201,7 +152,7 @@ func TestSnapshotForLogBytes(t *testing.T) {
 		o.TestingKnobs.OnSnapshot = func(*meganode.Region) { snaps <- struct{}{} }
 	})
 	c := newClient(t, store, "server")
-	logStore := s.wal.Log(s.replica.regionID)
+	logStore := s.wal.Log(s.reps.own.regionID)
 	first := func() uint64 {
 		i, err := logStore.FirstIndex()
 		if err != nil {
@@ -242,7 +193,7 @@ func TestSnapshotForLogBytes(t *testing.T) {
 	if f := first(); last-f+1 > 8+1 {
 		t.Fatalf("log [%d, %d] after the snapshot: more than TrailingLogs (8) entries kept", f, last)
 	}
-	if b := s.replica.logBytes.Load(); b >= 256<<10 {
+	if b := s.reps.own.logBytes.Load(); b >= 256<<10 {
 		t.Fatalf("%d bytes counted after the snapshot", b)
 	}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,13 +14,14 @@ import (
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
-// Local meganode splits (paper §2.2, DESIGN §4; the protocol is drawn in
+// Local meganode splits (paper §2.2, docs/design.md §4; the protocol is drawn in
 // doc.go, "Meganode splits"). One goroutine, splitLoop, runs the server's
 // splits one at a time; writes trigger them (requestSplit) and wait for
-// them when they meet a frozen range or a full meganode (worker.write).
+// them when they meet a frozen range or a full meganode (write.go).
 // Every step is a split record through apply, so the log holds the split.
 
 // Failpoints evaluated by the split after each of its steps. A hook may
@@ -49,76 +51,77 @@ const (
 	FailpointTargetEnded    = "server/split/target/ended"    // Y thawed (or dropped)
 )
 
-// splitSignal wakes the writes waiting for a split: a write reads the
-// generation before it applies, and after ErrFrozen or ErrNeedsSplit waits
-// for the channel of that generation, which the next broadcast closes.
-type splitSignal struct {
-	gen atomic.Uint64
-	mu  sync.Mutex
-	ch  chan struct{}
+// splitter is the server's split driver: it splits the meganodes of the
+// regions this server serves, one split at a time (the split loop), by
+// the paper's protocol, each step a record of the regions it changes
+// (splitdriver.go), and resumes or undoes on a new leader the splits its
+// applied state shows in progress (recover.go). It reaches replicas
+// through the server's registry.
+//
+// It has about 30 methods: the loop, the local and remote steps of a
+// split (remote.go), the separator's insertion into the parent and a new
+// root, and recovery, all over the fields below.
+//
+// Locking notes: splitter.mu < rsm.Machine's lock.
+type splitter struct {
+	s *Server
+	// mu is held by the split loop for a whole split (one at a time).
+	mu sync.Mutex
+	// reqs queues meganodes to consider.
+	reqs chan blink.Ptr
+	// pendingSeps are separators still to insert. Guarded by mu.
+	pendingSeps []*splitDriver
+	// wake wakes writes waiting for a split.
+	wake splitSignal
 }
 
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+// splitSignal counts split events: a write reads the generation before
+// it searches, and one that met a split parks only if no event came
+// since (park.go); each event requeues the parked writes.
+type splitSignal struct {
+	gen atomic.Uint64
+}
 
 func (g *splitSignal) generation() uint64 { return g.gen.Load() }
 
-// after returns a channel closed by the first broadcast after generation
-// gen (at once if there was one).
-func (g *splitSignal) after(gen uint64) <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.gen.Load() != gen {
-		return closedChan
-	}
-	if g.ch == nil {
-		g.ch = make(chan struct{})
-	}
-	return g.ch
-}
-
-func (g *splitSignal) broadcast() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.gen.Add(1)
-	if g.ch != nil {
-		close(g.ch)
-		g.ch = nil
-	}
-}
+func (g *splitSignal) broadcast() { g.gen.Add(1) }
 
 // requestSplit asks the split loop to split lm: when its fill reaches
 // Options.SplitFill, or in any case with force (a write met ErrNeedsSplit).
 // It never blocks; a meganode already queued is not queued twice.
-func (s *Server) requestSplit(lm *localMeganode, force bool) {
+func (sp *splitter) requestSplit(lm *rsm.Meganode, force bool) {
+	s := sp.s
 	if s.opts.DisableSplits {
 		return
 	}
 	if force {
-		lm.splitForce.Store(true)
+		lm.Splits.Force.Store(true)
 	}
-	if !lm.splitQueued.CompareAndSwap(false, true) {
+	if !lm.Splits.Queued.CompareAndSwap(false, true) {
 		return
 	}
 	select {
-	case s.splitReqs <- lm.m.Ptr():
+	case sp.reqs <- lm.Ptr():
 	default:
-		lm.splitQueued.Store(false) // full: a later write asks again
+		lm.Splits.Queued.Store(false) // full: a later write asks again
 	}
 }
 
 // maybeRequestSplit requests a split of lm once its fill reached the
 // threshold; a cheap lock-free check for the write path.
-func (s *Server) maybeRequestSplit(lm *localMeganode) {
-	if !s.opts.DisableSplits && lm.t.Fill() >= s.opts.SplitFill {
-		s.requestSplit(lm, false)
+func (sp *splitter) maybeRequestSplit(lm *rsm.Meganode) {
+	s := sp.s
+	if !s.opts.DisableSplits && lm.T.Fill() >= s.opts.SplitFill {
+		sp.requestSplit(lm, false)
 	}
 }
 
 // splitLoop runs the requested splits until the server stops. A split in
 // progress when Close begins is finished first: it only needs the region.
-func (s *Server) splitLoop() {
-	for _, rep := range s.servedList() {
-		s.resumeSplits(rep)
+func (sp *splitter) splitLoop() {
+	s := sp.s
+	for _, rep := range s.reps.servedList() {
+		sp.resumeSplits(rep)
 	}
 	retry := time.NewTicker(250 * time.Millisecond)
 	defer retry.Stop()
@@ -126,10 +129,10 @@ func (s *Server) splitLoop() {
 		select {
 		case <-s.bgCtx.Done():
 			return
-		case p := <-s.splitReqs:
-			s.serveSplit(p)
+		case p := <-sp.reqs:
+			sp.serveSplit(p)
 		case <-retry.C:
-			s.retrySeparators()
+			sp.retrySeparators()
 		}
 	}
 }
@@ -137,83 +140,83 @@ func (s *Server) splitLoop() {
 // retrySeparators tries the pending separators (splits past their link
 // whose separator is not in the parent yet: its server was down or kept
 // splitting) once each, and ends the splits whose separator went in.
-func (s *Server) retrySeparators() {
-	s.splitMu.Lock()
-	defer s.splitMu.Unlock()
-	pending := s.pendingSeps
-	s.pendingSeps = nil // a parent split below may queue its own
+func (sp *splitter) retrySeparators() {
+	s := sp.s
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	pending := sp.pendingSeps
+	sp.pendingSeps = nil // a parent split below may queue its own
 	for _, d := range pending {
 		d.depth = 0 // from the top now, not nested in a child's split
 		if err := d.insertSeparator(); err != nil {
-			s.pendingSeps = append(s.pendingSeps, d)
+			sp.pendingSeps = append(sp.pendingSeps, d)
 			continue
 		}
 		if err := d.end(); err != nil {
-			s.log.Error("server: end of a split", slog.String("meganode", d.x.m.Ptr().String()), slog.Any("err", err))
+			s.log.Error("server: end of a split", slog.String("meganode", d.x.Ptr().String()), slog.Any("err", err))
 			continue
 		}
 		s.log.Info("server: separator inserted after all", slog.String("new", d.y.String()))
 	}
 }
 
-func (s *Server) serveSplit(p blink.Ptr) {
-	lm := s.meganodeAt(p)
-	if lm == nil || lm.m.Ptr() != p {
+func (sp *splitter) serveSplit(p blink.Ptr) {
+	s := sp.s
+	lm := s.servedMeganode(p)
+	if lm == nil || lm.Ptr() != p {
 		return
 	}
-	lm.splitQueued.Store(false)
+	lm.Splits.Queued.Store(false)
 	// A write that found the meganode full forces a split, unless a split
 	// made room since.
-	force := lm.splitForce.Swap(false) && lm.t.NeedsSplit()
-	if !force && lm.t.Fill() < s.opts.SplitFill {
+	force := lm.Splits.Force.Swap(false) && lm.T.NeedsSplit()
+	if !force && lm.T.Fill() < s.opts.SplitFill {
 		return
 	}
-	s.runSplit(lm)
+	sp.runSplit(lm)
 }
 
 // runSplit splits lm now, wakes the writes waiting for it, and requests
 // further splits of the two halves if they are still above the fill
 // threshold (an unbalanced split). It reports whether the split was done.
-func (s *Server) runSplit(lm *localMeganode) bool {
-	s.splitMu.Lock()
-	yp, err := s.splitLocked(lm, 0)
-	if errors.Is(err, blink.ErrSplitState) && s.settleLeftSplitLocked(lm) {
+func (sp *splitter) runSplit(lm *rsm.Meganode) bool {
+	s := sp.s
+	sp.mu.Lock()
+	yp, err := sp.splitLocked(lm, 0)
+	if errors.Is(err, blink.ErrSplitState) && sp.settleLeftSplitLocked(lm) {
 		yp, err = 0, nil // settled; a new split is requested below if still due
 	}
-	s.splitMu.Unlock()
+	sp.mu.Unlock()
 	s.splitEvent()
 	if err != nil {
-		s.log.Warn("server: meganode split failed", slog.String("meganode", lm.m.Ptr().String()), slog.Any("err", err))
+		s.log.Warn("server: meganode split failed", slog.String("meganode", lm.Ptr().String()), slog.Any("err", err))
 		return false
 	}
-	s.maybeRequestSplit(lm)
-	if y := s.meganodeAt(yp); y != nil {
-		s.maybeRequestSplit(y)
+	sp.maybeRequestSplit(lm)
+	if y := s.servedMeganode(yp); y != nil {
+		sp.maybeRequestSplit(y)
 	}
 	return true
 }
 
 // settleLeftSplitLocked resumes or undoes a split of lm that its region's
-// replicated state shows in progress while no split runs (s.splitMu is
+// replicated state shows in progress while no split runs (s.splits.mu is
 // held): one whose steps and abort were all refused because this server
 // lost its group's leadership for a moment and was then elected again
 // without another server taking the region over, so resumeSplits (server
 // start, takeover) never ran for it. It reports whether it found one and
-// settled it. REQUIRES: s.splitMu held.
-func (s *Server) settleLeftSplitLocked(lm *localMeganode) bool {
-	rep := lm.rep
-	rep.applyMu.Lock()
-	var p splitProgress
-	found := false
-	if sp := rep.repl.splitOf(lm.m.Ptr()); sp != nil {
-		p, found = *sp, true
-		p.Sep = bytes.Clone(sp.Sep)
+// settled it. REQUIRES: s.splits.mu held.
+func (sp *splitter) settleLeftSplitLocked(lm *rsm.Meganode) bool {
+	s := sp.s
+	rep := s.reps.holding(lm.Ptr().Region())
+	if rep == nil {
+		return false
 	}
-	rep.applyMu.Unlock()
+	p, found := rep.sm.SplitOf(lm.Ptr())
 	if !found {
 		return false
 	}
-	if err := s.resumeSplitLocked(p); err != nil {
+	if err := sp.resumeSplitLocked(p); err != nil {
 		s.log.Error("server: a split left in progress could not be resumed", slog.String("meganode", p.X.String()),
 			slog.String("new", p.Y.String()), slog.Any("err", err))
 		return false
@@ -223,18 +226,24 @@ func (s *Server) settleLeftSplitLocked(lm *localMeganode) bool {
 
 // failpointAfterLink evaluates a failpoint past a split's point of no
 // return: an error is logged and the split goes on.
-func (s *Server) failpointAfterLink(name string) {
+func (sp *splitter) failpointAfterLink(name string) {
+	s := sp.s
 	if err := failpoint.Eval(name); err != nil {
 		s.log.Warn("server: failpoint after a split's link ignored", slog.String("failpoint", name), slog.Any("err", err))
 	}
 }
 
 // applySplit applies one split record for meganode x.
-func (s *Server) applySplit(x *localMeganode, sep []byte, b splitBody) (applyResult, error) {
-	rec := appendRecord(nil, &writeRecord{Kind: recSplit, Meganode: x.m.Ptr(), Key: sep, Value: appendSplitBody(nil, &b)})
-	res, err := x.rep.propose(rec)
+func (sp *splitter) applySplit(x *rsm.Meganode, sep []byte, b rsm.SplitBody) (rsm.Result, error) {
+	s := sp.s
+	rec := rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindSplit, Meganode: x.Ptr(), Key: sep, Value: rsm.AppendSplitBody(nil, &b)})
+	rep, err := s.holder(x)
+	var res rsm.Result
+	if err == nil {
+		res, err = rep.propose(rec)
+	}
 	if err != nil {
-		return res, fmt.Errorf("server: split %v at %q, %v step: %w", x.m.Ptr(), sep, b.Phase, err)
+		return res, fmt.Errorf("server: split %v at %q, %v step: %w", x.Ptr(), sep, b.Phase, err)
 	}
 	return res, nil
 }
@@ -250,28 +259,29 @@ const maxSeparatorTries = 64
 // split first; a remote one is split by its server while this one waits),
 // or, when level is the root's, a new root meganode is made over that
 // level and published. Until then readers reach y through right links.
-// REQUIRES: s.splitMu held.
-func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, depth int) error {
-	child := le.AppendUint64(nil, uint64(yp))
+// REQUIRES: s.splits.mu held.
+func (sp *splitter) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, depth int) error {
+	s := sp.s
+	child := binary.LittleEndian.AppendUint64(nil, uint64(yp))
 	if err := failpoint.Eval(FailpointSeparator); err != nil {
 		return err
 	}
 	var last error
 	for attempt := 0; attempt < maxSeparatorTries; attempt++ {
 		if attempt > 0 {
-			if err := s.pause(attempt); err != nil {
+			if err := sp.pause(attempt); err != nil {
 				return err
 			}
 		}
 		rp := blink.Ptr(s.root.Load())
-		rootLevel, err := s.levelOf(rp)
+		rootLevel, err := sp.levelOf(rp)
 		if err != nil {
 			last = err
 			continue
 		}
 		switch {
 		case rootLevel == level:
-			err := s.growRootLocked(rp, level, sep)
+			err := sp.growRootLocked(rp, level, sep)
 			if errors.Is(err, regiontable.ErrConflict) {
 				continue // the table had a newer root, now ours: look again
 			}
@@ -286,35 +296,38 @@ func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, dept
 			last = fmt.Errorf("server: root meganode %v at level %d is below the level %d separator %q", rp, rootLevel, level+1, sep)
 			continue
 		}
-		p, next, err := s.parentOf(rp, sep, level+1)
+		p, next, err := sp.parentOf(rp, sep, level+1)
 		if err != nil {
 			last = err
 			continue
 		}
 		if p == nil {
 			// The parent level goes on on another server.
-			done, err := s.insertChildRemote(next, level+1, sep, yp)
+			done, err := sp.insertChildRemote(next, level+1, sep, yp)
 			if err == nil && done {
 				return nil
 			}
 			last = err
 			continue
 		}
-		_, err = p.rep.propose(appendRecord(nil, &writeRecord{Kind: recChild, Meganode: p.m.Ptr(), Key: sep, Value: child}))
+		var rep *replica
+		if rep, err = s.holder(p); err == nil {
+			_, err = rep.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindChild, Meganode: p.Ptr(), Key: sep, Value: child}))
+		}
 		switch {
 		case err == nil:
-			s.maybeRequestSplit(p)
+			sp.maybeRequestSplit(p)
 			return nil
 		case errors.Is(err, blink.ErrNeedsSplit):
-			if _, err := s.splitLocked(p, depth+1); err != nil {
-				return fmt.Errorf("server: split parent %v: %w", p.m.Ptr(), err)
+			if _, err := sp.splitLocked(p, depth+1); err != nil {
+				return fmt.Errorf("server: split parent %v: %w", p.Ptr(), err)
 			}
 			s.splitEvent()
 			attempt-- // no need to wait
 		case errors.Is(err, blink.ErrKeyOutOfRange), errors.Is(err, blink.ErrFrozen):
 			last = err // the parent moved under us: search again
 		default:
-			return fmt.Errorf("server: insert separator %q into %v: %w", sep, p.m.Ptr(), err)
+			return fmt.Errorf("server: insert separator %q into %v: %w", sep, p.Ptr(), err)
 		}
 	}
 	return fmt.Errorf("server: separator %q (level %d, child %v) found no parent: %w (last: %v)", sep, level+1, yp, blink.ErrRestart, last)
@@ -322,7 +335,8 @@ func (s *Server) insertSeparatorLocked(level int, sep []byte, yp blink.Ptr, dept
 
 // pause sleeps before attempt n of a step that waits for another server
 // (or the region table): 1 ms doubling to 200 ms.
-func (s *Server) pause(n int) error {
+func (sp *splitter) pause(n int) error {
+	s := sp.s
 	d := time.Millisecond << min(n, 8)
 	t := time.NewTimer(min(d, 200*time.Millisecond))
 	defer t.Stop()
@@ -337,31 +351,32 @@ func (s *Server) pause(n int) error {
 // parentOf searches key from meganode start down to level, within this
 // server: it returns the local meganode at level covering key, or the
 // pointer where the search goes on on another server.
-func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*localMeganode, blink.Ptr, error) {
-	lm := s.meganodeAt(start)
+func (sp *splitter) parentOf(start blink.Ptr, key []byte, level int) (*rsm.Meganode, blink.Ptr, error) {
+	s := sp.s
+	lm := s.servedMeganode(start)
 	if lm == nil {
 		return nil, start, nil
 	}
 	for i := range maxHops {
-		if lm.level < level {
+		if lm.Level < level {
 			if i == 0 {
 				// The request's own start: no search led there.
-				return nil, 0, wireErrorf(wire.StatusOutOfBounds, "start %v is in a meganode of level %d, below the parent level %d", start, lm.level, level)
+				return nil, 0, wireErrorf(wire.StatusOutOfBounds, "start %v is in a meganode of level %d, below the parent level %d", start, lm.Level, level)
 			}
-			return nil, 0, fmt.Errorf("server: search for level %d reached meganode %v at level %d: %w", level, lm.m.Ptr(), lm.level, blink.ErrCorruption)
+			return nil, 0, fmt.Errorf("server: search for level %d reached meganode %v at level %d: %w", level, lm.Ptr(), lm.Level, blink.ErrCorruption)
 		}
-		res, err := lm.t.Search(key)
+		res, err := lm.T.Search(key)
 		if err != nil {
 			return nil, 0, err
 		}
 		next := res.Next
 		if next.IsNil() {
-			if lm.level == level {
+			if lm.Level == level {
 				return lm, 0, nil
 			}
 			next = res.Child
 		}
-		nl := s.meganodeAt(next)
+		nl := s.servedMeganode(next)
 		if nl == nil {
 			return nil, next, nil
 		}
@@ -372,62 +387,57 @@ func (s *Server) parentOf(start blink.Ptr, key []byte, level int) (*localMeganod
 
 // levelOf returns the global level of the meganode holding node p, here
 // or on its server.
-func (s *Server) levelOf(p blink.Ptr) (int, error) {
+func (sp *splitter) levelOf(p blink.Ptr) (int, error) {
+	s := sp.s
 	if p.IsNil() {
 		return 0, fmt.Errorf("server: no root meganode: %w", blink.ErrRestart)
 	}
-	if lm := s.meganodeAt(p); lm != nil {
-		return lm.level, nil
+	if lm := s.servedMeganode(p); lm != nil {
+		return lm.Level, nil
 	}
-	info, err := s.remoteMeganode(p)
+	info, err := sp.remoteMeganode(p)
 	if err != nil {
 		return 0, err
 	}
 	return int(info.Meganode.Level), nil
 }
 
-// levelEntry is one meganode of a global level: its min key ("\x00" for
-// -inf) and header pointer, an entry of a new root.
-type levelEntry struct {
-	key []byte
-	ptr blink.Ptr
-}
-
 // walkLevel lists the meganodes of root's level, left to right along the
 // right links, here or on other servers.
-func (s *Server) walkLevel(root blink.Ptr, level int) ([]levelEntry, error) {
-	var out []levelEntry
+func (sp *splitter) walkLevel(root blink.Ptr, level int) ([]rsm.LevelEntry, error) {
+	s := sp.s
+	var out []rsm.LevelEntry
 	for p := root; !p.IsNil(); {
 		if len(out) > maxHops*maxHops {
 			return nil, fmt.Errorf("server: the root's level has over %d meganodes: %w", maxHops*maxHops, blink.ErrCorruption)
 		}
 		var (
-			e     levelEntry
+			e     rsm.LevelEntry
 			lv    int
 			bmin  []byte
 			minf  bool
 			right blink.Ptr
 		)
-		if lm := s.meganodeAt(p); lm != nil {
-			h, err := lm.t.Header()
+		if lm := s.servedMeganode(p); lm != nil {
+			h, err := lm.T.Header()
 			if err != nil {
 				return nil, err
 			}
-			e.ptr, lv, bmin, minf, right = lm.m.Ptr(), lm.level, h.Bounds.Min, h.Bounds.MinInf, lm.t.Right()
+			e.Ptr, lv, bmin, minf, right = lm.Ptr(), lm.Level, h.Bounds.Min, h.Bounds.MinInf, lm.T.Right()
 		} else {
-			info, err := s.remoteMeganode(p)
+			info, err := sp.remoteMeganode(p)
 			if err != nil {
 				return nil, err
 			}
 			m := &info.Meganode
-			e.ptr, lv, bmin, minf, right = m.Ptr, int(m.Level), m.Range.Min, m.Range.MinInf, info.Right
+			e.Ptr, lv, bmin, minf, right = m.Ptr, int(m.Level), m.Range.Min, m.Range.MinInf, info.Right
 		}
 		if lv != level {
-			return nil, fmt.Errorf("server: meganode %v of the root's level %d is at level %d: %w", e.ptr, level, lv, blink.ErrCorruption)
+			return nil, fmt.Errorf("server: meganode %v of the root's level %d is at level %d: %w", e.Ptr, level, lv, blink.ErrCorruption)
 		}
-		e.key = bytes.Clone(bmin)
+		e.Key = bytes.Clone(bmin)
 		if minf {
-			e.key = []byte{0}
+			e.Key = []byte{0}
 		}
 		out = append(out, e)
 		p = right
@@ -441,18 +451,19 @@ func (s *Server) walkLevel(root blink.Ptr, level int) ([]levelEntry, error) {
 // root first (compare-and-set from root), then the server's and offset 0
 // of the region. Readers that still start at the old root reach
 // everything through right links. On failure the unpublished meganode is
-// dropped. REQUIRES: s.splitMu held.
-func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
-	ents, err := s.walkLevel(root, level)
+// dropped. REQUIRES: s.splits.mu held.
+func (sp *splitter) growRootLocked(root blink.Ptr, level int, sep []byte) error {
+	s := sp.s
+	ents, err := sp.walkLevel(root, level)
 	if err != nil {
 		return err
 	}
-	body := appendRootEntries(nil, ents)
+	body := rsm.AppendRootEntries(nil, ents)
 	// The root record names a meganode of ours at the old root's level:
 	// the old root when it is here, else the first of that level here.
-	var x *localMeganode
+	var x *rsm.Meganode
 	for _, e := range ents {
-		if lm := s.meganodeAt(e.ptr); lm != nil {
+		if lm := s.servedMeganode(e.Ptr); lm != nil {
 			x = lm
 			break
 		}
@@ -460,16 +471,16 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 	if x == nil {
 		return fmt.Errorf("server: no meganode of level %d on this server to grow the root from", level)
 	}
-	res, err := s.applySplit(x, sep, splitBody{Phase: phaseRoot, Cursor: body})
+	res, err := sp.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseRoot, Cursor: body})
 	if err != nil {
 		return err
 	}
 	np := res.New
-	s.failpointAfterLink(FailpointRootMade)
+	sp.failpointAfterLink(FailpointRootMade)
 	ctx, cancel := context.WithTimeout(s.bgCtx, 10*time.Second)
 	defer cancel()
 	if cur, err := s.opts.Store.SetRoot(ctx, root, np); err != nil {
-		if _, aerr := s.applySplit(x, sep, splitBody{Phase: phaseAbort, New: np}); aerr != nil {
+		if _, aerr := sp.applySplit(x, sep, rsm.SplitBody{Phase: rsm.PhaseAbort, New: np}); aerr != nil {
 			s.log.Error("server: drop the unpublished root meganode", slog.String("meganode", np.String()), slog.Any("err", aerr))
 		}
 		if errors.Is(err, regiontable.ErrConflict) && !cur.IsNil() {
@@ -479,219 +490,15 @@ func (s *Server) growRootLocked(root blink.Ptr, level int, sep []byte) error {
 		}
 		return fmt.Errorf("server: publish the new root meganode %v: %w", np, err)
 	}
-	s.failpointAfterLink(FailpointRootSet)
-	if err := s.publishRoot(x.rep, np); err != nil {
+	sp.failpointAfterLink(FailpointRootSet)
+	rep, err := s.holder(x)
+	if err != nil {
+		return err
+	}
+	if err := s.publishRoot(rep, np); err != nil {
 		return err
 	}
 	s.log.Info("server: new root meganode", slog.String("root", np.String()), slog.String("old_root", root.String()),
 		slog.Int("level", level+1), slog.Int("entries", len(ents)))
 	return nil
-}
-
-// ---- Applying split records (apply.go). REQUIRES: s.applyMu held. ----
-
-// applySplitLocked applies one split record r with body b, and keeps the
-// splits in progress of the replicated state (fsm.go) up to date.
-func (rep *replica) applySplitLocked(r *writeRecord, b *splitBody) (applyResult, error) {
-	res, err := rep.applySplitStepLocked(r, b)
-	if err != nil {
-		return res, err
-	}
-	st := &rep.repl
-	switch b.Phase {
-	case phaseStart:
-		y := b.New
-		if y.IsNil() {
-			y = res.New
-		}
-		st.Splits = append(st.Splits, splitProgress{X: r.Meganode, Y: y, Sep: bytes.Clone(r.Key)})
-	case phaseLink:
-		if p := st.splitOf(r.Meganode); p != nil {
-			p.Linked = true
-		}
-	case phaseFree:
-		if p := st.splitOf(r.Meganode); p != nil && res.Done {
-			p.Freed = true
-		}
-	case phaseEnd:
-		st.endSplit(r.Meganode)
-	case phaseAbort:
-		if p := st.splitOf(r.Meganode); p != nil && p.Y == b.New {
-			st.endSplit(r.Meganode)
-		}
-	}
-	return res, nil
-}
-
-// applySplitStepLocked applies one split record r with body b to the
-// region.
-func (rep *replica) applySplitStepLocked(r *writeRecord, b *splitBody) (applyResult, error) {
-	x := rep.meganodeAt(r.Meganode)
-	if x == nil || x.m.Ptr() != r.Meganode {
-		return applyResult{}, fmt.Errorf("server: split record for %v, not a meganode of region %d: %w", r.Meganode, rep.regionID, ErrBadRecord)
-	}
-	remote := b.New.Region() != rep.regionID
-	switch b.Phase {
-	case phaseStart:
-		switch {
-		case b.New.IsNil():
-			yp, err := rep.startSplitLocked(x, r.Key)
-			return applyResult{New: yp}, err
-		case remote:
-			return applyResult{}, x.t.Freeze(r.Key)
-		}
-		return applyResult{}, fmt.Errorf("server: start record names %v: a local split's meganode is chosen by apply: %w", b.New, ErrBadRecord)
-	case phaseRoot:
-		if !b.New.IsNil() {
-			return applyResult{}, fmt.Errorf("server: root record names %v: the root's meganode is chosen by apply: %w", b.New, ErrBadRecord)
-		}
-		np, err := rep.makeRootLocked(x, b.Cursor)
-		return applyResult{New: np}, err
-	case phaseAbort:
-		return applyResult{}, rep.abortSplitLocked(x, b.New)
-	}
-	var y *localMeganode
-	if !remote {
-		y = rep.meganodeAt(b.New)
-		if y == nil || y.m.Ptr() != b.New || y.level != x.level {
-			return applyResult{}, fmt.Errorf("server: %v record names %v, not a meganode at level %d: %w", b.Phase, b.New, x.level, ErrBadRecord)
-		}
-	}
-	info := x.t.Split()
-	if b.Phase != phaseEnd && (!info.Source || !bytes.Equal(info.Sep, r.Key)) {
-		return applyResult{}, fmt.Errorf("server: %v record for %v at %q, which is not splitting there: %w", b.Phase, x.m.Ptr(), r.Key, ErrBadRecord)
-	}
-	switch b.Phase {
-	case phaseCopy:
-		if remote {
-			return applyResult{}, fmt.Errorf("server: copy record of a remote split: %w", ErrBadRecord)
-		}
-		next, err := blink.CopyRight(x.t, y.t, b.Cursor, int(b.Batch))
-		return applyResult{Next: next}, err
-	case phaseLink:
-		if remote {
-			if len(b.Cursor) != 8 {
-				return applyResult{}, fmt.Errorf("server: link record of a remote split without Y's root: %w", ErrBadRecord)
-			}
-			root := blink.Ptr(le.Uint64(b.Cursor))
-			if root.Region() != b.New.Region() {
-				return applyResult{}, fmt.Errorf("server: link record: Y's root %v is not in Y's region: %w", root, ErrBadRecord)
-			}
-			return applyResult{}, x.t.LinkRight(root)
-		}
-		return applyResult{}, x.t.LinkRight(y.t.Root())
-	case phaseFree:
-		done, err := x.t.FreeRight(int(b.Batch))
-		if err == nil && done {
-			err = x.t.Thaw()
-			if y != nil {
-				err = errors.Join(err, y.t.Thaw())
-			}
-		}
-		return applyResult{Done: done}, err
-	case phaseEnd:
-		if y != nil && y.t.Split().Target {
-			return applyResult{}, fmt.Errorf("server: end of the split of %v before its right half was freed: %w", x.m.Ptr(), ErrBadRecord)
-		}
-		return applyResult{}, nil
-	}
-	return applyResult{}, fmt.Errorf("server: split phase %v: %w", b.Phase, ErrBadRecord)
-}
-
-// startSplitLocked freezes x at sep and formats y, the right half's
-// meganode, in the lowest free slot; it returns y's header pointer.
-func (rep *replica) startSplitLocked(x *localMeganode, sep []byte) (blink.Ptr, error) {
-	if err := x.t.Freeze(sep); err != nil {
-		return 0, err
-	}
-	h, err := x.t.Header()
-	var yp blink.Ptr
-	if err == nil {
-		yp, err = rep.newMeganodeLocked(x.level, blink.Bounds{Min: sep, Max: h.Bounds.Max, MaxInf: h.Bounds.MaxInf}, func(y *blink.Tree) error {
-			return y.BeginCopy(x.t.Right())
-		})
-	}
-	if err != nil {
-		return 0, errors.Join(err, x.t.Thaw())
-	}
-	return yp, nil
-}
-
-// makeRootLocked formats a new root meganode one level above x's, with
-// the entries the root record lists: one per meganode of x's level, left
-// to right, keyed by its min key ("\x00" stands for -inf: leaf entries
-// have non-empty keys, no key is below it). It is the unpublished root
-// until a root publish record (or an abort) ends it.
-func (rep *replica) makeRootLocked(x *localMeganode, body []byte) (blink.Ptr, error) {
-	ents, err := decodeRootEntries(body)
-	if err != nil {
-		return 0, err
-	}
-	if !rep.repl.NewRoot.IsNil() {
-		return 0, fmt.Errorf("server: root record while %v is unpublished: %w", rep.repl.NewRoot, ErrBadRecord)
-	}
-	np, err := rep.newMeganodeLocked(x.level+1, blink.Full, func(n *blink.Tree) error {
-		for _, e := range ents {
-			if err := n.InsertChild(e.key, e.ptr); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err == nil {
-		rep.repl.NewRoot = np
-	}
-	return np, err
-}
-
-// newMeganodeLocked formats a meganode in the lowest free slot (apply
-// chooses it, so that replicas and replays choose the same one), runs
-// fill on its tree and publishes it in the meganode table. On error the
-// slot is freed again. It returns the new meganode's header pointer.
-func (rep *replica) newMeganodeLocked(level int, b blink.Bounds, fill func(*blink.Tree) error) (blink.Ptr, error) {
-	rep.megaMu.Lock()
-	defer rep.megaMu.Unlock()
-	m, err := rep.region.NewMeganode(level, b, rep.treeOptions())
-	if err != nil {
-		return 0, err
-	}
-	if err = fill(m.Tree()); err == nil {
-		err = rep.addMeganodeLocked(m)
-	}
-	if err != nil {
-		return 0, errors.Join(err, rep.region.FreeMeganode(m.Slot()))
-	}
-	return m.Ptr(), nil
-}
-
-// abortSplitLocked undoes a split of x before its link: x is thawed and
-// the unreachable new meganode np (the right half's, or an unpublished
-// root) is dropped. The records np's entries share stay x's.
-func (rep *replica) abortSplitLocked(x *localMeganode, np blink.Ptr) error {
-	info := x.t.Split()
-	if info.Linked {
-		return fmt.Errorf("server: abort of the split of %v after its link: %w", x.m.Ptr(), ErrBadRecord)
-	}
-	n := rep.meganodeAt(np)
-	if n != nil && n.m.Ptr() != np {
-		n = nil
-	}
-	// Only a meganode nobody can reach may go: the target of x's split,
-	// or one level above x while x is the root (an unpublished root).
-	target := n != nil && info.Source && n.level == x.level && n.t.Split().Target
-	rootCandidate := n != nil && n.level == x.level+1 && rep.repl.NewRoot == np
-	if n != nil && !target && !rootCandidate {
-		return fmt.Errorf("server: abort record for %v would drop %v, which may be reachable: %w", x.m.Ptr(), np, ErrBadRecord)
-	}
-	var errs []error
-	if info.Source {
-		errs = append(errs, x.t.Thaw())
-	}
-	if n != nil {
-		errs = append(errs, rep.dropMeganode(n.m.Slot()))
-	}
-	if rootCandidate {
-		rep.repl.NewRoot = 0
-	}
-	return errors.Join(errs...)
 }

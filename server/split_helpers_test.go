@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/atomicmem"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -24,7 +26,7 @@ type applyLog struct {
 
 type loggedRecord struct {
 	kind  uint8
-	phase splitPhase // split records
+	phase rsm.SplitPhase // split records
 	mega  blink.Ptr
 	new   blink.Ptr // split records: Y or the new root; child records: the child
 	key   string
@@ -32,18 +34,18 @@ type loggedRecord struct {
 }
 
 func (l *applyLog) record(_ uint64, rec []byte, err error) {
-	r, derr := decodeRecord(rec)
+	r, derr := rsm.DecodeRecord(rec)
 	if derr != nil {
 		return
 	}
 	lr := loggedRecord{kind: r.Kind, mega: r.Meganode, key: string(r.Key), err: err}
 	switch r.Kind {
-	case recPut, recDelete:
+	case rsm.KindPut, rsm.KindDelete:
 		return // only the tree's structure
-	case recChild:
-		lr.new = blink.Ptr(le.Uint64(r.Value))
-	case recSplit:
-		b, _ := decodeSplitBody(r.Value)
+	case rsm.KindChild:
+		lr.new = blink.Ptr(binary.LittleEndian.Uint64(r.Value))
+	case rsm.KindSplit:
+		b, _ := rsm.DecodeSplitBody(r.Value)
 		lr.phase, lr.new = b.Phase, b.New
 	}
 	l.mu.Lock()
@@ -64,7 +66,7 @@ func (l *applyLog) all() []loggedRecord {
 func (l *applyLog) checkSplits(t testing.TB) int {
 	t.Helper()
 	type split struct {
-		phases []splitPhase
+		phases []rsm.SplitPhase
 		parent bool
 	}
 	open := map[blink.Ptr]*split{} // by X
@@ -73,16 +75,16 @@ func (l *applyLog) checkSplits(t testing.TB) int {
 		// A separator that meets a full, splitting or moved parent is
 		// tried again (insertSeparatorLocked): those failures are the
 		// protocol, not errors.
-		retried := r.kind == recChild && (errors.Is(r.err, blink.ErrNeedsSplit) || errors.Is(r.err, blink.ErrFrozen) || errors.Is(r.err, blink.ErrKeyOutOfRange))
+		retried := r.kind == rsm.KindChild && (errors.Is(r.err, blink.ErrNeedsSplit) || errors.Is(r.err, blink.ErrFrozen) || errors.Is(r.err, blink.ErrKeyOutOfRange))
 		if r.err != nil && !retried {
 			t.Errorf("record %d (%v of %v): %v", i, r.phase, r.mega, r.err)
 		}
-		if r.kind == recRegion || r.kind == recRoot {
+		if r.kind == rsm.KindRegion || r.kind == rsm.KindRoot {
 			continue // the region's first record, the root's making
 		}
-		if r.kind == recChild {
+		if r.kind == rsm.KindChild {
 			for _, sp := range open {
-				if len(sp.phases) > 0 && sp.phases[len(sp.phases)-1] == phaseFree {
+				if len(sp.phases) > 0 && sp.phases[len(sp.phases)-1] == rsm.PhaseFree {
 					sp.parent = true
 				}
 			}
@@ -90,23 +92,23 @@ func (l *applyLog) checkSplits(t testing.TB) int {
 		}
 		sp := open[r.mega]
 		switch r.phase {
-		case phaseStart:
+		case rsm.PhaseStart:
 			if sp != nil {
 				t.Errorf("record %d: split of %v started twice", i, r.mega)
 			}
-			open[r.mega] = &split{phases: []splitPhase{phaseStart}}
+			open[r.mega] = &split{phases: []rsm.SplitPhase{rsm.PhaseStart}}
 			continue
-		case phaseRoot:
+		case rsm.PhaseRoot:
 			// The new root is made by the split of a meganode of the
 			// root's level: the one that last freed.
 			for _, sp := range open {
-				if len(sp.phases) > 0 && sp.phases[len(sp.phases)-1] == phaseFree {
+				if len(sp.phases) > 0 && sp.phases[len(sp.phases)-1] == rsm.PhaseFree {
 					sp.parent = true
 				}
 			}
 			continue
-		case phaseAbort:
-			if sp != nil && !slices.Contains(sp.phases, phaseLink) {
+		case rsm.PhaseAbort:
+			if sp != nil && !slices.Contains(sp.phases, rsm.PhaseLink) {
 				delete(open, r.mega)
 			}
 			continue
@@ -116,14 +118,14 @@ func (l *applyLog) checkSplits(t testing.TB) int {
 			continue
 		}
 		last := sp.phases[len(sp.phases)-1]
-		ok := r.phase == last && (last == phaseCopy || last == phaseFree) ||
-			r.phase == last+1 && r.phase != phaseRoot && r.phase != phaseEnd ||
-			r.phase == phaseEnd && last == phaseFree && sp.parent
+		ok := r.phase == last && (last == rsm.PhaseCopy || last == rsm.PhaseFree) ||
+			r.phase == last+1 && r.phase != rsm.PhaseRoot && r.phase != rsm.PhaseEnd ||
+			r.phase == rsm.PhaseEnd && last == rsm.PhaseFree && sp.parent
 		if !ok {
 			t.Errorf("record %d: %v of %v after %v (parent %v)", i, r.phase, r.mega, last, sp.parent)
 		}
 		sp.phases = append(sp.phases, r.phase)
-		if r.phase == phaseEnd {
+		if r.phase == rsm.PhaseEnd {
 			delete(open, r.mega)
 			done++
 		}
@@ -144,8 +146,8 @@ func waitSplitsIdle(t testing.TB, s *Server) {
 			t.Fatal("splits never settled")
 		}
 		time.Sleep(20 * time.Millisecond)
-		if len(s.splitReqs) == 0 && s.splitMu.TryLock() {
-			s.splitMu.Unlock()
+		if len(s.splits.reqs) == 0 && s.splits.mu.TryLock() {
+			s.splits.mu.Unlock()
 			calm++
 		} else {
 			calm = 0
@@ -166,19 +168,19 @@ func oneSidedGet(s *Server, key []byte) (string, bool, error) {
 // oneSidedFrom is oneSidedGet starting at meganode header start (0: the
 // root pointer at offset 0 of the region); restarts go to the root.
 func oneSidedFrom(s *Server, key []byte, start blink.Ptr) (string, bool, error) {
-	mem := s.region.Bytes()
-	ns := uint64(s.nodeSize)
-	buf := atomicmem.Alloc(s.nodeSize)
+	mem := s.reps.own.sm.Region().Bytes()
+	ns := uint64(s.reps.own.sm.NodeSize())
+	buf := atomicmem.Alloc(s.reps.own.sm.NodeSize())
 	read := func(p blink.Ptr) error {
 		off := p.Offset()
-		if p.Region() != s.regionID || off%8 != 0 || off+ns > uint64(len(mem)) {
-			return fmt.Errorf("pointer %v outside region %d", p, s.regionID)
+		if p.Region() != s.reps.own.regionID || off%8 != 0 || off+ns > uint64(len(mem)) {
+			return fmt.Errorf("pointer %v outside region %d", p, s.reps.own.regionID)
 		}
 		atomicmem.Load(buf, mem[off:off+ns])
 		return nil
 	}
 	for restarts := 0; restarts < 1<<12; restarts++ {
-		hp := s.region.Root()
+		hp := s.reps.own.sm.Region().Root()
 		if restarts == 0 && !start.IsNil() {
 			hp = start
 		}
@@ -338,20 +340,20 @@ func mustServeAll(t testing.TB, s *Server, c *wire.Conn, keys []string) {
 // levels returns the number of meganode levels: the root's level + 1.
 func levels(t testing.TB, s *Server) int {
 	t.Helper()
-	lm := s.meganodeAt(s.Root())
+	lm := s.servedMeganode(s.Root())
 	if lm == nil {
 		t.Fatalf("root %v is not a local meganode", s.Root())
 	}
-	return lm.level + 1
+	return lm.Level + 1
 }
 
 // iterKeys returns the keys from lower on that blink iterators yield from
 // meganode lm on, crossing to the meganodes to the right through
 // Iter.Edge and Boundary (what the server's range does within a level).
-func iterKeys(s *Server, lm *localMeganode, lower []byte) ([]string, error) {
+func iterKeys(s *Server, lm *rsm.Meganode, lower []byte) ([]string, error) {
 	var out []string
 	for hops := 0; hops < maxHops; hops++ {
-		it := lm.t.NewIter(&blink.IterOptions{Lower: lower})
+		it := lm.T.NewIter(&blink.IterOptions{Lower: lower})
 		for ok := it.First(); ok; ok = it.Next() {
 			out = append(out, string(it.Key()))
 		}
@@ -361,7 +363,7 @@ func iterKeys(s *Server, lm *localMeganode, lower []byte) ([]string, error) {
 		if err != nil || !more {
 			return out, err
 		}
-		if lm = s.meganodeAt(b); lm == nil {
+		if lm = s.servedMeganode(b); lm == nil {
 			return out, fmt.Errorf("iteration left at %q for %v, no local meganode", edge, b)
 		}
 		lower = bytes.Clone(edge)

@@ -15,6 +15,7 @@ import (
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/failpoint"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -66,8 +67,8 @@ func TestSplitServerGrows(t *testing.T) {
 		t.Fatalf("%d level(s) of meganodes after %d puts", lv, n)
 	}
 	root, err := store.Root(ctxT(t))
-	if err != nil || root != s.Root() || s.region.Root() != s.Root() {
-		t.Fatalf("root: table %v (%v), server %v, region offset 0 %v", root, err, s.Root(), s.region.Root())
+	if err != nil || root != s.Root() || s.reps.own.sm.Region().Root() != s.Root() {
+		t.Fatalf("root: table %v (%v), server %v, region offset 0 %v", root, err, s.Root(), s.reps.own.sm.Region().Root())
 	}
 	c := dial(t, s)
 	mustServeAll(t, s, c, keys)
@@ -76,8 +77,8 @@ func TestSplitServerGrows(t *testing.T) {
 	if _, err := call(t, c, wire.OpMetadata, &wire.MetadataRequest{WantMeganodes: true}, &meta); err != nil {
 		t.Fatal(err)
 	}
-	if len(meta.Meganodes) != len(s.region.Meganodes()) || len(meta.Meganodes) < 3 || meta.Root != s.Root() {
-		t.Fatalf("metadata lists %d meganodes, the region holds %d; root %v", len(meta.Meganodes), len(s.region.Meganodes()), meta.Root)
+	if len(meta.Meganodes) != len(s.reps.own.sm.Region().Meganodes()) || len(meta.Meganodes) < 3 || meta.Root != s.Root() {
+		t.Fatalf("metadata lists %d meganodes, the region holds %d; root %v", len(meta.Meganodes), len(s.reps.own.sm.Region().Meganodes()), meta.Root)
 	}
 	byLevel := map[uint16]int{}
 	for _, m := range meta.Meganodes {
@@ -120,14 +121,14 @@ func TestSplitDeepTree(t *testing.T) {
 	mustServeAll(t, s, c, keys)
 	var inner int
 	for _, r := range log.all() {
-		if r.kind == recSplit && r.phase == phaseStart && s.meganodeAt(r.mega).level > 0 {
+		if r.kind == rsm.KindSplit && r.phase == rsm.PhaseStart && s.servedMeganode(r.mega).Level > 0 {
 			inner++
 		}
 	}
 	if inner == 0 {
 		t.Fatal("no inner meganode split")
 	}
-	t.Logf("%d keys, %d levels, %d meganodes, %d splits (%d of inner meganodes)", len(keys), levels(t, s), len(s.region.Meganodes()), log.checkSplits(t), inner)
+	t.Logf("%d keys, %d levels, %d meganodes, %d splits (%d of inner meganodes)", len(keys), levels(t, s), len(s.reps.own.sm.Region().Meganodes()), log.checkSplits(t), inner)
 }
 
 // One goroutine puts (triggering splits through the server's write path)
@@ -346,10 +347,10 @@ func TestSplitFailpoints(t *testing.T) {
 		next++
 		return fmt.Sprintf("key%06d", next*7919%100003)
 	}
-	fill := func(lm *localMeganode, fill float64) {
-		for lm.t.Fill() < fill {
+	fill := func(lm *rsm.Meganode, fill float64) {
+		for lm.T.Fill() < fill {
 			k := newKey()
-			if hp, err := newWorker(s).descend(s.meganodeAt(s.Root()), []byte(k)); err != nil || hp.lm != lm {
+			if hp, err := newWorker(s).descend(s.servedMeganode(s.Root()), []byte(k)); err != nil || hp.lm != lm {
 				continue // another meganode's key
 			}
 			put(t, c, k, "v"+k)
@@ -358,18 +359,18 @@ func TestSplitFailpoints(t *testing.T) {
 	}
 
 	p := pauseSplits(t)
-	for round, pick := range []func() *localMeganode{
-		func() *localMeganode { return s.meganodeAt(s.Root()) },
-		func() *localMeganode { // the rightmost leaf meganode
-			lm := s.meganodeAt(s.Root())
-			for lm.level > 0 || !lm.t.Right().IsNil() {
-				if r := lm.t.Right(); !r.IsNil() {
-					lm = s.meganodeAt(r)
+	for round, pick := range []func() *rsm.Meganode{
+		func() *rsm.Meganode { return s.servedMeganode(s.Root()) },
+		func() *rsm.Meganode { // the rightmost leaf meganode
+			lm := s.servedMeganode(s.Root())
+			for lm.Level > 0 || !lm.T.Right().IsNil() {
+				if r := lm.T.Right(); !r.IsNil() {
+					lm = s.servedMeganode(r)
 					continue
 				}
-				it := lm.t.NewIter(nil)
+				it := lm.T.NewIter(nil)
 				it.Last()
-				lm = s.meganodeAt(it.Child())
+				lm = s.servedMeganode(it.Child())
 				it.Close()
 			}
 			return lm
@@ -380,17 +381,17 @@ func TestSplitFailpoints(t *testing.T) {
 		oldRoot := s.Root()
 		lo, hi := xMin(t, x), xMax(t, x) // X's range before the split
 		splitDone := make(chan bool, 1)
-		go func() { splitDone <- s.runSplit(x) }()
-		var y *localMeganode
+		go func() { splitDone <- s.splits.runSplit(x) }()
+		var y *rsm.Meganode
 		var sep string
 		var blocked chan error // a put above sep issued while frozen
 		var blockedKey string
 		for _, step := range splitFailpoints {
 			p.wait(t, step)
 			if y == nil && step != FailpointSplitChose {
-				sep = string(x.t.Split().Sep)
-				for _, lm := range s.megas.Load().bySlot {
-					if lm != nil && lm.t.Split().Target {
+				sep = string(x.T.Split().Sep)
+				for lm := range s.reps.own.sm.Meganodes() {
+					if lm.T.Split().Target {
 						y = lm
 					}
 				}
@@ -402,7 +403,7 @@ func TestSplitFailpoints(t *testing.T) {
 			if step == FailpointSplitInvalidated {
 				// X and Y are thawed: the waiting put lands in Y.
 				awaitPut(t, blocked, blockedKey)
-				if v, err := y.t.Get([]byte(blockedKey), nil); err != nil || string(v) != "v"+blockedKey {
+				if v, err := y.T.Get([]byte(blockedKey), nil); err != nil || string(v) != "v"+blockedKey {
 					t.Fatalf("put %q not in Y: %q %v", blockedKey, v, err)
 				}
 				keys = append(keys, blockedKey)
@@ -420,7 +421,7 @@ func TestSplitFailpoints(t *testing.T) {
 				if v, err := lockFreeGet(s, x, []byte(k)); err != nil || v != "v"+k {
 					t.Fatalf("%s: lock-free get %q from X: %q, %v", step, k, v, err)
 				}
-				if v, ok, err := oneSidedFrom(s, []byte(k), x.m.Ptr()); err != nil || !ok || v != "v"+k {
+				if v, ok, err := oneSidedFrom(s, []byte(k), x.Ptr()); err != nil || !ok || v != "v"+k {
 					t.Fatalf("%s: one-sided get %q from X's header: %q %v %v", step, k, v, ok, err)
 				}
 				if y != nil && k >= sep && step != FailpointSplitFroze {
@@ -440,11 +441,11 @@ func TestSplitFailpoints(t *testing.T) {
 					t.Fatalf("%s: iteration from Y: %d keys, %v; want %d first", step, len(got), err, len(inY))
 				}
 			}
-			if err := x.t.CheckErr(); err != nil {
+			if err := x.T.CheckErr(); err != nil {
 				t.Fatalf("%s: X: %v", step, err)
 			}
 			if y != nil {
-				if err := y.t.CheckErr(); err != nil {
+				if err := y.T.CheckErr(); err != nil {
 					t.Fatalf("%s: Y: %v", step, err)
 				}
 			}
@@ -479,15 +480,15 @@ func TestSplitFailpoints(t *testing.T) {
 				case <-time.After(20 * time.Millisecond):
 				}
 				if step == FailpointSplitLinked {
-					for _, v := range blink.CheckLinks(x.t, y.t) {
+					for _, v := range blink.CheckLinks(x.T, y.T) {
 						t.Fatalf("linked: %v", v)
 					}
 				}
 			case FailpointSplitParent:
 				if round == 0 {
 					r, err := store.Root(ctxT(t))
-					if s.Root() == oldRoot || r != s.Root() || s.region.Root() != s.Root() || levels(t, s) != 2 {
-						t.Fatalf("root after the root's split: server %v (was %v), table %v (%v), region %v, %d levels", s.Root(), oldRoot, r, err, s.region.Root(), levels(t, s))
+					if s.Root() == oldRoot || r != s.Root() || s.reps.own.sm.Region().Root() != s.Root() || levels(t, s) != 2 {
+						t.Fatalf("root after the root's split: server %v (was %v), table %v (%v), region %v, %d levels", s.Root(), oldRoot, r, err, s.reps.own.sm.Region().Root(), levels(t, s))
 					}
 				} else if s.Root() != oldRoot {
 					t.Fatalf("root moved from %v to %v on the split of a leaf meganode with a parent", oldRoot, s.Root())
@@ -511,25 +512,25 @@ func TestSplitFailpoints(t *testing.T) {
 
 // lockFreeGet reads key with blink's lock-free Get from meganode lm on,
 // following the pointers that lead out of a meganode (as the server does).
-func lockFreeGet(s *Server, lm *localMeganode, key []byte) (string, error) {
+func lockFreeGet(s *Server, lm *rsm.Meganode, key []byte) (string, error) {
 	for hops := 0; hops < maxHops; hops++ {
-		res, err := lm.t.Search(key)
+		res, err := lm.T.Search(key)
 		if err != nil {
 			return "", err
 		}
 		if next := res.Next; !next.IsNil() {
-			if lm = s.meganodeAt(next); lm == nil {
+			if lm = s.servedMeganode(next); lm == nil {
 				return "", fmt.Errorf("next %v is no local meganode", next)
 			}
 			continue
 		}
-		if lm.level > 0 {
-			if lm = s.meganodeAt(res.Child); lm == nil {
+		if lm.Level > 0 {
+			if lm = s.servedMeganode(res.Child); lm == nil {
 				return "", fmt.Errorf("child %v is no local meganode", res.Child)
 			}
 			continue
 		}
-		v, err := lm.t.Get(key, nil)
+		v, err := lm.T.Get(key, nil)
 		if errors.Is(err, blink.ErrKeyOutOfRange) {
 			continue
 		}
@@ -538,16 +539,16 @@ func lockFreeGet(s *Server, lm *localMeganode, key []byte) (string, error) {
 	return "", errors.New("too many hops")
 }
 
-func xMin(t *testing.T, lm *localMeganode) string {
-	h, err := lm.t.Header()
+func xMin(t *testing.T, lm *rsm.Meganode) string {
+	h, err := lm.T.Header()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(h.Bounds.Min)
 }
 
-func xMax(t *testing.T, lm *localMeganode) string {
-	h, err := lm.t.Header()
+func xMax(t *testing.T, lm *rsm.Meganode) string {
+	h, err := lm.T.Header()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,8 +569,8 @@ func TestSplitAbort(t *testing.T) {
 	})
 	c := dial(t, s)
 	var keys []string
-	x := s.meganodeAt(s.Root())
-	for i := 0; x.t.Fill() < 0.7; i++ {
+	x := s.servedMeganode(s.Root())
+	for i := 0; x.T.Fill() < 0.7; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 		keys = append(keys, k)
@@ -577,18 +578,18 @@ func TestSplitAbort(t *testing.T) {
 	boom := errors.New("injected")
 	disable := failpoint.Enable(FailpointSplitCopied, func() error { return boom })
 	defer disable()
-	megas := len(s.region.Meganodes())
-	if s.runSplit(x) {
+	megas := len(s.reps.own.sm.Region().Meganodes())
+	if s.splits.runSplit(x) {
 		t.Fatal("split done despite the failpoint")
 	}
 	if got := metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "aborted"}); got != 1 {
 		t.Fatalf("%v aborted splits counted", got)
 	}
-	if got := len(s.region.Meganodes()); got != megas || x.t.Split().Source {
-		t.Fatalf("after the abort: %d meganodes (%d before), X splitting %v", got, megas, x.t.Split().Source)
+	if got := len(s.reps.own.sm.Region().Meganodes()); got != megas || x.T.Split().Source {
+		t.Fatalf("after the abort: %d meganodes (%d before), X splitting %v", got, megas, x.T.Split().Source)
 	}
 	recs := log.all()
-	if last := recs[len(recs)-1]; last.kind != recSplit || last.phase != phaseAbort {
+	if last := recs[len(recs)-1]; last.kind != rsm.KindSplit || last.phase != rsm.PhaseAbort {
 		t.Fatalf("last record %+v, want an abort", last)
 	}
 	mustServeAll(t, s, c, keys)
@@ -596,7 +597,7 @@ func TestSplitAbort(t *testing.T) {
 	keys = append(keys, "zzz")
 
 	disable()
-	if !s.runSplit(x) {
+	if !s.splits.runSplit(x) {
 		t.Fatal("second attempt failed")
 	}
 	waitSplitsIdle(t, s)
@@ -612,39 +613,6 @@ func TestSplitAbort(t *testing.T) {
 	}
 }
 
-// Split records round-trip and bad ones are refused.
-func TestSplitRecords(t *testing.T) {
-	body := splitBody{Phase: phaseCopy, New: blink.MakePtr(3, 0x4000), Batch: 7, Cursor: []byte("from")}
-	rec := appendRecord(nil, &writeRecord{Kind: recSplit, Meganode: blink.MakePtr(3, 0x1000), Key: []byte("sep"), Value: appendSplitBody(nil, &body)})
-	r, err := decodeRecord(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := decodeSplitBody(r.Value)
-	if err != nil || b.Phase != body.Phase || b.New != body.New || b.Batch != 7 || string(b.Cursor) != "from" || string(r.Key) != "sep" {
-		t.Fatalf("round trip: %+v %+v %v", r, b, err)
-	}
-	for name, v := range map[string][]byte{
-		"short":           make([]byte, 10),
-		"phase 0":         make([]byte, splitBodySize),
-		"phase 9":         append([]byte{9}, make([]byte, splitBodySize-1)...),
-		"reserved byte":   append([]byte{byte(phaseLink), 1}, make([]byte, splitBodySize-2)...),
-		"cursor not copy": append(appendSplitBody(nil, &splitBody{Phase: phaseLink}), 'x'),
-	} {
-		rec := appendRecord(nil, &writeRecord{Kind: recSplit, Meganode: blink.MakePtr(3, 0x1000), Key: []byte("sep"), Value: v})
-		if _, err := decodeRecord(rec); !errors.Is(err, ErrBadRecord) {
-			t.Errorf("%s: %v", name, err)
-		}
-	}
-	child := appendRecord(nil, &writeRecord{Kind: recChild, Meganode: blink.MakePtr(3, 0x1000), Key: []byte("k"), Value: []byte{1, 2, 3}})
-	if _, err := decodeRecord(child); !errors.Is(err, ErrBadRecord) {
-		t.Errorf("child record with a 3-byte value: %v", err)
-	}
-	if phaseFree.String() != "free" || splitPhase(42).String() != "phase(42)" {
-		t.Error("phase names")
-	}
-}
-
 // A write into a frozen range parks (its worker moves on), so that even
 // with a single worker reads and other writes are served while the split
 // is paused; it runs again when the split lets go of the range, or is
@@ -657,20 +625,20 @@ func TestSplitParksWrites(t *testing.T) {
 		o.MaxSplitWait = 1500 * time.Millisecond
 	})
 	c := dial(t, s)
-	x := s.meganodeAt(s.Root())
+	x := s.servedMeganode(s.Root())
 	var keys []string
-	for i := 0; x.t.Fill() < 0.6; i++ {
+	for i := 0; x.T.Fill() < 0.6; i++ {
 		k := fmt.Sprintf("key%06d", i*7919%100003)
 		put(t, c, k, "v"+k)
 		keys = append(keys, k)
 	}
 	p := pauseSplits(t)
 	splitDone := make(chan bool, 1)
-	go func() { splitDone <- s.runSplit(x) }()
+	go func() { splitDone <- s.splits.runSplit(x) }()
 	p.wait(t, FailpointSplitChose)
 	p.release <- struct{}{}
 	p.wait(t, FailpointSplitFroze)
-	sep := string(x.t.Split().Sep)
+	sep := string(x.T.Split().Sep)
 
 	// Parked for MaxSplitWait (the request's deadline is later), then
 	// NeedsRetry.
@@ -692,7 +660,7 @@ func TestSplitParksWrites(t *testing.T) {
 		blocked <- err
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for s.parked() == 0 {
+	for s.rpc.parked() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the frozen put never parked")
 		}
@@ -732,8 +700,8 @@ func TestSplitParksWrites(t *testing.T) {
 		t.Fatal("parked put never answered")
 	}
 	keys = append(keys, k2)
-	if s.parked() != 0 {
-		t.Fatalf("%d jobs still parked", s.parked())
+	if s.rpc.parked() != 0 {
+		t.Fatalf("%d jobs still parked", s.rpc.parked())
 	}
 	mustServeAll(t, s, c, keys)
 	if _, ok := get(t, c, k1); ok {
@@ -758,7 +726,7 @@ func TestSplitTreeSurvivesRestart(t *testing.T) {
 		keys = append(keys, k)
 	}
 	waitSplitsIdle(t, s1)
-	root, megas := s1.Root(), len(s1.region.Meganodes())
+	root, megas := s1.Root(), len(s1.reps.own.sm.Region().Meganodes())
 	if levels(t, s1) < 2 {
 		t.Fatalf("%d levels", levels(t, s1))
 	}
@@ -767,8 +735,8 @@ func TestSplitTreeSurvivesRestart(t *testing.T) {
 	}
 	opts.Registry, opts.Logger = nil, testLogger(t)
 	s2 := startServer(t, opts)
-	if s2.Root() != root || len(s2.region.Meganodes()) != megas {
-		t.Fatalf("after restart: root %v (was %v), %d meganodes (were %d)", s2.Root(), root, len(s2.region.Meganodes()), megas)
+	if s2.Root() != root || len(s2.reps.own.sm.Region().Meganodes()) != megas {
+		t.Fatalf("after restart: root %v (was %v), %d meganodes (were %d)", s2.Root(), root, len(s2.reps.own.sm.Region().Meganodes()), megas)
 	}
 	if err := s2.Check(); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -8,12 +9,13 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/internal/failpoint"
+	"github.com/cellstore/cell/server/rsm"
 )
 
 // splitDriver drives one split of meganode x, by the leader of x's
 // region: one method per step, each proposing the step's records to x's
 // group (applySplit), so that what a step did is in the applied state
-// (splitProgress), where a new leader finds the split and resumes or
+// (rsm.SplitProgress), where a new leader finds the split and resumes or
 // undoes it (resumeSplits) without this driver.
 //
 // The steps, in order: choose the separator and the placement, start
@@ -29,7 +31,7 @@ import (
 // below say which steps are done.
 type splitDriver struct {
 	s     *Server
-	x     *localMeganode
+	x     *rsm.Meganode
 	depth int // nested splits of full parents above this one
 
 	sep    []byte
@@ -48,12 +50,13 @@ type splitDriver struct {
 // region or another server's (placeSplit), and inserts the separator
 // above (splitting a local parent first if it is full, depth counting
 // those nested splits). It returns y's header pointer.
-// REQUIRES: s.splitMu held.
-func (s *Server) splitLocked(x *localMeganode, depth int) (blink.Ptr, error) {
+// REQUIRES: s.splits.mu held.
+func (sp *splitter) splitLocked(x *rsm.Meganode, depth int) (blink.Ptr, error) {
+	s := sp.s
 	if depth > maxHops {
 		return 0, fmt.Errorf("server: %d nested meganode splits: %w", depth, blink.ErrCorruption)
 	}
-	defer x.splitRuns.Add(1)
+	defer x.Splits.Runs.Add(1)
 	d := &splitDriver{s: s, x: x, depth: depth, began: time.Now()}
 	return d.run()
 }
@@ -94,16 +97,16 @@ func (d *splitDriver) run() (_ blink.Ptr, err error) {
 // placeSplit names a peer that agrees (else local).
 func (d *splitDriver) choose() error {
 	s, x := d.s, d.x
-	sep, err := x.t.SplitKey()
+	sep, err := x.T.SplitKey()
 	if err != nil {
-		return fmt.Errorf("server: split %v: %w", x.m.Ptr(), err)
+		return fmt.Errorf("server: split %v: %w", x.Ptr(), err)
 	}
 	d.sep = sep
 	if err := failpoint.Eval(FailpointSplitChose); err != nil {
 		return err
 	}
-	if peer := s.placeSplit(x); peer != nil {
-		if d.tgt, err = s.beginRemoteTarget(x, sep, peer); err != nil {
+	if peer := s.splits.placeSplit(x); peer != nil {
+		if d.tgt, err = s.splits.beginRemoteTarget(x, sep, peer); err != nil {
 			s.log.Warn("server: remote split target refused; splitting locally", slog.String("peer", peer.ID), slog.Any("err", err))
 			d.tgt = nil
 		}
@@ -114,22 +117,22 @@ func (d *splitDriver) choose() error {
 // start freezes X's right half and records Y (the target's meganode, or
 // a new local one).
 func (d *splitDriver) start() error {
-	b := splitBody{Phase: phaseStart}
+	b := rsm.SplitBody{Phase: rsm.PhaseStart}
 	if d.tgt != nil {
 		b.New = d.tgt.ptr
 	}
-	res, err := d.s.applySplit(d.x, d.sep, b)
+	res, err := d.s.splits.applySplit(d.x, d.sep, b)
 	if err != nil {
 		if d.tgt != nil {
-			d.s.endRemoteTarget(d.tgt, false, nil)
+			d.s.splits.endRemoteTarget(d.tgt, false, nil)
 		}
 		return err
 	}
 	if d.y = b.New; d.y.IsNil() {
 		d.y = res.New
 	}
-	d.before = d.x.t.Usage()
-	d.s.log.Info("server: meganode split started", slog.String("meganode", d.x.m.Ptr().String()), slog.Int("level", d.x.level),
+	d.before = d.x.T.Usage()
+	d.s.log.Info("server: meganode split started", slog.String("meganode", d.x.Ptr().String()), slog.Int("level", d.x.Level),
 		slog.String("sep", fmt.Sprintf("%q", d.sep)), slog.String("new", d.y.String()), slog.String("placement", d.placement()), slog.Float64("fill", d.before.Fill()))
 	return nil
 }
@@ -138,12 +141,12 @@ func (d *splitDriver) start() error {
 // batches of records here (writes to X's left half go on between them).
 func (d *splitDriver) copy() error {
 	if d.tgt != nil {
-		root, err := d.s.copyRemote(d.x, d.sep, d.tgt)
+		root, err := d.s.splits.copyRemote(d.x, d.sep, d.tgt)
 		d.yRoot = root
 		return err
 	}
 	for cursor := d.sep; cursor != nil; {
-		res, err := d.s.applySplit(d.x, d.sep, splitBody{Phase: phaseCopy, New: d.y, Batch: uint32(d.s.opts.SplitCopyBatch), Cursor: cursor})
+		res, err := d.s.splits.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseCopy, New: d.y, Batch: uint32(d.s.opts.SplitCopyBatch), Cursor: cursor})
 		if err != nil {
 			return err
 		}
@@ -156,15 +159,15 @@ func (d *splitDriver) copy() error {
 // link points X's right link at Y and narrows X to [min, sep): the
 // point of no return.
 func (d *splitDriver) link() error {
-	b := splitBody{Phase: phaseLink, New: d.y}
+	b := rsm.SplitBody{Phase: rsm.PhaseLink, New: d.y}
 	if d.tgt != nil {
-		b.Cursor = le.AppendUint64(nil, uint64(d.yRoot))
+		b.Cursor = binary.LittleEndian.AppendUint64(nil, uint64(d.yRoot))
 	}
-	if _, err := d.s.applySplit(d.x, d.sep, b); err != nil {
+	if _, err := d.s.splits.applySplit(d.x, d.sep, b); err != nil {
 		return err
 	}
 	d.linked = true
-	d.s.failpointAfterLink(FailpointSplitLinked)
+	d.s.splits.failpointAfterLink(FailpointSplitLinked)
 	return nil
 }
 
@@ -177,7 +180,7 @@ func (d *splitDriver) afterLink() error {
 	if err := d.thawTarget(); err != nil {
 		return err
 	}
-	d.s.failpointAfterLink(FailpointSplitInvalidated)
+	d.s.splits.failpointAfterLink(FailpointSplitInvalidated)
 	if !d.separator() {
 		return nil // retried in the background; the split's end waits for it
 	}
@@ -190,7 +193,7 @@ func (d *splitDriver) afterLink() error {
 func (d *splitDriver) free() error {
 	s := d.s
 	for {
-		res, err := s.applySplit(d.x, d.sep, splitBody{Phase: phaseFree, New: d.y, Batch: uint32(s.opts.SplitFreeBatch)})
+		res, err := s.splits.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseFree, New: d.y, Batch: uint32(s.opts.SplitFreeBatch)})
 		if err != nil {
 			return err
 		}
@@ -210,38 +213,42 @@ func (d *splitDriver) thawTarget() error {
 	if d.tgt == nil {
 		return nil
 	}
-	return d.s.endRemoteTarget(d.tgt, true, d.x.rep.sessionDigest())
+	rep, err := d.s.holder(d.x)
+	if err != nil {
+		return err
+	}
+	return d.s.splits.endRemoteTarget(d.tgt, true, rep.sessionDigest())
 }
 
 // separator inserts the separator one level up and reports whether it
 // did; if not, the driver is queued for the split loop to retry
 // (retrySeparators; readers reach Y through right links meanwhile).
-// REQUIRES: s.splitMu held.
+// REQUIRES: s.splits.mu held.
 func (d *splitDriver) separator() bool {
 	s := d.s
 	if err := d.insertSeparator(); err != nil {
-		s.log.Warn("server: separator not inserted yet; retrying in the background", slog.String("meganode", d.x.m.Ptr().String()),
+		s.log.Warn("server: separator not inserted yet; retrying in the background", slog.String("meganode", d.x.Ptr().String()),
 			slog.String("new", d.y.String()), slog.Any("err", err))
-		s.pendingSeps = append(s.pendingSeps, d)
+		s.splits.pendingSeps = append(s.splits.pendingSeps, d)
 		return false
 	}
 	return true
 }
 
 // insertSeparator inserts the separator one level up (or grows the root).
-// REQUIRES: s.splitMu held.
+// REQUIRES: s.splits.mu held.
 func (d *splitDriver) insertSeparator() error {
-	if err := d.s.insertSeparatorLocked(d.x.level, d.sep, d.y, d.depth); err != nil {
+	if err := d.s.splits.insertSeparatorLocked(d.x.Level, d.sep, d.y, d.depth); err != nil {
 		return err
 	}
-	d.s.failpointAfterLink(FailpointSplitParent)
+	d.s.splits.failpointAfterLink(FailpointSplitParent)
 	return nil
 }
 
 // end records the split as done and counts it.
 func (d *splitDriver) end() error {
 	s := d.s
-	if _, err := s.applySplit(d.x, d.sep, splitBody{Phase: phaseEnd, New: d.y}); err != nil {
+	if _, err := s.splits.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseEnd, New: d.y}); err != nil {
 		return err
 	}
 	s.metrics.splits.WithLabelValues("done").Inc()
@@ -254,12 +261,12 @@ func (d *splitDriver) end() error {
 		s.metrics.splits.WithLabelValues("remote").Inc()
 	}
 	right := -1
-	if y := s.meganodeAt(d.y); y != nil {
-		right = y.t.Usage().Nodes
+	if y := s.servedMeganode(d.y); y != nil {
+		right = y.T.Usage().Nodes
 	}
-	s.log.Info("server: meganode split done", slog.String("meganode", d.x.m.Ptr().String()), slog.String("new", d.y.String()),
+	s.log.Info("server: meganode split done", slog.String("meganode", d.x.Ptr().String()), slog.String("new", d.y.String()),
 		slog.String("sep", fmt.Sprintf("%q", d.sep)), slog.String("placement", d.placement()), slog.Int("nodes_before", d.before.Nodes),
-		slog.Int("nodes_left", d.x.t.Usage().Nodes), slog.Int("nodes_right", right), slog.Duration("took", took), slog.Bool("resumed", d.resumed))
+		slog.Int("nodes_left", d.x.T.Usage().Nodes), slog.Int("nodes_right", right), slog.Duration("took", took), slog.Bool("resumed", d.resumed))
 	return nil
 }
 
@@ -269,12 +276,12 @@ func (d *splitDriver) end() error {
 // sweep once the source's state shows no such split).
 func (d *splitDriver) abort() error {
 	s := d.s
-	_, err := s.applySplit(d.x, d.sep, splitBody{Phase: phaseAbort, New: d.y})
+	_, err := s.splits.applySplit(d.x, d.sep, rsm.SplitBody{Phase: rsm.PhaseAbort, New: d.y})
 	if err != nil {
-		s.log.Error("server: abort of a meganode split failed", slog.String("meganode", d.x.m.Ptr().String()), slog.Any("err", err))
+		s.log.Error("server: abort of a meganode split failed", slog.String("meganode", d.x.Ptr().String()), slog.Any("err", err))
 	}
 	if d.tgt != nil {
-		if terr := s.endRemoteTarget(d.tgt, false, nil); terr != nil {
+		if terr := s.splits.endRemoteTarget(d.tgt, false, nil); terr != nil {
 			s.log.Warn("server: the split's remote target was not dropped", slog.String("new", d.y.String()), slog.Any("err", terr))
 		}
 	}

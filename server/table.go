@@ -88,9 +88,9 @@ func (s *Server) followTable() {
 		} else {
 			v := newTableView(st)
 			s.table.Store(v)
-			s.gone.note(v, time.Now())
+			s.coord.gone.note(v, time.Now())
 			for _, r := range st.Regions {
-				s.noteRegionEntry(r)
+				s.keep.noteRegionEntry(r)
 			}
 			s.learnRoot(st.Root)
 			backoff = 100 * time.Millisecond
@@ -101,12 +101,12 @@ func (s *Server) followTable() {
 				}
 				v := s.table.Load().with(ev)
 				s.table.Store(v)
-				s.gone.note(v, time.Now())
+				s.coord.gone.note(v, time.Now())
 				switch {
 				case ev.Kind == regiontable.RootSet:
 					s.learnRoot(ev.Root)
 				case ev.Kind == regiontable.RegionPut:
-					s.noteRegionEntry(ev.Region)
+					s.keep.noteRegionEntry(ev.Region)
 				}
 			}
 		}

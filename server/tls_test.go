@@ -391,7 +391,7 @@ func TestRemoteSplitTLS(t *testing.T) {
 
 // BenchmarkGetTLS: server-side gets of one key, many in flight on one
 // connection (as BenchmarkGetParallel), over plain TCP and over TLS with
-// client certificates required, side by side (BENCHMARKS.md §18).
+// client certificates required, side by side (BENCHMARKS.md §2).
 func BenchmarkGetTLS(b *testing.B) {
 	dir := devCerts(b)
 	for _, mode := range []string{"plain", "tls"} {

@@ -1,13 +1,37 @@
 package server
 
 import (
-	"errors"
 	"log/slog"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
+
+// rpcServer serves the wire protocol: it accepts connections (conn.go),
+// whose readers queue requests for exactly Options.Cores workers (the
+// paper's server cores), which run the handlers (handlers.go, scan.go,
+// checkop.go) and answer; a write leaves its worker once proposed and
+// settles, requeues or parks later (write.go, park.go). It keeps the
+// workers' accounting, which the selector hints report. It reaches
+// replicas through the server's registry.
+type rpcServer struct {
+	s     *Server
+	queue chan job
+	// parking is the writes waiting for a split (park.go).
+	parking parking
+	workers sync.WaitGroup
+	conns   sync.WaitGroup
+
+	// Worker accounting.
+	busyNanos   atomic.Int64
+	queueEWMA   atomic.Int64
+	serviceEWMA atomic.Int64
+	utilization atomic.Uint64 // math.Float64bits of the last second's busy fraction
+}
 
 // job is a request read off a connection, waiting for a worker.
 type job struct {
@@ -15,15 +39,15 @@ type job struct {
 	f       wire.Frame // owned by the job until the reply is written
 	arrived time.Time  // when the reader had read it
 
-	// A write that met a meganode split (propose.go, park.go): the end of
+	// A write that met a meganode split (write.go, park.go): the end of
 	// its wait, how many splits it asked for, and how many times its key
 	// had moved to another meganode.
 	waitUntil time.Time
 	fullWaits uint8
 	moves     uint8
 	// The full meganode it last waited for, and how many of its splits
-	// had run then (localMeganode.splitRuns).
-	full     *localMeganode
+	// had run then (localMeganode.Splits.Runs).
+	full     *rsm.Meganode
 	fullRuns uint64
 }
 
@@ -31,16 +55,17 @@ type job struct {
 // bounded queue, so the server's CPU budget for tree work is explicit (the
 // paper's "server cores"). Each keeps its decode targets, reply messages
 // and buffers, so that a steady stream of requests does not allocate.
-func (s *Server) worker() {
-	defer s.workers.Done()
+func (rs *rpcServer) worker() {
+	s := rs.s
+	defer rs.workers.Done()
 	w := newWorker(s)
-	for j := range s.queue {
+	for j := range rs.queue {
 		w.run(j)
 	}
 }
 
 // run handles one job and answers it with its queueing and service time;
-// a write in flight is answered by awaitWrite (propose.go).
+// a write in flight is answered by settleWrite (write.go).
 func (w *worker) run(j job) {
 	s := w.s
 	start := time.Now()
@@ -60,31 +85,30 @@ func (w *worker) run(j job) {
 		// worker (a pointer to j would move every job to the heap).
 		w.cur = j
 		w.job = &w.cur
-		msg, err = w.handle(h.Op, j.f.Body)
+		out := w.handle(h.Op, j.f.Body)
 		j, w.cur, w.job = w.cur, job{}, nil
-		if errors.Is(err, errProposed) {
-			p := w.proposal
-			w.proposal = proposal{}
-			go s.awaitWrite(j, p, start)
-			s.busyNanos.Add(int64(time.Since(start)))
+		if out.proposed {
+			go s.rpc.settleWrite(j, out.p, start)
+			s.rpc.busyNanos.Add(int64(time.Since(start)))
 			return
 		}
+		msg, err = out.msg, out.err
 	}
 	service := time.Since(start)
-	s.busyNanos.Add(int64(service))
-	s.answer(j, msg, err, queued, service)
+	s.rpc.busyNanos.Add(int64(service))
+	s.rpc.answer(j, msg, err, queued, service)
 	w.resetLarge()
 }
 
 // answer writes job j's reply (msg, or err's status) with its queueing and
 // service time, and ends the job.
-func (s *Server) answer(j job, msg wire.Message, err error, queued, service time.Duration) {
+func (rs *rpcServer) answer(j job, msg wire.Message, err error, queued, service time.Duration) {
 	h := &j.f.Header
-	s.respond(j.c, h, msg, err, queued, service)
+	rs.respond(j.c, h, msg, err, queued, service)
 	j.f.Release()
-	ewmaAdd(&s.queueEWMA, int64(queued))
+	ewmaAdd(&rs.queueEWMA, int64(queued))
 	if h.Op == wire.OpSearch {
-		ewmaAdd(&s.serviceEWMA, int64(service))
+		ewmaAdd(&rs.serviceEWMA, int64(service))
 	}
 	j.c.done()
 }
@@ -107,35 +131,37 @@ func ewmaAdd(a interface {
 }
 
 // utilizationLoop computes the workers' busy fraction over each second.
-func (s *Server) utilizationLoop() {
+func (rs *rpcServer) utilizationLoop() {
+	s := rs.s
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	lastBusy, lastT := s.busyNanos.Load(), time.Now()
+	lastBusy, lastT := rs.busyNanos.Load(), time.Now()
 	for {
 		select {
 		case <-s.bgCtx.Done():
 			return
 		case now := <-t.C:
-			busy := s.busyNanos.Load()
+			busy := rs.busyNanos.Load()
 			wall := now.Sub(lastT) * time.Duration(s.opts.Cores)
 			u := 0.0
 			if wall > 0 {
 				u = min(float64(busy-lastBusy)/float64(wall), 1)
 			}
-			s.utilization.Store(math.Float64bits(u))
+			rs.utilization.Store(math.Float64bits(u))
 			lastBusy, lastT = busy, now
 		}
 	}
 }
 
 // hints are the selector hints of a Metadata reply.
-func (s *Server) hints() wire.SelectorHints {
+func (rs *rpcServer) hints() wire.SelectorHints {
+	s := rs.s
 	sat := func(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }
 	return wire.SelectorHints{
 		Workers:      uint16(min(s.opts.Cores, math.MaxUint16)),
-		Queued:       uint32(len(s.queue)),
-		QueueNanos:   sat(s.queueEWMA.Load()),
-		ServiceNanos: sat(s.serviceEWMA.Load()),
+		Queued:       uint32(len(rs.queue)),
+		QueueNanos:   sat(rs.queueEWMA.Load()),
+		ServiceNanos: sat(rs.serviceEWMA.Load()),
 	}
 }
 
@@ -144,7 +170,8 @@ func (s *Server) hints() wire.SelectorHints {
 // it is queued, so that a client holding a reply finds it in /metrics. A
 // reply over the frame limit is a bug (replies are sized below it):
 // logged, and answered Internal.
-func (s *Server) respond(c *conn, h *wire.Header, msg wire.Message, err error, queued, service time.Duration) {
+func (rs *rpcServer) respond(c *conn, h *wire.Header, msg wire.Message, err error, queued, service time.Duration) {
+	s := rs.s
 	var r wire.Reply
 	if err == nil {
 		rh := h.Reply(wire.StatusOK)

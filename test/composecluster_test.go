@@ -430,7 +430,10 @@ func (c *composeCluster) Table(t testing.TB) *regiontable.Etcd {
 // last failureLogLines of them: what a reader of a failed run needs to
 // follow regions, moves and takeovers.
 func (c *composeCluster) logs(t testing.TB, services ...string) {
-	out, _ := c.composeErr(time.Minute, append([]string{"logs", "--no-color", "--timestamps", "--tail", "3000"}, services...)...)
+	// Every line, filtered here: a --tail per service ends where raft's
+	// and etcd's chatter filled it, often before the moments a failure
+	// needs (a kill late in a drill).
+	out, _ := c.composeErr(3*time.Minute, append([]string{"logs", "--no-color", "--timestamps"}, services...)...)
 	type line struct{ at, text string }
 	var lines []line
 	for _, l := range strings.Split(out, "\n") {
@@ -458,7 +461,7 @@ func (c *composeCluster) logs(t testing.TB, services ...string) {
 }
 
 // failureLogLines bounds the log lines a failed compose test prints.
-const failureLogLines = 250
+const failureLogLines = 600
 
 // down removes the project: containers, network, volumes. It is the
 // cleanup of composeUp, and checks that nothing of the project is left.

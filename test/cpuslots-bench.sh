@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cpuslots-bench.sh: client.Config.CPUSlots against no bound, over shm,
-# with tcp beside them (BENCHMARKS.md §16: the replies of server-side
+# with tcp beside them (BENCHMARKS.md §11: the replies of server-side
 # operations wait for Go's network poller while client-side work over shm
 # keeps every P of the client busy).
 #

@@ -25,6 +25,8 @@
 //   - cellctl_test.go: cellctl end to end against the running server.
 //   - badinput_test.go: oversized keys and values, malformed and oversized
 //     frames, one-sided reads with a wrong key or out of bounds.
+//   - quietlogs_test.go: a healthy single server and a healthy start of
+//     three replicating servers log nothing at WARN or ERROR.
 //
 // Everything binds 127.0.0.1 only (compose publishes its ports there), and
 // every process a test starts is stopped in its cleanup (SIGTERM, then

@@ -198,7 +198,7 @@ func killRestart(t *testing.T, srv *cellServer, rounds int) (bad int, lin porcup
 
 // A single server (replication factor 1) killed with SIGKILL under a
 // concurrent put/delete load, with meganodes small enough that splits are
-// under way, restarts with every acknowledged write (DESIGN §9: "Never
+// under way, restarts with every acknowledged write (docs/design.md §9: "Never
 // acknowledge before the log is synced"; "a full-cluster restart recovers
 // everything acknowledged"), and its tree checks clean.
 func TestKillRestartSingleServer(t *testing.T) {
@@ -227,7 +227,7 @@ func TestKillRestartCatchesEarlyAcks(t *testing.T) {
 	}
 }
 
-// DESIGN §9: "A key whose region has no leader right now waits for one
+// docs/design.md §9: "A key whose region has no leader right now waits for one
 // within the caller's deadline." Reads and writes issued while the only
 // server is down (killed with SIGKILL) succeed once it is back, within
 // their deadline: a restart costs latency, not errors. Writes acknowledged

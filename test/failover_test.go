@@ -20,6 +20,7 @@ import (
 	"github.com/cellstore/cell/locality"
 	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
 )
 
 // waitReplicated waits until every region in the table lists want
@@ -64,7 +65,7 @@ func waitNewHost(t *testing.T, store regiontable.Store, id uint32, old string, t
 	}
 }
 
-// DESIGN §9: "An acknowledged write is never lost while a majority of its
+// docs/design.md §9: "An acknowledged write is never lost while a majority of its
 // region's replicas survive." Three servers, each region replicated three
 // ways, every meganode in the root's region (local splits, so that every
 // key is the victim's); under a concurrent put/delete load, the region's
@@ -171,7 +172,7 @@ func TestFailoverKillHost(t *testing.T) {
 		kills, pct(takeovers, 0.5), pct(takeovers, 0.99), pct(firstWrites, 0.5), pct(firstWrites, 0.99), unknown, len(history))
 }
 
-// DESIGN §9: "a paused (SIGSTOP) or deposed leader's memory is never
+// docs/design.md §9: "a paused (SIGSTOP) or deposed leader's memory is never
 // trusted." The host of the root's region is paused with SIGSTOP; another
 // replica takes the region over and acknowledges a new value of a key.
 // While the old host is still paused, a same-host client reading its
@@ -294,4 +295,76 @@ func TestPausedHostIsFenced(t *testing.T) {
 			}
 		})
 	}
+}
+
+// "re-tries a move or transfer that timed out", and never leaves a region
+// unwritable for it: raft's leadership transfer cannot be cancelled, and
+// while it runs the leader refuses every write. A target that stopped
+// answering (here SIGSTOP: still a member, its lease not yet lapsed, its
+// kernel still accepting connections) held it there until raft's RPC to
+// it timed out, seconds in which the region took no write. The host asks
+// the target first and refuses the transfer at once; writes go on.
+func TestTransferToPausedServerRefused(t *testing.T) {
+	cl := startCluster(t, 3, serverOptions{cores: 1, regionSize: "32MiB", meganodeSize: "1MiB",
+		flags: []string{"--replicas", "3", "--raft-heartbeat-timeout", "300ms", "--split-placement", "local",
+			"--balance-interval", "0", "--dead-after", "1h"}})
+	store, err := regiontable.OpenEtcd([]string{cl.etcd.endpoint()}, regiontable.EtcdOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	waitReplicated(t, store, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root, err := store.Root(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := store.Region(ctx, root.Region())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target *cellServer
+	for _, s := range cl.servers {
+		if s.id != e.Host && target == nil {
+			target = s
+		}
+	}
+	c := cl.newClient(t, nil)
+	mustPut(t, c, "before", "1")
+
+	if err := syscall.Kill(target.pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(target.pid(), syscall.SIGCONT) }()
+	// One request, as the coordinator's balancing sends it.
+	var host *cellServer
+	for _, s := range cl.servers {
+		if s.id == e.Host {
+			host = s
+		}
+	}
+	asked := time.Now()
+	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer tcancel()
+	f, err := dialWire(t, host).CallMessage(tctx, wire.OpTransferLeader, &wire.TransferLeaderRequest{Region: e.ID, To: target.id})
+	f.Release()
+	if err == nil {
+		t.Fatalf("transfer of region %d to the paused %s succeeded", e.ID, target.id)
+	}
+	t.Logf("transfer to the paused server refused after %v: %v", time.Since(asked).Round(time.Millisecond), err)
+	// The region takes writes at once: well within raft's RPC timeout
+	// (10 s), which a transfer in flight to the paused server waited out.
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer wcancel()
+	start := time.Now()
+	if err := c.Put(wctx, []byte("after"), []byte("2")); err != nil {
+		t.Fatalf("a put right after the refused transfer: %v (after %v)", err, time.Since(start))
+	}
+	t.Logf("the put after the refused transfer took %v", time.Since(start).Round(time.Millisecond))
+	if err := syscall.Kill(target.pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	mustGet(t, c, "before", "1")
+	mustGet(t, c, "after", "2")
 }

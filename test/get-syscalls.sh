@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # get-syscalls.sh: read and write system calls and server CPU per
-# server-side get of one cellserver (BENCHMARKS.md §21). The server runs
+# server-side get of one cellserver (docs/bench-history.md §21). The server runs
 # pinned to CPU 0 with --cores 1, the load generator to CPU 1; after
 # 100,000 keys of 64-byte values are stored, `cellctl bench --mode server
 # --workload get --clients 16 --conns 1 --in-flight 1|16` runs for 8 s

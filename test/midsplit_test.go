@@ -27,7 +27,7 @@ import (
 // replicated three ways; writers grow the tree until the first split
 // reaches the step, where the server doing it kills itself (the
 // CELL_TESTING_FAILPOINTS knob: exactly a kill -9 at that step, once per
-// cluster). DESIGN §9: "An acknowledged write is never lost while a
+// cluster). docs/design.md §9: "An acknowledged write is never lost while a
 // majority of its region's replicas survive", and the paper (§2.2) has
 // the split "resumed or undone" from the replicated log by whoever leads
 // the region next. So: the writes go on while the victim is down; after

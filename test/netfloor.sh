@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # netfloor.sh: the least server CPU a request/reply costs in Go on this
 # host, with Go's network poller (net) and with an event loop of our own
-# (epoll), in alternated pairs (BENCHMARKS.md §21). The server runs on CPU
+# (epoll), in alternated pairs (BENCHMARKS.md §5; docs/bench-history.md §21). The server runs on CPU
 # $SERVER_CPU with GOMAXPROCS 1, the load generator (16 connections, one
 # 40-byte request in flight on each) on CPU $CLIENT_CPU.
 #

@@ -30,15 +30,17 @@ import (
 // test's alone). It checks each command's exit status and, where a line
 // ends with a comment "# → TEXT", that its output contains TEXT.
 //
-// What a person does outside the shell, the test does too:
+// Each command runs once, as typed, with no pause before it that the
+// README does not ask for: a command that needs the cluster to settle
+// waits itself (cellctl members --wait, check --wait), and one whose
+// output is not yet what the comment says fails the test. What a person
+// does outside the shell, the test does too:
 //   - A server started in the foreground (`go run ./cmd/cellserver` and
 //     flags, without `&`) runs in "another terminal": a process
-//     group of its own. <!-- readme-test: ctrl-c --> sends that terminal
-//     SIGINT, as Ctrl-C does, and waits for it to exit.
-//   - The first command after servers were started, and a command whose
-//     output is checked, is retried until it succeeds, for up to two
-//     minutes (servers compile and start, a dead server's lease lapses: a
-//     person waits and runs it again).
+//     group of its own. Its "# → TEXT" is what the person waits to see
+//     in that terminal before going on (the server's "server: serving"),
+//     and the test waits for it too. <!-- readme-test: ctrl-c --> sends
+//     that terminal SIGINT, as Ctrl-C does, and waits for it to exit.
 //   - `make test` is not run: it is what runs this test.
 func TestReadme(t *testing.T) {
 	if testing.Short() {
@@ -72,7 +74,6 @@ func TestReadme(t *testing.T) {
 	warmBuild(t, sh, steps)
 
 	var terminals []*terminal
-	startedServers := false
 	for _, st := range steps {
 		switch {
 		case st.ctrlC:
@@ -86,36 +87,29 @@ func TestReadme(t *testing.T) {
 			continue
 		case st.terminal:
 			t.Logf("README (another terminal): %s", st.cmd)
-			terminals = append(terminals, startTerminal(t, ns, work, st.cmd))
-			startedServers = true
+			term := startTerminal(t, ns, work, st.cmd)
+			terminals = append(terminals, term)
+			if st.want != "" {
+				start := time.Now()
+				term.waitFor(t, st.want, 5*time.Minute)
+				t.Logf("the terminal shows %q after %v", st.want, time.Since(start).Round(100*time.Millisecond))
+			}
 			continue
 		case strings.HasSuffix(strings.TrimSpace(st.cmd), "&"):
 			t.Logf("README: %s", st.cmd)
 			if rc, out := sh.run(t, st.cmd, time.Minute); rc != 0 {
 				t.Fatalf("README line %d: %s\nexit status %d\n%s", st.line, st.cmd, rc, out)
 			}
-			startedServers = true
 			continue
 		}
 		t.Logf("README: %s", st.cmd)
-		deadline := time.Now()
-		if startedServers || st.want != "" {
-			deadline = deadline.Add(2 * time.Minute)
-			startedServers = false
+		start := time.Now()
+		rc, out := sh.run(t, st.cmd, 5*time.Minute)
+		if rc != 0 || !strings.Contains(out, st.want) {
+			t.Fatalf("README line %d: %s\nexit status %d, want 0 and output containing %q; output:\n%s\n%s",
+				st.line, st.cmd, rc, st.want, out, sh.logs(work))
 		}
-		for {
-			rc, out := sh.run(t, st.cmd, 5*time.Minute)
-			ok := rc == 0 && strings.Contains(out, st.want)
-			if ok {
-				t.Logf("exit 0:\n%s", indent(out))
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("README line %d: %s\nexit status %d, want 0 and output containing %q; output:\n%s\n%s",
-					st.line, st.cmd, rc, st.want, out, sh.logs(work))
-			}
-			time.Sleep(time.Second)
-		}
+		t.Logf("exit 0 after %v:\n%s", time.Since(start).Round(100*time.Millisecond), indent(out))
 	}
 	for _, term := range terminals {
 		term.interrupt(t)
@@ -470,6 +464,25 @@ func startTerminal(t *testing.T, ns, dir, command string) *terminal {
 		_ = syscall.Kill(-term.cmd.Process.Pid, syscall.SIGKILL)
 	})
 	return term
+}
+
+// waitFor waits until the terminal's output shows want, as a person
+// watches it; the command exiting first, or timeout passing, fails the
+// test.
+func (term *terminal) waitFor(t *testing.T, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(term.out.String(), want) {
+		select {
+		case err := <-term.done:
+			term.done <- err // for interrupt
+			t.Fatalf("%s exited (%v) before it showed %q:\n%s", term.cmd.Args, err, want, term.out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not show %q within %v:\n%s", term.cmd.Args, want, timeout, term.out.String())
+		}
+	}
 }
 
 // interrupt is Ctrl-C: SIGINT to the terminal's process group; the

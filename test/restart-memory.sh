@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Peak memory of /dev/shm while a cellserver started with --prefault
-# restarts from a snapshot (BENCHMARKS.md §10, "Restart after kill -9").
+# restarts from a snapshot (BENCHMARKS.md §7, "Restart after kill -9").
 #
 #   test/restart-memory.sh CELLSERVER...
 #

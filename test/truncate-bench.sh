@@ -1,6 +1,6 @@
 #!/bin/bash
 # truncate-bench.sh: what truncating a long log behind a snapshot costs a
-# server (BENCHMARKS.md §10). One cellserver (embedded etcd, --cores 1,
+# server (BENCHMARKS.md §7). One cellserver (embedded etcd, --cores 1,
 # a 2 GiB region, pinned to CPU $SERVER_CPUS) is loaded with $KEYS keys of
 # 998-byte values with snapshots off (1 GiB, one log of about a million
 # entries), restarted with a snapshot every 20,000 entries (its first

@@ -3,7 +3,7 @@
 // fsyncs of all raft groups group-commit), and their snapshots in plain
 // files. It implements hashicorp/raft's LogStore (and the optional
 // MonotonicLogStore and CommitTrackingLogStore), StableStore and
-// SnapshotStore, and knows nothing of the tree or the server (DESIGN §9).
+// SnapshotStore, and knows nothing of the tree or the server (docs/design.md §9).
 //
 //	db, _ := wal.Open(wal.Options{Dir: dir + "/raft"})
 //	snaps, _ := wal.OpenSnapshots(wal.SnapshotOptions{Dir: dir + "/snapshots"})

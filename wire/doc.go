@@ -1,5 +1,5 @@
 // Package wire is Cell's RPC protocol: a compact binary framed protocol
-// over TCP between clients and servers (DESIGN §5). It defines the frame
+// over TCP between clients and servers (docs/design.md §5). It defines the frame
 // header, op and status codes, the message bodies of every op, a client
 // connection that multiplexes concurrent calls (Conn), and the server-side
 // pieces (Reader, ReplyWriter).
@@ -125,7 +125,7 @@
 // Key requests start with the meganode to start at (a blink.Ptr, 0 for the
 // root) and the epoch of its region as the client knows it (0: unchecked).
 // Writes carry a client id and sequence number for at-most-once
-// application (DESIGN §9).
+// application (docs/design.md §9).
 //
 // Decoding does not allocate (except the strings of MetadataReply and
 // CheckReply, and list growth): byte slices alias the frame's body, which belongs to the Frame

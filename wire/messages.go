@@ -315,7 +315,7 @@ func (m *ContainsReply) decode(d *decoder) {
 }
 
 // Writes carry the client's id and a per-client sequence number so that a
-// region applies each write at most once (DESIGN §9); zero ClientID means
+// region applies each write at most once (docs/design.md §9); zero ClientID means
 // no deduplication. The reply to a write has an empty body.
 
 // PutRequest (OpPut) inserts or replaces Key.

@@ -95,7 +95,7 @@ type RegionInfo struct {
 	Raft RaftInfo
 }
 
-// RaftInfo is a server's view of a region's raft group (DESIGN §9): its
+// RaftInfo is a server's view of a region's raft group (docs/design.md §9): its
 // role in it, its current term, and its log positions: the last entry in
 // its log, the last known committed and the last applied.
 type RaftInfo struct {

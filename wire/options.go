@@ -13,7 +13,7 @@ const (
 	DefaultMaxBody = 4 << 20
 	// DefaultMaxFrameSize is the default Options.MaxFrameSize.
 	DefaultMaxFrameSize = HeaderSize + DefaultMaxBody
-	// MaxValueSize is the largest value Cell stores (DESIGN §2); servers
+	// MaxValueSize is the largest value Cell stores (docs/design.md §2); servers
 	// answer StatusValueTooLarge above it.
 	MaxValueSize = 1 << 20
 )

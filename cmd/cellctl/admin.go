@@ -216,7 +216,7 @@ func waitDrained(ctx context.Context, store regiontable.Store, id string) error 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d regions still have a replica on it at --command-timeout", left)
+			return fmt.Errorf("%s a replica still on it at --command-timeout", regionsHave(left))
 		case <-time.After(askInterval):
 		}
 	}

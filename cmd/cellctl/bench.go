@@ -412,6 +412,7 @@ type latencies struct {
 	P50  time.Duration `json:"p50_ns"`
 	P90  time.Duration `json:"p90_ns"`
 	P99  time.Duration `json:"p99_ns"`
+	P999 time.Duration `json:"p999_ns"` // p99.9
 	Max  time.Duration `json:"max_ns"`
 }
 
@@ -433,18 +434,18 @@ func benchTables(r benchResult) []*table {
 		workload += fmt.Sprintf(" (%v%% puts)", p.WritePercent)
 	}
 	t := &table{
-		title: fmt.Sprintf("bench: %s workload, %d clients × %d in flight (%d conns each), provider %s, cache %s, %d keys, %s over %d, %d-byte values; %v measured after %v",
-			workload, p.Clients, p.InFlight, p.Conns, p.Provider, p.Cache, p.Keys, p.Distribution, p.Keyspace, p.ValueSize, p.Duration, p.Warmup),
-		header: []string{"MODE", "OPS", "THROUGHPUT", "MEAN", "P50", "P99", "SERVER-SIDE", "ERRORS"},
+		title: fmt.Sprintf("bench: %s workload, %s × %d in flight (%s each), provider %s, cache %s, %s, %s over %d, %d-byte values; %v measured after %v",
+			workload, plural(p.Clients, "client"), p.InFlight, plural(p.Conns, "conn"), p.Provider, p.Cache, plural(p.Keys, "key"), p.Distribution, p.Keyspace, p.ValueSize, p.Duration, p.Warmup),
+		header: []string{"MODE", "OPS", "THROUGHPUT", "MEAN", "P50", "P99", "P99.9", "MAX", "SERVER-SIDE", "ERRORS"},
 	}
 	mode := p.Mode
 	if p.Target == targetEtcd {
-		t.title = fmt.Sprintf("bench, target etcd at %s (keys under %s): %s workload, %d clients × %d in flight, %d keys, %s over %d, %d-byte values; %v measured after %v",
-			strings.Join(p.EtcdEndpoints, ","), p.EtcdPrefix, workload, p.Clients, p.InFlight, p.Keys, p.Distribution, p.Keyspace, p.ValueSize, p.Duration, p.Warmup)
+		t.title = fmt.Sprintf("bench, target etcd at %s (keys under %s): %s workload, %s × %d in flight, %s, %s over %d, %d-byte values; %v measured after %v",
+			strings.Join(p.EtcdEndpoints, ","), p.EtcdPrefix, workload, plural(p.Clients, "client"), p.InFlight, plural(p.Keys, "key"), p.Distribution, p.Keyspace, p.ValueSize, p.Duration, p.Warmup)
 		t.header[0], mode = "TARGET", targetEtcd
 	}
 	row := []string{mode, fmt.Sprint(r.Ops), fmtOpsRate(r.Throughput), fmtLatency(r.Mean), fmtLatency(r.P50), fmtLatency(r.P99),
-		fmtFraction(r.ServerSide), fmt.Sprint(r.Errors)}
+		fmtLatency(r.P999), fmtLatency(r.Max), fmtFraction(r.ServerSide), fmt.Sprint(r.Errors)}
 	if r.ServerCPUPerOp != nil {
 		t.header = append(t.header, "SERVER CPU/OP")
 		row = append(row, fmtMicros(*r.ServerCPUPerOp))
@@ -455,7 +456,8 @@ func benchTables(r benchResult) []*table {
 	if len(r.ByOp) > 1 {
 		for _, op := range slices.Sorted(maps.Keys(r.ByOp)) {
 			o := r.ByOp[op]
-			t.notes = append(t.notes, fmt.Sprintf("%s: %d ops, mean %s, p50 %s, p99 %s, %d errors", op, o.Ops, fmtLatency(o.Mean), fmtLatency(o.P50), fmtLatency(o.P99), o.Errors))
+			t.notes = append(t.notes, fmt.Sprintf("%s: %s, mean %s, p50 %s, p99 %s, p99.9 %s, max %s, %s",
+				op, plural(o.Ops, "op"), fmtLatency(o.Mean), fmtLatency(o.P50), fmtLatency(o.P99), fmtLatency(o.P999), fmtLatency(o.Max), plural(o.Errors, "error")))
 		}
 	}
 	if p.Target != targetEtcd {

@@ -123,7 +123,7 @@ func TestBenchEtcdTarget(t *testing.T) {
 		t.Fatalf("table: exit %d, %s", code, errs)
 	}
 	out = squeeze(out)
-	for _, want := range []string{"bench, target etcd at " + ep + " (keys under /cellbench/): get workload, 1 clients × 1 in flight", "TARGET  OPS  THROUGHPUT", "\netcd  "} {
+	for _, want := range []string{"bench, target etcd at " + ep + " (keys under /cellbench/): get workload, 1 client × 1 in flight", "TARGET  OPS  THROUGHPUT", "\netcd  "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

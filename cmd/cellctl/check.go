@@ -20,12 +20,34 @@ type checkResult struct {
 	Meganodes  int      `json:"meganodes"`
 	Levels     int      `json:"levels"`
 	Violations []string `json:"violations"`
-	// ReplicasCompared counts the regions with more than one replica
-	// whose replicas were compared at one applied index (and found
-	// equal unless a violation says otherwise); NotCompared says why
-	// the others were not.
+	// Replicated counts the regions with more than one replica;
+	// ReplicasCompared those whose replicas were compared at one applied
+	// index (and found equal unless a violation says otherwise);
+	// NotCompared says why the others were not (a replica's server is
+	// down or restarting, a replica is catching up).
+	Replicated       int      `json:"replicated_regions"`
 	ReplicasCompared int      `json:"replicas_compared"`
 	NotCompared      []string `json:"not_compared,omitempty"`
+}
+
+// summary is check's line for a result without violations: "ok: 3
+// servers, 14 meganodes, 2 levels, replicas of 3 regions equal".
+func (r checkResult) summary() string {
+	line := fmt.Sprintf("ok: %s, %s, %s", plural(r.Servers, "server"), plural(r.Meganodes, "meganode"), plural(r.Levels, "level"))
+	switch n := r.Replicated; {
+	case n == 0:
+		return line + ", no region replicated"
+	case r.ReplicasCompared == n:
+		return line + fmt.Sprintf(", replicas of %s equal", plural(n, "region"))
+	}
+	return line + fmt.Sprintf(", replicas of %d of %s equal; %d not compared: a replica is down, restarting or catching up (--wait waits for them)",
+		r.ReplicasCompared, plural(r.Replicated, "region"), r.Replicated-r.ReplicasCompared)
+}
+
+// whole reports whether the check found the cluster whole: no violation,
+// and the replicas of every replicated region compared.
+func (r checkResult) whole() bool {
+	return r.OK && r.ReplicasCompared == r.Replicated
 }
 
 // confirmPause is the time between the snapshots that confirm cluster
@@ -36,6 +58,8 @@ func newCheckCommand(g *globals) *cobra.Command {
 	var (
 		limit    uint32
 		attempts int
+		wait     bool
+		waitFor  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "check",
@@ -65,23 +89,36 @@ one hashes its region image at its applied index (wire OpReplicaHash,
 under the replica's apply lock: writes to that region pause meanwhile),
 and replicas at one index must be byte-identical. While writes go on the
 indexes differ; they are asked again for two seconds, and a region whose
-replicas never meet is noted, not reported.
+replicas never meet is noted, not reported. Nor is a replica on a server
+that is not a live member (down, or restarting and not registered yet):
+the line says how many regions' replicas were not compared, and a note
+says why for each.
 
 Prints each violation on a line and exits with status 1 if there is any,
-else "ok: N servers, M meganodes, L levels, replicas of R regions equal". Checking a large region takes
-time: raise --command-timeout if needed.`,
+else "ok: 3 servers, 14 meganodes, 2 levels, replicas of 3 regions equal".
+
+--wait checks again, every second for up to --wait-timeout, until the
+cluster is whole: no violation, and the replicas of every region
+compared equal (a restarted server registered and caught up, a new
+replica filled). It then prints the last check's result, and exits with
+status 1 if the cluster was not whole by then. Each check has its own
+--command-timeout.
+Checking a large region takes time: raise --command-timeout if needed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if attempts < 1 {
 				return fmt.Errorf("--attempts %d: want at least 1", attempts)
 			}
-			ctx, cancel := g.commandContext()
-			defer cancel()
-			res, err := runCheck(ctx, g, limit, attempts)
+			if !wait {
+				waitFor = 0
+			} else if waitFor <= 0 {
+				return fmt.Errorf("--wait-timeout %v: want more than 0", waitFor)
+			}
+			res, err := checkUntilWhole(g, limit, attempts, waitFor)
 			if err != nil {
 				return err
 			}
-			line := fmt.Sprintf("ok: %d servers, %d meganodes, %d levels, replicas of %d regions equal", res.Servers, res.Meganodes, res.Levels, res.ReplicasCompared)
+			line := res.summary()
 			for _, n := range res.NotCompared {
 				line += "\nnote: " + n
 			}
@@ -96,14 +133,38 @@ time: raise --command-timeout if needed.`,
 				return err
 			}
 			if !res.OK {
-				return fmt.Errorf("%d violations", len(res.Violations))
+				return fmt.Errorf("%s", plural(len(res.Violations), "violation"))
+			}
+			if wait && !res.whole() {
+				return fmt.Errorf("the replicas of %s not compared after --wait-timeout %v", plural(res.Replicated-res.ReplicasCompared, "region"), waitFor)
 			}
 			return nil
 		},
 	}
 	cmd.Flags().Uint32Var(&limit, "limit", 100, "most violations to list per server (0: as many as fit in a reply)")
 	cmd.Flags().IntVar(&attempts, "attempts", 3, "snapshots of the cluster in which a cluster violation must show to be reported")
+	cmd.Flags().BoolVar(&wait, "wait", false, "check again until the cluster is whole (no violation, every region's replicas compared equal), for up to --wait-timeout; exit 1 if it is not by then")
+	cmd.Flags().DurationVar(&waitFor, "wait-timeout", time.Minute, "how long --wait waits")
 	return cmd
+}
+
+// checkPause is the time between the checks of --wait.
+const checkPause = time.Second
+
+// checkUntilWhole runs the check, and with wait > 0 runs it again every
+// checkPause until the cluster is whole or wait has passed; it returns
+// the last result. Each check runs within --command-timeout.
+func checkUntilWhole(g *globals, limit uint32, attempts int, wait time.Duration) (checkResult, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := g.commandContext()
+		res, err := runCheck(ctx, g, limit, attempts)
+		cancel()
+		if wait == 0 || (err == nil && res.whole()) || !time.Now().Before(deadline) {
+			return res, err
+		}
+		time.Sleep(min(checkPause, time.Until(deadline)))
+	}
 }
 
 // runCheck runs the servers' checks and the cluster checks.
@@ -150,6 +211,9 @@ func runCheck(ctx context.Context, g *globals, limit uint32, attempts int) (chec
 		return st, err
 	}
 	for _, r := range cl.table.Regions {
+		if len(r.Replicas)+len(r.Learners) > 1 {
+			res.Replicated++
+		}
 		compared, bad, why := compareReplicas(ctx, cl.table.Members, r, g.replicaHash, reload)
 		if compared {
 			res.ReplicasCompared++
@@ -198,7 +262,7 @@ func compareReplicas(ctx context.Context, members []regiontable.Member, r region
 		}
 		for _, id := range ids {
 			if _, ok := addr[id]; !ok {
-				return false, nil, fmt.Sprintf("region %d: replica on %s not compared (not a live member)", r.ID, id)
+				return false, nil, fmt.Sprintf("region %d: replica on %s not compared (not a live member: down, or restarting)", r.ID, id)
 			}
 		}
 		var opening string
@@ -245,7 +309,7 @@ func compareReplicas(ctx context.Context, members []regiontable.Member, r region
 				for i, h := range last {
 					idx[i] = fmt.Sprintf("%s at %d", ids[i], h.Applied)
 				}
-				return false, nil, fmt.Sprintf("region %d: replicas not compared, their applied indexes kept moving (%s)", r.ID, strings.Join(idx, ", "))
+				return false, nil, fmt.Sprintf("region %d: replicas not compared, their applied indexes kept moving (%s): writes going on, or a replica catching up", r.ID, strings.Join(idx, ", "))
 			}
 			continue
 		}
@@ -301,7 +365,7 @@ func (g *globals) serverCheck(ctx context.Context, m regiontable.Member, limit u
 		out = append(out, prefix+v)
 	}
 	if more := int(rep.Count) - len(rep.Violations); more > 0 {
-		out = append(out, fmt.Sprintf("%s%d more violations not listed (--limit)", prefix, more))
+		out = append(out, fmt.Sprintf("%s%s more not listed (--limit)", prefix, plural(more, "violation")))
 	}
 	return out
 }

@@ -95,8 +95,8 @@ func TestMembersAndRegionsOutput(t *testing.T) {
 		t.Fatalf("regions %+v", rs)
 	}
 	out = squeeze(render(t, []*table{regionsTable(rs)}))
-	for _, want := range []string{"REGION  KIND  SIZE  LEADER  TERM  EPOCH  REPLICAS  LIVE", "1  data  1GiB  s1  7  3  s1,s2  yes", "4  data  64MiB  gone  0  1  -  no", "1 of 3 regions are hosted by no live member.",
-		"5  data  64MiB  s2  3  2  s1,s2,s3! +s4!  yes", "1 regions have replicas on servers that are not live members (marked !)",
+	for _, want := range []string{"REGION  KIND  SIZE  LEADER  TERM  EPOCH  REPLICAS  LIVE", "1  data  1GiB  s1  7  3  s1,s2  yes", "4  data  64MiB  gone  0  1  -  no", "1 of 3 regions is hosted by no live member.",
+		"5  data  64MiB  s2  3  2  s1,s2,s3! +s4!  yes", "1 region has replicas on servers that are not live members (marked !)",
 		"s3: missing for 12s by the coordinator's count."} {
 		if !strings.Contains(out, want) {
 			t.Errorf("regions table lacks %q:\n%s", want, out)

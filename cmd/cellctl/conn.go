@@ -94,6 +94,9 @@ func (g *globals) openClient(ctx context.Context, edit func(*client.Config)) (*c
 	if edit != nil {
 		edit(&cfg)
 	}
+	if err := refused(cfg.Endpoints, g.dialTimeout); err != nil {
+		return nil, err
+	}
 	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the cluster at %s: %w", strings.Join(cfg.Endpoints, ","), err)
@@ -111,6 +114,9 @@ func (g *globals) openTable() (*regiontable.Etcd, error) {
 	}
 	tc, err := g.serverTLS()
 	if err != nil {
+		return nil, err
+	}
+	if err := refused(eps, g.dialTimeout); err != nil {
 		return nil, err
 	}
 	store, err := regiontable.OpenEtcd(eps, regiontable.EtcdOptions{Prefix: g.etcdPrefix, Logger: quietLogger, DialTimeout: g.dialTimeout,

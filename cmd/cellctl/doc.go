@@ -19,6 +19,10 @@
 // naming the variable. --endpoints falls back on CELL_ENDPOINTS (the
 // compose cluster's client container sets it) after CELLCTL_ENDPOINTS.
 //
+// Nothing listening at every --endpoints (no server started) is said at
+// once ("etcd at 127.0.0.1:2379: connection refused: is a cellserver
+// running?"), not after --dial-timeout.
+//
 // Errors print as a single line on stderr, prefixed "cellctl: ", and make
 // cellctl exit with status 1 ("key not found" included; with -w json a
 // missing key also prints {"error": "key not found", "code": "not_found",
@@ -27,21 +31,25 @@
 // # Commands
 //
 //	put KEY [VALUE|-]         store a value; without VALUE or with -, read from stdin
-//	                          (--hex: hexadecimal arguments)
+//	                          (on a terminal it says so; --hex: hexadecimal arguments)
 //	get KEY                   print a value, byte for byte (--hex, --print-value-only)
 //	del KEY                   delete a key
 //	range START [END]         list pairs (--limit, --prefix, --reverse, --keys-only,
 //	                          --print-value-only, --hex); START after END is an error
 //	status                    the root and levels; every server's region, meganodes, fill,
 //	                          height, selector hints (--metrics host:port,...: operation counters too)
-//	members                   the live servers of the region table
-//	regions                   the region table's regions, and whether their hosts are live
+//	members                   the live servers of the region table (--wait N: until there
+//	                          are exactly N, servers started or a dead one's lease lapsed)
+//	regions                   the region table's regions, whether their hosts are live, and
+//	                          each replica's raft state (LAG ? until it heard its leader)
 //	meganodes                 the tree of meganodes: range, level, height, fill, host, right link
 //	check                     every server's invariants (OpCheck) and the links between
-//	                          meganodes across servers; exit 1 on any violation
+//	                          meganodes across servers, every region's replicas byte-identical;
+//	                          exit 1 on any violation (--wait: until restarted replicas caught up)
 //	dump node PTR|root        one node, decoded (--hex: annotated hex dump)
 //	dump meganode PTR|root    a meganode's header and every node, level by level
-//	bench                     closed-loop throughput and latency (see cellctl bench --help);
+//	bench                     closed-loop throughput and latency: mean, p50, p99, p99.9, max
+//	                          (see cellctl bench --help);
 //	                          exit 1 when operations or preload writes failed
 //	sim table2|spike          the locality selector's simulations
 //	drill                     a recorded load, faults, and the durability and
@@ -70,6 +78,7 @@
 //   - output.go: the -w formats (globals.print, printLine; bordered
 //     tables, fields) and value formatting; progress.go: the progress
 //     bar.
+//   - refused.go: an etcd endpoint that refuses connections, said at once.
 //   - put.go, get.go, del.go, range.go, status.go (+ scrape.go, the
 //     metrics it reads), dump.go: one command each; members.go (members
 //     and regions), meganodes.go, check.go (+ clustercheck.go, the

@@ -104,7 +104,7 @@ func findCellserver(flag string) (string, error) {
 	}
 	bin, err := exec.LookPath("cellserver")
 	if err != nil {
-		return "", fmt.Errorf("--local: no cellserver next to cellctl or on PATH (give --cellserver)")
+		return "", fmt.Errorf("--local: no cellserver next to cellctl or on PATH: build both into one directory (go build -o bin/ ./cmd/cellserver ./cmd/cellctl, then bin/cellctl drill), or give --cellserver")
 	}
 	return bin, nil
 }

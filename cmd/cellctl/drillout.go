@@ -12,7 +12,7 @@ import (
 // unavailability per region, and the verdict.
 func drillTables(r *drill.Report) []*table {
 	w := r.Workload
-	title := fmt.Sprintf("drill: %s, %d keys (%s), %d clients", w.Mix, w.Keys, w.Distribution, w.Clients)
+	title := fmt.Sprintf("drill: %s, %s (%s), %s", w.Mix, plural(w.Keys, "key"), w.Distribution, plural(w.Clients, "client"))
 	if w.Rate > 0 {
 		title += fmt.Sprintf(", %.0f ops/s", w.Rate)
 	}

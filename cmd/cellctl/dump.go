@@ -203,13 +203,13 @@ func meganodeText(d meganodeDump, withHex bool) string {
 	fmt.Fprintf(&sb, "meganode %s: level %d, local height %d, root %s, nodes %d/%d\n", d.Meganode, d.Level, d.Height, d.Root, d.InUse, d.Capacity)
 	writeNode(&sb, d.Header, withHex)
 	for _, l := range d.Levels {
-		fmt.Fprintf(&sb, "\nlevel %d: %d nodes\n", l.Level, len(l.Nodes))
+		fmt.Fprintf(&sb, "\nlevel %d: %s\n", l.Level, plural(len(l.Nodes), "node"))
 		for _, n := range l.Nodes {
 			writeNode(&sb, n, withHex)
 		}
 	}
 	if d.Skipped > 0 {
-		fmt.Fprintf(&sb, "\n(%d lower levels not printed: --levels)\n", d.Skipped)
+		fmt.Fprintf(&sb, "\n(%s not printed: --levels)\n", plural(d.Skipped, "lower level"))
 	}
 	return sb.String()
 }

@@ -80,7 +80,7 @@ func (h *histogram) quantile(q float64) time.Duration {
 
 // latencies returns the histogram's mean, quantiles and max.
 func (h *histogram) latencies() latencies {
-	return latencies{Mean: h.mean(), P50: h.quantile(0.50), P90: h.quantile(0.90), P99: h.quantile(0.99), Max: time.Duration(h.max)}
+	return latencies{Mean: h.mean(), P50: h.quantile(0.50), P90: h.quantile(0.90), P99: h.quantile(0.99), P999: h.quantile(0.999), Max: time.Duration(h.max)}
 }
 
 func (h *histogram) mean() time.Duration {

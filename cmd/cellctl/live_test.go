@@ -104,9 +104,11 @@ func TestPutValueLimit(t *testing.T) {
 		args  []string
 		want  string
 	}{
-		{strings.Repeat("v", wire.MaxValueSize+1), []string{"put", "k"}, fmt.Sprintf("value of %d bytes is larger than the store's limit of %d bytes", wire.MaxValueSize+1, wire.MaxValueSize)},
-		{strings.Repeat("v", 3*wire.MaxValueSize), []string{"put", "k", "-"}, fmt.Sprintf("value of %d bytes is larger", wire.MaxValueSize+1)},
-		{strings.Repeat("ab", wire.MaxValueSize+1), []string{"put", "--hex", "00"}, fmt.Sprintf("value of %d bytes is larger", wire.MaxValueSize+1)},
+		{strings.Repeat("v", wire.MaxValueSize+1), []string{"put", "k"}, fmt.Sprintf("value of %d bytes on standard input is larger than the store's limit of %d bytes", wire.MaxValueSize+1, wire.MaxValueSize)},
+		// Its true size, not the limit's.
+		{strings.Repeat("v", 2<<20), []string{"put", "k", "-"}, "value of 2097152 bytes on standard input is larger"},
+		{strings.Repeat("ab", wire.MaxValueSize+1), []string{"put", "--hex", "00"}, fmt.Sprintf("value of %d bytes on standard input is larger", wire.MaxValueSize+1)},
+		{strings.Repeat("ab", 2*wire.MaxValueSize), []string{"put", "--hex", "00"}, fmt.Sprintf("hexadecimal value of %d characters on standard input is larger", 4*wire.MaxValueSize)},
 		{"zz", []string{"put", "--hex", "00"}, "the value on standard input is not hexadecimal"},
 	} {
 		code, out, errs := runCellctlIn(tc.stdin, append(tc.args, "--endpoints", dead)...)
@@ -225,8 +227,8 @@ func TestPrintValueOnly(t *testing.T) {
 	}{
 		{[]string{"get", "pvo/b", "--print-value-only"}, "x y\n"},
 		{[]string{"get", "pvo/a", "--print-value-only", "-w", "table"}, "+-------+\n| VALUE |\n+-------+\n| 1     |\n+-------+\n"},
-		{[]string{"range", "pvo/", "--prefix", "--print-value-only"}, "VALUE\n1\n\"x y\"\n"},
-		{[]string{"range", "pvo/", "--prefix", "--keys-only"}, "KEY\npvo/a\npvo/b\n"},
+		{[]string{"range", "pvo/", "--prefix", "--print-value-only"}, "1\n\"x y\"\n"},
+		{[]string{"range", "pvo/", "--prefix", "--keys-only"}, "pvo/a\npvo/b\n"},
 	} {
 		if code, out, errs := runAt(t, "", tc.args...); code != 0 || out != tc.want {
 			t.Errorf("%q: exit %d, stderr %q, stdout\n%s\nwant\n%s", tc.args, code, errs, out, tc.want)

@@ -87,8 +87,8 @@ func meganodesOutput(cl *cluster) meganodesResult {
 
 func meganodesTable(res meganodesResult) *table {
 	t := &table{
-		title: fmt.Sprintf("Meganodes (root %s, %d levels, %d meganodes; %s nodes, %s meganodes)",
-			res.Root, res.Levels, len(res.Meganodes), fmtBytes(uint64(res.NodeSize)), fmtBytes(res.MeganodeSize)),
+		title: fmt.Sprintf("Meganodes (root %s, %s, %s; %s nodes, %s meganodes)",
+			res.Root, plural(res.Levels, "level"), plural(len(res.Meganodes), "meganode"), fmtBytes(uint64(res.NodeSize)), fmtBytes(res.MeganodeSize)),
 		header: []string{"MEGANODE", "LEVEL", "HEIGHT", "MIN", "MAX", "NODES", "FILL", "HOST", "RIGHT", "NOTE"},
 	}
 	for _, m := range res.Meganodes {

@@ -56,23 +56,78 @@ type regionJSON struct {
 }
 
 func newMembersCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
+	var (
+		wait    int
+		waitFor time.Duration
+	)
+	cmd := &cobra.Command{
 		Use:   "members",
 		Short: "List the live servers of the region table",
 		Long: `List the members of the region table in etcd: the servers whose
 registration lease is alive, with their RPC and one-sided read addresses,
-host identity (servers on one host share memory) and build version.`,
+host identity (servers on one host share memory) and build version.
+
+A server is a member from the moment it serves until it stops, or, if it
+dies, until its lease lapses (--lease-ttl, 5 s). --wait N waits, for up
+to --wait-timeout, until exactly N servers are members (servers just
+started have registered, a dead one's lease has lapsed), and then lists
+them; etcd not answering yet (a server that embeds it is starting) is
+waited for too. It exits with status 1 if the members are not N by then.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := g.commandContext()
-			defer cancel()
-			st, _, err := g.loadTable(ctx)
+			var (
+				st  regiontable.State
+				err error
+			)
+			if cmd.Flags().Changed("wait") {
+				if wait < 0 || waitFor <= 0 {
+					return fmt.Errorf("--wait %d --wait-timeout %v: want a count of 0 or more and a time above 0", wait, waitFor)
+				}
+				st, err = g.waitMembers(wait, waitFor)
+			} else {
+				ctx, cancel := g.commandContext()
+				defer cancel()
+				st, _, err = g.loadTable(ctx)
+			}
 			if err != nil {
 				return err
 			}
 			ms := membersOutput(st.Members, st.Draining)
 			return g.print(ms, func() []*table { return []*table{membersTable(ms)} })
 		},
+	}
+	cmd.Flags().IntVar(&wait, "wait", 0, "wait until exactly this many servers are members, for up to --wait-timeout")
+	cmd.Flags().DurationVar(&waitFor, "wait-timeout", time.Minute, "how long --wait waits")
+	return cmd
+}
+
+// membersPause is the time between two looks at the members of --wait.
+const membersPause = 200 * time.Millisecond
+
+// waitMembers reads the region table until it has exactly n members, for
+// up to timeout (each read within --command-timeout); errors reading it
+// are waited through. It returns the table with n members, or an error
+// saying what it last saw.
+func (g *globals) waitMembers(n int, timeout time.Duration) (regiontable.State, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := g.commandContext()
+		st, _, err := g.loadTable(ctx)
+		cancel()
+		if err == nil && len(st.Members) == n {
+			return st, nil
+		}
+		if !time.Now().Before(deadline) {
+			if err != nil {
+				return st, fmt.Errorf("members --wait %d: after %v: %w", n, timeout, err)
+			}
+			ids := make([]string, len(st.Members))
+			for i, m := range st.Members {
+				ids[i] = m.ID
+			}
+			return st, fmt.Errorf("members --wait %d: %s after %v (%s)", n, plural(len(ids), "member"), timeout, dash(strings.Join(ids, ", ")))
+		}
+		time.Sleep(min(membersPause, time.Until(deadline)))
 	}
 }
 
@@ -114,7 +169,8 @@ member hosting it, its epoch (which grows with every start of its host),
 and whether that host is a live member (LIVE no: its data is unreachable
 until the host comes back); then every replica's raft state as its server
 reports it: role, term, last applied log index and the committed entries
-it has not applied yet (LAG).`,
+it has not applied yet (LAG; "?" until a restarted replica has heard
+from its leader).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := g.commandContext()
@@ -178,10 +234,10 @@ func regionsTable(rs []regionJSON) *table {
 	case len(rs) == 0:
 		t.notes = append(t.notes, "(no region)")
 	case dead > 0:
-		t.notes = append(t.notes, fmt.Sprintf("%d of %d regions are hosted by no live member.", dead, len(rs)))
+		t.notes = append(t.notes, fmt.Sprintf("%d of %s %s hosted by no live member.", dead, plural(len(rs), "region"), map[bool]string{true: "is", false: "are"}[dead == 1]))
 	}
 	if down > 0 {
-		t.notes = append(t.notes, fmt.Sprintf("%d regions have replicas on servers that are not live members (marked !): they are replaced after the servers' --dead-after.", down))
+		t.notes = append(t.notes, fmt.Sprintf("%s replicas on servers that are not live members (marked !): they are replaced after the servers' --dead-after.", regionsHave(down)))
 	}
 	for _, id := range slices.Sorted(maps.Keys(missing)) {
 		t.notes = append(t.notes, fmt.Sprintf("%s: missing for %s by the coordinator's count.", id, missing[id]))
@@ -257,11 +313,23 @@ func replicasTable(rs []regionJSON) *table {
 				t.notes = append(t.notes, fmt.Sprintf("region %d on %s: %s", r.ID, st.Server, st.Error))
 				continue
 			}
-			t.add(fmt.Sprint(r.ID), st.Server, st.Role, fmt.Sprint(st.Term), fmt.Sprint(st.Applied), fmt.Sprint(st.Commit-min(st.Applied, st.Commit)))
+			t.add(fmt.Sprint(r.ID), st.Server, st.Role, fmt.Sprint(st.Term), fmt.Sprint(st.Applied), fmtLag(st.Applied, st.Commit))
 		}
 	}
-	t.notes = append(t.notes, "LAG: entries the replica knows committed and has not applied yet.")
+	t.notes = append(t.notes, "LAG: entries the replica knows committed and has not applied yet; ?: not known yet (it has not heard from its leader since it started).")
 	return t
+}
+
+// fmtLag is a replica's LAG cell: the committed entries it has not
+// applied, or "?" when it cannot know them yet. A replica learns the
+// commit index from its leader: after a start, until the leader's first
+// call, its commit index is 0, or below the index it restored from its
+// snapshot, and a lag of 0 there would claim it caught up.
+func fmtLag(applied, commit uint64) string {
+	if commit == 0 || commit < applied {
+		return "?"
+	}
+	return fmt.Sprint(commit - applied)
 }
 
 // markDown suffixes "!" to the IDs in ids that are in down.

@@ -54,6 +54,9 @@ type table struct {
 	rows   [][]string
 	notes  []string // lines printed under the table
 	left   bool     // align cells left (text); default right (numbers)
+	// list: the simple output leaves the header out (a list of keys or
+	// values, one a line, for a pipe); the bordered one keeps it.
+	list bool
 }
 
 func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
@@ -71,7 +74,7 @@ func (t *table) write(w io.Writer) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', flags)
 	rows := t.rows
-	if len(t.header) > 0 {
+	if len(t.header) > 0 && !t.list {
 		rows = append([][]string{t.header}, rows...)
 	}
 	for _, cells := range rows {
@@ -326,4 +329,21 @@ func fmtLatency(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%.3fs", d.Seconds())
 	}
+}
+
+// plural is n and the noun, in the plural unless n is 1: "1 level",
+// "3 levels". The nouns cellctl counts all take an s.
+func plural[N ~int | ~int64 | ~uint64 | ~uint32](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// regionsHave is "1 region has" or "N regions have".
+func regionsHave(n int) string {
+	if n == 1 {
+		return "1 region has"
+	}
+	return fmt.Sprintf("%d regions have", n)
 }

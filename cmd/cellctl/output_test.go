@@ -61,7 +61,7 @@ func TestRangeOutput(t *testing.T) {
 	}
 	f.keysOnly, f.reverse = true, true
 	got = render(t, rangeTables(f, pairs[:1], []byte("a")))
-	if want := "KEY\na\n(--limit 3 reached; more below a: pass it as END)\n"; got != want {
+	if want := "a\n(--limit 3 reached; more below a: pass it as END)\n"; got != want {
 		t.Errorf("keys-only reverse table %q", got)
 	}
 	res := rangeOutput(rangeFlags{}, pairs, nil)
@@ -97,7 +97,7 @@ func TestStatusOutput(t *testing.T) {
 	down := serverStatus{ID: "s2", RPCAddr: "127.0.0.1:7080", Error: "server 127.0.0.1:7080: connection refused"}
 	out := render(t, statusTables(statusResult{Root: "7:0x1000", RootServer: "s1", Levels: 1, Meganodes: 2, Servers: []serverStatus{s, down}}))
 	for _, want := range []string{
-		"Servers (root meganode 7:0x1000 on s1, 1 levels, 2 meganodes)",
+		"Servers (root meganode 7:0x1000 on s1, 1 level, 2 meganodes)",
 		"SERVER  ADDRESS  REGION  EPOCH  SIZE  RAFT  TERM  APPLIED  LAG  MEGANODES  FILL  HEIGHT  WORKERS  QUEUED  QUEUE  SERVICE  PING",
 		"s1  127.0.0.1:7070  7  3  1GiB  leader  4  88  2  2  20.0%  4  2  3  1.5µs  4.2µs  120.0µs",
 		"s2  127.0.0.1:7080  -",
@@ -126,7 +126,7 @@ func TestBenchOutput(t *testing.T) {
 	r := benchResult{
 		Params: benchParams{Mode: "adaptive", Provider: "shm", Clients: 2, InFlight: 4, Conns: 1, Duration: time.Second,
 			Warmup: time.Second, Keys: 100, Cache: "off", Workload: "get", ValueSize: 64, ServerPID: 1},
-		Ops: 12345, Errors: 1, Throughput: 12345, latencies: latencies{Mean: 30 * time.Microsecond, P50: 20 * time.Microsecond, P99: 2 * time.Millisecond},
+		Ops: 12345, Errors: 1, Throughput: 12345, latencies: latencies{Mean: 30 * time.Microsecond, P50: 20 * time.Microsecond, P99: 2 * time.Millisecond, P999: 9 * time.Millisecond, Max: 40 * time.Millisecond},
 		ServerHops: 1, ClientHops: 3, ServerSide: 0.25, Retries: map[string]uint64{"torn": 2, "crc": 0, "invalid": 1},
 		ServerCPUPerOp: ptr(1.5), ClientCPUPerOp: 10, M: 3.5, FirstError: "cell: unavailable:\nboom",
 		ByOp: map[string]opResult{"get": {Ops: 12000, latencies: latencies{P50: 19 * time.Microsecond, P99: time.Millisecond, Mean: 25 * time.Microsecond}},
@@ -135,11 +135,11 @@ func TestBenchOutput(t *testing.T) {
 	}
 	out := squeeze(render(t, benchTables(r)))
 	for _, want := range []string{
-		"bench: get workload, 2 clients × 4 in flight (1 conns each), provider shm, cache off, 100 keys",
-		"MODE  OPS  THROUGHPUT  MEAN  P50  P99  SERVER-SIDE  ERRORS  SERVER CPU/OP  CLIENT CPU/OP",
-		"adaptive  12345  12.3K/s  30.0µs  20.0µs  2.00ms  25.0%  1  1.50µs  10.00µs",
+		"bench: get workload, 2 clients × 4 in flight (1 conn each), provider shm, cache off, 100 keys",
+		"MODE  OPS  THROUGHPUT  MEAN  P50  P99  P99.9  MAX  SERVER-SIDE  ERRORS  SERVER CPU/OP  CLIENT CPU/OP",
+		"adaptive  12345  12.3K/s  30.0µs  20.0µs  2.00ms  9.00ms  40.00ms  25.0%  1  1.50µs  10.00µs",
 		"retries: invalid=1 torn=2", "m=3.50", "first error: cell: unavailable: boom",
-		"get: 12000 ops, mean 25.0µs, p50 19.0µs, p99 1.00ms, 0 errors", "put: 345 ops, mean 50.0µs, p50 40.0µs, p99 3.00ms, 1 errors",
+		"get: 12000 ops, mean 25.0µs, p50 19.0µs, p99 1.00ms, p99.9 0.0µs, max 0.0µs, 0 errors", "put: 345 ops, mean 50.0µs, p50 40.0µs, p99 3.00ms, p99.9 0.0µs, max 0.0µs, 1 error",
 		"Phases", "base  0.00s  1.00s  12345  12.3K/s  20.0µs",
 	} {
 		if !strings.Contains(out, want) {
@@ -264,8 +264,8 @@ func TestDumpText(t *testing.T) {
 	got := meganodeText(d, false)
 	want := "meganode 1:0x1000: level 0, local height 2, root 1:0x1400, nodes 3/64\n" +
 		"node 1:0x1000 (copy ok (meganode header))\n  meganode header: ...\n\n" +
-		"level 1: 1 nodes\nnode 1:0x1400 (copy ok)\n  inner\n    [0] child\n\n" +
-		"(1 lower levels not printed: --levels)\n"
+		"level 1: 1 node\nnode 1:0x1400 (copy ok)\n  inner\n    [0] child\n\n" +
+		"(1 lower level not printed: --levels)\n"
 	if got != want {
 		t.Errorf("meganode text:\n%s\nwant\n%s", got, want)
 	}

@@ -4,6 +4,7 @@ import (
 	"os"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
 // progress is a progress bar on stderr when stderr is a terminal, and
@@ -47,11 +48,9 @@ func (p *progress) finish() {
 	}
 }
 
+// isTerminal reports whether w is a terminal (not merely a character
+// device: /dev/null is one too).
 func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }

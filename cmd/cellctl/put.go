@@ -24,6 +24,9 @@ byte for byte (a trailing newline is part of it): "cellctl put k < file",
 a command-line argument. (etcdctl stores a VALUE of "-" as it is; to
 store "-" itself here, pipe it: printf - | cellctl put KEY.)
 
+On a terminal, put says it is reading standard input: type the value
+and end it with Ctrl-D.
+
 With --hex, KEY and VALUE are hexadecimal ("6b6579", "0x6b6579"); a value
 read from standard input is then hexadecimal text (spaces and newlines
 ignored). Values longer than the store's limit (%d bytes) are refused
@@ -37,14 +40,18 @@ before anything is sent.`,
 			var value []byte
 			if len(args) == 2 && args[1] != "-" {
 				value, err = b.parse("value", args[1])
+				if err == nil && len(value) > wire.MaxValueSize {
+					err = fmt.Errorf("value of %d bytes is larger than the store's limit of %d bytes", len(value), wire.MaxValueSize)
+				}
 			} else {
-				value, err = readValue(cmd.InOrStdin(), b)
+				stdin := cmd.InOrStdin()
+				if isTerminal(stdin) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "cellctl: reading the value of %s from standard input; end it with Ctrl-D (or give VALUE, or put KEY < FILE)\n", b.quoted(key))
+				}
+				value, err = readValue(stdin, b)
 			}
 			if err != nil {
 				return err
-			}
-			if len(value) > wire.MaxValueSize {
-				return fmt.Errorf("value of %d bytes is larger than the store's limit of %d bytes", len(value), wire.MaxValueSize)
 			}
 			ctx, cancel := g.commandContext()
 			defer cancel()
@@ -66,9 +73,9 @@ before anything is sent.`,
 	return cmd
 }
 
-// readValue reads put's value from standard input: at most one byte more
-// than the store's limit (put then refuses it), hexadecimal text with
-// --hex.
+// readValue reads put's value from standard input, hexadecimal text with
+// --hex. A value larger than the store's limit is refused with its size:
+// what is past the limit is read and counted, not kept.
 func readValue(r io.Reader, b byteArg) ([]byte, error) {
 	limit := wire.MaxValueSize + 1
 	if b.hex {
@@ -78,16 +85,27 @@ func readValue(r io.Reader, b byteArg) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the value from standard input: %w", err)
 	}
+	if len(v) == limit {
+		rest, err := io.Copy(io.Discard, r)
+		if err != nil {
+			return nil, fmt.Errorf("read the value from standard input: %w", err)
+		}
+		size := int64(len(v)) + rest
+		if b.hex {
+			return nil, fmt.Errorf("hexadecimal value of %d characters on standard input is larger than the store's limit of %d bytes", size, wire.MaxValueSize)
+		}
+		return nil, fmt.Errorf("value of %d bytes on standard input is larger than the store's limit of %d bytes", size, wire.MaxValueSize)
+	}
 	if !b.hex {
 		return v, nil
-	}
-	if len(v) == limit {
-		return nil, fmt.Errorf("hexadecimal value on standard input: larger than the store's limit of %d bytes", wire.MaxValueSize)
 	}
 	text := strings.TrimPrefix(strings.Join(strings.Fields(string(v)), ""), "0x")
 	value, err := hex.DecodeString(text)
 	if err != nil {
 		return nil, fmt.Errorf("the value on standard input is not hexadecimal: %w", err)
+	}
+	if len(value) > wire.MaxValueSize {
+		return nil, fmt.Errorf("value of %d bytes on standard input is larger than the store's limit of %d bytes", len(value), wire.MaxValueSize)
 	}
 	return value, nil
 }

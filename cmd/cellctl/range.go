@@ -99,7 +99,8 @@ range, the key to resume at is printed after them.
 
 The simple output is a KEY and VALUE table with aligned columns (keys and
 values quoted when they hold spaces or control characters), -w table the
-same with borders; --keys-only and --print-value-only keep one column.`,
+same with borders; --keys-only and --print-value-only print one column,
+a key or a value a line without a header (-w table keeps it).`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			start, end, err := f.bounds(args)
@@ -153,9 +154,9 @@ func rangeTables(f rangeFlags, pairs []client.KV, resume []byte) []*table {
 	t := &table{left: true, header: []string{"KEY", "VALUE"}}
 	switch {
 	case f.keysOnly:
-		t.header = []string{"KEY"}
+		t.header, t.list = []string{"KEY"}, true
 	case f.valuesOnly:
-		t.header = []string{"VALUE"}
+		t.header, t.list = []string{"VALUE"}, true
 	}
 	for _, kv := range pairs {
 		switch {

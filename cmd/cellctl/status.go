@@ -264,7 +264,7 @@ func regionCells(r regionStatus) []string {
 	role, term, applied, lag := "-", "-", "-", "-"
 	if r.Raft.Role != wire.RoleNone {
 		role, term, applied = r.Raft.Role.String(), fmt.Sprint(r.Raft.Term), fmt.Sprint(r.Raft.Applied)
-		lag = fmt.Sprint(r.Raft.Commit - min(r.Raft.Applied, r.Raft.Commit))
+		lag = fmtLag(r.Raft.Applied, r.Raft.Commit)
 	}
 	return []string{fmt.Sprint(r.ID), fmt.Sprint(r.Epoch), fmtBytes(r.Size), role, term, applied, lag}
 }
@@ -275,7 +275,7 @@ func statusTables(res statusResult) []*table {
 		root += " on " + res.RootServer
 	}
 	t := &table{
-		title:  fmt.Sprintf("Servers (root meganode %s, %d levels, %d meganodes)", root, res.Levels, res.Meganodes),
+		title:  fmt.Sprintf("Servers (root meganode %s, %s, %s)", root, plural(res.Levels, "level"), plural(res.Meganodes, "meganode")),
 		header: []string{"SERVER", "ADDRESS", "REGION", "EPOCH", "SIZE", "RAFT", "TERM", "APPLIED", "LAG", "MEGANODES", "FILL", "HEIGHT", "WORKERS", "QUEUED", "QUEUE", "SERVICE", "PING"},
 	}
 	var errs []string
@@ -302,7 +302,7 @@ func statusTables(res statusResult) []*table {
 	}
 	t.notes = append(t.notes, fabricNotes(res.Servers)...)
 	if len(errs) == 0 {
-		t.notes = append(t.notes, "REGION: each region the server serves, a row each; RAFT, TERM, APPLIED: the server's role in the region's raft group, its term, its last applied log index; LAG: committed entries not yet applied.",
+		t.notes = append(t.notes, "REGION: each region the server serves, a row each; RAFT, TERM, APPLIED: the server's role in the region's raft group, its term, its last applied log index; LAG: committed entries not yet applied (?: not known yet, the replica has not heard from its leader since it started).",
 			"QUEUE and SERVICE: the server's recent mean queueing time and search-hop service time (selector hints).",
 			`"cellctl meganodes" lists the meganodes.`)
 	}

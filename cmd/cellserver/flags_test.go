@@ -48,9 +48,9 @@ func TestParseFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.dataDir != "/from/flag" || cfg.cores != 3 || cfg.metricsListen != "" || cfg.regionSize != 128<<20 ||
-		cfg.hugepages != meganode.HugepagesOff || len(cfg.etcdEndpoints) != 2 || cfg.etcdEndpoints[1] != "b:2" ||
-		cfg.logLevel != slog.LevelDebug || cfg.nodeSize != 1024 || cfg.meganodeSize != 64<<20 || cfg.serverID == "" {
+	if cfg.srv.DataDir != "/from/flag" || cfg.srv.Cores != 3 || cfg.srv.MetricsListen != "" || cfg.srv.RegionSize != 128<<20 ||
+		cfg.srv.Hugepages != meganode.HugepagesOff || len(cfg.etcdEndpoints) != 2 || cfg.etcdEndpoints[1] != "b:2" ||
+		cfg.logLevel != slog.LevelDebug || cfg.srv.NodeSize != 1024 || cfg.srv.MeganodeSize != 64<<20 || cfg.srv.ServerID == "" {
 		t.Fatalf("config %+v", cfg)
 	}
 	for _, args := range [][]string{
@@ -98,32 +98,32 @@ func TestParseFlagsEtcdCluster(t *testing.T) {
 
 func TestParseFlagsRegionFiles(t *testing.T) {
 	cfg, err := parseFlags(nil, io.Discard)
-	if err != nil || cfg.shmDir != "/dev/shm" || cfg.prefault {
+	if err != nil || cfg.srv.ShmDir != "/dev/shm" || cfg.srv.Prefault {
 		t.Fatalf("defaults: %+v, %v", cfg, err)
 	}
 	cfg, err = parseFlags([]string{"--shm-dir", "/mnt/shm", "--prefault", "true"}, io.Discard)
-	if err != nil || cfg.shmDir != "/mnt/shm" || !cfg.prefault {
+	if err != nil || cfg.srv.ShmDir != "/mnt/shm" || !cfg.srv.Prefault {
 		t.Fatalf("flags: %+v, %v", cfg, err)
 	}
 	if _, err := parseFlags([]string{"--prefault", "maybe"}, io.Discard); err == nil {
 		t.Fatal("--prefault maybe accepted")
 	}
-	if cfg.shmGroup != 0 {
-		t.Fatalf("--shm-group defaults to %d, want 0 (none)", cfg.shmGroup)
+	if cfg.srv.ShmGroup != 0 {
+		t.Fatalf("--shm-group defaults to %d, want 0 (none)", cfg.srv.ShmGroup)
 	}
 	for arg, want := range map[string]int{"4242": 4242, "root": -1, "0": -1, "no-such-group-here": -1, "-3": -1} {
 		cfg, err := parseFlags([]string{"--shm-group", arg}, io.Discard)
 		switch {
 		case want < 0 && err == nil:
-			t.Errorf("--shm-group %s accepted (%d)", arg, cfg.shmGroup)
-		case want >= 0 && (err != nil || cfg.shmGroup != want):
-			t.Errorf("--shm-group %s: %d, %v; want %d", arg, cfg.shmGroup, err, want)
+			t.Errorf("--shm-group %s accepted (%d)", arg, cfg.srv.ShmGroup)
+		case want >= 0 && (err != nil || cfg.srv.ShmGroup != want):
+			t.Errorf("--shm-group %s: %d, %v; want %d", arg, cfg.srv.ShmGroup, err, want)
 		}
 	}
 	// A group by name (every Linux system has one named after some ID).
 	if g, err := user.LookupGroupId("1"); err == nil {
-		if cfg, err := parseFlags([]string{"--shm-group", g.Name}, io.Discard); err != nil || cfg.shmGroup != 1 {
-			t.Errorf("--shm-group %s: %d, %v; want 1", g.Name, cfg.shmGroup, err)
+		if cfg, err := parseFlags([]string{"--shm-group", g.Name}, io.Discard); err != nil || cfg.srv.ShmGroup != 1 {
+			t.Errorf("--shm-group %s: %d, %v; want 1", g.Name, cfg.srv.ShmGroup, err)
 		}
 	}
 	w, err := parseWipeFlags([]string{"--data-dir", "d1"}, io.Discard)
@@ -177,21 +177,18 @@ func TestParseFlagsLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.idleTimeout != 0 || cfg.frameTimeout != 3*time.Second || cfg.maxConns != 100 || cfg.maxConnsPerHost != 7 ||
-		cfg.maxInflight != 9 || cfg.maxRangeRows != 11 || cfg.maxRangeBytes != 64<<10 || cfg.maxRequestBytes != 1<<20 {
-		t.Fatalf("config %+v", cfg)
-	}
-	if offIfZero(cfg.idleTimeout) >= 0 || offIfZero(cfg.frameTimeout) != 3*time.Second {
-		t.Fatal("a zero timeout is not the server's never")
+	if cfg.srv.IdleTimeout >= 0 || cfg.srv.FrameTimeout != 3*time.Second || cfg.srv.MaxConnections != 100 || cfg.srv.MaxConnectionsPerHost != 7 ||
+		cfg.srv.MaxInflightPerConn != 9 || cfg.srv.MaxRangePairs != 11 || cfg.srv.MaxRangeBytes != 64<<10 || cfg.srv.MaxFrameSize != 1<<20+wire.HeaderSize {
+		t.Fatalf("config %+v (--idle-timeout 0 is the server's never, negative)", cfg.srv)
 	}
 	def, err := parseFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if def.idleTimeout != server.DefaultIdleTimeout || def.frameTimeout != server.DefaultFrameTimeout || def.maxConnsPerHost != server.DefaultMaxConnsPerHost ||
-		def.maxInflight != server.DefaultMaxInflight || def.maxRangeRows != server.DefaultMaxRangePairs || def.maxRangeBytes != server.DefaultMaxRangeBytes ||
-		def.maxRequestBytes != wire.DefaultMaxBody {
-		t.Fatalf("defaults %+v", def)
+	if def.srv.IdleTimeout != server.DefaultIdleTimeout || def.srv.FrameTimeout != server.DefaultFrameTimeout || def.srv.MaxConnectionsPerHost != server.DefaultMaxConnsPerHost ||
+		def.srv.MaxInflightPerConn != server.DefaultMaxInflight || def.srv.MaxRangePairs != server.DefaultMaxRangePairs || def.srv.MaxRangeBytes != server.DefaultMaxRangeBytes ||
+		def.srv.MaxFrameSize != wire.DefaultMaxFrameSize {
+		t.Fatalf("defaults %+v", def.srv)
 	}
 	for _, args := range [][]string{
 		{"--idle-timeout", "-1s"}, {"--idle-timeout", "soon"}, {"--frame-timeout", "-5s"},
@@ -276,8 +273,8 @@ func TestParseFlagsEtcdAuth(t *testing.T) {
 // needs a build with libfabric and a valid --fabric-provider.
 func TestProviderFlags(t *testing.T) {
 	cfg, err := parseFlags(nil, io.Discard)
-	if err != nil || len(cfg.fabric) != 0 {
-		t.Fatalf("default: %+v, %v", cfg.fabric, err)
+	if err != nil || len(cfg.srv.Fabric) != 0 {
+		t.Fatalf("default: %+v, %v", cfg.srv.Fabric, err)
 	}
 	if _, err := parseFlags([]string{"--provider", "verbs"}, io.Discard); err == nil {
 		t.Error("--provider verbs accepted")
@@ -286,13 +283,13 @@ func TestProviderFlags(t *testing.T) {
 	switch {
 	case !rdma.FabricBuilt && (err == nil || !strings.Contains(err.Error(), "-tags libfabric")):
 		t.Errorf("--provider fabric without libfabric: %v", err)
-	case rdma.FabricBuilt && (err != nil || len(cfg.fabric) != 1 || cfg.fabric[0].Provider != "shm"):
+	case rdma.FabricBuilt && (err != nil || len(cfg.srv.Fabric) != 1 || cfg.srv.Fabric[0].Provider != "shm"):
 		t.Errorf("--provider fabric --fabric-provider shm: %+v, %v", cfg, err)
 	}
 	if rdma.FabricBuilt {
 		cfg, err = parseFlags([]string{"--provider", "fabric", "--fabric-provider", "shm, tcp", "--fabric-addr", "10.0.0.1"}, io.Discard)
-		if err != nil || len(cfg.fabric) != 2 || cfg.fabric[0].Node != "" || cfg.fabric[1].Provider != "tcp" || cfg.fabric[1].Node != "10.0.0.1" {
-			t.Errorf("two fabric providers: %+v, %v", cfg.fabric, err)
+		if err != nil || len(cfg.srv.Fabric) != 2 || cfg.srv.Fabric[0].Node != "" || cfg.srv.Fabric[1].Provider != "tcp" || cfg.srv.Fabric[1].Node != "10.0.0.1" {
+			t.Errorf("two fabric providers: %+v, %v", cfg.srv.Fabric, err)
 		}
 		if _, err := parseFlags([]string{"--provider", "fabric", "--fabric-provider", "tcp,tcp;ofi_rxm"}, io.Discard); err == nil {
 			t.Error("a fabric provider twice accepted")

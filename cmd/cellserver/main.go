@@ -11,7 +11,11 @@
 // snapshots hold everything) and stops etcd.
 //
 // Every flag has an environment variable: --data-dir is CELL_DATA_DIR, and
-// so on (the command line wins). --version prints the build's version and
+// so on (the command line wins). The flags are one table, options.go: a
+// row per flag, from which the flag set, the environment and -h come, and
+// docs/flags.md is made (go test ./cmd/cellserver -run TestFlagsDoc
+// -update); adding a flag is a row there and, for a server option, its
+// field in server.Options. --version prints the build's version and
 // VCS revision (package buildinfo), which the server also publishes with
 // its member entry. Startup errors print one line and exit
 // with status 1 (2 for bad flags).
@@ -155,7 +159,7 @@ func serve(ctx context.Context, cfg *config, log *slog.Logger) error {
 // cancels the server with the cause.
 func startEtcd(cfg *config, log *slog.Logger, cancel context.CancelCauseFunc) (*embedded.Etcd, error) {
 	e, err := embedded.Start(embedded.Options{
-		Dir:            filepath.Join(cfg.dataDir, "etcd"),
+		Dir:            filepath.Join(cfg.srv.DataDir, "etcd"),
 		ClientAddr:     cfg.etcdListen,
 		PeerAddr:       cfg.etcdPeerListen,
 		Name:           cfg.etcdName,
@@ -199,57 +203,19 @@ func openTable(ctx context.Context, cfg *config, endpoints []string, tc tlsConfs
 	return store, nil
 }
 
-// serverOptions are the server's options from the flags.
+// serverOptions are the server's options: those the flags set, with the
+// region table, the TLS configurations, the test hooks and the logger.
 func serverOptions(cfg *config, store regiontable.Store, tc tlsConfs, knobs server.TestingKnobs, log *slog.Logger) server.Options {
-	return server.Options{
-		DataDir:          cfg.dataDir,
-		Listen:           cfg.listen,
-		AdvertiseAddr:    cfg.advertise,
-		RDMAListen:       cfg.rdmaListen,
-		Fabric:           cfg.fabric,
-		RaftListen:       cfg.raftListen,
-		MetricsListen:    cfg.metricsListen,
-		Cores:            cfg.cores,
-		RegionSize:       cfg.regionSize,
-		MeganodeSize:     cfg.meganodeSize,
-		NodeSize:         cfg.nodeSize,
-		Hugepages:        cfg.hugepages,
-		ShmDir:           cfg.shmDir,
-		SnapshotDir:      cfg.snapshotDir,
-		Prefault:         cfg.prefault,
-		ShmGroup:         cfg.shmGroup,
-		SplitPlacement:   cfg.splitPlacement,
-		SplitRemoteBelow: cfg.splitBelow,
-		SplitFill:        cfg.splitFill,
-		Store:            store,
-		ServerID:         cfg.serverID,
-		Version:          buildinfo.Version(version),
-		Logger:           log,
-
-		Replicas:             cfg.replicas,
-		RaftHeartbeatTimeout: cfg.raftHeartbeat,
-		SnapshotThreshold:    cfg.snapThreshold,
-		SnapshotLogBytes:     cfg.snapLogBytes,
-		SnapshotInterval:     cfg.snapInterval,
-		DeadAfter:            cfg.deadAfter,
-		OrphanTargetAge:      cfg.orphanAge,
-		BalanceInterval:      balanceInterval(cfg.balanceInterval),
-
-		IdleTimeout:           offIfZero(cfg.idleTimeout),
-		FrameTimeout:          offIfZero(cfg.frameTimeout),
-		MaxConnections:        cfg.maxConns,
-		MaxConnectionsPerHost: cfg.maxConnsPerHost,
-		MaxInflightPerConn:    cfg.maxInflight,
-		MaxRangePairs:         cfg.maxRangeRows,
-		MaxRangeBytes:         cfg.maxRangeBytes,
-		MaxFrameSize:          wireHeaderSize + cfg.maxRequestBytes,
-		TestingKnobs:          knobs,
-
-		TLS:            tc.rpc,
-		ClientCertAuth: cfg.tls.ClientCertAuth,
-		PeerTLS:        tc.peer,
-		RaftTLS:        tc.raft,
-	}
+	o := cfg.srv
+	o.Store = store
+	o.Version = buildinfo.Version(version)
+	o.Logger = log
+	o.TestingKnobs = knobs
+	o.TLS = tc.rpc
+	o.ClientCertAuth = cfg.tls.ClientCertAuth
+	o.PeerTLS = tc.peer
+	o.RaftTLS = tc.raft
+	return o
 }
 
 // enableEtcdRoles turns etcd's roles on (--etcd-auth) unless they are on
@@ -329,18 +295,6 @@ func testingKnobs(log *slog.Logger) (server.TestingKnobs, error) {
 	}
 	return k, nil
 }
-
-// balanceInterval turns --balance-interval into server.Options'
-// BalanceInterval: 0 (never) is negative there, where 0 is the default.
-func balanceInterval(d time.Duration) time.Duration {
-	if d == 0 {
-		return -1
-	}
-	return d
-}
-
-// offIfZero maps a timeout flag's 0 (never) to the server's negative.
-func offIfZero(d time.Duration) time.Duration { return balanceInterval(d) }
 
 // tlsConfigs are the RPC port's server configuration and the client
 // configuration this server calls the other servers' RPC ports with, both

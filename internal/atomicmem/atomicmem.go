@@ -6,7 +6,7 @@
 // extent memory that can race with a writer goes through this package: 8-byte
 // atomic loads and stores, in increasing address order. Together with the
 // head and tail versions of a node this gives the one-sided consistency
-// protocol of DESIGN §3: a reader that copies a node with Load sees the head
+// protocol of docs/design.md §3: a reader that copies a node with Load sees the head
 // version before any byte of the body and the tail version after all of them.
 //
 // All offsets and lengths must be multiples of 8 and the underlying memory

@@ -1,5 +1,5 @@
 // Package raftmux lets all the raft groups of a Cell server share one TCP
-// listener (DESIGN §9, flag --raft-listen): a Mux accepts every raft
+// listener (docs/design.md §9, flag --raft-listen): a Mux accepts every raft
 // connection of the server and hands each to the raft.StreamLayer of the
 // region named in the connection's first bytes.
 //

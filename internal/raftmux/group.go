@@ -164,7 +164,7 @@ func (g *Group) forget(c *conn) {
 }
 
 // Dial connects to the region's Group on the mux at address and completes
-// the handshake within timeout (HandshakeTimeout if timeout <= 0),
+// the handshake within timeout (HandshakeTimeout if timeout <= 0 or more),
 // implementing raft.StreamLayer. Errors wrap ErrUnknownRegion, ErrVersion,
 // ErrBusy or ErrHandshake when the peer's mux refused or failed the
 // handshake, ErrClosed when the group closed, an injected fault's error
@@ -180,7 +180,12 @@ func (g *Group) Dial(address raft.ServerAddress, timeout time.Duration) (net.Con
 }
 
 func (g *Group) dial(to string, timeout time.Duration) (net.Conn, error) {
-	if timeout <= 0 {
+	// At most HandshakeTimeout, whatever raft asks (its transport passes
+	// its whole RPC timeout): a dial to a host that stopped answering
+	// (killed, no reset) would otherwise hold raft's caller that long, a
+	// leadership transfer among them, during which the leader refuses
+	// every write.
+	if timeout <= 0 || timeout > g.m.opts.HandshakeTimeout {
 		timeout = g.m.opts.HandshakeTimeout
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, timeout)
@@ -192,8 +197,7 @@ func (g *Group) dial(to string, timeout time.Duration) (net.Conn, error) {
 			return nil, g.orClosed(err)
 		}
 	}
-	var d net.Dialer
-	raw, err := d.DialContext(ctx, "tcp", to)
+	raw, err := g.m.opts.Network.DialContext(ctx, to)
 	if err != nil {
 		return nil, g.orClosed(err)
 	}

@@ -44,7 +44,7 @@ func Listen(address string, opts Options) (*Mux, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", address)
+	ln, err := opts.Network.Listen(address)
 	if err != nil {
 		return nil, fmt.Errorf("raftmux: listen on %q: %w", address, err)
 	}

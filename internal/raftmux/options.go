@@ -24,9 +24,9 @@ type Options struct {
 	AdvertiseAddr string
 
 	// HandshakeTimeout bounds the acceptor's wait for a connection's
-	// header, and a Dial's handshake when raft passes no timeout. A slow
-	// or silent peer holds one pending-handshake slot at most this long.
-	// Default 5 s.
+	// header, and every Dial (connection and handshake), whatever timeout
+	// raft passes. A slow or silent peer holds one pending-handshake slot,
+	// or a dialer, at most this long. Default 5 s.
 	HandshakeTimeout time.Duration
 
 	// MaxPendingHandshakes bounds the connections whose header has not
@@ -56,6 +56,10 @@ type Options struct {
 	// dialled address's host (tlsconf.ForAddr). Default nil: plain TCP.
 	ServerTLS, ClientTLS *tls.Config
 
+	// Network carries the mux's listener and dials. Default TCP; tests of
+	// replicas and groups give a MemNetwork shared by their muxes.
+	Network Network
+
 	// Faults, when set, injects faults into the traffic this mux dials
 	// (tests only; see Faults and FaultNet). Default nil: none.
 	Faults Faults
@@ -73,6 +77,9 @@ const (
 func (o *Options) EnsureDefaults() *Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Network == nil {
+		o.Network = tcpNetwork{}
 	}
 	if o.HandshakeTimeout == 0 {
 		o.HandshakeTimeout = DefaultHandshakeTimeout

@@ -17,7 +17,11 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+var update = flag.Bool("update", false, "rewrite golden files in testdata/ (and the generated parts of documents)")
+
+// Update reports whether the test runs with -update: golden files and
+// generated documents are rewritten rather than compared.
+func Update() bool { return *update }
 
 // Golden compares got with testdata/name, or rewrites that file when the
 // test runs with -update. what names the format the file pins (a mismatch

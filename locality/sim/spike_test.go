@@ -111,7 +111,7 @@ func TestSpikeDeterministic(t *testing.T) {
 // paper's estimate on the same spike, with latency spread (the setting in
 // which the paper's rule shows Fig. 7's shape), the spike 1 s long and
 // 1.5 s after it (the paper's 5 s and 2 s take too long under -race;
-// BENCHMARKS.md §2 has those, over six seeds). After the spike the paper's
+// BENCHMARKS.md §4 has those, over six seeds). After the spike the paper's
 // estimate learns that the servers are idle again only from the 1% of
 // searches it explores server-side, through a window of 100 latencies
 // that still holds the spike's; the servers' reports of their queueing say

@@ -1,6 +1,6 @@
 // Command netfloor measures the least server CPU a request/reply costs
 // in Go on this host, with Go's network poller and with an event loop of
-// our own, so that a Cell server's CPU per get (BENCHMARKS.md §21) can be
+// our own, so that a Cell server's CPU per get (BENCHMARKS.md §5) can be
 // set against what its transport alone costs. The server does nothing
 // with a request but answer it: each 40-byte request gets a 120-byte
 // reply.

@@ -4,7 +4,7 @@
 // (every 10 ms at most once it is idle). A Cell client doing one-sided
 // reads over shm is such a client: its reads are memory loads and never
 // block, so the replies to its server-side operations (writes) wait.
-// BENCHMARKS.md §16 has the measurement; run it as
+// docs/bench-history.md §16 has the measurement; run it as
 //
 //	go run ./test/netpollstarve echo &          # the "server": 0.5 ms per reply
 //	taskset -c 1 go run ./test/netpollstarve -busy 0

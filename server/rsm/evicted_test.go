@@ -1,4 +1,4 @@
-package server
+package rsm
 
 import (
 	"bytes"
@@ -28,7 +28,7 @@ func mustHoldAll(t *testing.T, f *evictedFilter, from, n uint64) {
 	}
 }
 
-// DESIGN §9: "a region applies each at most once (a session table in its
+// docs/design.md §9: "a region applies each at most once (a session table in its
 // state machine)". The table forgets clients, and a retry of a forgotten
 // client must not be vouched for: the filter never drops an id it was
 // given, and (unlike the one 8 KiB level it replaces) its false positives

@@ -1,4 +1,4 @@
-package server
+package rsm
 
 import (
 	"bytes"
@@ -9,15 +9,14 @@ import (
 	"slices"
 
 	"github.com/cellstore/cell/meganode"
-	"github.com/cellstore/cell/wire"
 )
 
-// The session table makes a retried write apply at most once (DESIGN §9:
+// The session table makes a retried write apply at most once (docs/design.md §9:
 // "Writes carry a client id and a sequence number, and a region applies
 // each at most once (a session table in its state machine), so a retry
 // never applies a put twice around another client's write"). It is
 // replicated state: apply alone changes it, in log order, and snapshots
-// carry it (fsm.go).
+// carry it (state.go).
 //
 // A put or delete record with a client id (not 0) is looked up by (client
 // id, sequence): when that pair was applied before, the record changes
@@ -26,20 +25,20 @@ import (
 // (frozen, full, moved) did not happen, and its retry must apply.
 //
 // Bounds, both decided by the log alone so that replicas agree: a client's
-// last sessionWindow sequences are remembered (a client's retries come
+// last SessionWindow sequences are remembered (a client's retries come
 // within seconds of the first try, with far fewer writes in between), and
 // at most maxSessions clients, the one whose last write is oldest (by log
 // index) forgotten first.
 //
 // What the table forgot it must not deny. A retry after an unknown
-// outcome (a record flagged recRetry) is applied only when the table can
+// outcome (a record flagged FlagRetry) is applied only when the table can
 // vouch that the first attempt did not apply (vouches): the pair is not
 // remembered, its sequence is above every sequence the client's window
 // forgot (the session's floor), and the client was never forgotten here
 // (a forgotten client's id goes into the evicted filter, a scalable Bloom
 // filter, evicted.go: a false positive only makes a retry's outcome
 // unknown). A first attempt
-// (recFloor) at or below its client's floor is refused the same way: the
+// (FlagFloor) at or below its client's floor is refused the same way: the
 // client's later writes passed it, and its retry may have applied and
 // been forgotten. Keys that enter
 // the region in a remote split bring what the source region's table knew
@@ -47,11 +46,11 @@ import (
 // before the key moved is then never vouched for by the region it moved
 // to.
 const (
-	sessionWindow = 256
+	SessionWindow = 256
 	maxSessions   = 4096
 )
 
-// sessions is the table. Guarded by applyMu.
+// sessions is the table. Guarded by Machine.mu.
 type sessions struct {
 	clients map[uint64]*session
 	// oldest and newest end a list of the sessions in (last, id) order:
@@ -100,17 +99,17 @@ func (t *sessions) belowFloor(client, seq uint64) bool {
 
 // refusal returns why a put or delete record with the given flags of
 // (client, seq) must not apply, or nil: a retry the table cannot vouch
-// for, a first attempt at or below its client's floor, or (recForgotten)
+// for, a first attempt at or below its client's floor, or (FlagForgotten)
 // a first attempt of a client the table forgot whole. REQUIRES
 // lookup found no duplicate.
 func (t *sessions) refusal(flags uint16, client, seq uint64) error {
 	switch {
-	case flags&recRetry != 0 && !t.vouches(client, seq):
-		return errUnverifiable
-	case flags&recFloor != 0 && t.belowFloor(client, seq):
-		return errPassedFloor
-	case flags&recForgotten != 0 && t.clients[client] == nil && t.wasEvicted(client):
-		return errForgottenClient
+	case flags&FlagRetry != 0 && !t.vouches(client, seq):
+		return ErrUnverifiable
+	case flags&FlagFloor != 0 && t.belowFloor(client, seq):
+		return ErrPassedFloor
+	case flags&FlagForgotten != 0 && t.clients[client] == nil && t.wasEvicted(client):
+		return ErrForgottenClient
 	}
 	return nil
 }
@@ -128,24 +127,24 @@ func (t *sessions) record(client, seq uint64, found bool, index uint64) {
 	}
 }
 
-// window is a session's last sessionWindow sequences. Once full it is a
+// window is a session's last SessionWindow sequences. Once full it is a
 // ring: a write overwrites the oldest sequence in place (the 2 KiB shift
 // of a slice that dropped its first entry cost every write of a client
 // with a full window; BenchmarkSessionsFullWindow).
 type window struct {
 	seqs []uint64
-	head int // where the oldest is, once len(seqs) == sessionWindow
+	head int // where the oldest is, once len(seqs) == SessionWindow
 }
 
 // push adds seq as the newest; when the window was full it returns the
 // oldest sequence, which it forgot.
 func (w *window) push(seq uint64) (old uint64, full bool) {
-	if len(w.seqs) < sessionWindow {
+	if len(w.seqs) < SessionWindow {
 		w.seqs = append(w.seqs, seq)
 		return 0, false
 	}
 	old, w.seqs[w.head] = w.seqs[w.head], seq
-	w.head = (w.head + 1) % sessionWindow
+	w.head = (w.head + 1) % SessionWindow
 	return old, true
 }
 
@@ -348,7 +347,7 @@ func checkDigest(d []byte) error {
 // (whose bits alias d).
 func parseDigest(d []byte) (n int, ents []byte, filter evictedFilter, err error) {
 	bad := func(what string) (int, []byte, evictedFilter, error) {
-		return 0, nil, evictedFilter{}, fmt.Errorf("server: session digest: %s: %w", what, ErrBadRecord)
+		return 0, nil, evictedFilter{}, fmt.Errorf("rsm: session digest: %s: %w", what, ErrBadRecord)
 	}
 	if len(d) < digestHeaderSize {
 		return bad("truncated header")
@@ -394,7 +393,7 @@ func parseDigest(d []byte) (n int, ents []byte, filter evictedFilter, err error)
 func (t *sessions) merge(d []byte, index uint64) {
 	n, ents, filter, err := parseDigest(d)
 	if err != nil {
-		return // decodeRecord checked it
+		return // DecodeRecord checked it
 	}
 	for i := range n {
 		e := ents[i*digestEntrySize:]
@@ -425,7 +424,7 @@ func (t *sessions) sortedIDs() []uint64 {
 	return ids
 }
 
-// The table's encoding in a snapshot, after the splits (fsm.go),
+// The table's encoding in a snapshot, after the splits (state.go),
 // little-endian:
 //
 //	0 client count u32
@@ -470,7 +469,7 @@ func (t *sessions) appendTo(b []byte) []byte {
 // had one legacy level.
 func readSessions(r io.Reader, version uint32) (sessions, error) {
 	corrupt := func(what string) (sessions, error) {
-		return sessions{}, fmt.Errorf("server: snapshot session table: %s: %w", what, meganode.ErrCorruption)
+		return sessions{}, fmt.Errorf("rsm: snapshot session table: %s: %w", what, meganode.ErrCorruption)
 	}
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
@@ -494,7 +493,7 @@ func readSessions(r io.Reader, version uint32) (sessions, error) {
 		id, seqs := le.Uint64(h[:]), le.Uint32(h[16:])
 		// appendTo writes ids ascending; a digest's client may have no
 		// sequences, only a floor.
-		if seqs > sessionWindow || i > 0 && id <= prev || version < 2 && seqs == 0 {
+		if seqs > SessionWindow || i > 0 && id <= prev || version < 2 && seqs == 0 {
 			return corrupt(fmt.Sprintf("client %d with %d sequences", id, seqs))
 		}
 		prev = id
@@ -513,9 +512,9 @@ func readSessions(r io.Reader, version uint32) (sessions, error) {
 				return corrupt(fmt.Sprintf("client %d sequence %d", id, seq))
 			}
 			s.found[seq] = e[8] == 1
-			s.order.push(seq) // seqs ≤ sessionWindow: none is forgotten
+			s.order.push(seq) // seqs ≤ SessionWindow: none is forgotten
 		}
-		if version < 2 && s.order.len() == sessionWindow {
+		if version < 2 && s.order.len() == SessionWindow {
 			// Version 1 kept no floor: a full window may have forgotten
 			// any of the client's sequences so far.
 			s.floor = s.order.max()
@@ -554,16 +553,3 @@ func readSessions(r io.Reader, version uint32) (sessions, error) {
 	}
 	return t, nil
 }
-
-// sessionDigest returns the digest of the region's session table, as a
-// remote split's commit carries it: in a wire frame of the server's
-// MaxFrameSize, beside the request's other fields.
-func (rep *replica) sessionDigest() []byte {
-	rep.applyMu.Lock()
-	defer rep.applyMu.Unlock()
-	return rep.repl.Sessions.appendDigest(nil, rep.srv.opts.MaxFrameSize-wire.HeaderSize-splitEndOverhead)
-}
-
-// splitEndOverhead bounds the bytes of a wire.SplitEndRequest beside its
-// sessions.
-const splitEndOverhead = 64

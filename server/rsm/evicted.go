@@ -1,4 +1,4 @@
-package server
+package rsm
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 )
 
 // The evicted filter holds the ids of the clients a session table forgot
-// whole (session.go): a retry of such a client is never vouched for. It is
+// whole (sessions.go): a retry of such a client is never vouched for. It is
 // replicated state, so everything here is decided by the ids added and the
 // filters merged, in log order.
 //

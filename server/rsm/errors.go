@@ -1,0 +1,30 @@
+package rsm
+
+import "errors"
+
+// Errors of apply and of the machine. Test with errors.Is; they are
+// usually wrapped with context. Every error Apply returns is part of the
+// record's deterministic outcome: every replica gets the same one.
+var (
+	// ErrBadRecord: a record that does not decode, or names no meganode
+	// of the region, or a step its meganode is not at.
+	ErrBadRecord = errors.New("rsm: bad apply record")
+	// ErrUnverifiable: a retried write (FlagRetry) whose first attempt
+	// the session table cannot prove unapplied (sessions.go): it changes
+	// nothing, and its outcome stays unknown.
+	ErrUnverifiable = errors.New("rsm: the region cannot prove that the write's first attempt was not applied (its at-most-once table forgot the client, or the key moved in since); the outcome stays unknown")
+	// ErrPassedFloor: a first attempt (FlagFloor) at or below its
+	// client's floor: nothing changed; another attempt of it may have
+	// applied and been forgotten.
+	ErrPassedFloor = errors.New("rsm: the write's sequence is below what the region's at-most-once table forgot of its client, so another attempt of it may have applied; this one was not")
+	// ErrForgottenClient: a first attempt (FlagForgotten) of a client
+	// the table forgot whole: nothing changed; the client sends it again
+	// under a new client id.
+	ErrForgottenClient = errors.New("rsm: the region's at-most-once table forgot the write's client, so another attempt of it may have applied; this one was not (send it again under a new client id)")
+	// ErrSnapshotLater: no snapshot can be taken now (a split is in
+	// progress); raft tries again later.
+	ErrSnapshotLater = errors.New("rsm: no snapshot now")
+	// ErrClosed: the machine's region was closed (the replica dropped,
+	// or the server stopping).
+	ErrClosed = errors.New("rsm: region closed")
+)
