@@ -569,6 +569,17 @@ func (c *FabricClient) freeOpLocked(f *fabricOp) {
 	c.mu.free = append(c.mu.free, f)
 }
 
+// claimGen moves post gen of op from posted to claimed; false if that post
+// is no longer posted (a cancellation won, or the op was completed and
+// posted again). For providers whose work on a post may outlive it (the
+// fabric client's reads after a cancellation).
+func (op *Op) claimGen(gen uint64) bool {
+	return op.state.CompareAndSwap(gen<<phaseBits|opPosted, gen<<phaseBits|opClaimed)
+}
+
+// posted reports whether post gen of op is still posted.
+func (op *Op) posted(gen uint64) bool { return op.state.Load() == gen<<phaseBits|opPosted }
+
 // live reports whether f's post is still the op's (not cancelled).
 func (f *fabricOp) live() bool { return f.op.posted(f.gen) }
 

@@ -99,17 +99,6 @@ func (op *Op) claim() bool {
 	return cur&opPhaseMask == opPosted && op.state.CompareAndSwap(cur, cur&^opPhaseMask|opClaimed)
 }
 
-// claimGen moves post gen of op from posted to claimed; false if that post
-// is no longer posted (a cancellation won, or the op was completed and
-// posted again). For providers whose work on a post may outlive it (the
-// fabric client's reads after a cancellation).
-func (op *Op) claimGen(gen uint64) bool {
-	return op.state.CompareAndSwap(gen<<phaseBits|opPosted, gen<<phaseBits|opClaimed)
-}
-
-// posted reports whether post gen of op is still posted.
-func (op *Op) posted(gen uint64) bool { return op.state.Load() == gen<<phaseBits|opPosted }
-
 // cancel moves the post gen from posted to cancelled; false if it was
 // claimed, completed or superseded. The canceller must complete the op.
 func (op *Op) cancel(gen uint64) bool {
