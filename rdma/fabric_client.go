@@ -207,6 +207,7 @@ func NewFabricClient(opts FabricClientOptions) (*FabricClient, error) {
 		return nil, err
 	}
 	prof := fabricProfileOf(opts.Provider)
+	removeStaleFabricSHM(prof.libfabric, opts.Logger)
 	end, err := openFabric(prof.libfabric, opts.Node, "", false)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: fabric provider %q: %w: %w", prof.libfabric, err, ErrUnsupported)

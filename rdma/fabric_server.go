@@ -77,6 +77,7 @@ func NewFabricServer(opts FabricOptions) (*FabricServer, error) {
 		host, _ = HostID() // for operators only
 	}
 	prof := fabricProfileOf(opts.Provider)
+	removeStaleFabricSHM(prof.libfabric, opts.Logger)
 	end, err := openFabric(prof.libfabric, opts.Node, opts.Service, opts.Progress == ProgressAuto)
 	if err != nil {
 		return nil, fmt.Errorf("rdma: fabric provider %q: %w: %w", prof.libfabric, err, ErrUnsupported)
@@ -97,6 +98,19 @@ func NewFabricServer(opts FabricOptions) (*FabricServer, error) {
 		slog.String("mr_mode", end.mrModeString()), slog.Bool("cq_wait", end.hasWait()), slog.Int("slots", opts.Slots))
 	go s.progress()
 	return s, nil
+}
+
+// removeStaleFabricSHM removes the shm provider's files of dead processes
+// before an shm endpoint opens.
+func removeStaleFabricSHM(prov string, log *slog.Logger) {
+	if prov != "shm" {
+		return
+	}
+	if stale, err := RemoveStaleFabricSHM(""); err != nil {
+		log.Warn("rdma: removing libfabric shm files of dead processes", slog.Any("err", err))
+	} else if len(stale) > 0 {
+		log.Info("rdma: removed libfabric shm files of dead processes", slog.Any("paths", stale))
+	}
 }
 
 // setup maps and registers the table and the message buffers and posts

@@ -236,6 +236,13 @@ func TestFabricCrossProcess(t *testing.T) {
 	}
 	for _, prov := range fabricTestProviders {
 		t.Run(prov, func(t *testing.T) {
+			// The killed helper leaves its libfabric shm file: removed
+			// last, once the helper is reaped.
+			t.Cleanup(func() {
+				if _, err := RemoveStaleFabricSHM(""); err != nil {
+					t.Error(err)
+				}
+			})
 			cmd := exec.Command(os.Args[0], "-test.run=^TestFabricHelperProcess$")
 			cmd.Env = append(os.Environ(), "RDMA_FABRIC_HELPER="+prov)
 			stdin, _ := cmd.StdinPipe()

@@ -40,6 +40,13 @@ func TestFabricCluster(t *testing.T) {
 }
 
 func testFabricCluster(t *testing.T, prov string) {
+	// The killed server leaves its libfabric shm file: removed last, once
+	// every server has stopped.
+	t.Cleanup(func() {
+		if _, err := rdma.RemoveStaleFabricSHM(""); err != nil {
+			t.Error(err)
+		}
+	})
 	node := ""
 	if prov == "tcp" {
 		node = "127.0.0.1"
