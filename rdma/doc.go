@@ -299,7 +299,10 @@
 // vector, and reads naming it fail at once for ReadTimeout more. A
 // FabricServer closing makes the fabric clients of its own process give
 // it up first (libfabric's shm shares a server's memory with clients in
-// its process, which the close frees).
+// its process, which the close frees). libfabric's shm backs each
+// endpoint with a 16 MiB file in /dev/shm ("<pid>:0:<n>") that a killed
+// process leaves: a fabric server or client of shm removes those of dead
+// processes when it starts (RemoveStaleFabricSHM).
 //
 // What software providers leave open: libfabric's shm reads with the
 // reader's process_vm_readv and checks neither keys nor bounds (the slot
