@@ -173,6 +173,9 @@ func Run(ctx context.Context, s Store, o Options) (*Report, error) {
 	return r, nil
 }
 
+// faultTimeout bounds the strike of one fault, and its heal.
+const faultTimeout = time.Minute
+
 // runSchedule strikes and heals the schedule's faults at their times
 // after loadStart. A fault in place when something fails is healed before
 // it returns.
@@ -189,14 +192,21 @@ func runSchedule(ctx context.Context, o *Options, rec *Recorder, loadStart time.
 		}
 		ev := FaultEvent{Kind: o.Fault, Server: server, Fault: rec.Now()}
 		o.Logger.Info("drill: fault", "n", i+1, "kind", o.Fault, "server", server)
-		if err := o.Target.Fault(ctx, o.Fault, server); err != nil {
+		// A fault command that hangs (a docker daemon swamped by other
+		// work took minutes for a network disconnect) ends the drill with
+		// an error that says so, not in silence at its caller's timeout.
+		fctx, fcancel := context.WithTimeout(ctx, faultTimeout)
+		err = o.Target.Fault(fctx, o.Fault, server)
+		fcancel()
+		if err != nil {
+			err = fmt.Errorf("drill: fault %d (%s on %s): %w", i+1, o.Fault, server, err)
 			// The fault may be in place: heal it.
-			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), faultTimeout)
 			defer cancel()
 			return events, errors.Join(err, o.Target.Heal(hctx))
 		}
 		serr := sleepUntil(ctx, rec, loadStart+win.Heal)
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), faultTimeout)
 		herr := o.Target.Heal(hctx)
 		cancel()
 		ev.Heal = rec.Now()

@@ -19,7 +19,8 @@
 # ./cmd/cellserver ./cmd/cellctl`).
 # Environment: REPEAT (3), KEYS (50000), DURATION (10s), WORKLOADS ("put
 # get ycsb-a ycsb-c"), SERVERS_RF1 (1), SERVERS_RF3 (3), CLIENTS (8),
-# DRILL (1: run the kill drill; 0: skip), SERVER_CPUS (0), CLIENT_CPUS
+# DRILL (1: run the kill drill; 0: skip), RFS ("1 3": the replication
+# factors to run), SERVER_CPUS (0), CLIENT_CPUS
 # (1), BASE_PORT (29100), OUT (a temp dir).
 set -euo pipefail
 
@@ -33,6 +34,7 @@ SERVERS_RF1=${SERVERS_RF1:-1}
 SERVERS_RF3=${SERVERS_RF3:-3}
 CLIENTS=${CLIENTS:-8}
 DRILL=${DRILL:-1}
+RFS=${RFS:-1 3}
 BASE_PORT=${BASE_PORT:-29100}
 MEGANODE_SIZE=${MEGANODE_SIZE:-4MiB}
 
@@ -72,8 +74,11 @@ for ((r = 1; r <= REPEAT; r++)); do
 		dir=$A
 		[[ $b == B ]] && dir=$B
 		use "$dir"
-		bench_cluster "r$r-$b-rf1" "$SERVERS_RF1" 1
-		bench_cluster "r$r-$b-rf3" "$SERVERS_RF3" 3
+		for rf in $RFS; do
+			n=$SERVERS_RF1
+			((rf == 3)) && n=$SERVERS_RF3
+			bench_cluster "r$r-$b-rf$rf" "$n" "$rf"
+		done
 	done
 done
 echo "# runs in $OUT" >&2
