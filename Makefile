@@ -21,7 +21,7 @@ IMAGE_DIR ?= build/images
 DOCKER    ?= docker
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build test test-short test-allocs test-ycsb ycsb race bench lint fuzz images certs clean
+.PHONY: all build test test-short test-allocs test-ycsb test-fabric ycsb race bench lint fuzz images certs clean
 
 all: build test
 
@@ -61,6 +61,20 @@ test-allocs:
 # the detector reports in go-ycsb's code, not ours.
 test-ycsb:
 	cd ycsb && $(GO) vet ./... && $(GO) test -count=1 -p 1 -timeout 10m ./...
+
+# The libfabric provider (rdma/fabric_*.go, built with -tags libfabric and
+# cgo; libfabric-dev installed: .ci/run installs it): vet, the rdma
+# package's suite under the race detector (the conformance suite over
+# libfabric's shm and tcp;ofi_rxm, beside tcp and shm), the flags and
+# output of cellserver and cellctl, and the end-to-end cluster over it
+# (test/fabric_test.go: 3 servers, RF 3, one paused then killed). About 3
+# minutes on 2 cores.
+FABRIC_TAGS = -tags libfabric
+test-fabric:
+	$(GO) vet $(FABRIC_TAGS) ./rdma/ ./server/ ./client/ ./cmd/... ./test/
+	$(GO) test $(FABRIC_TAGS) -race -count=1 -timeout 10m ./rdma/
+	$(GO) test $(FABRIC_TAGS) -count=1 -run 'Fabric|Provider|Transport|Registry' ./cmd/cellserver/ ./cmd/cellctl/ ./regiontable/
+	$(GO) test $(FABRIC_TAGS) -count=1 -timeout 10m -run 'TestFabricCluster' ./test/
 
 # YCSB A-F through go-ycsb against Cell (RF 1, RF 3), etcd and Redis;
 # tables and plots into docs/ycsb. See test/ycsb.sh for its settings

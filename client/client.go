@@ -34,6 +34,7 @@ type Client struct {
 	hostID   string
 	tcp      *rdma.TCPClient // nil unless the provider may use tcp
 	shm      *rdma.SHMClient // nil unless the provider may use shm
+	fabric   rdma.Client     // nil unless the provider is fabric
 
 	// clientID and seq tag writes for at-most-once application
 	// (docs/design.md §9): a write retried after an error that proves it was not
@@ -156,6 +157,12 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // openProviders creates the one-sided read clients the provider may use.
 func (c *Client) openProviders() error {
 	var err error
+	if c.cfg.Provider == ProviderFabric {
+		if c.fabric, err = rdma.NewClient(rdma.ClientConfig{Provider: rdma.ProviderFabric, Fabric: c.cfg.Fabric}); err != nil {
+			return fmt.Errorf("%w: fabric provider: %w", ErrInvalidConfig, err)
+		}
+		return nil
+	}
 	if c.cfg.Provider != ProviderSHM {
 		if c.tcp, err = rdma.NewTCPClient(c.cfg.TCP); err != nil {
 			return fmt.Errorf("%w: tcp provider: %w", ErrInvalidConfig, err)
@@ -178,6 +185,9 @@ func (c *Client) closeProviders() {
 	}
 	if c.shm != nil {
 		_ = c.shm.Close()
+	}
+	if c.fabric != nil {
+		_ = c.fabric.Close()
 	}
 }
 

@@ -25,6 +25,12 @@ const (
 	// ProviderSHM maps region files read-only; regions of servers on
 	// other hosts are then searched server-side only.
 	ProviderSHM = rdma.ProviderSHM
+	// ProviderFabric reads regions over libfabric (RDMA NICs through
+	// verbs, efa or cxi; or tcp, shm), from servers started with
+	// --provider fabric and the same libfabric provider (Config.Fabric);
+	// other regions are searched server-side only. Needs a build with
+	// -tags libfabric.
+	ProviderFabric = rdma.ProviderFabric
 )
 
 // Defaults of Config.
@@ -80,8 +86,9 @@ type Config struct {
 	// Zero fields take locality's defaults.
 	Selector locality.Options
 	// Provider chooses the one-sided read provider: "auto" (default),
-	// "tcp" or "shm" (see ProviderAuto). A region that the provider
-	// cannot read is searched server-side whatever Mode says.
+	// "tcp", "shm" or "fabric" (see ProviderAuto, ProviderFabric). A
+	// region that the provider cannot read is searched server-side
+	// whatever Mode says.
 	Provider string
 	// HostID is this host's identity, compared with a server's to decide
 	// whether its region files can be mapped (shm). Default rdma.HostID().
@@ -92,6 +99,11 @@ type Config struct {
 	// SHM configures the shm one-sided read client. Its Host defaults to
 	// HostID.
 	SHM rdma.SHMClientOptions
+	// Fabric configures the fabric one-sided read client (Provider
+	// "fabric"): Fabric.Provider is the libfabric provider (verbs, efa,
+	// cxi, tcp, shm), the servers' --fabric-provider; Fabric.Node the
+	// address its endpoint binds to. Its Logger defaults to Logger.
+	Fabric rdma.FabricClientOptions
 
 	// NodeCacheBytes bounds the node cache (validated copies of upper
 	// B-link nodes, LRU). Default 128 MiB (the paper's §3). Negative
@@ -283,6 +295,12 @@ func (c *Config) EnsureDefaults() {
 		c.SHM.Host = c.HostID
 	}
 	c.SHM.EnsureDefaults()
+	if c.Provider == ProviderFabric {
+		if c.Fabric.Logger == nil {
+			c.Fabric.Logger = c.Logger
+		}
+		c.Fabric.EnsureDefaults()
+	}
 }
 
 // Validate reports whether the config (after EnsureDefaults) is usable.
@@ -310,8 +328,15 @@ func (c *Config) Validate() error {
 	}
 	switch c.Provider {
 	case ProviderAuto, ProviderTCP, ProviderSHM:
+	case ProviderFabric:
+		if !rdma.FabricBuilt {
+			return bad("provider fabric: this build has no libfabric provider (build with -tags libfabric)")
+		}
+		if err := c.Fabric.Validate(); err != nil {
+			return bad("fabric provider: %w", err)
+		}
 	default:
-		return bad("provider %q is not auto, tcp or shm", c.Provider)
+		return bad("provider %q is not auto, tcp, shm or fabric", c.Provider)
 	}
 	switch {
 	case c.NodeCacheMinLevel < 0:

@@ -500,6 +500,9 @@ func regionKeys(ri *wire.RegionInfo) []rdma.RemoteKey {
 // Config.Provider: shm when the key is for this host and the file can be
 // opened (auto, shm), else tcp (auto, tcp). Nil when none fits.
 func (c *Client) chooseAccess(id uint32, keys []rdma.RemoteKey) (*rdma.RemoteKey, rdma.Client) {
+	if c.cfg.Provider == ProviderFabric {
+		return c.chooseFabric(id, keys)
+	}
 	var tcp, shm *rdma.RemoteKey
 	for i := range keys {
 		k := &keys[i]
@@ -532,6 +535,21 @@ func (c *Client) chooseAccess(id uint32, keys []rdma.RemoteKey) (*rdma.RemoteKey
 		}
 		if tcp != nil {
 			return tcp, c.tcp
+		}
+	}
+	return nil, nil
+}
+
+// chooseFabric picks a region's fabric key of the client's libfabric
+// provider (Provider fabric); nil when the server registered none.
+func (c *Client) chooseFabric(id uint32, keys []rdma.RemoteKey) (*rdma.RemoteKey, rdma.Client) {
+	lp, ok := c.fabric.(interface{ LibfabricProvider() string })
+	if !ok {
+		return nil, nil
+	}
+	for i := range keys {
+		if k := &keys[i]; k.Region == id && rdma.FabricKeyProvider(k) == lp.LibfabricProvider() {
+			return k, c.fabric
 		}
 	}
 	return nil, nil

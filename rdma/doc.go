@@ -35,7 +35,8 @@
 //
 // ReadAll does post-and-wait-all in one call. A RemoteKey names its
 // provider; NewServer and NewClient pick a provider by name from
-// configuration ("tcp", "shm"; Providers lists them).
+// configuration ("tcp", "shm", and "fabric" in builds with the libfabric
+// tag; Providers lists them).
 //
 // Every range must have an offset and a length that are multiples of 8 and
 // lie inside the registered region; a request reads at most
@@ -85,17 +86,13 @@
 //
 // # Capabilities
 //
-//	                      tcp     shm
-//	OrderedReads          yes     yes
-//	VectorReads           yes     yes   (one request / one call)
-//	SparesServerCPU       no      yes
-//	SameHostOnly          no      yes
-//	InOrderCompletion     no      yes   (shm completes inside Post)
-//
-// A provider for RDMA NICs through libfabric (cgo, behind a build tag,
-// registering itself in providers from its own file) would state
-// SparesServerCPU and VectorReads, and OrderedReads only for fabrics that
-// read in address order.
+//	                      tcp     shm     fabric
+//	OrderedReads          yes     yes     shm, tcp, verbs (not efa, cxi)
+//	VectorReads           yes     yes     yes   (one batch of reads)
+//	SparesServerCPU       no      yes     verbs, efa, cxi (a NIC serves)
+//	SameHostOnly          no      yes     no    (fabric shm: yes in fact)
+//	InOrderCompletion     no      yes     no
+//	                                            (shm completes inside Post)
 //
 // # The tcp provider
 //
@@ -216,6 +213,103 @@
 // never shrink while it is registered or mapped by a client: a client
 // reading past the end of a shrunk file would die of SIGBUS (meganode never
 // shrinks region files).
+//
+// # The fabric provider
+//
+// Built only with the build tag libfabric (cgo and libfabric-dev; the
+// default build is pure Go and does not list it), in fabric_*.go. It
+// reads over libfabric's RDM endpoints, so over any fabric libfabric
+// drives: verbs (InfiniBand, RoCE; "verbs;ofi_rxm"), efa, cxi, and the
+// software providers tcp ("tcp;ofi_rxm") and shm that run anywhere.
+// FabricOptions.Provider and FabricClientOptions.Provider name it; a
+// client reads only keys registered with the libfabric provider it uses.
+//
+// The server (FabricServer) opens one endpoint, registers each region's
+// memory with fi_mr_reg (remote read only), honouring the mode bits the
+// provider asks for (FI_MR_VIRT_ADDR: reads name virtual addresses, else
+// offsets; FI_MR_PROV_KEY: the provider picks the key, else a random one;
+// FI_MR_ENDPOINT: bound to the endpoint; FI_MR_LOCAL: the client's
+// landing area is registered too; FI_MR_ALLOCATED: regions are mappings,
+// allocated), and keeps a registration table in memory it registers for
+// remote reads as well: per slot, the key, the lease deadline and the
+// registered length (fabric.go has the layout). A RemoteKey carries the
+// endpoint's address, the region's and the table's memory keys and base
+// addresses, and the server's incarnation in Desc. Registering a region
+// again gives a new key and a new memory registration: a RemoteKey is
+// never valid for two registrations.
+//
+// The client (FabricClient) reads a registration's slot once before its
+// first read (the server's length then bounds every read, not the
+// RemoteKey's), and after every read a check read of the slot, posted
+// once the read's data has landed: the read succeeds only if the slot
+// still held its key, so, as with shm, a read that overlapped Deregister
+// is refused (ErrRevoked), and one whose range passed the registered
+// length too (ErrOutOfBounds; software providers do not all check).
+// Deregister stores the tombstone before it closes the memory
+// registration.
+//
+// Leases: the slot's lease word is a deadline on the server's
+// CLOCK_MONOTONIC, which a client on another host cannot read. Each
+// client therefore exchanges clock messages with each server it reads
+// (fi_send of a request carrying its address; the server answers with its
+// clock and incarnation from its progress goroutine): a reading s of the
+// server's clock, taken after the client's time c, bounds the server's
+// clock at the client's time t by s + (t-c)(1+ClockDrift). A check read
+// that completed at t accepts the read only if that bound is not past the
+// lease word it copied; with no exchange yet, the read waits for one
+// (within its context). The server's clock running faster than the bound
+// allows (ClockDrift, 1000 ppm by default) is the one assumption, beside
+// raft's own clock rate margin for the lease. Exchanges repeat every
+// SyncInterval while a client reads a leased region; the server's CPU
+// answers one per client and interval, not per read.
+//
+// Reads land in a landing area (mapped memory registered with the
+// domain): 8 KiB slots for reads of up to 8 KiB, larger chunks for longer
+// ones, and are copied to their destinations once judged; a cancelled
+// read's destination is never written, as the Client contract requires,
+// even though libfabric cannot cancel the read itself. Post posts an op's
+// ranges in one batch (FI_MORE on all but the last) from the caller's
+// goroutine; one goroutine per client takes completions in batches of up
+// to 64, posts the check reads of all the reads that landed in one batch,
+// and posts again what the provider refused with FI_EAGAIN (a full queue,
+// a connection being made: the first read of a new server connects
+// lazily), until the read's context ends. It polls the completion queue
+// for 200µs after its last completion, then waits in it (fi_cq_sread) for
+// providers whose wait object wakes on a completion (tcp, verbs), or
+// sleeps in growing steps up to 1ms (shm, whose reads progress only
+// while the reader polls).
+//
+// The server's side progresses as its profile says (FabricOptions.
+// Progress): "tick" calls the completion queue every ProgressInterval
+// (shm, 1ms: a read is the reader's process_vm_readv plus a command the
+// target's progress retires; the reader stalls once the target's queue of
+// 1024 commands is full); "auto" asks the provider for its own progress
+// thread (tcp;ofi_rxm serves reads from it: server CPU per read) and
+// waits in the completion queue for clock messages; "conn" leaves reads
+// to the NIC and handles connections and clock messages only (verbs,
+// efa, cxi).
+//
+// Failures: a read or check that fails with a transport error fails with
+// ErrDisconnected (tcp;ofi_rxm drops the connection of a read with a
+// revoked key, so a check that fails after its read failed is tried again
+// over a new connection, up to four times, to tell ErrRevoked from a lost
+// server). A server that does not answer a read within ReadTimeout (a
+// killed shm server never does; tcp;ofi_rxm keeps reconnecting) is given
+// up: its reads fail with ErrDisconnected, its address leaves the address
+// vector, and reads naming it fail at once for ReadTimeout more. A
+// FabricServer closing makes the fabric clients of its own process give
+// it up first (libfabric's shm shares a server's memory with clients in
+// its process, which the close frees). libfabric's shm backs each
+// endpoint with a 16 MiB file in /dev/shm ("<pid>:0:<n>") that a killed
+// process leaves: a fabric server or client of shm removes those of dead
+// processes when it starts (RemoveStaleFabricSHM).
+//
+// What software providers leave open: libfabric's shm reads with the
+// reader's process_vm_readv and checks neither keys nor bounds (the slot
+// checks do); after Deregister, tcp;ofi_rxm may still be sending a reply
+// it had started from the region's memory, so a caller should keep a
+// region mapped a moment after Deregister (Cell's server keeps replaced
+// regions mapped until it stops).
 //
 // # Trust
 //

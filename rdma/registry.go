@@ -30,6 +30,9 @@ type ServerConfig struct {
 	TCP TCPOptions
 	// SHM configures the shm server.
 	SHM SHMOptions
+	// Fabric configures the fabric server (builds with the libfabric
+	// tag).
+	Fabric FabricOptions
 }
 
 // ClientConfig selects and configures the client side of a provider.
@@ -40,6 +43,9 @@ type ClientConfig struct {
 	TCP TCPClientOptions
 	// SHM configures the shm client.
 	SHM SHMClientOptions
+	// Fabric configures the fabric client (builds with the libfabric
+	// tag).
+	Fabric FabricClientOptions
 }
 
 // provider constructs one provider's two sides.
@@ -84,7 +90,11 @@ func lookupProvider(name string) (provider, error) {
 	}
 	p, ok := providers[name]
 	if !ok {
-		return provider{}, fmt.Errorf("rdma: provider %q (have %s): %w", name, strings.Join(Providers(), ", "), ErrUnknownProvider)
+		hint := ""
+		if name == ProviderFabric {
+			hint = "; the fabric provider needs a build with -tags libfabric and libfabric installed"
+		}
+		return provider{}, fmt.Errorf("rdma: provider %q (have %s%s): %w", name, strings.Join(Providers(), ", "), hint, ErrUnknownProvider)
 	}
 	return p, nil
 }

@@ -10,15 +10,24 @@ import (
 // TestRegistry: providers are chosen by name from configuration, and a
 // server and client made that way work together.
 func TestRegistry(t *testing.T) {
-	if got := Providers(); !slices.Equal(got, []string{ProviderSHM, ProviderTCP}) {
-		t.Fatalf("Providers() = %v", got)
+	want := []string{ProviderSHM, ProviderTCP}
+	if FabricBuilt {
+		want = []string{ProviderFabric, ProviderSHM, ProviderTCP}
 	}
-	for _, name := range []string{"", ProviderTCP, ProviderSHM} {
-		srv, err := NewServer(ServerConfig{Provider: name, TCP: TCPOptions{Logger: testLogger(t)}, SHM: SHMOptions{Dir: t.TempDir(), Logger: testLogger(t)}})
+	if got := Providers(); !slices.Equal(got, want) {
+		t.Fatalf("Providers() = %v, want %v", got, want)
+	}
+	names := []string{"", ProviderTCP, ProviderSHM}
+	if FabricBuilt {
+		names = append(names, ProviderFabric)
+	}
+	for _, name := range names {
+		srv, err := NewServer(ServerConfig{Provider: name, TCP: TCPOptions{Logger: testLogger(t)}, SHM: SHMOptions{Dir: t.TempDir(), Logger: testLogger(t)},
+			Fabric: FabricOptions{Provider: "shm", Logger: testLogger(t)}})
 		if err != nil {
 			t.Fatalf("NewServer(%q): %v", name, err)
 		}
-		cl, err := NewClient(ClientConfig{Provider: name, TCP: TCPClientOptions{Logger: testLogger(t)}})
+		cl, err := NewClient(ClientConfig{Provider: name, TCP: TCPClientOptions{Logger: testLogger(t)}, Fabric: FabricClientOptions{Provider: "shm", Logger: testLogger(t)}})
 		if err != nil {
 			t.Fatalf("NewClient(%q): %v", name, err)
 		}

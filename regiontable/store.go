@@ -30,6 +30,43 @@ type Member struct {
 	HostID string
 	// Version is the server's build version, for operators.
 	Version string
+	// Fabric lists the server's libfabric endpoints for one-sided reads
+	// (cellserver --provider fabric), one per libfabric provider, as
+	// FormatFabricEndpoints writes them (FabricEndpoints parses them);
+	// empty without. A server publishes them again, with new addresses,
+	// when it restarts; the fabric RemoteKeys of each region
+	// (Region.ReadKey) carry the raw addresses and the memory keys
+	// clients read with. A string, so that Members stay comparable.
+	Fabric string `json:",omitempty"`
+}
+
+// FabricEndpoints returns the member's libfabric endpoints.
+func (m *Member) FabricEndpoints() []FabricEndpoint {
+	var eps []FabricEndpoint
+	for _, f := range strings.Fields(m.Fabric) {
+		p, a, _ := strings.Cut(f, "@")
+		eps = append(eps, FabricEndpoint{Provider: p, Addr: a})
+	}
+	return eps
+}
+
+// FormatFabricEndpoints is the Member.Fabric of eps: PROVIDER@ADDRESS,
+// separated by spaces ("tcp;ofi_rxm@fi_sockaddr_in://10.0.0.1:41234").
+func FormatFabricEndpoints(eps []FabricEndpoint) string {
+	parts := make([]string, len(eps))
+	for i, e := range eps {
+		parts[i] = e.Provider + "@" + e.Addr
+	}
+	return strings.Join(parts, " ")
+}
+
+// FabricEndpoint is one libfabric endpoint of a member.
+type FabricEndpoint struct {
+	// Provider is the libfabric provider ("verbs;ofi_rxm", "tcp;ofi_rxm").
+	Provider string
+	// Addr is the endpoint's address in libfabric's text form
+	// ("fi_sockaddr_in://10.0.0.1:41234").
+	Addr string
 }
 
 // Kind is what a region holds.

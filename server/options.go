@@ -83,6 +83,15 @@ type Options struct {
 	// RDMAListen is the address of the tcp one-sided read responder.
 	// Default 127.0.0.1:7071.
 	RDMAListen string
+	// Fabric lists libfabric endpoints (cellserver --provider fabric, one
+	// per --fabric-provider): every served region is also registered with
+	// each (the rdma package's fabric provider); the endpoints' providers
+	// and addresses are published with the member entry, each region's
+	// keys with its entry, and a new registration (a region served again,
+	// a restart) rotates them. Needs a build with -tags libfabric. A
+	// Node defaults to RDMAListen's host for the tcp provider; a Logger
+	// to Logger.
+	Fabric []rdma.FabricOptions
 	// RaftListen is the address of the server's raft listener, shared by
 	// the raft groups of all its regions (internal/raftmux). Default
 	// 127.0.0.1:7073; port 0 picks a free port. A wildcard host is
@@ -401,6 +410,14 @@ func (o *Options) EnsureDefaults() {
 	if o.ShmDir == "" {
 		o.ShmDir = DefaultShmDir
 	}
+	for i := range o.Fabric {
+		f := &o.Fabric[i]
+		if f.Provider == "tcp" && f.Node == "" {
+			if host, _, err := net.SplitHostPort(o.RDMAListen); err == nil && host != "" && !net.ParseIP(host).IsUnspecified() {
+				f.Node = host
+			}
+		}
+	}
 	if o.ServerID == "" {
 		o.ServerID = DefaultServerID(o.Listen)
 	}
@@ -538,6 +555,8 @@ func (o *Options) Validate() error {
 		return bad("max in-flight per connection %d < 1", o.MaxInflightPerConn)
 	case o.ShmGroup < 0:
 		return bad("shm group %d < 0", o.ShmGroup)
+	case len(o.Fabric) > 0 && !rdma.FabricBuilt:
+		return bad("fabric providers %v: this build has no libfabric provider (build with -tags libfabric)", o.Fabric)
 	case o.SplitFill <= 0 || o.SplitFill > 1:
 		return bad("split fill %v not in (0, 1]", o.SplitFill)
 	case o.SplitPlacement != PlaceAuto && o.SplitPlacement != PlaceLocal && o.SplitPlacement != PlaceRemote:

@@ -165,6 +165,7 @@ func (h *hosting) registerReads(rep *replica) error {
 			keys = append(keys, rk)
 		}
 	}
+	keys = s.registerFabric(rep, keys)
 	rep.readMu.Lock()
 	rep.readKeys = keys
 	rep.readMu.Unlock()
@@ -173,11 +174,15 @@ func (h *hosting) registerReads(rep *replica) error {
 }
 
 // provider is the one-sided provider that registered rk: the tcp
-// responder or the shm server (registerReads makes no other).
+// responder, the shm server or the fabric server (registerReads makes no
+// other).
 func (h *hosting) provider(rk rdma.RemoteKey) rdma.Server {
 	s := h.s
-	if rk.Provider == rdma.ProviderSHM {
+	switch rk.Provider {
+	case rdma.ProviderSHM:
 		return s.shm
+	case rdma.ProviderFabric:
+		return s.fabricOf(rk)
 	}
 	return s.responder
 }

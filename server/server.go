@@ -64,6 +64,7 @@ type Server struct {
 	rpcAddr   string
 	responder *rdma.TCPResponder
 	shm       *rdma.SHMServer
+	fabric    []rdma.Server // one per Options.Fabric (fabric.go)
 	metricsLn net.Listener
 	httpSrv   *http.Server
 
@@ -297,6 +298,9 @@ func (s *Server) listen() error {
 	if err != nil {
 		return fmt.Errorf("server: listen for one-sided reads on %s: %w", s.opts.RDMAListen, err)
 	}
+	if err := s.openFabric(); err != nil {
+		return err
+	}
 	if s.opts.MetricsListen != "" {
 		if s.metricsLn, err = net.Listen("tcp", s.opts.MetricsListen); err != nil {
 			return fmt.Errorf("server: listen for metrics on %s: %w", s.opts.MetricsListen, err)
@@ -315,7 +319,7 @@ func (s *Server) shmTableDir() string {
 }
 
 func (s *Server) memberEntry() regiontable.Member {
-	return regiontable.Member{
+	m := regiontable.Member{
 		ID:       s.opts.ServerID,
 		RPCAddr:  s.rpcAddr,
 		RaftAddr: s.mux.Addr().String(),
@@ -323,6 +327,8 @@ func (s *Server) memberEntry() regiontable.Member {
 		HostID:   s.opts.HostID,
 		Version:  s.opts.Version,
 	}
+	m.Fabric = regiontable.FormatFabricEndpoints(s.fabricEndpoints())
+	return m
 }
 
 // registerMember publishes the member, waiting up to RegisterWait for the
@@ -578,6 +584,9 @@ func (s *Server) shutdown(member regiontable.Registration) error {
 	s.closePeers()
 	if s.shm != nil {
 		errs = append(errs, s.shm.Close())
+	}
+	for _, f := range s.fabric {
+		errs = append(errs, f.Close())
 	}
 	if s.responder != nil {
 		errs = append(errs, s.responder.Close())

@@ -29,6 +29,10 @@ var bins struct {
 	dir, cellserver, cellctl string
 }
 
+// binTags and binCgo are how cellserver and cellctl are built for the
+// tests: pure Go, unless the tests are built with the libfabric tag.
+var binTags, binCgo = "", "CGO_ENABLED=0"
+
 func TestMain(m *testing.M) {
 	os.Exit(testMain(m))
 }
@@ -48,9 +52,15 @@ func testMain(m *testing.M) int {
 		bins.cellctl:    "github.com/cellstore/cell/cmd/cellctl",
 	} {
 		// Static, as in the images of make images (which then finds every
-		// package of these two in the build cache).
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		// package of these two in the build cache); with cgo and the
+		// libfabric provider when the tests are built with its tag
+		// (fabric_test.go).
+		args := []string{"build", "-o", bin}
+		if binTags != "" {
+			args = append(args, "-tags", binTags)
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
+		cmd.Env = append(os.Environ(), binCgo)
 		if out, err := cmd.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
 			return 1

@@ -12,7 +12,8 @@
 # keys (values of 64 bytes) for the runs to read.
 #
 # Variables read: root (the repository), OUT, BASE_PORT (the server uses
-# BASE_PORT..+3, its etcd +9 and +10), BIN, KEYS.
+# BASE_PORT..+3, its etcd +9 and +10), BIN, KEYS, SERVER_FLAGS (more
+# cellserver flags), BUILD_TAGS (go build -tags, when building).
 
 server_pid=
 
@@ -38,12 +39,12 @@ one_server_start() {
 		cp "$BIN/cellserver" "$BIN/cellctl" "$work/bin/"
 	else
 		echo "# building cellserver and cellctl" >&2
-		(cd "$root" && go build -o "$work/bin/" ./cmd/cellserver ./cmd/cellctl)
+		(cd "$root" && go build -tags "${BUILD_TAGS:-}" -o "$work/bin/" ./cmd/cellserver ./cmd/cellctl)
 	fi
 	"$work/bin/cellserver" --data-dir "$work/data" --cores 1 \
 		--listen 127.0.0.1:$BASE_PORT --rdma-listen 127.0.0.1:$((BASE_PORT + 1)) --metrics-listen 127.0.0.1:$((BASE_PORT + 2)) --raft-listen 127.0.0.1:$((BASE_PORT + 3)) \
 		--etcd-listen 127.0.0.1:$((BASE_PORT + 9)) --etcd-peer-listen 127.0.0.1:$((BASE_PORT + 10)) \
-		--region-size 1GiB --log-level warn 2>"$OUT/cellserver.log" &
+		--region-size 1GiB --log-level warn ${SERVER_FLAGS:-} 2>"$OUT/cellserver.log" &
 	server_pid=$!
 	local deadline=$((SECONDS + 60))
 	until ctl status --command-timeout 1s >/dev/null 2>&1; do

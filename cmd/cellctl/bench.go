@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellstore/cell/client"
 	"github.com/cellstore/cell/locality"
+	"github.com/cellstore/cell/rdma"
 )
 
 // benchParams are the flags of cellctl bench.
@@ -21,6 +22,8 @@ type benchParams struct {
 	PaperRule         bool          `json:"paper_rule,omitempty"`
 	IgnoreServerTimes bool          `json:"ignore_server_times,omitempty"`
 	Provider          string        `json:"provider"`
+	FabricProvider    string        `json:"fabric_provider,omitempty"`
+	FabricAddr        string        `json:"fabric_addr,omitempty"`
 	Clients           int           `json:"clients"`
 	InFlight          int           `json:"in_flight"`
 	Conns             int           `json:"conns_per_server"`
@@ -204,8 +207,13 @@ func (p *benchParams) validateTarget() error {
 	p.mode, p.Mode = m, m.String()
 	switch p.Provider = strings.ToLower(p.Provider); p.Provider {
 	case client.ProviderTCP, client.ProviderSHM, client.ProviderAuto:
+		p.FabricProvider, p.FabricAddr = "", ""
+	case client.ProviderFabric:
+		if err := checkFabricFlags(p.FabricProvider); err != nil {
+			return err
+		}
 	default:
-		return fmt.Errorf("--provider %q: want tcp, shm or auto", p.Provider)
+		return fmt.Errorf("--provider %q: want tcp, shm, auto or fabric", p.Provider)
 	}
 	switch p.Cache = strings.ToLower(p.Cache); p.Cache {
 	case "on", "off":
@@ -227,6 +235,9 @@ func (p *benchParams) config(base client.Config) client.Config {
 	base.Selector.PaperRule = p.PaperRule
 	base.Selector.IgnoreServerTimes = p.IgnoreServerTimes
 	base.Provider = p.Provider
+	if p.Provider == client.ProviderFabric {
+		base.Fabric = rdma.FabricClientOptions{Provider: p.FabricProvider, Node: p.FabricAddr}
+	}
 	base.ConnsPerServer = p.Conns
 	if p.Cache == "off" {
 		base.NodeCacheBytes = -1
@@ -260,7 +271,8 @@ ycsb-d (5% inserts of new keys, 95% gets of keys chosen with YCSB's
 one operation), zipfian unless --distribution uniform. Inserts store
 keys after the preloaded ones (max(--keys, --keyspace) onwards). --mode sets the locality selector
 (adaptive, server, client, ratio=P: P% of hops server-side), --provider
-the one-sided read provider, --cache off disables the node and meganode
+the one-sided read provider (fabric: over libfabric, with the servers'
+--fabric-provider; cellctl built with -tags libfabric), --cache off disables the node and meganode
 path caches.
 
 Prints throughput, latency percentiles (also per operation kind when the
@@ -310,7 +322,8 @@ client is its own etcd client (its own gRPC connection). --mode,
 	fs.StringVar(&p.Mode, "mode", "adaptive", "search mode: adaptive, server, client or ratio=P")
 	fs.BoolVar(&p.IgnoreServerTimes, "ignore-server-times", false, "adaptive: estimate a server-side search from latencies alone, as the paper does, not with the server's reported queueing times")
 	fs.BoolVar(&p.PaperRule, "paper-rule", false, "adaptive: apply the paper's rule even where one-sided reads cost the server CPU (tcp), for side-by-side comparison")
-	fs.StringVar(&p.Provider, "provider", "tcp", "one-sided read provider: tcp, shm or auto")
+	fs.StringVar(&p.Provider, "provider", "tcp", "one-sided read provider: tcp, shm, auto or fabric (libfabric: --fabric-provider)")
+	addFabricFlags(fs, &p.FabricProvider, &p.FabricAddr)
 	fs.IntVar(&p.Clients, "clients", 4, "client instances, each with its own selector and connections")
 	fs.IntVar(&p.InFlight, "in-flight", 1, "operations each client keeps in flight (pipelining)")
 	fs.IntVar(&p.Conns, "conns", client.DefaultConnsPerServer, "connections per client and server")
@@ -331,6 +344,7 @@ client is its own etcd client (its own gRPC connection). --mode,
 	fs.IntVar(&p.ServerPID, "server-pid", 0, "PID of a cellserver on this host, to report its CPU time per operation")
 	fs.BoolVar(&p.NoProgress, "no-progress", false, "no progress bar")
 	fs.StringVar(&p.CPUProfile, "cpu-profile", "", "write a CPU profile of the measured window (this process) to this file")
+	cmd.AddCommand(newBenchTransportCommand(g))
 	return cmd
 }
 

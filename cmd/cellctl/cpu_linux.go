@@ -52,3 +52,36 @@ func selfCPU() (time.Duration, error) {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
+
+// threadsCPU returns the CPU time all of process pid's threads have used,
+// to the nanosecond: the sum of the first field of
+// /proc/PID/task/*/schedstat (the time on a CPU). Threads that ended are
+// not counted: measure processes whose threads live on (Go's, and
+// libfabric's progress threads, do).
+func threadsCPU(pid int) (time.Duration, error) {
+	if pid <= 0 {
+		return 0, fmt.Errorf("no process")
+	}
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, e := range ents {
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 1 {
+			continue
+		}
+		ns, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("malformed %s/%s/schedstat %q", dir, e.Name(), b)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum, nil
+}

@@ -12,3 +12,7 @@ func processCPU(int) (time.Duration, error) {
 }
 
 func selfCPU() (time.Duration, error) { return 0, fmt.Errorf("CPU time: Linux only") }
+
+func threadsCPU(int) (time.Duration, error) {
+	return 0, fmt.Errorf("thread CPU times are read from /proc (Linux only)")
+}

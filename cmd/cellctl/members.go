@@ -23,6 +23,8 @@ type memberJSON struct {
 	Version  string `json:"version"`
 	// Draining: marked by cellctl drain; its replicas are moving away.
 	Draining bool `json:"draining,omitempty"`
+	// Fabric lists its libfabric endpoints (--provider fabric).
+	Fabric []fabricEndpoint `json:"fabric,omitempty"`
 }
 
 // regionJSON is one region in regions -w json.
@@ -133,7 +135,7 @@ func membersOutput(members []regiontable.Member, draining []string) []memberJSON
 	out := []memberJSON{}
 	for _, m := range members {
 		out = append(out, memberJSON{ID: m.ID, RPCAddr: m.RPCAddr, ReadAddr: m.ReadAddr, HostID: m.HostID, Version: m.Version,
-			Draining: slices.Contains(draining, m.ID)})
+			Draining: slices.Contains(draining, m.ID), Fabric: fabricEndpoints(m)})
 	}
 	return out
 }
@@ -149,6 +151,11 @@ func membersTable(ms []memberJSON) *table {
 	}
 	if len(ms) == 0 {
 		t.notes = append(t.notes, "(no live member)")
+	}
+	for _, m := range ms {
+		for _, e := range m.Fabric {
+			t.notes = append(t.notes, fmt.Sprintf("fabric: %s reads over %s at %s", m.ID, e.Provider, e.Addr))
+		}
 	}
 	return t
 }

@@ -33,6 +33,8 @@ type serverStatus struct {
 	ReadAddr string `json:"read_addr"`
 	Version  string `json:"version"`
 	HostID   string `json:"host_id"`
+	// Fabric lists the server's libfabric endpoints (--provider fabric).
+	Fabric []fabricEndpoint `json:"fabric,omitempty"`
 	// Error is why the server could not be asked; the rest is then empty.
 	Error string `json:"error,omitempty"`
 
@@ -187,7 +189,7 @@ func collectStatus(ctx context.Context, g *globals, metricsAddrs []string) (stat
 }
 
 func (g *globals) serverStatusOf(ctx context.Context, m regiontable.Member) serverStatus {
-	s := serverStatus{ID: m.ID, RPCAddr: m.RPCAddr, ReadAddr: m.ReadAddr, Version: m.Version, HostID: m.HostID}
+	s := serverStatus{ID: m.ID, RPCAddr: m.RPCAddr, ReadAddr: m.ReadAddr, Version: m.Version, HostID: m.HostID, Fabric: fabricEndpoints(m)}
 	c, err := g.dialServer(ctx, m.RPCAddr)
 	if err != nil {
 		s.Error = err.Error()
@@ -298,6 +300,7 @@ func statusTables(res statusResult) []*table {
 	for _, e := range errs {
 		t.notes = append(t.notes, "error: "+e)
 	}
+	t.notes = append(t.notes, fabricNotes(res.Servers)...)
 	if len(errs) == 0 {
 		t.notes = append(t.notes, "REGION: each region the server serves, a row each; RAFT, TERM, APPLIED: the server's role in the region's raft group, its term, its last applied log index; LAG: committed entries not yet applied (?: not known yet, the replica has not heard from its leader since it started).",
 			"QUEUE and SERVICE: the server's recent mean queueing time and search-hop service time (selector hints).",

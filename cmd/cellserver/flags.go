@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/internal/tlsconf"
+	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/server"
 )
 
@@ -39,6 +40,8 @@ type config struct {
 	// --etcd-auth as given, nil when not (check decides).
 	etcdAuth     bool
 	etcdAuthFlag *bool
+	// --provider and the fabric flags, which check makes srv.Fabric of.
+	provider, fabricProviders, fabricAddr, fabricProgress string
 }
 
 // errHelp is returned for -h: usage was printed, exit 0.
@@ -104,6 +107,9 @@ func (c *config) check() error {
 	if err := c.checkEtcdAuth(); err != nil {
 		return err
 	}
+	if err := c.checkFabric(); err != nil {
+		return err
+	}
 	if c.srv.ServerID == "" {
 		c.srv.ServerID = server.DefaultServerID(c.srv.Listen)
 	}
@@ -117,6 +123,38 @@ func (c *config) check() error {
 		if !slices.ContainsFunc(strings.Split(c.etcdCluster, ","), func(m string) bool { return strings.HasPrefix(strings.TrimSpace(m), c.etcdName+"=") }) {
 			return fmt.Errorf("--etcd-initial-cluster %q has no member named %q (--etcd-name)", c.etcdCluster, c.etcdName)
 		}
+	}
+	return nil
+}
+
+// checkFabric makes srv.Fabric of --provider and the fabric flags: an
+// endpoint per --fabric-provider with --provider fabric.
+func (c *config) checkFabric() error {
+	c.srv.Fabric = nil
+	if c.provider != rdma.ProviderFabric {
+		return nil
+	}
+	if !rdma.FabricBuilt {
+		return fmt.Errorf("--provider fabric: this cellserver was built without libfabric (build with -tags libfabric, libfabric-dev installed)")
+	}
+	seen := map[string]bool{}
+	for _, p := range strings.Split(c.fabricProviders, ",") {
+		p = strings.TrimSpace(p)
+		lf := rdma.LibfabricName(p)
+		if seen[lf] {
+			return fmt.Errorf("--fabric-provider %q: %s twice", c.fabricProviders, p)
+		}
+		seen[lf] = true
+		o := rdma.FabricOptions{Provider: p, Progress: c.fabricProgress}
+		if lf != "shm" {
+			o.Node = c.fabricAddr
+		}
+		v := o
+		v.EnsureDefaults()
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("--fabric-provider %q, --fabric-progress %q: %w", p, c.fabricProgress, err)
+		}
+		c.srv.Fabric = append(c.srv.Fabric, o)
 	}
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/server"
 	"github.com/cellstore/cell/wire"
 )
@@ -264,6 +265,37 @@ func TestParseFlagsEtcdAuth(t *testing.T) {
 			t.Errorf("%v accepted", bad)
 		} else {
 			t.Logf("%v: %v", bad, err)
+		}
+	}
+}
+
+// TestProviderFlags: --provider is tcp (the default) or fabric, which
+// needs a build with libfabric and a valid --fabric-provider.
+func TestProviderFlags(t *testing.T) {
+	cfg, err := parseFlags(nil, io.Discard)
+	if err != nil || len(cfg.srv.Fabric) != 0 {
+		t.Fatalf("default: %+v, %v", cfg.srv.Fabric, err)
+	}
+	if _, err := parseFlags([]string{"--provider", "verbs"}, io.Discard); err == nil {
+		t.Error("--provider verbs accepted")
+	}
+	cfg, err = parseFlags([]string{"--provider", "fabric", "--fabric-provider", "shm"}, io.Discard)
+	switch {
+	case !rdma.FabricBuilt && (err == nil || !strings.Contains(err.Error(), "-tags libfabric")):
+		t.Errorf("--provider fabric without libfabric: %v", err)
+	case rdma.FabricBuilt && (err != nil || len(cfg.srv.Fabric) != 1 || cfg.srv.Fabric[0].Provider != "shm"):
+		t.Errorf("--provider fabric --fabric-provider shm: %+v, %v", cfg, err)
+	}
+	if rdma.FabricBuilt {
+		cfg, err = parseFlags([]string{"--provider", "fabric", "--fabric-provider", "shm, tcp", "--fabric-addr", "10.0.0.1"}, io.Discard)
+		if err != nil || len(cfg.srv.Fabric) != 2 || cfg.srv.Fabric[0].Node != "" || cfg.srv.Fabric[1].Provider != "tcp" || cfg.srv.Fabric[1].Node != "10.0.0.1" {
+			t.Errorf("two fabric providers: %+v, %v", cfg.srv.Fabric, err)
+		}
+		if _, err := parseFlags([]string{"--provider", "fabric", "--fabric-provider", "tcp,tcp;ofi_rxm"}, io.Discard); err == nil {
+			t.Error("a fabric provider twice accepted")
+		}
+		if _, err := parseFlags([]string{"--provider", "fabric", "--fabric-progress", "spin"}, io.Discard); err == nil {
+			t.Error("--fabric-progress spin accepted")
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/rdma"
 	"github.com/cellstore/cell/server"
 )
 
@@ -42,6 +43,18 @@ func (c *config) options() []optionGroup {
 			{name: "metrics-listen", def: server.DefaultMetricsListen, value: text(&s.MetricsListen), serverDefault: "empty (no metrics server)",
 				help: "address of /metrics and /debug/pprof/; empty turns it off"},
 		}},
+		{title: "One-sided reads over libfabric", doc: "rdma.md",
+			about: "cellserver makes server.Options' Fabric of these flags: an endpoint per --fabric-provider with --provider fabric, none otherwise. Built without -tags libfabric, cellserver refuses --provider fabric.",
+			options: []option{
+				{name: "provider", def: "tcp", value: choice(&c.provider, parseProvider, "tcp or fabric"),
+					help: "one-sided read providers: tcp (the tcp responder, and shm for clients on this host), or fabric (those and a libfabric endpoint per --fabric-provider; a build with -tags libfabric)"},
+				{name: "fabric-provider", def: "tcp", value: text(&c.fabricProviders),
+					help: "libfabric providers of --provider fabric, comma-separated, an endpoint each: verbs (InfiniBand, RoCE), efa, cxi, tcp (tcp;ofi_rxm), shm (this host), or a libfabric provider name"},
+				{name: "fabric-addr", value: text(&c.fabricAddr),
+					help: "address the libfabric endpoints bind to (an IP address of the NIC for verbs and tcp; not shm's); default: the --rdma-listen host for tcp, the provider's choice for others"},
+				{name: "fabric-progress", value: text(&c.fabricProgress),
+					help: "progress of the libfabric endpoints: tick, auto or conn; default: the provider's (tick for shm, auto for tcp, conn for verbs, efa, cxi)"},
+			}},
 		{title: "Region table (etcd)", doc: "cluster.md", options: []option{
 			{name: "etcd-endpoints", value: list(&c.etcdEndpoints),
 				help: "comma-separated endpoints of an external etcd cluster; empty starts an embedded etcd"},
@@ -145,6 +158,15 @@ func (c *config) options() []optionGroup {
 					help: "turn on etcd's roles at start (users named by certificate CommonNames: cell-server and cell-admin read and write the region table, cell-client reads it; docs/tls.md): default true with an embedded etcd and --client-cert-auth, false otherwise; true with an external etcd turns its roles on if they are off (or use cellctl etcd-roles)"},
 			}},
 	}
+}
+
+// parseProvider parses --provider.
+func parseProvider(s string) (string, error) {
+	switch s {
+	case rdma.ProviderTCP, rdma.ProviderFabric:
+		return s, nil
+	}
+	return "", fmt.Errorf("provider %q", s)
 }
 
 // parseLevel parses --log-level.
