@@ -39,6 +39,7 @@ var (
 	_ Message = (*CheckRequest)(nil)
 	_ Message = (*CheckReply)(nil)
 	_ Message = (*ErrorReply)(nil)
+	_ Message = (*WriteReply)(nil)
 )
 
 // KeyRange is a meganode's key range [Min, Max). MinInf and MaxInf stand
@@ -131,20 +132,27 @@ func (m *Meganode) decode(d *decoder) {
 // SearchRequest (OpSearch) asks for one meganode hop of a server-side
 // search for Key, starting at meganode Ptr.
 //
-//	[ptr u64][epoch u64][flags u8: bit0 want value][key bytes]
+//	[ptr u64][epoch u64][flags u8: bit0 want value, bit1 want version][key bytes]
 type SearchRequest struct {
 	Ptr       blink.Ptr
 	Epoch     uint64
 	WantValue bool // in a leaf meganode, return the value too
-	Key       []byte
+	// WantVersion: in a leaf meganode, return the key's version too (a
+	// server that has none for it, a region not yet versioned, answers
+	// without: SearchReply.HasVersion false).
+	WantVersion bool
+	Key         []byte
 }
 
-const searchWantValue = 1 << 0
+const (
+	searchWantValue   = 1 << 0
+	searchWantVersion = 1 << 1
+)
 
 func (m *SearchRequest) AppendTo(b []byte) []byte {
 	b = appendU64(b, uint64(m.Ptr))
 	b = appendU64(b, m.Epoch)
-	b = appendU8(b, bit(m.WantValue, searchWantValue))
+	b = appendU8(b, bit(m.WantValue, searchWantValue)|bit(m.WantVersion, searchWantVersion))
 	return appendBytes(b, m.Key)
 }
 
@@ -157,7 +165,8 @@ func (m *SearchRequest) Decode(body []byte) error {
 func (m *SearchRequest) decode(d *decoder) {
 	m.Ptr = blink.Ptr(d.u64("ptr"))
 	m.Epoch = d.u64("epoch")
-	m.WantValue = d.flags(searchWantValue, "search flags") != 0
+	f := d.flags(searchWantValue|searchWantVersion, "search flags")
+	m.WantValue, m.WantVersion = f&searchWantValue != 0, f&searchWantVersion != 0
 	m.Key = d.bytes("key")
 }
 
@@ -187,8 +196,12 @@ func (k SearchKind) String() string {
 // its right if the server followed meganode right links.
 //
 //	[kind u8][meganode]
-//	kind leaf: [flags u8: bit0 found, bit1 has value][value bytes, if has value]
+//	kind leaf: [flags u8: bit0 found, bit1 has value, bit2 has version]
+//	           [value bytes, if has value][version u64, if has version]
 //	kind next: [next ptr u64]
+//
+// A version is sent only when the request asked for it (an older client
+// never sees bit2).
 type SearchReply struct {
 	Kind     SearchKind
 	Meganode Meganode
@@ -201,11 +214,16 @@ type SearchReply struct {
 	Found    bool
 	HasValue bool
 	Value    []byte
+	// HasVersion: Version is the found key's version
+	// (docs/transactions.md §2), requested and known.
+	HasVersion bool
+	Version    uint64
 }
 
 const (
-	searchFound    = 1 << 0
-	searchHasValue = 1 << 1
+	searchFound      = 1 << 0
+	searchHasValue   = 1 << 1
+	searchHasVersion = 1 << 2
 )
 
 func (m *SearchReply) AppendTo(b []byte) []byte {
@@ -213,9 +231,12 @@ func (m *SearchReply) AppendTo(b []byte) []byte {
 	b = m.Meganode.appendTo(b)
 	switch m.Kind {
 	case SearchLeaf:
-		b = appendU8(b, bit(m.Found, searchFound)|bit(m.HasValue, searchHasValue))
+		b = appendU8(b, bit(m.Found, searchFound)|bit(m.HasValue, searchHasValue)|bit(m.HasVersion, searchHasVersion))
 		if m.HasValue {
 			b = appendBytes(b, m.Value)
+		}
+		if m.HasVersion {
+			b = appendU64(b, m.Version)
 		}
 	case SearchNext:
 		b = appendU64(b, uint64(m.Next))
@@ -234,13 +255,16 @@ func (m *SearchReply) decode(d *decoder) {
 	m.Meganode.decode(d)
 	switch m.Kind {
 	case SearchLeaf:
-		f := d.flags(searchFound|searchHasValue, "search result flags")
-		m.Found, m.HasValue = f&searchFound != 0, f&searchHasValue != 0
-		if m.HasValue && !m.Found {
-			d.failf("search reply: value without found")
+		f := d.flags(searchFound|searchHasValue|searchHasVersion, "search result flags")
+		m.Found, m.HasValue, m.HasVersion = f&searchFound != 0, f&searchHasValue != 0, f&searchHasVersion != 0
+		if (m.HasValue || m.HasVersion) && !m.Found {
+			d.failf("search reply: value or version without found")
 		}
 		if m.HasValue {
 			m.Value = d.bytes("value")
+		}
+		if m.HasVersion {
+			m.Version = d.u64("version")
 		}
 	case SearchNext:
 		m.Next = blink.Ptr(d.u64("next ptr"))
@@ -316,7 +340,34 @@ func (m *ContainsReply) decode(d *decoder) {
 
 // Writes carry the client's id and a per-client sequence number so that a
 // region applies each write at most once (docs/design.md §9); zero ClientID means
-// no deduplication. The reply to a write has an empty body.
+// no deduplication. The reply to a write is a WriteReply (an empty body
+// from a server that predates versions).
+
+// WriteReply answers OpPut and OpDelete: the version the put gave its key
+// (docs/transactions.md §2.2), 0 for a delete and in a region whose keys
+// have no versions yet.
+//
+//	[version u64]
+type WriteReply struct {
+	Version uint64
+}
+
+func (m *WriteReply) AppendTo(b []byte) []byte { return appendU64(b, m.Version) }
+
+// Decode accepts an empty body as version 0 (a server before versions).
+func (m *WriteReply) Decode(body []byte) error {
+	*m = WriteReply{}
+	if len(body) == 0 {
+		return nil
+	}
+	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("write reply")
+}
+
+func (m *WriteReply) decode(d *decoder) {
+	m.Version = d.u64("version")
+}
 
 // PutRequest (OpPut) inserts or replaces Key.
 //
@@ -391,7 +442,8 @@ func (m *DeleteRequest) decode(d *decoder) {
 // ascending order, or descending if Reverse, starting in meganode Ptr.
 //
 //	[ptr u64][epoch u64]
-//	[flags u8: bit0 start unbounded, bit1 end unbounded, bit2 reverse, bit3 keys only]
+//	[flags u8: bit0 start unbounded, bit1 end unbounded, bit2 reverse, bit3 keys only,
+//	           bit4 with versions]
 //	[limit u32][start bytes][end bytes]
 type RangeRequest struct {
 	Ptr   blink.Ptr
@@ -402,6 +454,8 @@ type RangeRequest struct {
 	Reverse                      bool
 	KeysOnly                     bool   // reply values are empty
 	Limit                        uint32 // most pairs to return; 0: server's choice
+	// WithVersions asks for each pair's version (RangeReply.Versions).
+	WithVersions bool
 }
 
 const (
@@ -409,14 +463,15 @@ const (
 	rangeEndUnbounded   = 1 << 1
 	rangeReverse        = 1 << 2
 	rangeKeysOnly       = 1 << 3
-	rangeKnownFlags     = rangeStartUnbounded | rangeEndUnbounded | rangeReverse | rangeKeysOnly
+	rangeWithVersions   = 1 << 4
+	rangeKnownFlags     = rangeStartUnbounded | rangeEndUnbounded | rangeReverse | rangeKeysOnly | rangeWithVersions
 )
 
 func (m *RangeRequest) AppendTo(b []byte) []byte {
 	b = appendU64(b, uint64(m.Ptr))
 	b = appendU64(b, m.Epoch)
 	b = appendU8(b, bit(m.StartUnbounded, rangeStartUnbounded)|bit(m.EndUnbounded, rangeEndUnbounded)|
-		bit(m.Reverse, rangeReverse)|bit(m.KeysOnly, rangeKeysOnly))
+		bit(m.Reverse, rangeReverse)|bit(m.KeysOnly, rangeKeysOnly)|bit(m.WithVersions, rangeWithVersions))
 	b = appendU32(b, m.Limit)
 	b = appendBytes(b, infKey(m.Start, m.StartUnbounded))
 	return appendBytes(b, infKey(m.End, m.EndUnbounded))
@@ -434,6 +489,7 @@ func (m *RangeRequest) decode(d *decoder) {
 	f := d.flags(rangeKnownFlags, "range flags")
 	m.StartUnbounded, m.EndUnbounded = f&rangeStartUnbounded != 0, f&rangeEndUnbounded != 0
 	m.Reverse, m.KeysOnly = f&rangeReverse != 0, f&rangeKeysOnly != 0
+	m.WithVersions = f&rangeWithVersions != 0
 	m.Limit = d.u32("limit")
 	m.Start = d.bytes("start")
 	m.End = d.bytes("end")
@@ -442,9 +498,10 @@ func (m *RangeRequest) decode(d *decoder) {
 	}
 }
 
-// KV is a key and its value.
+// KV is a key and its value, and its version when the reply has them.
 type KV struct {
 	Key, Value []byte
+	Version    uint64
 }
 
 // RangePairOverhead is the encoded size of a RangeReply pair beyond its
@@ -459,7 +516,11 @@ const RangePairOverhead = 8
 // request's limit, or to keep the reply under the maximum frame size.
 //
 //	[count u32][count × ([key bytes][value bytes])]
-//	[flags u8: bit0 more][resume bytes][next ptr u64]
+//	[flags u8: bit0 more, bit1 versions][resume bytes][next ptr u64]
+//	[count × version u64, if versions]
+//
+// Versions are sent only when the request asked for them
+// (RangeRequest.WithVersions) and the region has them.
 //
 // Both Resume and Next are empty unless More. An empty Resume with More
 // (and Next set) means the scan found nothing yet from an unbounded side:
@@ -469,9 +530,17 @@ type RangeReply struct {
 	More   bool
 	Resume []byte
 	Next   blink.Ptr
+	// Versions: every pair's Version is its key's version.
+	Versions bool
 }
 
-const rangeMore = 1 << 0
+const (
+	rangeMore     = 1 << 0
+	rangeVersions = 1 << 1
+)
+
+// RangeVersionOverhead is what a pair's version adds to a RangeReply.
+const RangeVersionOverhead = 8
 
 func (m *RangeReply) AppendTo(b []byte) []byte {
 	b = appendU32(b, uint32(len(m.Pairs)))
@@ -479,9 +548,15 @@ func (m *RangeReply) AppendTo(b []byte) []byte {
 		b = appendBytes(b, m.Pairs[i].Key)
 		b = appendBytes(b, m.Pairs[i].Value)
 	}
-	b = appendU8(b, bit(m.More, rangeMore))
+	b = appendU8(b, bit(m.More, rangeMore)|bit(m.Versions, rangeVersions))
 	b = appendBytes(b, m.Resume)
-	return appendU64(b, uint64(m.Next))
+	b = appendU64(b, uint64(m.Next))
+	if m.Versions {
+		for i := range m.Pairs {
+			b = appendU64(b, m.Pairs[i].Version)
+		}
+	}
+	return b
 }
 
 // Decode reuses the capacity of m.Pairs; it allocates only when the reply
@@ -502,9 +577,15 @@ func (m *RangeReply) decode(d *decoder) {
 		pairs = append(pairs, KV{Key: d.bytes("pair key"), Value: d.bytes("pair value")})
 	}
 	*m = RangeReply{Pairs: pairs}
-	m.More = d.flags(rangeMore, "range reply flags") != 0
+	f := d.flags(rangeMore|rangeVersions, "range reply flags")
+	m.More, m.Versions = f&rangeMore != 0, f&rangeVersions != 0
 	m.Resume = d.bytes("resume key")
 	m.Next = blink.Ptr(d.u64("next ptr"))
+	if m.Versions {
+		for i := 0; i < len(m.Pairs) && d.err == nil; i++ {
+			m.Pairs[i].Version = d.u64("pair version")
+		}
+	}
 	if !m.More && (m.Resume != nil || m.Next != 0) {
 		d.failf("range reply: resume point without more")
 	}

@@ -42,7 +42,7 @@ func TestMessageEncodings(t *testing.T) {
 			"0000000000000000 0000000000000000 03 05000000 00000000 00000000"},
 		{"range request ignores keys beside unbounded", &RangeRequest{Start: []byte("x"), StartUnbounded: true, EndUnbounded: true},
 			"0000000000000000 0000000000000000 03 00000000 00000000 00000000"},
-		{"range reply one pair", &RangeReply{Pairs: []KV{{[]byte("a"), []byte("b")}}},
+		{"range reply one pair", &RangeReply{Pairs: []KV{{Key: []byte("a"), Value: []byte("b")}}},
 			"01000000 01000000 61 01000000 62 00 00000000 0000000000000000"},
 		{"metadata request all", &MetadataRequest{}, "00 00000000"},
 		{"check request", &CheckRequest{Limit: 2}, "02000000"},
@@ -64,6 +64,9 @@ func TestMessageDecodeErrors(t *testing.T) {
 	for _, s := range samples() {
 		enc := s.msg.AppendTo(nil)
 		for n := 0; n < len(enc); n++ {
+			if _, ok := s.msg.(*WriteReply); ok && n == 0 {
+				continue // an empty write reply is a server's from before versions
+			}
 			if err := s.fresh().Decode(enc[:n]); !errors.Is(err, ErrMalformed) {
 				t.Errorf("%s truncated to %d/%d bytes: got %v", s.name, n, len(enc), err)
 			}
@@ -78,7 +81,9 @@ func TestMessageDecodeErrors(t *testing.T) {
 		body string
 	}{
 		{"bool byte 2", new(ContainsReply), "02"},
-		{"unknown search flag", new(SearchRequest), "0000000000000000 0000000000000000 02 00000000"},
+		{"unknown search flag", new(SearchRequest), "0000000000000000 0000000000000000 04 00000000"},
+		{"version without found", new(SearchReply), "01 0000000000000000 0000 0000 00 00000000 00000000 04 0700000000000000"},
+		{"unknown range reply flag", new(RangeReply), "00000000 04 00000000 0000000000000000"},
 		{"min key beside -inf", new(SearchReply), "02 0000000000000000 0000 0000 01 01000000 61 00000000 0000000000000000"},
 		{"unknown search kind", new(SearchReply), "03 0000000000000000 0000 0000 00 00000000 00000000"},
 		{"value without found", new(SearchReply), "01 0000000000000000 0000 0000 00 00000000 00000000 02 00000000"},
@@ -111,7 +116,7 @@ func TestDecodeDoesNotAllocate(t *testing.T) {
 	search := (&SearchReply{Kind: SearchLeaf, Found: true, HasValue: true, Value: []byte("v"),
 		Meganode: Meganode{Range: KeyRange{Min: []byte("a"), Max: []byte("z")}}}).AppendTo(nil)
 	put := (&PutRequest{Key: []byte("k"), Value: bytes.Repeat([]byte("v"), 100)}).AppendTo(nil)
-	rng := (&RangeReply{Pairs: []KV{{[]byte("a"), []byte("1")}, {[]byte("b"), []byte("2")}}}).AppendTo(nil)
+	rng := (&RangeReply{Pairs: []KV{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("b"), Value: []byte("2")}}}).AppendTo(nil)
 	var (
 		sr SearchReply
 		pr PutRequest
