@@ -99,8 +99,8 @@ const (
 
 // Entry layout.
 const (
-	slotSize       = 2
-	keyLenSize     = 2
+	slotSize         = 2
+	keyLenSize       = 2
 	extentPayload    = 20 // ptr u64, length u32, crc u64
 	versionedPayload = 28 // extent payload, then the entry word u64
 	pointerPayload   = 8  // child ptr u64
