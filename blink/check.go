@@ -92,6 +92,11 @@ func (c *checker) run() {
 	if le.Uint32(h[hdrMagic:]) != headerMagic || h.kind() != kindHeader || !h.valid() {
 		c.bad(hp, "header", "bad magic, kind or valid flag")
 	}
+	if versioned, u := t.Versioning(); h.flags()&flagVersioned != 0 != versioned ||
+		versioned && h.u64(len(h)-hdrLegacyFromEnd) != u || !versioned && h.u64(len(h)-hdrLegacyFromEnd) != 0 {
+		c.bad(hp, "header", "versioning flag %v legacy version %d, the tree says %v %d",
+			h.flags()&flagVersioned != 0, h.u64(len(h)-hdrLegacyFromEnd), versioned, u)
+	}
 	capa, fresh := t.capacity(), t.nextFresh()
 	if fresh > capa || fresh < 2 {
 		c.bad(hp, "header", "next fresh node %d outside [2, %d]", fresh, capa)
@@ -195,6 +200,9 @@ func (c *checker) node(p Ptr, path string, level int, min, max bound) {
 	if wantExt := level == 0 && t.leafKind == flagExtents; n.extents() != wantExt {
 		c.bad(p, path, "extent flag %v at level %d", n.extents(), level)
 	}
+	if n.versioned() && !t.versionedLocked() {
+		c.bad(p, path, "versioned leaf in a meganode in legacy mode")
+	}
 	nmin, nmax := bound{n.minKey(), n.minInf()}, bound{n.maxKey(), n.maxInf()}
 	if !sameBound(nmin, min) {
 		c.bad(p, path, "min %v, parent says %v", nmin, min)
@@ -255,6 +263,14 @@ func (c *checker) records(p Ptr, path string, n node) {
 	for i, cnt := 0, n.count(); i < cnt; i++ {
 		ext, l, crc := n.extent(i)
 		where := fmt.Sprintf("%s[%d]", path, i)
+		if w := n.rawWord(i); w.Placeholder() {
+			if ext != 0 || l != 0 || crc != 0 {
+				c.bad(p, where, "placeholder with record %v of %d bytes, crc %#x", ext, l, crc)
+			}
+			continue
+		} else if n.versioned() && w.Version() == 0 {
+			c.bad(p, where, "entry with a record and version 0 (word %v)", w)
+		}
 		if prev, dup := c.extents[ext]; dup {
 			c.bad(p, where, "record %v also referenced at %s", ext, prev)
 			continue

@@ -154,6 +154,11 @@ func wellFormed(n node) bool {
 	if n.minInf() && n.u16(offMinLen) != 0 || n.maxInf() && n.u16(offMaxLen) != 0 {
 		return false
 	}
+	// Only extent leaves carry entry words; the payload size below
+	// (versionedPayload) bounds every entry with its word.
+	if n.versioned() && !n.extents() {
+		return false
+	}
 	ps := n.payloadSize()
 	for i := 0; i < c; i++ {
 		o := n.slot(i)

@@ -34,6 +34,9 @@ func DescribeNode(b []byte) string {
 			le.Uint32(n[hdrNextFresh:]), le.Uint32(n[hdrFreeCount:]), Ptr(n.u64(hdrFreeHead)), n.u64(hdrSize),
 			fmtBound(n[hdrKeys:hdrKeys+ml], n.flags()&flagMinInf != 0, "-inf"),
 			fmtBound(n[hdrKeys+mk:hdrKeys+mk+xl], n.flags()&flagMaxInf != 0, "+inf"))
+		if n.flags()&flagVersioned != 0 {
+			fmt.Fprintf(&sb, " versioned (legacy version %d)", n.u64(len(n)-hdrLegacyFromEnd))
+		}
 		return sb.String()
 	case kindFree:
 		fmt.Fprintf(&sb, "free node, next free %v", n.rightLink())
@@ -59,6 +62,12 @@ func DescribeNode(b []byte) string {
 func (n node) describePayload(i int) string {
 	if n.extents() {
 		p, l, crc := n.extent(i)
+		if n.versioned() {
+			if w := n.rawWord(i); w.Placeholder() {
+				return fmt.Sprintf("placeholder word %v", w)
+			}
+			return fmt.Sprintf("extent %v len %d crc %#016x word %v", p, l, crc, n.rawWord(i))
+		}
 		return fmt.Sprintf("extent %v len %d crc %#016x", p, l, crc)
 	}
 	return fmt.Sprintf("child %v", n.child(i))
@@ -105,8 +114,14 @@ func AnnotatedHex(b []byte) string {
 	for i := 0; i < n.count(); i++ {
 		o := n.slot(i)
 		kl := n.u16(o)
-		items = append(items, item{o, keyLenSize + kl, fmt.Sprintf("entry %d key %q", i, n.key(i))},
-			item{o + keyLenSize + kl, n.payloadSize(), fmt.Sprintf("entry %d %s", i, n.describePayload(i))})
+		items = append(items, item{o, keyLenSize + kl, fmt.Sprintf("entry %d key %q", i, n.key(i))})
+		if pl := o + keyLenSize + kl; n.versioned() {
+			p, l, crc := n.extent(i)
+			items = append(items, item{pl, extentPayload, fmt.Sprintf("entry %d extent %v len %d crc %#016x", i, p, l, crc)},
+				item{pl + extentPayload, versionedPayload - extentPayload, fmt.Sprintf("entry %d word %v", i, n.rawWord(i))})
+		} else {
+			items = append(items, item{pl, n.payloadSize(), fmt.Sprintf("entry %d %s", i, n.describePayload(i))})
+		}
 	}
 	if l := n.u16(offMinLen); l > 0 {
 		items = append(items, item{n.u16(offMinOff), l, fmt.Sprintf("min key %q", n.minKey())})
@@ -146,7 +161,7 @@ func flagNames(f byte) string {
 	for _, x := range []struct {
 		bit  byte
 		name string
-	}{{flagValid, "valid"}, {flagMinInf, "min-inf"}, {flagMaxInf, "max-inf"}, {flagExtents, "extents"}} {
+	}{{flagValid, "valid"}, {flagMinInf, "min-inf"}, {flagMaxInf, "max-inf"}, {flagExtents, "extents"}, {flagVersioned, "versioned"}} {
 		if f&x.bit != 0 {
 			s = append(s, x.name)
 		}

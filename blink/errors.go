@@ -32,6 +32,19 @@ var (
 	// ErrSplitTooSmall: the meganode's keys all sit in one leaf; there is
 	// no inner entry key to split at.
 	ErrSplitTooSmall = errors.New("blink: meganode too small to split")
+	// ErrNotVersioned: an operation on entry words (PutWord, SetWord,
+	// PutPlaceholder) on a tree in legacy mode, or an entry carrying a
+	// word appended to one. Nothing was changed.
+	ErrNotVersioned = errors.New("blink: meganode not in versioned mode")
+	// ErrNeedsWord: a write without an entry word (Put, an appended entry
+	// with word 0) into a tree in versioned mode, or a word whose version
+	// is 0 for an entry with a record. Nothing was changed.
+	ErrNeedsWord = errors.New("blink: versioned meganode needs an entry word")
+	// ErrVersioning: SetVersioning with another legacy version than the
+	// one the meganode has, or a legacy version out of [1, MaxVersion].
+	ErrVersioning = errors.New("blink: meganode versioning mismatch")
+	// ErrKeyExists: PutPlaceholder of a key that has a record.
+	ErrKeyExists = errors.New("blink: key exists")
 	// ErrRestart: a lock-free reader gave up after too many restarts; the
 	// operation can be retried.
 	ErrRestart = errors.New("blink: too many restarts")

@@ -85,6 +85,9 @@ const (
 	flagMinInf  = 1 << 1
 	flagMaxInf  = 1 << 2
 	flagExtents = 1 << 3
+	// flagVersioned marks a versioned extent leaf (entries carry an entry
+	// word) and, in a meganode header, a meganode in versioned mode.
+	flagVersioned = 1 << 4
 )
 
 // Node kinds (byte offKind).
@@ -96,10 +99,11 @@ const (
 
 // Entry layout.
 const (
-	slotSize       = 2
-	keyLenSize     = 2
-	extentPayload  = 20 // ptr u64, length u32, crc u64
-	pointerPayload = 8  // child ptr u64
+	slotSize         = 2
+	keyLenSize       = 2
+	extentPayload    = 20 // ptr u64, length u32, crc u64
+	versionedPayload = 28 // extent payload, then the entry word u64
+	pointerPayload   = 8  // child ptr u64
 )
 
 // Meganode header offsets.
@@ -119,6 +123,10 @@ const (
 	hdrKeys        = 72
 
 	headerMagic = 0x4d4c4543 // "CELM" little-endian
+
+	// hdrLegacyFromEnd: the legacy version U, a u64, sits this many bytes
+	// before the end of the header node (just before the tail version).
+	hdrLegacyFromEnd = 16
 )
 
 // Size limits.

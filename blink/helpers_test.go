@@ -54,7 +54,8 @@ type testTreeOpts struct {
 	fill         float64
 	bounds       *Bounds
 	level        int
-	maxRestarts  int // Options.MaxRestarts; 0 is the default
+	maxRestarts  int    // Options.MaxRestarts; 0 is the default
+	legacy       uint64 // non-zero: format in versioned mode with this U
 }
 
 // newTestTree formats a meganode at offset 0 of a fresh heap region and
@@ -76,7 +77,8 @@ func newTestTree(tb testing.TB, o testTreeOpts) (*Tree, *testExtents) {
 	}
 	mem := atomicmem.Alloc(int(o.meganodeSize + o.extentBytes))
 	ext := &testExtents{next: o.meganodeSize, end: o.meganodeSize + o.extentBytes, free: map[int][]uint64{}}
-	tr, err := Format(mem, Config{Region: testRegion, Base: 0, Size: o.meganodeSize, Level: o.level, Bounds: b},
+	tr, err := Format(mem, Config{Region: testRegion, Base: 0, Size: o.meganodeSize, Level: o.level, Bounds: b,
+		Versioned: o.legacy != 0, Legacy: o.legacy},
 		ext, Options{NodeSize: o.nodeSize, FillThreshold: o.fill, MaxRestarts: o.maxRestarts})
 	if err != nil {
 		tb.Fatalf("Format: %v", err)

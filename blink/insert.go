@@ -67,6 +67,9 @@ func (t *Tree) Put(key, value []byte) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.versionedLocked() {
+		return fmt.Errorf("put of %q without an entry word (PutWord): %w", key, ErrNeedsWord)
+	}
 	if t.frozenLocked(key) {
 		return t.errFrozen(key)
 	}
@@ -85,7 +88,7 @@ func (t *Tree) Put(key, value []byte) error {
 	if err != nil {
 		return err
 	}
-	payload := t.mu.payload[:]
+	payload := t.mu.payload[:extentPayload]
 	le.PutUint64(payload[0:], uint64(ext))
 	le.PutUint32(payload[8:], uint32(n))
 	le.PutUint64(payload[12:], crc)
@@ -190,21 +193,29 @@ func (t *Tree) writeExtentLocked(key, value []byte) (Ptr, int, uint64, error) {
 // starting a new node (the loading pattern of a meganode split's copy,
 // which appends in key order). REQUIRES: t.mu held; room for a cascade.
 func (t *Tree) insertLocked(lv int, p Ptr, i int, key, payload []byte, pack bool) {
+	n := t.nodeBytes(p)
+	if n.fits(len(key)) {
+		img := t.mu.scratch
+		copy(img, n)
+		img.insertEntry(i, key, payload, t.mu.tmp)
+		t.publish(p, img)
+		return
+	}
+	sep, right := t.splitLocked(p, i, key, payload, pack)
+	t.carryLocked(lv, p, sep, right, pack)
+}
+
+// carryLocked carries the split of node p at local level lv (sep, the new
+// right sibling right) up: the separator goes into the parent found
+// through t.mu.path, which may split in turn, up to a new root.
+// REQUIRES: t.mu held; room for the cascade.
+func (t *Tree) carryLocked(lv int, p Ptr, sep []byte, right Ptr, pack bool) {
 	sepBuf := t.mu.sep[:]
 	childPayload := t.mu.childPl[:]
 	for {
-		n := t.nodeBytes(p)
-		if n.fits(len(key)) {
-			img := t.mu.scratch
-			copy(img, n)
-			img.insertEntry(i, key, payload, t.mu.tmp)
-			t.publish(p, img)
-			return
-		}
-		sep, right := t.splitLocked(p, i, key, payload, pack)
-		key = sepBuf[:copy(sepBuf, sep)]
+		key := sepBuf[:copy(sepBuf, sep)]
 		le.PutUint64(childPayload, uint64(right))
-		payload = childPayload
+		payload := childPayload
 
 		if lv+1 >= t.height() {
 			t.growRootLocked(p, key, right)
@@ -217,7 +228,15 @@ func (t *Tree) insertLocked(lv int, p Ptr, i int, key, payload []byte, pack bool
 			p = pn.rightLink()
 			pn = t.nodeBytes(p)
 		}
-		i, _ = pn.lowerBound(key)
+		i, _ := pn.lowerBound(key)
+		if pn.fits(len(key)) {
+			img := t.mu.scratch
+			copy(img, pn)
+			img.insertEntry(i, key, payload, t.mu.tmp)
+			t.publish(p, img)
+			return
+		}
+		sep, right = t.splitLocked(p, i, key, payload, pack)
 	}
 }
 
@@ -257,7 +276,14 @@ func (t *Tree) splitLocked(p Ptr, i int, key, payload []byte, pack bool) ([]byte
 	if k < 0 {
 		k = chooseSplit(ents, len(old), old.minKey(), old.maxKey())
 	}
+	return t.writeSplitLocked(p, old, ents, k, old.flags())
+}
 
+// writeSplitLocked publishes the split of node p, whose old image is old,
+// into ents[:k] (left, in place) and ents[k:] (a new right sibling, first),
+// with the extent and versioned flags of flags. REQUIRES: t.mu held; a
+// free node exists.
+func (t *Tree) writeSplitLocked(p Ptr, old node, ents []entryRef, k int, flags byte) ([]byte, Ptr) {
 	right, err := t.allocNodeLocked()
 	if err != nil {
 		// roomForInsertLocked reserved enough nodes for a full cascade.
@@ -265,7 +291,7 @@ func (t *Tree) splitLocked(p Ptr, i int, key, payload []byte, pack bool) ([]byte
 	}
 	sep := ents[k].key
 	lv := old.level()
-	kindFlags := flagValid | old.flags()&flagExtents
+	kindFlags := flagValid | flags&(flagExtents|flagVersioned)
 
 	r := t.mu.right
 	initNode(r, kindTree, lv, kindFlags|old.flags()&flagMaxInf, sep, old.maxKey(), old.rightLink())
@@ -303,6 +329,15 @@ func splitFits(ents []entryRef, k, nodeSize int, min, max []byte) bool {
 // bytes as possible. Entry 0 always stays left, so the separator is never
 // the empty -inf key of a leftmost inner node.
 func chooseSplit(ents []entryRef, nodeSize int, min, max []byte) int {
+	k := splitPoint(ents, nodeSize, min, max)
+	if k < 0 {
+		panic("blink: no split point fits; key size limit violated")
+	}
+	return k
+}
+
+// splitPoint is chooseSplit returning -1 when no split point fits.
+func splitPoint(ents []entryRef, nodeSize int, min, max []byte) int {
 	total := 0
 	for _, e := range ents {
 		total += slotSize + entrySize(len(e.key), len(e.payload))
@@ -326,10 +361,16 @@ func chooseSplit(ents []entryRef, nodeSize int, min, max []byte) int {
 			best, bestDiff = k, diff
 		}
 	}
-	if best < 0 {
-		panic("blink: no split point fits; key size limit violated")
-	}
 	return best
+}
+
+// entsFit reports whether ents fit in one node with the bounds min, max.
+func entsFit(ents []entryRef, nodeSize int, min, max []byte) bool {
+	used := offSlots + tailSize + len(min) + len(max)
+	for _, e := range ents {
+		used += slotSize + entrySize(len(e.key), len(e.payload))
+	}
+	return used <= nodeSize
 }
 
 // growRootLocked makes a new root above the old root p, which just split
@@ -378,9 +419,20 @@ func (t *Tree) Delete(key []byte) (bool, error) {
 	if !found {
 		return false, nil
 	}
+	if t.needsUpgradeLocked(ln) {
+		if err := t.roomForUpgradeLocked(ln, 0); err != nil {
+			return false, err
+		}
+		if leaf, err = t.upgradeLocked(leaf, key); err != nil {
+			return false, err
+		}
+		defer t.flushHeaderLocked()
+		ln = t.nodeBytes(leaf)
+		i, _ = ln.lowerBound(key)
+	}
 	var old Ptr
 	var oldLen int
-	if ln.extents() {
+	if ln.extents() && !ln.placeholder(i) {
 		old, oldLen, _ = ln.extent(i)
 	}
 	img := t.mu.scratch

@@ -39,6 +39,10 @@ type Iter struct {
 	edge     []byte // see Edge
 	hasEdge  bool
 	attempts int
+	// reread is the word Value read again with the record (rereadSet),
+	// newer than the leaf copy's; Word returns it.
+	reread    Word
+	rereadSet bool
 }
 
 // NewIter returns an unpositioned iterator; call First, Last, SeekGE or
@@ -282,6 +286,7 @@ func (it *Iter) Prev() bool {
 // applies the upper bound.
 func (it *Iter) settleForward() bool {
 	t := it.t
+	it.skipPlaceholders(1)
 	for it.idx >= it.leaf.count() {
 		if it.leaf.maxInf() || it.upper != nil && bytes.Compare(it.leaf.maxKey(), it.upper) >= 0 {
 			// Nothing right of this leaf is inside the bounds.
@@ -321,6 +326,7 @@ func (it *Iter) settleForward() bool {
 			}
 		}
 		it.idx, _ = it.leaf.lowerBound(it.anchor)
+		it.skipPlaceholders(1)
 	}
 	k := it.leaf.key(it.idx)
 	if it.upper != nil && bytes.Compare(k, it.upper) >= 0 {
@@ -329,9 +335,18 @@ func (it *Iter) settleForward() bool {
 	return it.setKey(k)
 }
 
+// skipPlaceholders moves idx in direction dir (1 or -1) past placeholder
+// entries of the current leaf, which iteration never shows.
+func (it *Iter) skipPlaceholders(dir int) {
+	for it.idx >= 0 && it.idx < it.leaf.count() && it.leaf.placeholder(it.idx) {
+		it.idx += dir
+	}
+}
+
 // settleBackward moves left past empty leaves until idx is an entry, then
 // applies the lower bound.
 func (it *Iter) settleBackward() bool {
+	it.skipPlaceholders(-1)
 	for it.idx < 0 {
 		if it.leaf.minInf() || it.lower != nil && bytes.Compare(it.leaf.minKey(), it.lower) <= 0 {
 			// Nothing left of this leaf is inside the bounds.
@@ -343,6 +358,7 @@ func (it *Iter) settleBackward() bool {
 		}
 		i, _ := it.leaf.lowerBound(it.anchor)
 		it.idx = i - 1
+		it.skipPlaceholders(-1)
 	}
 	k := it.leaf.key(it.idx)
 	if it.lower != nil && bytes.Compare(k, it.lower) < 0 {
@@ -354,6 +370,7 @@ func (it *Iter) settleBackward() bool {
 func (it *Iter) setKey(k []byte) bool {
 	it.key = append(it.key[:0], k...)
 	it.valid = true
+	it.rereadSet = false
 	return true
 }
 
@@ -391,7 +408,8 @@ func (it *Iter) Edge() (key []byte, ok bool) { return it.edge, it.hasEdge }
 
 // Value reads the current key's record. If the record changed since the
 // leaf was copied it reads the key again, so the value may be newer than
-// the leaf, and ErrNotFound means the key was deleted meanwhile.
+// the leaf (Word then returns the word read with it), and ErrNotFound
+// means the key was deleted meanwhile (or is a placeholder now).
 func (it *Iter) Value() ([]byte, error) {
 	if !it.valid {
 		return nil, ErrNotFound
@@ -406,7 +424,8 @@ func (it *Iter) Value() ([]byte, error) {
 	}
 	if !ok {
 		it.t.Stats.CRC.Add(1)
-		out, err = it.t.Get(it.key, it.val[:0])
+		out, it.reread, err = it.t.get(it.key, it.val[:0])
+		it.rereadSet = err == nil
 	}
 	it.val = out[:0]
 	return out, err
@@ -431,6 +450,11 @@ type ScanOptions struct {
 // Reverse) until fn returns false, Limit keys were visited, or the range
 // ends. key and value are valid only during the call.
 func (t *Tree) Scan(o ScanOptions, fn func(key, value []byte) bool) error {
+	return t.scan(o, func(key, value []byte, _ Word) bool { return fn(key, value) })
+}
+
+// scan is Scan and ScanWords.
+func (t *Tree) scan(o ScanOptions, fn func(key, value []byte, w Word) bool) error {
 	it := t.NewIter(&IterOptions{Lower: o.Lower, Upper: o.Upper})
 	defer it.Close()
 	var ok bool
@@ -445,7 +469,7 @@ func (t *Tree) Scan(o ScanOptions, fn func(key, value []byte) bool) error {
 		}
 		v, err := it.Value()
 		if err == nil {
-			if !fn(it.Key(), v) {
+			if !fn(it.Key(), v, it.Word()) {
 				return nil
 			}
 		} else if err != ErrNotFound {

@@ -39,6 +39,21 @@ const (
 	modelPhaseLength = 20_000 // ops per grow or shrink phase
 )
 
+// Model modes: a seed's run is in legacy mode throughout, versioned from
+// the format, or switches from legacy to versioned a third of the way in
+// (legacy leaves then read as U and are rewritten versioned when written).
+const (
+	modelLegacy = iota
+	modelVersioned
+	modelSwitch
+)
+
+var modeNames = [...]string{"legacy", "versioned", "legacy then versioned"}
+
+// modelModeFor returns the mode of a seed; the four default seeds of a
+// run (consecutive, one per configuration) cover all three modes.
+func modelModeFor(seed uint64) int { return int((seed>>2 + seed%4) % 3) }
+
 // modelConfig is the tree a seed runs against.
 type modelConfig struct {
 	nodeSize     int
@@ -93,7 +108,14 @@ func TestModel(t *testing.T) {
 	}
 }
 
-type modelItem struct{ key, value string }
+// modelItem is an entry of the oracle: a key with its value, or a
+// placeholder (ph, no value), and its word as stored (0: an entry written
+// in legacy mode, which reads as U once the tree is versioned).
+type modelItem struct {
+	key, value string
+	word       Word
+	ph         bool
+}
 
 func modelLess(a, b modelItem) bool { return a.key < b.key }
 
@@ -122,6 +144,17 @@ type modelRun struct {
 	}
 	low, high uint32 // next counters of the runs under 0x00 and 0xff
 
+	// Versions (word.go): the mode of the run (modelMode), whether the
+	// tree is versioned now, its legacy version, the op at which a
+	// switching run switches, the last version given, and how many
+	// oracle entries are placeholders.
+	mode      int
+	versioned bool
+	u         uint64
+	switchAt  int
+	clock     uint64
+	ph        int
+
 	full       bool // an insert returned ErrNeedsSplit
 	needsSplit int  // inserts refused with ErrNeedsSplit
 	snapshots  int  // refused inserts checked byte for byte
@@ -136,10 +169,15 @@ func runModel(t *testing.T, seed uint64, ops int) {
 // of extentBytes.
 func runModelFrom(t *testing.T, seed uint64, ops int, extentBytes uint64, src rand.Source) {
 	cfg := modelConfigFor(seed)
-	t.Logf("seed %d: node size %d, meganode %d KiB, %d ops (replay: go test -run TestModel ./blink/ -blink.seed=%d)",
-		seed, cfg.nodeSize, cfg.meganodeSize>>10, ops, seed)
+	mode := modelModeFor(seed)
+	t.Logf("seed %d: node size %d, meganode %d KiB, %s, %d ops (replay: go test -run TestModel ./blink/ -blink.seed=%d)",
+		seed, cfg.nodeSize, cfg.meganodeSize>>10, modeNames[mode], ops, seed)
 	start := time.Now()
-	tr, ext := newTestTree(t, testTreeOpts{nodeSize: cfg.nodeSize, meganodeSize: cfg.meganodeSize, extentBytes: extentBytes})
+	var legacy uint64
+	if mode == modelVersioned {
+		legacy = 1
+	}
+	tr, ext := newTestTree(t, testTreeOpts{nodeSize: cfg.nodeSize, meganodeSize: cfg.meganodeSize, extentBytes: extentBytes, legacy: legacy})
 	r := rand.New(src)
 	m := &modelRun{
 		t: t, seed: seed, cfg: cfg, r: r, tr: tr, ext: ext,
@@ -148,6 +186,13 @@ func runModelFrom(t *testing.T, seed uint64, ops int, extentBytes uint64, src ra
 		pos:    map[string]int{},
 		counts: map[string]int{},
 		low:    1<<32 - 1,
+		mode:   mode,
+	}
+	switch mode {
+	case modelVersioned:
+		m.versioned, m.u, m.clock = true, 1, 1
+	case modelSwitch:
+		m.switchAt = ops / 3
 	}
 	// The bytes values are cut from come from a stream of their own, so
 	// that r's draws (FuzzModel's input) all go to decisions.
@@ -157,6 +202,9 @@ func runModelFrom(t *testing.T, seed uint64, ops int, extentBytes uint64, src ra
 		m.values[i] = byte(vr.Uint32())
 	}
 	for next := modelCheckEvery; m.op < ops; {
+		if m.mode == modelSwitch && !m.versioned && m.op >= m.switchAt {
+			m.switchVersioned()
+		}
 		m.step()
 		if m.op >= next {
 			m.checkAll()
@@ -185,8 +233,11 @@ func runModelFrom(t *testing.T, seed uint64, ops int, extentBytes uint64, src ra
 			}
 		}
 	}
+	if m.mode == modelSwitch && ops >= 100 && !m.versioned {
+		t.Fatalf("seed %d: never switched to versioned mode", seed)
+	}
 	t.Logf("seed %d: %d ops in %v: %d keys, height %d, %d nodes in use, %d inserts refused (%d checked byte for byte), ops %v",
-		seed, m.op, time.Since(start).Round(time.Millisecond), m.oracle.Len(), tr.height(), tr.nodesInUse(),
+		seed, m.op, time.Since(start).Round(time.Millisecond), m.records(), tr.height(), tr.nodesInUse(),
 		m.needsSplit, m.snapshots, m.counts)
 }
 
@@ -415,8 +466,16 @@ func (m *modelRun) bound() []byte {
 
 // ---- Oracle bookkeeping ----
 
-func (m *modelRun) oracleSet(k, v []byte) {
-	m.oracle.ReplaceOrInsert(modelItem{string(k), string(v)})
+func (m *modelRun) oracleSet(k, v []byte) { m.oracleSetWord(k, v, 0, false) }
+
+// oracleSetWord records an entry: a record with value v, or a placeholder.
+func (m *modelRun) oracleSetWord(k, v []byte, w Word, ph bool) {
+	if old, ok := m.oracle.ReplaceOrInsert(modelItem{string(k), string(v), w, ph}); ok && old.ph {
+		m.ph--
+	}
+	if ph {
+		m.ph++
+	}
 	if _, ok := m.pos[string(k)]; !ok {
 		m.pos[string(k)] = len(m.keys)
 		m.keys = append(m.keys, string(k))
@@ -424,7 +483,9 @@ func (m *modelRun) oracleSet(k, v []byte) {
 }
 
 func (m *modelRun) oracleDelete(k []byte) {
-	m.oracle.Delete(modelItem{key: string(k)})
+	if old, ok := m.oracle.Delete(modelItem{key: string(k)}); ok && old.ph {
+		m.ph--
+	}
 	i, ok := m.pos[string(k)]
 	if !ok {
 		return
@@ -434,6 +495,76 @@ func (m *modelRun) oracleDelete(k []byte) {
 	m.pos[m.keys[i]] = i
 	m.keys = m.keys[:last]
 	delete(m.pos, string(k))
+}
+
+// records returns the oracle's entries with a record (not placeholders).
+func (m *modelRun) records() int { return m.oracle.Len() - m.ph }
+
+// wordOf is the word the tree must report for an oracle entry.
+func (m *modelRun) wordOf(it modelItem) Word {
+	if it.word == 0 && m.versioned {
+		return MakeWord(m.u, false, false)
+	}
+	return it.word
+}
+
+// nextWord draws the word of a write: the next version, sometimes locked.
+func (m *modelRun) nextWord() Word {
+	m.clock++
+	return MakeWord(m.clock, m.r.IntN(4) == 0, false)
+}
+
+// switchVersioned switches the tree to versioned mode.
+func (m *modelRun) switchVersioned() {
+	m.clock += 1 + uint64(m.r.IntN(1000))
+	if err := m.tr.SetVersioning(m.clock); err != nil {
+		m.fatalf("SetVersioning(%d): %v", m.clock, err)
+	}
+	m.versioned, m.u = true, m.clock
+	m.count("switch to versioned")
+	m.checkAll()
+}
+
+// put writes k = v as the mode wants (Put, or PutWord with a new word, or
+// now and then a placeholder for a new key), and returns what the oracle
+// must record.
+func (m *modelRun) put(k, v []byte, isNew bool) (w Word, ph bool, err error) {
+	if !m.versioned {
+		return 0, false, m.tr.Put(k, v)
+	}
+	w = m.nextWord()
+	if isNew && m.r.IntN(8) == 0 {
+		w = MakeWord(0, m.r.IntN(8) != 0, true)
+		return w, true, m.tr.PutPlaceholder(k, w)
+	}
+	return w, false, m.tr.PutWord(k, v, w)
+}
+
+// upgradeRefused reports whether err is the ErrNeedsSplit that a write of
+// an existing key may return in a versioned meganode with no node left to
+// rewrite its legacy leaf, and checks that the key did not change.
+func (m *modelRun) upgradeRefused(k []byte, err error) bool {
+	if !errors.Is(err, ErrNeedsSplit) || !m.versioned || !m.cfg.mustFill ||
+		m.tr.nodesInUse()+m.tr.height()+1 <= m.tr.capacity() {
+		return false
+	}
+	m.count("upgrade refused")
+	m.checkKey(k)
+	return true
+}
+
+// checkKey compares what the tree says of k with the oracle.
+func (m *modelRun) checkKey(k []byte) {
+	want, present := m.oracle.Get(modelItem{key: string(k)})
+	got, w, err := m.tr.GetWord(k, nil)
+	switch {
+	case present && !want.ph:
+		if err != nil || string(got) != want.value || w != m.wordOf(want) {
+			m.fatalf("GetWord(%q) = %d bytes, %v, %v; want %d bytes, %v", k, len(got), w, err, len(want.value), m.wordOf(want))
+		}
+	case !errors.Is(err, ErrNotFound):
+		m.fatalf("GetWord(%q) of a missing key or placeholder: %v", k, err)
+	}
 }
 
 // ---- Operations ----
@@ -462,14 +593,17 @@ func (m *modelRun) putNew() {
 		snap = bytes.Clone(tr.mem[:m.cfg.meganodeSize])
 	}
 	split := m.splitKind(k)
-	err := tr.Put(k, v)
+	w, ph, err := m.put(k, v, true)
 	switch {
 	case err == nil:
 		m.count("insert")
+		if ph {
+			m.count("placeholder")
+		}
 		if split != "" {
 			m.count(split)
 		}
-		m.oracleSet(k, v)
+		m.oracleSetWord(k, v, w, ph)
 	case errors.Is(err, ErrNeedsSplit):
 		if !m.cfg.mustFill {
 			m.fatalf("Put(%q) of a new key: %v (meganode %d KiB should not fill)", k, err, m.cfg.meganodeSize>>10)
@@ -493,7 +627,7 @@ func (m *modelRun) putNew() {
 		if !m.full {
 			m.full = true
 			m.t.Logf("seed %d: first ErrNeedsSplit at op %d with %d keys, %d of %d nodes in use: %v",
-				m.seed, m.op, m.oracle.Len(), tr.nodesInUse(), tr.capacity(), err)
+				m.seed, m.op, m.records(), tr.nodesInUse(), tr.capacity(), err)
 			m.checkAll()
 		}
 	default:
@@ -545,12 +679,35 @@ func (m *modelRun) update() {
 		return
 	}
 	v := m.value()
-	if err := m.tr.Put(k, v); err != nil {
-		// Replacing a value never needs a new node, also when full.
+	if m.versioned && m.r.IntN(4) == 0 {
+		// Change the word only.
+		old, _ := m.oracle.Get(modelItem{key: string(k)})
+		w := m.nextWord()
+		err := m.tr.SetWord(k, w)
+		if m.upgradeRefused(k, err) {
+			return
+		}
+		if err != nil {
+			m.fatalf("SetWord(%q, %v): %v", k, w, err)
+		}
+		if old.ph {
+			w |= wordPlaceholder
+		}
+		m.count("set word")
+		m.oracleSetWord(k, []byte(old.value), w, old.ph)
+		return
+	}
+	w, _, err := m.put(k, v, false)
+	if m.upgradeRefused(k, err) {
+		return
+	}
+	if err != nil {
+		// Replacing a value never needs a new node, also when full
+		// (but for rewriting a legacy leaf versioned: upgradeRefused).
 		m.fatalf("update Put(%q, %d bytes) (full %v): %v", k, len(v), m.full, err)
 	}
 	m.count("update")
-	m.oracleSet(k, v)
+	m.oracleSetWord(k, v, w, false)
 }
 
 func (m *modelRun) deleteExisting() {
@@ -562,6 +719,9 @@ func (m *modelRun) deleteExisting() {
 		return
 	}
 	ok, err := m.tr.Delete(k)
+	if m.upgradeRefused(k, err) {
+		return
+	}
 	if !ok || err != nil {
 		m.fatalf("Delete(%q) of a live key = %v, %v", k, ok, err)
 	}
@@ -574,6 +734,9 @@ func (m *modelRun) deleteMissing() {
 	k := m.gen.key()
 	_, want := m.pos[string(k)]
 	ok, err := m.tr.Delete(k)
+	if want && m.upgradeRefused(k, err) {
+		return
+	}
 	if ok != want || err != nil {
 		m.fatalf("Delete(%q) = %v, %v; oracle has it: %v", k, ok, err, want)
 	}
@@ -587,13 +750,24 @@ func (m *modelRun) get() {
 	m.op++
 	k := m.anyKey()
 	want, present := m.oracle.Get(modelItem{key: string(k)})
+	present = present && !want.ph
 	// Get appends to dst: sometimes pass a non-empty one.
 	prefix := ""
 	if m.r.IntN(4) == 0 {
 		prefix = "dst:"
 	}
 	m.buf = append(m.buf[:0], prefix...)
-	got, err := m.tr.Get(k, m.buf)
+	var got []byte
+	var err error
+	if m.r.IntN(2) == 0 {
+		var w Word
+		got, w, err = m.tr.GetWord(k, m.buf)
+		if present && err == nil && w != m.wordOf(want) {
+			m.fatalf("GetWord(%q): word %v, want %v", k, w, m.wordOf(want))
+		}
+	} else {
+		got, err = m.tr.Get(k, m.buf)
+	}
 	switch {
 	case present && err != nil:
 		m.fatalf("Get(%q): %v, want %d bytes", k, err, len(want.value))
@@ -610,10 +784,18 @@ func (m *modelRun) get() {
 func (m *modelRun) contains() {
 	m.op++
 	k := m.anyKey()
-	_, want := m.pos[string(k)]
+	item, want := m.oracle.Get(modelItem{key: string(k)})
 	got, err := m.tr.Contains(k)
-	if got != want || err != nil {
-		m.fatalf("Contains(%q) = %v, %v; want %v", k, got, err, want)
+	if got != (want && !item.ph) || err != nil {
+		m.fatalf("Contains(%q) = %v, %v; want %v (placeholder %v)", k, got, err, want, item.ph)
+	}
+	res, err := m.tr.Search(k)
+	var ww Word
+	if want {
+		ww = m.wordOf(item)
+	}
+	if err != nil || res.Found != (want && !item.ph) || res.Word != ww {
+		m.fatalf("Search(%q) = found %v word %v, %v; want %v, %v", k, res.Found, res.Word, err, want && !item.ph, ww)
 	}
 	m.count("contains")
 }
@@ -623,6 +805,14 @@ func (m *modelRun) contains() {
 func (m *modelRun) invalidKey() {
 	m.op++
 	long := bytes.Repeat([]byte{'x'}, m.tr.MaxKeySize()+1+m.r.IntN(8))
+	k := m.anyKey()
+	if m.versioned {
+		if err := m.tr.Put(k, []byte("v")); !errors.Is(err, ErrNeedsWord) {
+			m.fatalf("Put(%q) in versioned mode: %v", k, err)
+		}
+	} else if err := m.tr.PutWord(k, []byte("v"), 7); !errors.Is(err, ErrNotVersioned) {
+		m.fatalf("PutWord(%q) in legacy mode: %v", k, err)
+	}
 	if err := m.tr.Put(nil, []byte("v")); !errors.Is(err, ErrEmptyKey) {
 		m.fatalf("Put(empty key): %v", err)
 	}
@@ -649,6 +839,10 @@ func (m *modelRun) oracleScan(o ScanOptions) []modelItem {
 		if o.Reverse && o.Lower != nil && it.key < lo || !o.Reverse && o.Upper != nil && it.key >= hi {
 			return false
 		}
+		if it.ph {
+			return true
+		}
+		it.word = m.wordOf(it)
 		out = append(out, it)
 		return true
 	}
@@ -683,20 +877,31 @@ func (m *modelRun) scan() {
 		want = want[:stopAfter+1]
 	}
 	var got []modelItem
-	err := m.tr.Scan(o, func(k, v []byte) bool {
-		got = append(got, modelItem{string(k), string(v)})
-		return len(got) != stopAfter+1
-	})
+	var err error
+	if m.r.IntN(2) == 0 {
+		err = m.tr.ScanWords(o, func(k, v []byte, w Word) bool {
+			got = append(got, modelItem{string(k), string(v), w, false})
+			return len(got) != stopAfter+1
+		})
+	} else {
+		err = m.tr.Scan(o, func(k, v []byte) bool {
+			got = append(got, modelItem{key: string(k), value: string(v)})
+			return len(got) != stopAfter+1
+		})
+		for i := range min(len(got), len(want)) {
+			got[i].word = want[i].word
+		}
+	}
 	if err != nil {
 		m.fatalf("Scan(lower %q upper %q limit %d reverse %v): %v", o.Lower, o.Upper, o.Limit, o.Reverse, err)
 	}
 	if len(got) != len(want) {
-		m.fatalf("Scan(lower %q upper %q limit %d reverse %v stop %d): %d keys, want %d\n got %.20q\nwant %.20q",
+		m.fatalf("Scan(lower %q upper %q limit %d reverse %v stop %d): %d keys, want %d\n got %.20v\nwant %.20v",
 			o.Lower, o.Upper, o.Limit, o.Reverse, stopAfter, len(got), len(want), got, want)
 	}
 	for i := range got {
 		if got[i] != want[i] {
-			m.fatalf("Scan(lower %q upper %q limit %d reverse %v): entry %d = %.40q, want %.40q",
+			m.fatalf("Scan(lower %q upper %q limit %d reverse %v): entry %d = %.40v, want %.40v",
 				o.Lower, o.Upper, o.Limit, o.Reverse, i, got[i], want[i])
 		}
 	}
@@ -718,7 +923,7 @@ func (o *oracleIter) inLower(k string) bool { return o.lower == nil || k >= stri
 func (o *oracleIter) ge(k string, strict bool) bool {
 	o.valid = false
 	o.o.AscendGreaterOrEqual(modelItem{key: k}, func(it modelItem) bool {
-		if strict && it.key == k {
+		if strict && it.key == k || it.ph {
 			return true
 		}
 		o.valid, o.key = o.inUpper(it.key), it.key
@@ -732,7 +937,7 @@ func (o *oracleIter) ge(k string, strict bool) bool {
 func (o *oracleIter) lt(k []byte, strict bool) bool {
 	o.valid = false
 	f := func(it modelItem) bool {
-		if strict && k != nil && it.key == string(k) {
+		if strict && k != nil && it.key == string(k) || it.ph {
 			return true
 		}
 		o.valid, o.key = o.inLower(it.key), it.key
@@ -832,6 +1037,9 @@ func (m *modelRun) iterSession() {
 			if err != nil || string(v) != w.value {
 				m.fatalf("Iter.Value at %q after %s: %d bytes, %v; want %d bytes", o.key, strings.Join(trace, ", "), len(v), err, len(w.value))
 			}
+			if it.Word() != m.wordOf(w) {
+				m.fatalf("Iter.Word at %q after %s: %v, want %v", o.key, strings.Join(trace, ", "), it.Word(), m.wordOf(w))
+			}
 		}
 	}
 	m.count("iter step")
@@ -844,8 +1052,8 @@ func (m *modelRun) checkAll() {
 	if err := m.tr.CheckErr(); err != nil {
 		m.fatalf("Check: %v", err)
 	}
-	if m.ext.inUse != m.oracle.Len() {
-		m.fatalf("%d records in use for %d keys: updates and deletes must free the old record", m.ext.inUse, m.oracle.Len())
+	if m.ext.inUse != m.records() {
+		m.fatalf("%d records in use for %d keys: updates and deletes must free the old record", m.ext.inUse, m.records())
 	}
 	all := m.oracleScan(ScanOptions{})
 	it := m.tr.NewIter(nil)
@@ -857,6 +1065,9 @@ func (m *modelRun) checkAll() {
 		v, err := it.Value()
 		if err != nil || string(v) != all[i].value {
 			m.fatalf("full iteration: value of %q: %d bytes, %v; want %d bytes", it.Key(), len(v), err, len(all[i].value))
+		}
+		if it.Word() != all[i].word {
+			m.fatalf("full iteration: word of %q: %v, want %v", it.Key(), it.Word(), all[i].word)
 		}
 		i++
 	}

@@ -32,13 +32,31 @@ func (n node) minInf() bool        { return n[offFlags]&flagMinInf != 0 }
 func (n node) maxInf() bool        { return n[offFlags]&flagMaxInf != 0 }
 func (n node) extents() bool       { return n[offFlags]&flagExtents != 0 }
 
+// versioned reports a versioned extent leaf: every entry's payload ends
+// with an entry word. (checkNode refuses the flag on pointer nodes.)
+func (n node) versioned() bool { return n[offFlags]&flagVersioned != 0 }
+
 // payloadSize is the size of every entry's payload in this node.
 func (n node) payloadSize() int {
 	if n.extents() {
+		if n.versioned() {
+			return versionedPayload
+		}
 		return extentPayload
 	}
 	return pointerPayload
 }
+
+// rawWord returns entry i's word as stored: 0 in a legacy leaf.
+func (n node) rawWord(i int) Word {
+	if !n.versioned() {
+		return 0
+	}
+	return Word(le.Uint64(n.payload(i)[extentPayload:]))
+}
+
+// placeholder reports whether entry i is a placeholder (no record).
+func (n node) placeholder(i int) bool { return n.versioned() && n.rawWord(i).Placeholder() }
 
 // minKey returns the node's min key; it is empty when min is -inf.
 func (n node) minKey() []byte {

@@ -47,6 +47,10 @@ type Result struct {
 	// Version is the leaf's version when the search copied it: Value
 	// reads the record only while the leaf still has it.
 	Version uint64
+	// Word is the entry's word in a leaf meganode (see GetWord): set when
+	// Found, and when key has a placeholder (Found false then, and
+	// Word.Placeholder() true: the lock of an absent key).
+	Word Word
 }
 
 // retry accounts one restart or torn retry of a lock-free reader and
@@ -134,8 +138,11 @@ func (t *Tree) Search(key []byte) (Result, error) {
 	if buf.extents() {
 		i, found := buf.lowerBound(key)
 		if found {
-			res.Found = true
-			res.Extent, res.Len, res.CRC = buf.extent(i)
+			res.Word = t.wordOf(buf, i)
+			if !res.Word.Placeholder() {
+				res.Found = true
+				res.Extent, res.Len, res.CRC = buf.extent(i)
+			}
 		}
 		return res, nil
 	}
@@ -148,7 +155,7 @@ func (t *Tree) Search(key []byte) (Result, error) {
 }
 
 // Contains reports whether key is in the tree, without taking the writer's
-// lock or reading the record.
+// lock or reading the record. A placeholder is not in the tree.
 func (t *Tree) Contains(key []byte) (bool, error) {
 	res, err := t.Search(key)
 	return res.Found, err
@@ -158,10 +165,16 @@ func (t *Tree) Contains(key []byte) (bool, error) {
 // without taking the writer's lock. It copies nodes and the record with
 // atomic loads, validates every copy, checks the record's CRC, and restarts
 // when anything changed under it. With enough capacity in dst it does not
-// allocate.
+// allocate. A placeholder is ErrNotFound.
 func (t *Tree) Get(key, dst []byte) ([]byte, error) {
+	out, _, err := t.get(key, dst)
+	return out, err
+}
+
+// get is Get and GetWord.
+func (t *Tree) get(key, dst []byte) ([]byte, Word, error) {
 	if err := t.checkKey(key); err != nil {
-		return dst, err
+		return dst, 0, err
 	}
 	nb := t.getBuf()
 	defer t.putBuf(nb)
@@ -170,30 +183,30 @@ func (t *Tree) Get(key, dst []byte) ([]byte, error) {
 	for {
 		leaf, next, err := t.findLeaf(key, buf)
 		if err != nil {
-			return dst, err
+			return dst, 0, err
 		}
 		if !next.IsNil() {
-			return dst, fmt.Errorf("key %q continues in meganode at %v: %w", key, next, ErrKeyOutOfRange)
+			return dst, 0, fmt.Errorf("key %q continues in meganode at %v: %w", key, next, ErrKeyOutOfRange)
 		}
 		if !buf.extents() {
-			return dst, fmt.Errorf("get in an inner meganode: %w", ErrKeyOutOfRange)
+			return dst, 0, fmt.Errorf("get in an inner meganode: %w", ErrKeyOutOfRange)
 		}
 		i, found := buf.lowerBound(key)
-		if !found {
-			return dst, ErrNotFound
+		if !found || buf.placeholder(i) {
+			return dst, 0, ErrNotFound
 		}
 		ext, n, _ := buf.extent(i)
 		out, ok, err := t.loadRecord(dst, ext, n, key, recordCheck{leaf: leaf, version: buf.headVersion()})
 		if err != nil {
-			return dst, err
+			return dst, 0, err
 		}
 		if ok {
-			return out, nil
+			return out, t.wordOf(buf, i), nil
 		}
 		// The record changed after we copied the leaf: start again.
 		t.Stats.CRC.Add(1)
 		if err := t.retry(Torn, &attempts); err != nil {
-			return dst, err
+			return dst, 0, err
 		}
 	}
 }

@@ -28,11 +28,17 @@ type RecordRef struct {
 // record (Ref), in an inner meganode a child meganode (Child, its header).
 // An entry copied to another region carries its value instead of a Ref
 // (FrozenRecords; AppendEntries then writes a new record).
+//
+// Word is the entry's word (GetWord's: a legacy leaf's entries in a
+// versioned tree carry MakeWord(U, false, false)), 0 in legacy mode and
+// in inner meganodes. Every copy carries it unchanged. A placeholder
+// (Word.Placeholder()) has neither Ref nor Value.
 type Entry struct {
 	Key   []byte
 	Child Ptr
 	Ref   RecordRef
 	Value []byte
+	Word  Word
 }
 
 // splitRole is the tree's part in a meganode split.
@@ -256,9 +262,13 @@ func (t *Tree) frozenEntries(from []byte, maxLeaves, maxBytes int, values bool, 
 			start := len(arena)
 			arena = append(arena, k...)
 			e := Entry{Key: arena[start:len(arena):len(arena)]}
+			if ln.extents() {
+				e.Word = t.wordOf(ln, i)
+			}
 			switch {
 			case !ln.extents():
 				e.Child = ln.child(i)
+			case e.Word.Placeholder():
 			case values:
 				ext, l, crc := ln.extent(i)
 				if e.Value, arena, err = t.copyValueLocked(arena, ext, l, crc, k); err != nil {
@@ -302,9 +312,18 @@ func (t *Tree) copyValueLocked(arena []byte, ext Ptr, l int, crc uint64, key []b
 // entries share them with the source, and ownership moves here when the
 // source's right half is freed (the records themselves are never freed by
 // a local split). An entry without a Ref (a copy from another region,
-// FrozenRecords) gets a new record here holding its Value. Entries appended in key order fill nodes completely (see
-// insertLocked's pack). It fails with ErrNeedsSplit when the meganode runs
-// out of nodes, and with ErrSplitState on a key already present.
+// FrozenRecords) gets a new record here holding its Value. Entries
+// appended in key order fill nodes completely (see insertLocked's pack).
+// It fails with ErrNeedsSplit when the meganode runs out of nodes, and
+// with ErrSplitState on a key already present.
+//
+// Words: in versioned mode every entry of a leaf meganode must carry a
+// word (ErrNeedsWord for 0, or for version 0 on an entry that is not a
+// placeholder) and the entries are written into versioned leaves with
+// their words; a placeholder entry is appended as a placeholder. In
+// legacy mode, and for child entries, words must be 0 (ErrNotVersioned).
+// The caller supplies the words: the source's FrozenEntries and
+// FrozenRecords give them.
 func (t *Tree) AppendEntries(ents []Entry) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -312,12 +331,38 @@ func (t *Tree) AppendEntries(ents []Entry) error {
 		return fmt.Errorf("append entries: %w", ErrSplitState)
 	}
 	defer t.flushHeaderLocked()
+	versioned := t.versionedLocked()
 	for _, e := range ents {
 		if err := t.checkKey(e.Key); err != nil {
 			return err
 		}
+		switch {
+		case e.Word != 0 && (!versioned || t.leafKind != flagExtents):
+			return fmt.Errorf("append of %q with word %v: %w", e.Key, e.Word, ErrNotVersioned)
+		case versioned && t.leafKind == flagExtents && (e.Word == 0 || e.Word.Version() == 0 && !e.Word.Placeholder()):
+			return fmt.Errorf("append of %q with word %v: %w", e.Key, e.Word, ErrNeedsWord)
+		}
+		if versioned && t.leafKind == flagExtents {
+			// A target formatted legacy and switched since: rewrite the
+			// leaf first (no other leaf of it can be legacy then).
+			leaf, err := t.descendLocked(e.Key)
+			if err != nil {
+				return err
+			}
+			if ln := t.nodeBytes(leaf); t.needsUpgradeLocked(ln) {
+				if err := t.roomForUpgradeLocked(ln, t.height()+2); err != nil {
+					return err
+				}
+				if _, err := t.upgradeLocked(leaf, e.Key); err != nil {
+					return err
+				}
+			}
+		}
 		var payload []byte
-		if t.leafKind == flagExtents && e.Ref.Extent.IsNil() {
+		if e.Word.Placeholder() {
+			payload = t.mu.payload[:extentPayload]
+			clear(payload)
+		} else if t.leafKind == flagExtents && e.Ref.Extent.IsNil() {
 			if len(e.Value) > t.opts.MaxValueSize {
 				return fmt.Errorf("value of %d bytes for %q, limit %d: %w", len(e.Value), e.Key, t.opts.MaxValueSize, ErrValueTooLarge)
 			}
@@ -335,7 +380,7 @@ func (t *Tree) AppendEntries(ents []Entry) error {
 			if err != nil {
 				return err
 			}
-			payload = t.mu.payload[:]
+			payload = t.mu.payload[:extentPayload]
 			le.PutUint64(payload[0:], uint64(ext))
 			le.PutUint32(payload[8:], uint32(n))
 			le.PutUint64(payload[12:], crc)
@@ -345,7 +390,7 @@ func (t *Tree) AppendEntries(ents []Entry) error {
 			if r.Extent.Region() != t.region || off%8 != 0 || r.Len < extentHeader || off+uint64(roundUp8(r.Len)) > uint64(len(t.mem)) {
 				return fmt.Errorf("record %v of %d bytes for %q outside region %d: %w", r.Extent, r.Len, e.Key, t.region, ErrCorruption)
 			}
-			payload = t.mu.payload[:]
+			payload = t.mu.payload[:extentPayload]
 			le.PutUint64(payload[0:], uint64(r.Extent))
 			le.PutUint32(payload[8:], uint32(r.Len))
 			le.PutUint64(payload[12:], r.CRC)
@@ -360,12 +405,17 @@ func (t *Tree) AppendEntries(ents []Entry) error {
 		if err != nil {
 			return err
 		}
-		i, found := t.nodeBytes(leaf).lowerBound(e.Key)
+		ln := t.nodeBytes(leaf)
+		i, found := ln.lowerBound(e.Key)
 		if found {
 			return fmt.Errorf("append of %q, already present: %w", e.Key, ErrSplitState)
 		}
 		if t.nodesInUse()+t.height()+1 > t.capacity() {
 			return fmt.Errorf("all %d nodes in use: %w", t.capacity(), ErrNeedsSplit)
+		}
+		if versioned && t.leafKind == flagExtents {
+			payload = t.mu.payload[:versionedPayload]
+			le.PutUint64(payload[extentPayload:], uint64(e.Word))
 		}
 		t.insertLocked(0, leaf, i, e.Key, payload, true)
 	}
@@ -382,6 +432,11 @@ func CopyRight(src, dst *Tree, from []byte, maxLeaves int) (next []byte, err err
 	if src.region != dst.region || src.leafKind != dst.leafKind || src.nodeSize != dst.nodeSize {
 		return nil, fmt.Errorf("copy between meganodes of regions %d and %d, kinds %d and %d: %w",
 			src.region, dst.region, src.leafKind, dst.leafKind, ErrSplitState)
+	}
+	if sv, su := src.Versioning(); src.leafKind == flagExtents {
+		if dv, du := dst.Versioning(); sv != dv || su != du {
+			return nil, fmt.Errorf("copy from versioning (%v, %d) to (%v, %d): %w", sv, su, dv, du, ErrSplitState)
+		}
 	}
 	ents, next, err := src.FrozenEntries(from, max(maxLeaves, 1), nil)
 	if err != nil {
@@ -533,6 +588,9 @@ func (t *Tree) FreeRight(maxNodes int) (done bool, err error) {
 			next := n.rightLink()
 			if s.remote && lv == 0 && n.extents() {
 				for i := range n.count() {
+					if n.placeholder(i) {
+						continue
+					}
 					ext, l, _ := n.extent(i)
 					t.ext.Free(ext.Offset(), roundUp8(l))
 				}
@@ -580,6 +638,9 @@ func (t *Tree) DropRecords() error {
 		}
 		n := t.nodeBytes(p)
 		for i := range n.count() {
+			if n.placeholder(i) {
+				continue
+			}
 			ext, l, _ := n.extent(i)
 			t.ext.Free(ext.Offset(), roundUp8(l))
 		}

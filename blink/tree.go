@@ -141,6 +141,10 @@ type Tree struct {
 	// Stats are retry counters of lock-free readers.
 	Stats Stats
 
+	// mode is the versioning mode as readers load it: modeVersioned|U in
+	// versioned mode, 0 in legacy mode (word.go). Written under mu.
+	mode atomic.Uint64
+
 	bufs  sync.Pool // *nodeBuf for readers
 	iters sync.Pool // closed *Iter
 
@@ -157,8 +161,11 @@ type Tree struct {
 		// Writer-owned buffers that split entries may reference (on the
 		// stack they would escape to the heap on every insert).
 		sep     [MaxNodeSize / 8]byte
-		payload [extentPayload]byte
+		payload [versionedPayload]byte
 		childPl [pointerPayload]byte
+		// words holds the versioned payloads of a legacy leaf being
+		// rewritten versioned (upgradeLocked).
+		words []byte
 	}
 }
 
@@ -177,6 +184,12 @@ type Config struct {
 	Level int
 	// Bounds is the key range of the meganode.
 	Bounds Bounds
+	// Versioned formats the meganode in versioned mode (word.go) with
+	// legacy version Legacy, in [1, MaxVersion]; false (legacy mode)
+	// requires Legacy 0. Every leaf of a versioned leaf meganode is
+	// versioned from the start.
+	Versioned bool
+	Legacy    uint64
 }
 
 func (c *Config) validate(mem []byte, nodeSize int) error {
@@ -203,6 +216,9 @@ func (c *Config) validate(mem []byte, nodeSize int) error {
 	if !c.Bounds.MinInf && !c.Bounds.MaxInf && bytes.Compare(c.Bounds.Min, c.Bounds.Max) >= 0 {
 		return fmt.Errorf("blink: empty meganode range [%q, %q)", c.Bounds.Min, c.Bounds.Max)
 	}
+	if c.Versioned && (c.Legacy < 1 || c.Legacy > MaxVersion) || !c.Versioned && c.Legacy != 0 {
+		return fmt.Errorf("blink: versioned %v with legacy version %d: %w", c.Versioned, c.Legacy, ErrVersioning)
+	}
 	return nil
 }
 
@@ -214,6 +230,8 @@ func newTree(mem []byte, region uint32, base uint64, ext Extents, opts Options) 
 	t.mu.scratch = node(atomicmem.Alloc(t.nodeSize))
 	t.mu.tmp = node(atomicmem.Alloc(t.nodeSize))
 	t.mu.right = node(atomicmem.Alloc(t.nodeSize))
+	// A leaf holds at most nodeSize/(slot+keyLen+1+extentPayload) entries.
+	t.mu.words = make([]byte, t.nodeSize/(slotSize+keyLenSize+1+extentPayload)*versionedPayload+versionedPayload)
 	return t
 }
 
@@ -253,13 +271,22 @@ func Format(mem []byte, cfg Config, ext Extents, opts Options) (*Tree, error) {
 	h.putU16(hdrMaxLen, len(max))
 	copy(h[hdrKeys:], min)
 	copy(h[hdrKeys+t.maxKey:], max)
+	leafFlags := t.leafKind
+	if cfg.Versioned {
+		h[offFlags] |= flagVersioned
+		h.putU64(len(h)-hdrLegacyFromEnd, cfg.Legacy)
+		t.mode.Store(modeVersioned | cfg.Legacy)
+		if t.leafKind == flagExtents {
+			leafFlags |= flagVersioned
+		}
+	}
 
 	root, err := t.allocNodeLocked()
 	if err != nil {
 		return nil, err
 	}
 	img := t.mu.scratch
-	initNode(img, kindTree, 0, flagValid|t.leafKind|cfg.Bounds.flags(), min, max, 0)
+	initNode(img, kindTree, 0, flagValid|leafFlags|cfg.Bounds.flags(), min, max, 0)
 	t.publish(root, img)
 	h.putU64(hdrRoot, uint64(root))
 	h.putU16(hdrHeight, 1)
@@ -295,6 +322,13 @@ func Open(mem []byte, region uint32, base uint64, ext Extents, opts Options) (*T
 	copy(t.mu.hdr, t.nodeBytes(t.headerPtr()))
 	if t.mu.hdr.u16(hdrGlobalLevel) == 0 {
 		t.leafKind = flagExtents
+	}
+	if h := t.mu.hdr; h.flags()&flagVersioned != 0 {
+		u := h.u64(len(h) - hdrLegacyFromEnd)
+		if u < 1 || u > MaxVersion {
+			return nil, fmt.Errorf("blink: meganode header at %d: legacy version %d: %w", base, u, ErrCorruption)
+		}
+		t.mode.Store(modeVersioned | u)
 	}
 	return t, nil
 }

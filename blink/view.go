@@ -51,7 +51,20 @@ func (v View) Find(key []byte) (int, bool) { return v.n().lowerBound(key) }
 func (v View) Child(i int) Ptr { return v.n().child(i) }
 
 // Extent returns entry i's record pointer, length and CRC (extent leaves).
+// A placeholder's are zero: it has no record.
 func (v View) Extent(i int) (Ptr, int, uint64) { return v.n().extent(i) }
+
+// Versioned reports a versioned extent leaf, whose entries carry words.
+func (v View) Versioned() bool { return v.n().extents() && v.n().versioned() }
+
+// Word returns entry i's word in a versioned leaf, 0 in a legacy leaf (a
+// reader of a region in versioned mode substitutes MakeWord(U, false,
+// false), U from the region's metadata) and in pointer nodes.
+func (v View) Word(i int) Word { return v.n().rawWord(i) }
+
+// Placeholder reports whether entry i is a placeholder: an entry without
+// a record (Word(i).Placeholder()), which reads as absent.
+func (v View) Placeholder(i int) bool { return v.n().placeholder(i) }
 
 // Step is one move of Sagiv's search for key from this node, the shared
 // traversal rule: Covers says whether the node covers key (OK), key is
@@ -59,7 +72,9 @@ func (v View) Extent(i int) (Ptr, int, uint64) { return v.n().extent(i) }
 // continue at Next, the right link). For an inner node that covers key,
 // Next is the child to descend to. For a leaf that covers key, Next is nil
 // and Index/Found locate the key's entry: in an extent leaf, the first
-// entry >= key; in a leaf of an inner meganode, the entry whose child
+// entry >= key (Found false for a placeholder, which reads as absent:
+// Index then names it, and View.Word(Index) is its word); in a leaf of an
+// inner meganode, the entry whose child
 // meganode covers key (the last entry <= key; Found when it equals key).
 type Step struct {
 	Covers Reason
@@ -92,7 +107,7 @@ func (v View) StepFor(key []byte) Step {
 		return Step{Covers: OK, Index: i, Found: bytes.Equal(n.key(i), key)}
 	}
 	i, found := n.lowerBound(key)
-	return Step{Covers: OK, Index: i, Found: found}
+	return Step{Covers: OK, Index: i, Found: found && !n.placeholder(i)}
 }
 
 // String describes the node (DescribeNode).
@@ -109,6 +124,10 @@ type Header struct {
 	InUse    int // nodes allocated, header included
 	Size     uint64
 	Bounds   Bounds
+	// Versioned is the meganode's mode (word.go); Legacy its legacy
+	// version U in versioned mode, 0 in legacy mode.
+	Versioned bool
+	Legacy    uint64
 }
 
 // DecodeHeader decodes a copy of a meganode header made with 8-byte atomic
@@ -152,12 +171,22 @@ func DecodeHeader(b []byte) (Header, Reason) {
 			MinInf: n.flags()&flagMinInf != 0, MaxInf: n.flags()&flagMaxInf != 0,
 		},
 	}
+	if n.flags()&flagVersioned != 0 {
+		h.Versioned, h.Legacy = true, n.u64(len(n)-hdrLegacyFromEnd)
+		if h.Legacy < 1 || h.Legacy > MaxVersion {
+			return Header{}, Corrupt
+		}
+	}
 	return h, OK
 }
 
 // String formats the header for people.
 func (h Header) String() string {
-	return fmt.Sprintf("meganode level %d height %d root %v nodes %d/%d", h.Level, h.Height, h.Root, h.InUse, h.Capacity)
+	s := fmt.Sprintf("meganode level %d height %d root %v nodes %d/%d", h.Level, h.Height, h.Root, h.InUse, h.Capacity)
+	if h.Versioned {
+		s += fmt.Sprintf(" versioned (legacy version %d)", h.Legacy)
+	}
+	return s
 }
 
 // Header returns the tree's current header, read lock-free.
