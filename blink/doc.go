@@ -36,10 +36,11 @@
 // # Concurrency contract
 //
 // One writer per meganode at a time, any number of lock-free readers.
-// Mutators (Put, InsertChild, Delete, and the split steps) serialise on the
-// tree's internal lock;
+// Mutators (Put, PutWord, PutPlaceholder, SetWord, SetVersioning,
+// InsertChild, Delete, and the split steps) serialise on the tree's
+// internal lock;
 // in Cell the raft apply loop of the region is the only caller. Readers
-// (Get, Search, Contains, Iter, Scan) never take it.
+// (Get, GetWord, Search, Contains, Iter, Scan, ScanWords) never take it.
 //
 // Every change the writer makes to a node is published with the odd/even
 // version protocol of docs/design.md §3 using atomic stores: head and tail versions
@@ -61,6 +62,31 @@
 // stale pointer can never mistake a reincarnated node for the one it meant
 // to read unless that node covers its key, in which case it is the right
 // node to read (paper §2.4).
+//
+// # Entry words (docs/transactions.md §2)
+//
+// A meganode is in legacy mode (every image written before versions, and
+// every meganode formatted without Config.Versioned) or in versioned mode
+// with a legacy version U (Config.Versioned, or SetVersioning later), kept
+// in its header. In versioned mode every leaf entry of a leaf meganode has
+// an entry word (Word: a 62-bit version, locked, placeholder), stored after
+// the entry's extent payload in a versioned leaf (flagVersioned, format.go),
+// so a validated leaf copy holds the words of all its keys. Leaves written
+// in legacy mode stay legacy, their entries reading as MakeWord(U), until a
+// write changes them: the write first rewrites the leaf versioned with
+// exactly those words, splitting it like an insert when the longer entries
+// no longer fit (that alone never needs the fill threshold's room: an
+// existing key's write returns ErrNeedsSplit only in a meganode with no
+// node left). Writes in versioned mode carry words (PutWord, SetWord,
+// PutPlaceholder; Put returns ErrNeedsWord); Delete works in both modes.
+// A placeholder is an entry without a record, the lock of an absent key:
+// it takes room like any entry and moves with splits, and Get, Contains,
+// Iter and Scan do not see it (Search reports its word with Found false).
+// Every change to a word is a change of the leaf, published with the
+// version protocol below, so (leaf, version) names one content of the leaf
+// with its words. Every copy of an entry (splits, CopyRight, FrozenEntries,
+// FrozenRecords and AppendEntries) carries its word unchanged. Pointer
+// nodes never carry words.
 //
 // # Full meganodes and limits
 //

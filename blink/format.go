@@ -23,13 +23,20 @@ package blink
 //	 NodeSize-8: tail version
 //
 //	 fl (flags, byte 8):  bit0 valid, bit1 min is -inf, bit2 max is +inf,
-//	                      bit3 entries point to extents (leaf of a leaf meganode)
+//	                      bit3 entries point to extents (leaf of a leaf meganode),
+//	                      bit4 versioned: entries carry an entry word (only
+//	                      with bit3; a legacy extent leaf has it clear)
 //	 lv (byte 9):         local level, 0 = leaf
 //	 kind (byte 22):      1 tree node, 2 meganode header, 0 never used / free
 //
 //	 entry at offset o:   [keyLen u16][key][payload]
 //	   extent payload:    [extent Ptr u64][record length u32][record CRC64 u64]  (20 bytes)
+//	   versioned payload: [extent payload (20 bytes)][entry word u64]            (28 bytes)
 //	   pointer payload:   [child Ptr u64]                                         (8 bytes)
+//
+//	 entry word (word.go): bits 0..61 version, bit 62 locked, bit 63
+//	 placeholder. A placeholder's extent payload is zero (no record).
+//	 Entries are not 8-byte aligned: the word is read from a validated copy.
 //
 // Invariant: keys of entries are strictly increasing in slot order, and every
 // entry key k satisfies min <= k < max. In an inner node, entry i's child
@@ -53,7 +60,12 @@ package blink
 //	64  min key length u16                      66 max key length u16
 //	68  reserved u32
 //	72  min key bytes (≤ MaxKeySize)            72+MaxKeySize: max key bytes
+//	NodeSize-16: legacy version U u64           (versioned mode; 0 in legacy mode)
 //	NodeSize-8: tail version
+//
+//	 header flags also use bit4 (versioned): the meganode is in versioned
+//	 mode, with legacy version U; clear (and U zero) in legacy mode, which
+//	 every header written before versions reads as.
 //
 // Extent record (in the region's extent area), see extent.go:
 //

@@ -19,6 +19,19 @@ func FuzzNodeDecode(f *testing.F) {
 	tr.NodeBytes(tr.Root(), seed)
 	f.Add(seed)
 	f.Add(make([]byte, 512))
+	// A versioned leaf, with a placeholder: entries 8 bytes longer.
+	vt, _ := newTestTree(f, testTreeOpts{nodeSize: 512, legacy: 3})
+	for i, k := range []string{"a", "b", "c", "dd", "eee"} {
+		if err := vt.PutWord([]byte(k), []byte(k), MakeWord(uint64(i+4), i%2 == 0, false)); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := vt.PutPlaceholder([]byte("bb"), MakeWord(0, true, false)); err != nil {
+		f.Fatal(err)
+	}
+	vseed := make([]byte, 512)
+	vt.NodeBytes(vt.Root(), vseed)
+	f.Add(vseed)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		b := atomicmem.Alloc(512)
 		copy(b, data)
@@ -28,11 +41,17 @@ func FuzzNodeDecode(f *testing.F) {
 			return
 		}
 		n := node(b)
+		v := View(b)
 		for i := 0; i < n.count(); i++ {
 			k := n.key(i)
 			_ = n.payload(i)
 			n.lowerBound(k)
 			Covers(b, k)
+			_, _ = v.Word(i), v.Placeholder(i)
+			if v.Extents() {
+				v.Extent(i)
+			}
+			v.StepFor(k)
 		}
 		n.minKey()
 		n.maxKey()
@@ -64,6 +83,9 @@ func FuzzNodeRoundTrip(f *testing.F) {
 		lv := 0
 		if leaf {
 			flags |= flagExtents
+			if level&0x80 != 0 {
+				flags |= flagVersioned // entries with words
+			}
 		} else {
 			lv = int(level%8) + 1
 		}

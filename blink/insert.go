@@ -401,6 +401,10 @@ func (t *Tree) growRootLocked(p Ptr, sep []byte, right Ptr) {
 // Delete removes key and reports whether it was present. Nodes are never
 // merged (paper §2.2: "Deletions simply remove the key from its leaf node
 // under a lock").
+//
+// In versioned mode it also removes a placeholder, and first rewrites a
+// legacy leaf versioned (word.go), which may split it: ErrNeedsSplit,
+// nothing changed, only in a meganode with no node left for that.
 func (t *Tree) Delete(key []byte) (bool, error) {
 	if err := t.checkKey(key); err != nil {
 		return false, err

@@ -21,6 +21,8 @@ type megaRegion struct {
 	megaSize uint64
 	slots    int
 
+	legacy uint64 // non-zero: format meganodes versioned with this U
+
 	mu    sync.Mutex
 	trees []*Tree // by slot
 }
@@ -55,8 +57,8 @@ func (r *megaRegion) format(tb testing.TB, level int, b Bounds) *Tree {
 		if tr != nil {
 			continue
 		}
-		tr, err := Format(r.mem, Config{Region: testRegion, Base: uint64(slot) * r.megaSize, Size: r.megaSize, Level: level, Bounds: b},
-			r.ext, Options{NodeSize: r.nodeSize})
+		tr, err := Format(r.mem, Config{Region: testRegion, Base: uint64(slot) * r.megaSize, Size: r.megaSize, Level: level, Bounds: b,
+			Versioned: r.legacy != 0, Legacy: r.legacy}, r.ext, Options{NodeSize: r.nodeSize})
 		if err != nil {
 			tb.Fatalf("Format slot %d: %v", slot, err)
 		}
