@@ -87,11 +87,13 @@ func (t *Tree) Right() Ptr {
 }
 
 // NeedsSplit reports whether an insert of a new key would fail with
-// ErrNeedsSplit now (the fill threshold, or the nodes left for a cascade).
+// ErrNeedsSplit now (the fill threshold, or the nodes left for a cascade),
+// or a write was refused since the last split because rewriting a legacy
+// leaf versioned needed nodes the meganode did not have.
 func (t *Tree) NeedsSplit() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.roomForInsertLocked() != nil
+	return t.roomForInsertLocked() != nil || t.mu.upgradeRefused
 }
 
 // SplitKey chooses where to split the meganode: the middle entry, by
@@ -609,6 +611,7 @@ func (t *Tree) FreeRight(maxNodes int) (done bool, err error) {
 			return false, nil
 		}
 	}
+	t.mu.upgradeRefused = false // the split gave nodes back
 	return true, nil
 }
 

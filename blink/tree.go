@@ -166,6 +166,12 @@ type Tree struct {
 		// words holds the versioned payloads of a legacy leaf being
 		// rewritten versioned (upgradeLocked).
 		words []byte
+		// upgradeRefused: a write was refused ErrNeedsSplit because
+		// rewriting a legacy leaf versioned needed nodes the meganode
+		// did not have, below the fill threshold; NeedsSplit reports it
+		// until a split frees the right half. Not part of the image:
+		// only the decision to split reads it.
+		upgradeRefused bool
 	}
 }
 

@@ -145,6 +145,7 @@ func (t *Tree) roomForUpgradeLocked(n node, extra int) error {
 		return nil
 	}
 	if inUse, capa := t.nodesInUse(), t.capacity(); inUse+t.height()+1+extra > capa {
+		t.mu.upgradeRefused = true
 		return fmt.Errorf("rewriting a legacy leaf versioned: %d of %d nodes in use: %w", inUse, capa, ErrNeedsSplit)
 	}
 	return nil
@@ -192,6 +193,7 @@ func (t *Tree) upgradeLocked(leaf Ptr, key []byte) (Ptr, error) {
 			return leaf, nil
 		}
 		if t.nodesInUse()+t.height()+1 > t.capacity() {
+			t.mu.upgradeRefused = true
 			return 0, fmt.Errorf("rewriting a legacy leaf versioned: all %d nodes in use: %w", t.capacity(), ErrNeedsSplit)
 		}
 		k := splitPoint(ents, len(old), min, max)
