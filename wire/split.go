@@ -117,26 +117,36 @@ type SplitEntry struct {
 	Key   []byte
 	Value []byte
 	Child blink.Ptr
+	Word  blink.Word // with SplitAppendRequest.Words
 }
 
 // SplitAppendRequest appends Entries, in key order above every key Y
 // holds, to the split target Meganode. Inner is set for an inner
 // meganode's entries (children, no values).
 //
-//	[meganode u64][flags u8: bit0 inner][count u32]
-//	count × ([key bytes][value bytes])       leaf meganode
-//	count × ([key bytes][child u64])         inner meganode
+//	[meganode u64][flags u8: bit0 inner, bit1 words][count u32]
+//	count × ([key bytes][value bytes])             leaf meganode
+//	count × ([key bytes][value bytes][word u64])   leaf meganode, words
+//	count × ([key bytes][child u64])               inner meganode
+//
+// Words (leaf entries of a region with versions, docs/transactions.md
+// §2.3) carry each entry's blink.Word, so that a key keeps its version
+// when it moves.
 type SplitAppendRequest struct {
 	Meganode blink.Ptr
 	Inner    bool
+	Words    bool
 	Entries  []SplitEntry
 }
 
-const splitInner = 1 << 0
+const (
+	splitInner = 1 << 0
+	splitWords = 1 << 1
+)
 
 func (m *SplitAppendRequest) AppendTo(b []byte) []byte {
 	b = appendU64(b, uint64(m.Meganode))
-	b = appendU8(b, bit(m.Inner, splitInner))
+	b = appendU8(b, bit(m.Inner, splitInner)|bit(m.Words, splitWords))
 	b = appendU32(b, uint32(len(m.Entries)))
 	for i := range m.Entries {
 		e := &m.Entries[i]
@@ -145,6 +155,9 @@ func (m *SplitAppendRequest) AppendTo(b []byte) []byte {
 			b = appendU64(b, uint64(e.Child))
 		} else {
 			b = appendBytes(b, e.Value)
+			if m.Words {
+				b = appendU64(b, uint64(e.Word))
+			}
 		}
 	}
 	return b
@@ -160,7 +173,11 @@ func (m *SplitAppendRequest) Decode(body []byte) error {
 
 func (m *SplitAppendRequest) decode(d *decoder) {
 	m.Meganode = blink.Ptr(d.u64("meganode"))
-	m.Inner = d.flags(splitInner, "split append flags")&splitInner != 0
+	f := d.flags(splitInner|splitWords, "split append flags")
+	m.Inner, m.Words = f&splitInner != 0, f&splitWords != 0
+	if m.Inner && m.Words {
+		d.failf("split append: words on inner entries")
+	}
 	n := d.count(4+4, "split entries")
 	m.Entries = m.Entries[:0]
 	for range n {
@@ -170,6 +187,9 @@ func (m *SplitAppendRequest) decode(d *decoder) {
 			e.Child = blink.Ptr(d.u64("entry child"))
 		} else {
 			e.Value = d.bytes("entry value")
+			if m.Words {
+				e.Word = blink.Word(d.u64("entry word"))
+			}
 		}
 		if d.err != nil {
 			break
@@ -203,17 +223,33 @@ func (m *SplitAppendReply) decode(d *decoder) {
 // dropped (the split was aborted before X linked to Y). Sessions is, with
 // Commit, what the source region's at-most-once table knows of the writes
 // to the keys that moved (the server's session digest, opaque here;
-// empty: nothing).
+// empty: nothing). Clock is, with Commit, the source region's version
+// clock (docs/transactions.md §2.3; 0: a region without versions), which
+// the target's clock is raised to.
 //
-//	[meganode u64][commit bool][sessions bytes]
+//	[meganode u64][flags u8: bit0 commit, bit1 clock][sessions bytes][clock u64, if bit1]
+//
+// (Before versions the flags byte was a bool: 0 or 1.)
 type SplitEndRequest struct {
 	Meganode blink.Ptr
 	Commit   bool
 	Sessions []byte
+	Clock    uint64
 }
 
+const (
+	splitEndCommit = 1 << 0
+	splitEndClock  = 1 << 1
+)
+
 func (m *SplitEndRequest) AppendTo(b []byte) []byte {
-	return appendBytes(appendBool(appendU64(b, uint64(m.Meganode)), m.Commit), m.Sessions)
+	b = appendU64(b, uint64(m.Meganode))
+	b = appendU8(b, bit(m.Commit, splitEndCommit)|bit(m.Clock != 0, splitEndClock))
+	b = appendBytes(b, m.Sessions)
+	if m.Clock != 0 {
+		b = appendU64(b, m.Clock)
+	}
+	return b
 }
 
 func (m *SplitEndRequest) Decode(body []byte) error {
@@ -224,10 +260,16 @@ func (m *SplitEndRequest) Decode(body []byte) error {
 
 func (m *SplitEndRequest) decode(d *decoder) {
 	m.Meganode = blink.Ptr(d.u64("meganode"))
-	m.Commit = d.bool("commit")
+	f := d.flags(splitEndCommit|splitEndClock, "split end flags")
+	m.Commit = f&splitEndCommit != 0
 	m.Sessions = d.bytes("sessions")
-	if d.err == nil && !m.Commit && len(m.Sessions) > 0 {
-		d.failf("an abort with %d bytes of sessions", len(m.Sessions))
+	if f&splitEndClock != 0 {
+		if m.Clock = d.u64("clock"); m.Clock == 0 && d.err == nil {
+			d.failf("split end: a clock flag with clock 0")
+		}
+	}
+	if d.err == nil && !m.Commit && (len(m.Sessions) > 0 || m.Clock != 0) {
+		d.failf("an abort with sessions or a clock")
 	}
 }
 
