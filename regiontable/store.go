@@ -38,6 +38,25 @@ type Member struct {
 	// (Region.ReadKey) carry the raw addresses and the memory keys
 	// clients read with. A string, so that Members stay comparable.
 	Fabric string `json:",omitempty"`
+	// Features lists, space-separated, the formats the server's code
+	// knows beyond the first release's: "versions" (docs/transactions.md
+	// §2.6: a region's leader starts versions only once every replica's
+	// server knows them). Empty for older servers.
+	Features string `json:",omitempty"`
+}
+
+// FeatureVersions is the Features word of servers that apply version
+// records.
+const FeatureVersions = "versions"
+
+// Has reports whether the member's Features list word f.
+func (m Member) Has(f string) bool {
+	for w := range strings.FieldsSeq(m.Features) {
+		if w == f {
+			return true
+		}
+	}
+	return false
 }
 
 // FabricEndpoints returns the member's libfabric endpoints.

@@ -200,6 +200,7 @@ func (k *keeper) tendReplica(rep *replica) {
 			}
 		}
 		s.splits.sweepTargets(rep)
+		k.startVersions(rep)
 	case !served && leader:
 		k.leadUnserved(rep)
 	}

@@ -60,7 +60,10 @@ type worker struct {
 }
 
 // span locates one range pair in worker.arena.
-type span struct{ off, klen, vlen int }
+type span struct {
+	off, klen, vlen int
+	ver             uint64 // the pair's version (range replies with versions)
+}
 
 // Buffers above this size are dropped after the request that grew them.
 const keepBuffer = 256 << 10
@@ -304,12 +307,14 @@ func (w *worker) search(body []byte) (wire.Message, error) {
 			return rep, nil
 		}
 		rep.Kind, rep.Found = wire.SearchLeaf, hp.res.Found
+		word := hp.res.Word
 		if req.WantValue && rep.Found {
-			v, err := w.value(hp, req.Key)
+			v, wd, err := w.value(hp, req.Key)
 			switch {
 			case err == nil:
 				w.val = v[:0]
 				rep.HasValue, rep.Value = true, v
+				word = wd
 			case errors.Is(err, blink.ErrNotFound):
 				rep.Found = false // deleted since the search
 			case errors.Is(err, blink.ErrKeyOutOfRange):
@@ -317,6 +322,9 @@ func (w *worker) search(body []byte) (wire.Message, error) {
 			default:
 				return nil, err
 			}
+		}
+		if req.WantVersion && rep.Found && word.Version() != 0 {
+			rep.HasVersion, rep.Version = true, word.Version()
 		}
 		w.s.metrics.searchLeaf.Inc()
 		return rep, nil
@@ -353,14 +361,15 @@ func (w *worker) leafFor(p blink.Ptr, epoch uint64, key []byte, what string) (ho
 
 // value reads the value of key into w.val's buffer from the record the
 // search that ended at hp found, without descending again; if the leaf
-// changed since the search, with a search of its own (blink Get). A key
+// changed since the search, with a search of its own (blink GetWord). It
+// returns the entry's word with the value, both of one leaf version. A key
 // the search did not find is blink.ErrNotFound.
-func (w *worker) value(hp hop, key []byte) ([]byte, error) {
+func (w *worker) value(hp hop, key []byte) ([]byte, blink.Word, error) {
 	v, ok, err := hp.lm.T.Value(hp.res, key, w.val[:0])
 	if ok || err != nil {
-		return v, err
+		return v, hp.res.Word, err
 	}
-	return hp.lm.T.Get(key, w.val[:0])
+	return hp.lm.T.GetWord(key, w.val[:0])
 }
 
 func (w *worker) get(body []byte) (wire.Message, error) {
@@ -373,7 +382,7 @@ func (w *worker) get(body []byte) (wire.Message, error) {
 		if err != nil {
 			return nil, err
 		}
-		v, err := w.value(hp, req.Key)
+		v, _, err := w.value(hp, req.Key)
 		if errors.Is(err, blink.ErrKeyOutOfRange) {
 			continue // moved since the search
 		}

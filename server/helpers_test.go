@@ -146,13 +146,21 @@ func dial(t testing.TB, s *Server) *wire.Conn {
 }
 
 // call sends req and decodes the reply into rep (nil: expect an empty
-// body). It returns the call's error and the reply header.
+// body, or for a write a WriteReply, which is checked). It returns the
+// call's error and the reply header.
 func call(t testing.TB, c *wire.Conn, op wire.Op, req, rep wire.Message) (wire.Header, error) {
 	t.Helper()
 	f, err := c.CallMessage(ctxT(t), op, req)
 	defer f.Release()
 	if err != nil {
 		return f.Header, err
+	}
+	if rep == nil && op.IsWrite() && (op == wire.OpPut || op == wire.OpDelete) {
+		var wr wire.WriteReply
+		if err := wr.Decode(f.Body); err != nil {
+			t.Fatalf("%v: decode write reply: %v", op, err)
+		}
+		return f.Header, nil
 	}
 	if rep == nil {
 		if len(f.Body) != 0 {

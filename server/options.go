@@ -307,6 +307,17 @@ type TestingKnobs struct {
 	// instead of TCP: unit tests of replicas and groups share a
 	// raftmux.MemNetwork and open no socket for raft.
 	RaftNetwork raftmux.Network
+	// NoVersions: the server behaves as one from before versions
+	// (docs/transactions.md §2.6): its member entry lists no features
+	// and it never proposes the version record, so regions it leads
+	// stay without versions (the upgrade tests).
+	NoVersions bool
+	// SplitNoFloor breaks versions on purpose: a remote split's commit
+	// does not carry the source's version clock, so the target's clock
+	// is not raised above the versions that moved in
+	// (docs/transactions.md §2.3). TestVersionsAcrossRemoteSplits runs
+	// with it to show that it catches a version that goes back.
+	SplitNoFloor bool
 	// NoTakeover: a replica elected leader of a region it does not serve
 	// leaves it alone (the old host keeps its table entry), so tests see
 	// what an isolated host does on its own.

@@ -95,7 +95,6 @@ func (g *registry) followerList() []*replica {
 	return out
 }
 
-
 // holding returns this server's replica of region id, served or not: its
 // own region's, or a follower's; nil if it holds none.
 func (g *registry) holding(id uint32) *replica {

@@ -262,9 +262,10 @@ func (sp *splitter) beginRemoteTarget(x *rsm.Meganode, sep []byte, peer *regiont
 func (sp *splitter) copyRemote(x *rsm.Meganode, sep []byte, tgt *splitTarget) (blink.Ptr, error) {
 	s := sp.s
 	inner := x.Level > 0
+	versioned, _ := x.T.Versioning()
 	var (
 		ents  []blink.Entry
-		req   = wire.SplitAppendRequest{Meganode: tgt.ptr, Inner: inner}
+		req   = wire.SplitAppendRequest{Meganode: tgt.ptr, Inner: inner, Words: versioned && !inner}
 		root  blink.Ptr
 		err   error
 		batch = max(s.opts.SplitCopyBatch, 1)
@@ -272,7 +273,11 @@ func (sp *splitter) copyRemote(x *rsm.Meganode, sep []byte, tgt *splitTarget) (b
 	send := func(es []blink.Entry) error {
 		req.Entries = req.Entries[:0]
 		for _, e := range es {
-			req.Entries = append(req.Entries, wire.SplitEntry{Key: e.Key, Value: e.Value, Child: e.Child})
+			se := wire.SplitEntry{Key: e.Key, Value: e.Value, Child: e.Child}
+			if req.Words {
+				se.Word = e.Word
+			}
+			req.Entries = append(req.Entries, se)
 		}
 		var rep wire.SplitAppendReply
 		if err := s.call(s.bgCtx, tgt.peer.RPCAddr, wire.OpSplitAppend, &req, &rep); err != nil {
@@ -288,7 +293,7 @@ func (sp *splitter) copyRemote(x *rsm.Meganode, sep []byte, tgt *splitTarget) (b
 		}
 		// One request per remoteAppendBytes of keys and values.
 		for start, size, i := 0, 0, 0; i < len(ents); i++ {
-			size += len(ents[i].Key) + len(ents[i].Value) + 16
+			size += len(ents[i].Key) + len(ents[i].Value) + 24
 			if size >= remoteAppendBytes || i == len(ents)-1 {
 				if err := send(ents[start : i+1]); err != nil {
 					return 0, err
@@ -316,12 +321,15 @@ func (sp *splitter) copyRemote(x *rsm.Meganode, sep []byte, tgt *splitTarget) (b
 // A commit carries the digest of the source region's session table
 // (sessions, server/rsm/sessions.go), taken after the split froze the keys that move:
 // the target merges it, so that no retry of a write to them is vouched
-// for there that the source applied.
-func (sp *splitter) endRemoteTarget(tgt *splitTarget, commit bool, sessions []byte) error {
+// for there that the source applied. It carries the source region's
+// version clock too (0 without versions): the target's clock rises to it,
+// so a moved key's next version is above the one it came with
+// (docs/transactions.md §2.3).
+func (sp *splitter) endRemoteTarget(tgt *splitTarget, commit bool, sessions []byte, clock uint64) error {
 	s := sp.s
 	req := wire.SplitEndRequest{Meganode: tgt.ptr, Commit: commit}
 	if commit {
-		req.Sessions = sessions
+		req.Sessions, req.Clock = sessions, clock
 	}
 	var err error
 	for attempt := 0; attempt < commitTries; attempt++ {
@@ -468,9 +476,9 @@ func (w *worker) splitAppend(body []byte) (wire.Message, error) {
 	}
 	ents := make([]blink.Entry, len(req.Entries))
 	for i, e := range req.Entries {
-		ents[i] = blink.Entry{Key: e.Key, Value: e.Value, Child: e.Child}
+		ents[i] = blink.Entry{Key: e.Key, Value: e.Value, Child: e.Child, Word: e.Word}
 	}
-	b := rsm.TargetBody{Phase: rsm.TargetAppend, Payload: rsm.AppendEntries(nil, req.Inner, ents)}
+	b := rsm.TargetBody{Phase: rsm.TargetAppend, Payload: rsm.AppendEntries(nil, req.Inner, req.Words, ents)}
 	res, err := tr.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindTarget, Meganode: req.Meganode, Value: rsm.AppendTargetBody(nil, &b)}))
 	if err != nil {
 		return nil, badRequest(err)
@@ -494,7 +502,7 @@ func (w *worker) splitEnd(body []byte) error {
 	}
 	b := rsm.TargetBody{Phase: rsm.TargetAbort}
 	if req.Commit {
-		b.Phase, b.Payload = rsm.TargetCommit, req.Sessions
+		b.Phase, b.Payload, b.Clock = rsm.TargetCommit, req.Sessions, req.Clock
 	}
 	_, err := tr.propose(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindTarget, Meganode: req.Meganode, Value: rsm.AppendTargetBody(nil, &b)}))
 	err = badRequest(err)

@@ -507,7 +507,7 @@ func TestEndRemoteTargetRefusedOnce(t *testing.T) {
 	before := refusals()
 	// The root meganode, here: no split target.
 	tgt := &splitTarget{ptr: s.Root(), peer: regiontable.Member{ID: s.opts.ServerID, RPCAddr: s.rpcAddr}}
-	err := s.splits.endRemoteTarget(tgt, true, nil)
+	err := s.splits.endRemoteTarget(tgt, true, nil, 0)
 	if wire.StatusOf(err) != wire.StatusBadRequest {
 		t.Fatalf("commit of a meganode that is no target: %v, want BadRequest", err)
 	}

@@ -53,9 +53,10 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 		for _, sp := range w.spans {
 			k := w.arena[sp.off : sp.off+sp.klen : sp.off+sp.klen]
 			v := w.arena[sp.off+sp.klen : sp.off+sp.klen+sp.vlen : sp.off+sp.klen+sp.vlen]
-			pairs = append(pairs, wire.KV{Key: k, Value: v})
+			pairs = append(pairs, wire.KV{Key: k, Value: v, Version: sp.ver})
 		}
 		rep.Pairs = pairs
+		rep.Versions = req.WithVersions
 	}()
 	if upper != nil && (len(upper) == 0 || lower != nil && bytes.Compare(lower, upper) >= 0) {
 		return rep, nil // an empty range
@@ -65,7 +66,8 @@ func (w *worker) scan(body []byte) (wire.Message, error) {
 		return nil, err
 	}
 	frame := s.rpc.rangeBudget()
-	sc := scanner{w: w, rep: rep, limit: limit, capped: capped, keysOnly: req.KeysOnly, budget: min(frame, s.opts.MaxRangeBytes), frame: frame}
+	sc := scanner{w: w, rep: rep, limit: limit, capped: capped, keysOnly: req.KeysOnly, versions: req.WithVersions,
+		budget: min(frame, s.opts.MaxRangeBytes), frame: frame}
 	if req.Reverse {
 		err = sc.backward(lm, lower, upper)
 	} else {
@@ -92,16 +94,20 @@ type scanner struct {
 	limit    int
 	capped   bool // limit is MaxRangePairs, not the request's own
 	keysOnly bool
-	budget   int // bytes of pairs: MaxRangeBytes, at most frame
-	frame    int // bytes of pairs that fit a frame
+	versions bool // each pair's version too (RangeRequest.WithVersions)
+	budget   int  // bytes of pairs: MaxRangeBytes, at most frame
+	frame    int  // bytes of pairs that fit a frame
 	size     int
 }
 
-// add appends a pair to the reply; it reports false (and adds nothing) when
-// the pair would pass the byte budget. The first pair only has to fit the
-// frame, so that every reply makes progress.
-func (sc *scanner) add(k, v []byte) bool {
+// add appends a pair and its version to the reply; it reports false (and
+// adds nothing) when the pair would pass the byte budget. The first pair
+// only has to fit the frame, so that every reply makes progress.
+func (sc *scanner) add(k, v []byte, ver uint64) bool {
 	n := len(k) + len(v) + wire.RangePairOverhead
+	if sc.versions {
+		n += wire.RangeVersionOverhead
+	}
 	if sc.size+n > sc.budget && (len(sc.w.spans) > 0 || n > sc.frame) {
 		if sc.size+n <= sc.frame {
 			sc.w.s.metrics.refusals.WithLabelValues(refuseRangeBytes).Inc()
@@ -112,7 +118,7 @@ func (sc *scanner) add(k, v []byte) bool {
 	w := sc.w
 	off := len(w.arena)
 	w.arena = append(append(w.arena, k...), v...)
-	w.spans = append(w.spans, span{off: off, klen: len(k), vlen: len(v)})
+	w.spans = append(w.spans, span{off: off, klen: len(k), vlen: len(v), ver: ver})
 	return true
 }
 
@@ -184,7 +190,7 @@ func (sc *scanner) forward(lm *rsm.Meganode, cur, upper []byte) error {
 			if err != nil {
 				return err
 			}
-			if present && !sc.add(k, v) {
+			if present && !sc.add(k, v, it.Word().Version()) {
 				return sc.more(k, leaf.Ptr())
 			}
 		}
@@ -238,7 +244,7 @@ func (sc *scanner) backward(lm *rsm.Meganode, lower, upper []byte) error {
 			if err != nil {
 				return err
 			}
-			if present && !sc.add(k, v) {
+			if present && !sc.add(k, v, it.Word().Version()) {
 				return sc.more(sc.lastKey(), leaf.Ptr())
 			}
 		}

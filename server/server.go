@@ -326,8 +326,12 @@ func (s *Server) memberEntry() regiontable.Member {
 		ReadAddr: s.responder.Addr(),
 		HostID:   s.opts.HostID,
 		Version:  s.opts.Version,
+		Features: regiontable.FeatureVersions,
 	}
 	m.Fabric = regiontable.FormatFabricEndpoints(s.fabricEndpoints())
+	if s.opts.TestingKnobs.NoVersions {
+		m.Features = ""
+	}
 	return m
 }
 

@@ -75,12 +75,13 @@ func (l *applyLog) checkSplits(t testing.TB) int {
 		// A separator that meets a full, splitting or moved parent is
 		// tried again (insertSeparatorLocked): those failures are the
 		// protocol, not errors.
-		retried := r.kind == rsm.KindChild && (errors.Is(r.err, blink.ErrNeedsSplit) || errors.Is(r.err, blink.ErrFrozen) || errors.Is(r.err, blink.ErrKeyOutOfRange))
+		retried := r.kind == rsm.KindChild && (errors.Is(r.err, blink.ErrNeedsSplit) || errors.Is(r.err, blink.ErrFrozen) || errors.Is(r.err, blink.ErrKeyOutOfRange)) ||
+			r.kind == rsm.KindVersion && errors.Is(r.err, rsm.ErrVersionMode) // proposed again after the split
 		if r.err != nil && !retried {
 			t.Errorf("record %d (%v of %v): %v", i, r.phase, r.mega, r.err)
 		}
-		if r.kind == rsm.KindRegion || r.kind == rsm.KindRoot {
-			continue // the region's first record, the root's making
+		if r.kind == rsm.KindRegion || r.kind == rsm.KindRoot || r.kind == rsm.KindVersion {
+			continue // the region's first record, the root's making, the start of versions
 		}
 		if r.kind == rsm.KindChild {
 			for _, sp := range open {

@@ -124,7 +124,7 @@ func (d *splitDriver) start() error {
 	res, err := d.s.splits.applySplit(d.x, d.sep, b)
 	if err != nil {
 		if d.tgt != nil {
-			d.s.splits.endRemoteTarget(d.tgt, false, nil)
+			d.s.splits.endRemoteTarget(d.tgt, false, nil, 0)
 		}
 		return err
 	}
@@ -217,7 +217,11 @@ func (d *splitDriver) thawTarget() error {
 	if err != nil {
 		return err
 	}
-	return d.s.splits.endRemoteTarget(d.tgt, true, rep.sessionDigest())
+	_, _, clock := rep.sm.Versions()
+	if d.s.opts.TestingKnobs.SplitNoFloor {
+		clock = 0
+	}
+	return d.s.splits.endRemoteTarget(d.tgt, true, rep.sessionDigest(), clock)
 }
 
 // separator inserts the separator one level up and reports whether it
@@ -281,7 +285,7 @@ func (d *splitDriver) abort() error {
 		s.log.Error("server: abort of a meganode split failed", slog.String("meganode", d.x.Ptr().String()), slog.Any("err", err))
 	}
 	if d.tgt != nil {
-		if terr := s.splits.endRemoteTarget(d.tgt, false, nil); terr != nil {
+		if terr := s.splits.endRemoteTarget(d.tgt, false, nil, 0); terr != nil {
 			s.log.Warn("server: the split's remote target was not dropped", slog.String("new", d.y.String()), slog.Any("err", terr))
 		}
 	}

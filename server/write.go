@@ -162,7 +162,11 @@ func (rs *rpcServer) settleWrite(j job, p proposal, start time.Time) {
 	if err == nil && p.op == wire.OpDelete && !res.Found {
 		err = wire.ErrNotFound
 	}
-	rs.answer(j, nil, err, start.Sub(j.arrived), time.Since(start))
+	var msg wire.Message
+	if err == nil {
+		msg = &wire.WriteReply{Version: res.Version}
+	}
+	rs.answer(j, msg, err, start.Sub(j.arrived), time.Since(start))
 }
 
 // writeStep is what a write does after its record's outcome.

@@ -10,6 +10,9 @@ import (
 type Result struct {
 	// Found: a delete removed a key (false: the key was absent).
 	Found bool
+	// Version: the version a put gave its key (0 in a region without
+	// versions), or, for a duplicate, the one its first application gave.
+	Version uint64
 	// Next: a split copy's cursor for the next batch (nil: copy done).
 	Next []byte
 	// Done: a split free batch freed the last node of the right half.
@@ -55,9 +58,9 @@ func (m *Machine) Apply(index uint64, rec []byte) (Result, error) {
 		if r.Kind == KindDelete {
 			kind = "delete"
 		}
-		if found, dup := m.state.Sessions.lookup(r.ClientID, r.Seq); dup && r.ClientID != 0 {
+		if o, dup := m.state.Sessions.lookupOutcome(r.ClientID, r.Seq); dup && r.ClientID != 0 {
 			kind += "_duplicate" // applied before: at most once
-			res.Found = found
+			res.Found, res.Version = o.found(), o.version()
 			break
 		}
 		if err = m.state.Sessions.refusal(r.Flags, r.ClientID, r.Seq); err != nil {
@@ -65,12 +68,12 @@ func (m *Machine) Apply(index uint64, rec []byte) (Result, error) {
 			break
 		}
 		if r.Kind == KindPut {
-			err = lm.T.Put(r.Key, r.Value)
+			res.Version, err = m.putLocked(lm, index, r.Key, r.Value)
 		} else {
 			res.Found, err = lm.T.Delete(r.Key)
 		}
 		if err == nil && r.ClientID != 0 {
-			m.state.Sessions.record(r.ClientID, r.Seq, res.Found, index)
+			m.state.Sessions.recordOutcome(r.ClientID, r.Seq, makeOutcome(res.Found, res.Version), index)
 		}
 	case r.Kind == KindChild:
 		kind = "child"
@@ -95,6 +98,9 @@ func (m *Machine) Apply(index uint64, rec []byte) (Result, error) {
 		p, _ := DecodeRootBody(r.Value)
 		kind = "root_" + p.String()
 		res, err = m.applyRootLocked(p, r.Meganode)
+	case r.Kind == KindVersion:
+		kind = "version"
+		err = m.applyVersionLocked(index)
 	}
 	if m.onApply != nil {
 		m.onApply(index, rec, kind, err)
@@ -151,4 +157,43 @@ func (m *Machine) applyRootLocked(p RootPhase, mp blink.Ptr) (Result, error) {
 		return Result{}, m.dropMeganode(lm.M.Slot())
 	}
 	return Result{}, fmt.Errorf("rsm: root phase %v: %w", p, ErrBadRecord)
+}
+
+// putLocked puts key's value into leaf meganode lm as a record applied at
+// index: with a version from the clock in a versioned region
+// (docs/transactions.md §2.2), as before versions otherwise. The clock
+// moves only when the put applied. REQUIRES: m.mu held.
+func (m *Machine) putLocked(lm *Meganode, index uint64, key, value []byte) (uint64, error) {
+	if !m.state.Versioned {
+		return 0, lm.T.Put(key, value)
+	}
+	v := max(index, m.state.Clock+1)
+	if err := lm.T.PutWord(key, value, blink.MakeWord(v, false, false)); err != nil {
+		return 0, err
+	}
+	m.state.Clock = v
+	return v, nil
+}
+
+// applyVersionLocked applies the version record at index: from here on
+// the region's keys have versions (docs/transactions.md §2.6). Every
+// entry written before reads as version U = index; every tree switches to
+// versioned leaves (a legacy leaf is rewritten when a record changes it).
+// A second version record changes nothing. REQUIRES: m.mu held.
+func (m *Machine) applyVersionLocked(index uint64) error {
+	if m.state.Versioned {
+		return nil
+	}
+	if len(m.state.Splits) > 0 || len(m.targets) > 0 {
+		return fmt.Errorf("rsm: version record during a split: %w", ErrVersionMode)
+	}
+	for n := range m.Meganodes() {
+		if err := n.T.SetVersioning(index); err != nil {
+			return err
+		}
+	}
+	m.state.Versioned = true
+	m.state.Legacy = index
+	m.state.Clock = max(m.state.Clock, index)
+	return nil
 }

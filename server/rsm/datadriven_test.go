@@ -33,13 +33,16 @@ import (
 //	replay              every record applied so far, onto a new machine: identical?
 //	snapshot            a snapshot restored into a new machine: identical?
 //
-// Records: fill m=P n=N [prefix=P] (puts of N keys); region; root-format; root-publish m=P; root-drop m=P;
+// get and scan show a key's version as @N (none before the version record).
+//
+// Records: fill m=P n=N [prefix=P] (puts of N keys); region; version; root-format; root-publish m=P; root-drop m=P;
 // put m=P key=K value=V [client=C seq=S] [retry|floor|forgotten];
 // delete m=P key=K [client=C seq=S] [flags]; child m=P key=K child=P;
 // split-{start,copy,link,free,end,abort,root} m=P sep=K|auto [new=P]
 // [batch=N] [cursor=K] [root=P] [entries=K:P,...];
 // target-{begin,append,commit,abort} (begin: sep=K max=K|inf level=N
-// right=P source=P; append: m=P entries=K=V,...).
+// right=P source=P; append: m=P entries=K=V[@version],... (with @, the
+// entries carry words); commit: m=P [clock=N]).
 func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
 		var h *scenario
@@ -55,16 +58,19 @@ func TestScenarios(t *testing.T) {
 				return h.apply(t, d)
 			case "get":
 				lm := h.meganode(t, d, "m")
-				v, err := lm.T.Get([]byte(arg(t, d, "key")), nil)
+				v, w, err := lm.T.GetWord([]byte(arg(t, d, "key")), nil)
 				if errors.Is(err, blink.ErrNotFound) {
 					return "not found"
 				}
-				return outcome(string(v), err)
+				if w.Version() != 0 {
+					return scriptOutcome(fmt.Sprintf("%s @%d", v, w.Version()), err)
+				}
+				return scriptOutcome(string(v), err)
 			case "scan":
 				return h.scan(t, d)
 			case "split-key":
 				k, err := h.meganode(t, d, "m").T.SplitKey()
-				return outcome(string(k), err)
+				return scriptOutcome(string(k), err)
 			case "meganodes":
 				return h.meganodes()
 			case "state":
@@ -203,7 +209,7 @@ func (h *scenario) apply(t *testing.T, d *datadriven.TestData) string {
 		if as != "" && !res.New.IsNil() {
 			h.names[as] = res.New
 		}
-		fmt.Fprintf(&out, "%d %s: %s\n", index, h.kind, outcome(result(res), err))
+		fmt.Fprintf(&out, "%d %s: %s\n", index, h.kind, scriptOutcome(result(res), err))
 	}
 	return out.String()
 }
@@ -229,7 +235,7 @@ func (h *scenario) fill(t *testing.T, d *datadriven.TestData, args string) strin
 		}
 		h.log = append(h.log, rec)
 		_, err = h.m.Apply(uint64(len(h.log)), rec)
-		counts[outcome(h.kind, err)]++
+		counts[scriptOutcome(h.kind, err)]++
 	}
 	var parts []string
 	for _, k := range slices.Sorted(func(yield func(string) bool) {
@@ -261,14 +267,17 @@ func result(r Result) string {
 	if !r.New.IsNil() {
 		parts = append(parts, "new="+r.New.String())
 	}
+	if r.Version != 0 {
+		parts = append(parts, fmt.Sprintf("version=%d", r.Version))
+	}
 	if len(parts) == 0 {
 		return "ok"
 	}
 	return strings.Join(parts, " ")
 }
 
-// outcome is ok's text, or err's class and text.
-func outcome(ok string, err error) string {
+// scriptOutcome is ok's text, or err's class and text.
+func scriptOutcome(ok string, err error) string {
 	switch {
 	case err == nil:
 		return ok
@@ -328,6 +337,8 @@ func (h *scenario) encodeLine(line string) (_ []byte, as string, _ error) {
 	switch kind {
 	case "region":
 		r.Kind, r.Value = KindRegion, AppendRegionBody(nil, testLayout)
+	case "version":
+		r.Kind = KindVersion
 	case "root":
 		phase := map[string]RootPhase{"format": RootFormat, "publish": RootPublish, "drop": RootDrop}[step]
 		r.Kind, r.Value = KindRoot, AppendRootBody(nil, phase)
@@ -364,7 +375,7 @@ func (h *scenario) encodeLine(line string) (_ []byte, as string, _ error) {
 		r.Kind, r.Key, r.Value = KindSplit, []byte(kv["sep"]), AppendSplitBody(nil, &b)
 	case "target":
 		phase := map[string]TargetPhase{"begin": TargetBegin, "append": TargetAppend, "commit": TargetCommit, "abort": TargetAbort}[step]
-		b := TargetBody{Phase: phase, Right: ptr("right"), Source: ptr("source"), Level: uint16(num("level"))}
+		b := TargetBody{Phase: phase, Right: ptr("right"), Source: ptr("source"), Level: uint16(num("level")), Clock: num("clock")}
 		switch phase {
 		case TargetBegin:
 			r.Key = []byte(kv["sep"])
@@ -375,11 +386,17 @@ func (h *scenario) encodeLine(line string) (_ []byte, as string, _ error) {
 			}
 		case TargetAppend:
 			var ents []blink.Entry
+			words := false
 			for _, e := range strings.Split(kv["entries"], ",") {
 				k, v, _ := strings.Cut(e, "=")
-				ents = append(ents, blink.Entry{Key: []byte(k), Value: []byte(v)})
+				ent := blink.Entry{Key: []byte(k), Value: []byte(v)}
+				if v, ver, ok := strings.Cut(v, "@"); ok {
+					n, _ := strconv.ParseUint(ver, 10, 64)
+					ent.Value, ent.Word, words = []byte(v), blink.MakeWord(n, false, false), true
+				}
+				ents = append(ents, ent)
 			}
-			b.Payload = AppendEntries(nil, false, ents)
+			b.Payload = AppendEntries(nil, false, words, ents)
 		}
 		r.Kind, r.Value = KindTarget, AppendTargetBody(nil, &b)
 	default:
@@ -394,8 +411,12 @@ func (h *scenario) scan(t *testing.T, d *datadriven.TestData) string {
 	lm := h.meganode(t, d, "m")
 	var out strings.Builder
 	n := 0
-	err := lm.T.Scan(blink.ScanOptions{}, func(k, v []byte) bool {
-		fmt.Fprintf(&out, "%s=%s\n", k, v)
+	err := lm.T.ScanWords(blink.ScanOptions{}, func(k, v []byte, w blink.Word) bool {
+		if w.Version() != 0 {
+			fmt.Fprintf(&out, "%s=%s @%d\n", k, v, w.Version())
+		} else {
+			fmt.Fprintf(&out, "%s=%s\n", k, v)
+		}
 		n++
 		return true
 	})
@@ -439,6 +460,9 @@ func (h *scenario) state() string {
 	st := h.m.State()
 	var out strings.Builder
 	fmt.Fprintf(&out, "formatted=%v applied=%d root=%v new-root=%v\n", st.Formatted, st.Applied, h.m.Region().Root(), st.NewRoot)
+	if st.Versioned {
+		fmt.Fprintf(&out, "versioned clock=%d legacy=%d\n", st.Clock, st.Legacy)
+	}
 	for _, p := range st.Splits {
 		fmt.Fprintf(&out, "split %v -> %v at %q linked=%v freed=%v\n", p.X, p.Y, p.Sep, p.Linked, p.Freed)
 	}

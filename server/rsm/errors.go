@@ -24,6 +24,12 @@ var (
 	// ErrSnapshotLater: no snapshot can be taken now (a split is in
 	// progress); raft tries again later.
 	ErrSnapshotLater = errors.New("rsm: no snapshot now")
+	// ErrVersionMode: a step that needs both regions of a remote split,
+	// or the whole region, in one version mode (docs/transactions.md
+	// §2.6): target entries of the other mode, or a version record while
+	// a split is in progress. Nothing changed; the split aborts, or the
+	// version record is proposed again later.
+	ErrVersionMode = errors.New("rsm: the regions' version modes differ, or a split is in progress")
 	// ErrClosed: the machine's region was closed (the replica dropped,
 	// or the server stopping).
 	ErrClosed = errors.New("rsm: region closed")

@@ -340,3 +340,12 @@ func LayoutOf(r *meganode.Region) Layout {
 	l := r.Layout()
 	return Layout{Size: l.Size, MeganodeSize: l.MeganodeSize, NodeSize: uint32(l.NodeSize)}
 }
+
+// Versions reports the region's version mode (docs/transactions.md §2):
+// whether its keys have versions, the legacy version U of entries written
+// before, and the version clock.
+func (m *Machine) Versions() (versioned bool, legacy, clock uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.state.Versioned, m.state.Legacy, m.state.Clock
+}

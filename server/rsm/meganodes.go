@@ -115,7 +115,13 @@ func (m *Machine) newMeganodeLocked(level int, b blink.Bounds, fill func(*blink.
 	if err != nil {
 		return 0, err
 	}
-	if err = fill(mn.Tree()); err == nil {
+	if m.state.Versioned {
+		err = mn.Tree().SetVersioning(m.state.Legacy)
+	}
+	if err == nil {
+		err = fill(mn.Tree())
+	}
+	if err == nil {
 		err = m.addMeganodeLocked(mn)
 	}
 	if err != nil {

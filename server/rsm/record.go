@@ -70,16 +70,24 @@ import (
 //	  2  level u16                Y's global level (begin)
 //	  4  reserved u32 (0)
 //	  8  right Ptr u64            Y's right link (begin)
+//	                              commit: the source's version clock
+//	                              (0 from a region without versions)
 //	  16 source Ptr u64           X, for the operator (begin)
 //	  24 begin: Y's max key; append: the entries (below); commit: the
 //	     source region's session digest (sessions.go), or empty
 //
 // A target append's entries, X's entries in key order:
 //
-//	0  flags u8 (bit0 inner: children, no values)   1 reserved [3]u8 (0)
+//	0  flags u8 (bit0 inner: children, no values; bit1 words)   1 reserved [3]u8 (0)
 //	4  count u32
 //	8  each entry: [key length u32][key], then an inner entry's
-//	   [child Ptr u64] or a leaf entry's [value length u32][value]
+//	   [child Ptr u64] or a leaf entry's [value length u32][value], and
+//	   with words its entry word [u64] (blink.Word: version and flags)
+//
+// A versioned region's leaf entries carry their words, so that a key
+// keeps its version when it moves (docs/transactions.md §2.3); the
+// target commit's clock raises the target's version clock to the
+// source's.
 //
 // begin formats Y, frozen, with bounds [sep, max) in the lowest free slot
 // (the record's meganode is 0: apply chooses, the result names Y); append
@@ -93,6 +101,13 @@ import (
 //
 //	  0  region size u64   8 meganode size u64   16 node size u32
 //	  20 reserved u32 (0)
+//
+//	13 version  the region's keys get versions from here on
+//	          (docs/transactions.md §2.6): the meganode 0, the key and the
+//	          value empty. It sets the version clock and the legacy version
+//	          U to its index and switches every tree to versioned leaves;
+//	          a second one changes nothing. Kinds 8–12 are reserved for the
+//	          conditional and transaction records of docs/transactions.md.
 //
 //	7 root    a root meganode made outside a split: the key empty, the
 //	          value a root body:
@@ -137,6 +152,9 @@ const (
 	KindTarget = 5
 	KindRegion = 6
 	KindRoot   = 7
+	// KindVersion is 13, after the numbers docs/transactions.md §4.13
+	// keeps for the conditional and transaction records.
+	KindVersion = 13
 
 	splitBodySize  = 24
 	targetBodySize = 24
@@ -231,10 +249,13 @@ func (p TargetPhase) String() string {
 
 // TargetBody is the value of a target record.
 type TargetBody struct {
-	Phase   TargetPhase
-	MaxInf  bool
-	Level   uint16
-	Right   blink.Ptr
+	Phase  TargetPhase
+	MaxInf bool
+	Level  uint16
+	Right  blink.Ptr // begin
+	// Clock (commit) is the source region's version clock when it sent
+	// the commit; it shares Right's offset.
+	Clock   uint64
 	Source  blink.Ptr
 	Payload []byte // aliases the record
 }
@@ -249,6 +270,9 @@ func AppendTargetBody(dst []byte, b *TargetBody) []byte {
 	}
 	le.PutUint16(h[2:], b.Level)
 	le.PutUint64(h[8:], uint64(b.Right))
+	if b.Phase == TargetCommit {
+		le.PutUint64(h[8:], b.Clock)
+	}
 	le.PutUint64(h[16:], uint64(b.Source))
 	return append(append(dst, h[:]...), b.Payload...)
 }
@@ -259,6 +283,9 @@ func DecodeTargetBody(v []byte) (TargetBody, error) {
 	}
 	b := TargetBody{Phase: TargetPhase(v[0]), MaxInf: v[1]&targetMaxInf != 0, Level: le.Uint16(v[2:]),
 		Right: blink.Ptr(le.Uint64(v[8:])), Source: blink.Ptr(le.Uint64(v[16:])), Payload: v[targetBodySize:]}
+	if b.Phase == TargetCommit {
+		b.Clock, b.Right = uint64(b.Right), 0
+	}
 	switch {
 	case b.Phase < TargetBegin || b.Phase > TargetAbort:
 		return TargetBody{}, fmt.Errorf("rsm: target phase %d: %w", v[0], ErrBadRecord)
@@ -335,13 +362,19 @@ func DecodeSplitBody(v []byte) (SplitBody, error) {
 	return b, nil
 }
 
-const entriesInner = 1 << 0
+const (
+	entriesInner = 1 << 0
+	entriesWords = 1 << 1
+)
 
-// AppendEntries appends a target append record's entries.
-func AppendEntries(dst []byte, inner bool, ents []blink.Entry) []byte {
+// AppendEntries appends a target append record's entries; with words (leaf
+// entries only), each entry's Word too.
+func AppendEntries(dst []byte, inner, words bool, ents []blink.Entry) []byte {
 	var h [8]byte
 	if inner {
 		h[0] = entriesInner
+	} else if words {
+		h[0] = entriesWords
 	}
 	le.PutUint32(h[4:], uint32(len(ents)))
 	dst = append(dst, h[:]...)
@@ -353,6 +386,9 @@ func AppendEntries(dst []byte, inner bool, ents []blink.Entry) []byte {
 		} else {
 			dst = le.AppendUint32(dst, uint32(len(e.Value)))
 			dst = append(dst, e.Value...)
+			if words {
+				dst = le.AppendUint64(dst, uint64(e.Word))
+			}
 		}
 	}
 	return dst
@@ -360,14 +396,14 @@ func AppendEntries(dst []byte, inner bool, ents []blink.Entry) []byte {
 
 // DecodeEntries decodes a target append record's entries; keys and values
 // alias b. Every length is checked against b; errors wrap ErrBadRecord.
-func DecodeEntries(b []byte) (inner bool, ents []blink.Entry, err error) {
-	bad := func(what string) (bool, []blink.Entry, error) {
-		return false, nil, fmt.Errorf("rsm: target append entries: %s: %w", what, ErrBadRecord)
+func DecodeEntries(b []byte) (inner, words bool, ents []blink.Entry, err error) {
+	bad := func(what string) (bool, bool, []blink.Entry, error) {
+		return false, false, nil, fmt.Errorf("rsm: target append entries: %s: %w", what, ErrBadRecord)
 	}
-	if len(b) < 8 || b[0]&^entriesInner != 0 || b[1]|b[2]|b[3] != 0 {
+	if len(b) < 8 || b[0]&^(entriesInner|entriesWords) != 0 || b[0] == entriesInner|entriesWords || b[1]|b[2]|b[3] != 0 {
 		return bad("header")
 	}
-	inner = b[0]&entriesInner != 0
+	inner, words = b[0]&entriesInner != 0, b[0]&entriesWords != 0
 	n := uint64(le.Uint32(b[4:]))
 	b = b[8:]
 	if n > uint64(len(b))/8 { // an entry takes at least 8 bytes
@@ -398,6 +434,12 @@ func DecodeEntries(b []byte) (inner bool, ents []blink.Entry, err error) {
 			if vl, ok = take(4); ok {
 				e.Value, ok = take(uint64(le.Uint32(vl)))
 			}
+			if ok && words {
+				var w []byte
+				if w, ok = take(8); ok {
+					e.Word = blink.Word(le.Uint64(w))
+				}
+			}
 		}
 		if !ok {
 			return bad("truncated")
@@ -407,7 +449,7 @@ func DecodeEntries(b []byte) (inner bool, ents []blink.Entry, err error) {
 	if len(b) != 0 {
 		return bad(fmt.Sprintf("%d bytes after the entries", len(b)))
 	}
-	return inner, ents, nil
+	return inner, words, ents, nil
 }
 
 // LevelEntry is one meganode of a global level: its min key ("\x00" for
@@ -504,10 +546,12 @@ func DecodeRecord(b []byte) (Record, error) {
 	r.Key = b[RecordHeaderSize : RecordHeaderSize+kl]
 	r.Value = b[RecordHeaderSize+kl:]
 	switch {
-	case r.Kind < KindPut || r.Kind > KindRoot:
+	case (r.Kind < KindPut || r.Kind > KindRoot) && r.Kind != KindVersion:
 		return Record{}, fmt.Errorf("rsm: record kind %d: %w", r.Kind, ErrBadRecord)
 	case r.Flags != 0 && (r.Kind != KindPut && r.Kind != KindDelete || r.ClientID == 0 || r.Flags&FlagRetry != 0 && r.Flags != FlagRetry || r.Flags == FlagForgotten):
 		return Record{}, fmt.Errorf("rsm: flags %#x on a %d record of client %d: %w", r.Flags, r.Kind, r.ClientID, ErrBadRecord)
+	case r.Kind == KindVersion && (kl != 0 || vl != 0 || !r.Meganode.IsNil() || r.ClientID != 0 || r.Seq != 0):
+		return Record{}, fmt.Errorf("rsm: version record with a key, value, meganode or client: %w", ErrBadRecord)
 	case r.Kind == KindDelete && vl != 0:
 		return Record{}, fmt.Errorf("rsm: delete record with a value: %w", ErrBadRecord)
 	case r.Kind == KindChild && vl != 8:

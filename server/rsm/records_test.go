@@ -37,13 +37,17 @@ func TestRecordsGolden(t *testing.T) {
 		{"split abort", Record{Kind: KindSplit, Meganode: x, Key: []byte("m"), Value: AppendSplitBody(nil, &SplitBody{Phase: PhaseAbort, New: y})}},
 		{"target begin", Record{Kind: KindTarget, Key: []byte("m"), Value: AppendTargetBody(nil, &TargetBody{Phase: TargetBegin, Level: 1, Right: y, Source: x, Payload: []byte("z")})}},
 		{"target append (leaf entries)", Record{Kind: KindTarget, Meganode: remoteY, Value: AppendTargetBody(nil, &TargetBody{Phase: TargetAppend,
-			Payload: AppendEntries(nil, false, []blink.Entry{{Key: []byte("m"), Value: []byte("1")}, {Key: []byte("n"), Value: []byte("22")}})})}},
+			Payload: AppendEntries(nil, false, false, []blink.Entry{{Key: []byte("m"), Value: []byte("1")}, {Key: []byte("n"), Value: []byte("22")}})})}},
 		{"target append (inner entries)", Record{Kind: KindTarget, Meganode: remoteY, Value: AppendTargetBody(nil, &TargetBody{Phase: TargetAppend,
-			Payload: AppendEntries(nil, true, []blink.Entry{{Key: []byte("m"), Child: y}})})}},
+			Payload: AppendEntries(nil, true, false, []blink.Entry{{Key: []byte("m"), Child: y}})})}},
 		{"target commit", Record{Kind: KindTarget, Meganode: remoteY, Value: AppendTargetBody(nil, &TargetBody{Phase: TargetCommit})}},
 		{"region", Record{Kind: KindRegion, Value: AppendRegionBody(nil, Layout{Size: 1 << 30, MeganodeSize: 64 << 20, NodeSize: 1024})}},
 		{"root format", Record{Kind: KindRoot, Value: AppendRootBody(nil, RootFormat)}},
 		{"root publish", Record{Kind: KindRoot, Meganode: x, Value: AppendRootBody(nil, RootPublish)}},
+		{"version", Record{Kind: KindVersion}},
+		{"target append (leaf entries with words)", Record{Kind: KindTarget, Meganode: remoteY, Value: AppendTargetBody(nil, &TargetBody{Phase: TargetAppend,
+			Payload: AppendEntries(nil, false, true, []blink.Entry{{Key: []byte("m"), Value: []byte("1"), Word: blink.MakeWord(40, false, false)}})})}},
+		{"target commit (source clock)", Record{Kind: KindTarget, Meganode: remoteY, Value: AppendTargetBody(nil, &TargetBody{Phase: TargetCommit, Clock: 0x77})}},
 	}
 	var out strings.Builder
 	for _, tc := range recs {
@@ -101,15 +105,16 @@ func dumpRecord(w *strings.Builder, b []byte) {
 
 // DecodeEntries never panics, and what it accepts re-encodes to itself.
 func FuzzDecodeEntries(f *testing.F) {
-	f.Add(AppendEntries(nil, false, []blink.Entry{{Key: []byte("m"), Value: []byte("1")}}))
-	f.Add(AppendEntries(nil, true, []blink.Entry{{Key: []byte("m"), Child: 77}}))
+	f.Add(AppendEntries(nil, false, false, []blink.Entry{{Key: []byte("m"), Value: []byte("1")}}))
+	f.Add(AppendEntries(nil, false, true, []blink.Entry{{Key: []byte("m"), Value: []byte("1"), Word: 7 << 2}}))
+	f.Add(AppendEntries(nil, true, false, []blink.Entry{{Key: []byte("m"), Child: 77}}))
 	f.Add([]byte{0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		inner, ents, err := DecodeEntries(b)
+		inner, words, ents, err := DecodeEntries(b)
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(AppendEntries(nil, inner, ents), b) {
+		if !bytes.Equal(AppendEntries(nil, inner, words, ents), b) {
 			t.Fatal("accepted entries do not re-encode to themselves")
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"slices"
 
+	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
 )
 
@@ -21,7 +22,7 @@ import (
 // A put or delete record with a client id (not 0) is looked up by (client
 // id, sequence): when that pair was applied before, the record changes
 // nothing and answers what the first application answered (a delete's
-// "found"). Only records that applied are remembered: a record refused
+// "found", a put's version). Only records that applied are remembered: a record refused
 // (frozen, full, moved) did not happen, and its retry must apply.
 //
 // Bounds, both decided by the log alone so that replicas agree: a client's
@@ -67,20 +68,43 @@ type sessions struct {
 type session struct {
 	id         uint64 // the client
 	prev, next *session
-	last       uint64          // log index of its last write
-	found      map[uint64]bool // sequence → a delete found its key
-	order      window          // the sequences in found, oldest first
+	last       uint64             // log index of its last write
+	found      map[uint64]outcome // sequence → what the write answered
+	order      window             // the sequences in found, oldest first
 	// floor: no sequence at or below it can be vouched for (the highest
 	// sequence the window forgot, or a source region's digest named).
 	floor uint64
 }
 
+// outcome is what a remembered write answered: whether a delete found
+// its key (bit 0) and the version a put gave it (the bits above; 0 before
+// the region had versions).
+type outcome uint64
+
+func makeOutcome(found bool, version uint64) outcome {
+	o := outcome(version << 1)
+	if found {
+		o |= 1
+	}
+	return o
+}
+
+func (o outcome) found() bool     { return o&1 != 0 }
+func (o outcome) version() uint64 { return uint64(o >> 1) }
+
 // lookup reports whether (client, seq) was applied, and what it found.
 func (t *sessions) lookup(client, seq uint64) (found, dup bool) {
+	o, dup := t.lookupOutcome(client, seq)
+	return o.found(), dup
+}
+
+// lookupOutcome reports whether (client, seq) was applied, and what it
+// answered.
+func (t *sessions) lookupOutcome(client, seq uint64) (o outcome, dup bool) {
 	if s := t.clients[client]; s != nil {
-		found, dup = s.found[seq]
+		o, dup = s.found[seq]
 	}
-	return found, dup
+	return o, dup
 }
 
 // vouches reports whether the table proves that (client, seq) was never
@@ -116,11 +140,17 @@ func (t *sessions) refusal(flags uint16, client, seq uint64) error {
 
 // record remembers that (client, seq) applied at log index, finding found.
 func (t *sessions) record(client, seq uint64, found bool, index uint64) {
+	t.recordOutcome(client, seq, makeOutcome(found, 0), index)
+}
+
+// recordOutcome remembers that (client, seq) applied at log index,
+// answering o.
+func (t *sessions) recordOutcome(client, seq uint64, o outcome, index uint64) {
 	s := t.session(client, index)
 	t.unlink(s)
 	s.last = index
 	t.link(s)
-	s.found[seq] = found
+	s.found[seq] = o
 	if old, full := s.order.push(seq); full {
 		s.floor = max(s.floor, old)
 		delete(s.found, old)
@@ -182,7 +212,7 @@ func (t *sessions) session(client, index uint64) *session {
 		if len(t.clients) >= maxSessions {
 			t.evictOldest()
 		}
-		s = t.add(&session{id: client, last: index, found: make(map[uint64]bool)})
+		s = t.add(&session{id: client, last: index, found: make(map[uint64]outcome)})
 	}
 	return s
 }
@@ -277,7 +307,7 @@ func (t *sessions) wasEvicted(client uint64) bool { return t.evicted.has(client)
 func (t *sessions) clone() sessions {
 	c := sessions{clients: make(map[uint64]*session, len(t.clients)), evicted: t.evicted.clone()}
 	for id, s := range t.clients {
-		ns := &session{id: id, last: s.last, found: make(map[uint64]bool, len(s.found)), order: s.order.clone(), floor: s.floor}
+		ns := &session{id: id, last: s.last, found: make(map[uint64]outcome, len(s.found)), order: s.order.clone(), floor: s.floor}
 		for k, v := range s.found {
 			ns.found[k] = v
 		}
@@ -405,7 +435,7 @@ func (t *sessions) merge(d []byte, index uint64) {
 		case s != nil:
 			s.floor = max(s.floor, floor)
 		case len(t.clients) < maxSessions:
-			t.add(&session{id: id, last: index, found: make(map[uint64]bool), floor: floor})
+			t.add(&session{id: id, last: index, found: make(map[uint64]outcome), floor: floor})
 		default:
 			// No room: the client is noted as forgotten rather than
 			// forgetting one of this region's own.
@@ -431,14 +461,16 @@ func (t *sessions) sortedIDs() []uint64 {
 //	then per client, by ascending id:
 //	  0 client id u64   8 last index u64   16 sequence count u32
 //	  20 floor u64 (snapshot version 2 on)
-//	  then per sequence, oldest first: seq u64, found u8
+//	  then per sequence, oldest first: seq u64, found u8, and from
+//	  version 4 on the put's version u64
 //	then in version 2 the evicted filter's length u32 (0, or
 //	legacyFilterBits/8) and a legacy filter; from version 3 on the
 //	filter (evicted.go's encoding)
 const (
 	sessionHeaderSizeV1 = 20
 	sessionHeaderSize   = 28
-	sessionEntrySize    = 9
+	sessionEntrySizeV3  = 9
+	sessionEntrySize    = 17
 )
 
 func (t *sessions) appendTo(b []byte) []byte {
@@ -451,12 +483,14 @@ func (t *sessions) appendTo(b []byte) []byte {
 		b = le.AppendUint32(b, uint32(s.order.len()))
 		b = le.AppendUint64(b, s.floor)
 		for seq := range s.order.all() {
+			o := s.found[seq]
 			b = le.AppendUint64(b, seq)
 			f := byte(0)
-			if s.found[seq] {
+			if o.found() {
 				f = 1
 			}
 			b = append(b, f)
+			b = le.AppendUint64(b, o.version())
 		}
 	}
 	return t.evicted.appendTo(b)
@@ -497,21 +531,29 @@ func readSessions(r io.Reader, version uint32) (sessions, error) {
 			return corrupt(fmt.Sprintf("client %d with %d sequences", id, seqs))
 		}
 		prev = id
-		s := &session{id: id, last: le.Uint64(h[8:]), found: make(map[uint64]bool, seqs)}
+		s := &session{id: id, last: le.Uint64(h[8:]), found: make(map[uint64]outcome, seqs)}
 		if version >= 2 {
 			s.floor = le.Uint64(h[20:])
 		}
-		buf := make([]byte, int(seqs)*sessionEntrySize)
+		esize := sessionEntrySize
+		if version < 4 {
+			esize = sessionEntrySizeV3
+		}
+		buf := make([]byte, int(seqs)*esize)
 		if _, err := io.ReadFull(r, buf); err != nil {
 			return corrupt(err.Error())
 		}
 		for i := range int(seqs) {
-			e := buf[i*sessionEntrySize:]
+			e := buf[i*esize:]
 			seq := le.Uint64(e)
-			if _, dup := s.found[seq]; dup || e[8] > 1 {
+			var v uint64
+			if version >= 4 {
+				v = le.Uint64(e[9:])
+			}
+			if _, dup := s.found[seq]; dup || e[8] > 1 || v > blink.MaxVersion {
 				return corrupt(fmt.Sprintf("client %d sequence %d", id, seq))
 			}
-			s.found[seq] = e[8] == 1
+			s.found[seq] = makeOutcome(e[8] == 1, v)
 			s.order.push(seq) // seqs ≤ SessionWindow: none is forgotten
 		}
 		if version < 2 && s.order.len() == SessionWindow {

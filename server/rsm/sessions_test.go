@@ -225,8 +225,8 @@ func TestSessionsVouch(t *testing.T) {
 	}
 }
 
-// stripToV1 rewrites a table's version 2 encoding as version 1: no
-// floors, no filter.
+// stripToV1 rewrites a table's version 4 encoding as version 1: no
+// floors, no filter, no versions.
 func stripToV1(t *testing.T, b []byte) []byte {
 	t.Helper()
 	count := le.Uint32(b)
@@ -236,9 +236,10 @@ func stripToV1(t *testing.T, b []byte) []byte {
 		seqs := le.Uint32(b[16:])
 		out = append(out, b[:sessionHeaderSizeV1]...)
 		b = b[sessionHeaderSize:]
-		n := int(seqs) * sessionEntrySize
-		out = append(out, b[:n]...)
-		b = b[n:]
+		for range seqs {
+			out = append(out, b[:sessionEntrySizeV3]...)
+			b = b[sessionEntrySize:]
+		}
 	}
 	if le.Uint32(b) != 0 {
 		t.Fatal("the table has a filter: version 1 had none")

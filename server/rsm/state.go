@@ -18,17 +18,21 @@ import (
 //
 // State's encoding, little-endian:
 //
-//	0  magic u32 "CELS"   4 version u32 (3; 1 and 2 read too)   8 flags u32 (bit0 formatted)
+//	0  magic u32 "CELS"   4 version u32 (4; 1 to 3 read too)
+//	8  flags u32 (bit0 formatted, bit1 versioned)
 //	12 split count u32    16 applied index u64   24 unpublished root Ptr u64
-//	32 splits in progress, each:
+//	32 version clock u64  40 legacy version u64   (version 4)
+//	then the splits in progress, each:
 //	   0 X Ptr u64   8 Y Ptr u64   16 flags u32 (bit0 linked, bit1 freed)
 //	   20 split key length u32   24 split key
 //	then the session table (sessions.go), then the region image
 const (
 	replMagic      = 0x534c4543 // "CELS" little-endian
-	replVersion    = 3          // 1: sessions without floors and evicted filter; 2: a legacy filter
+	replVersion    = 4          // 1: sessions without floors and evicted filter; 2: a legacy filter; 3: no versions
 	replStateSize  = 32
+	replClockSize  = 16 // version 4: the clock and the legacy version
 	replFormatted  = 1 << 0
+	replVersioned  = 1 << 1
 	splitEntrySize = 24
 	maxReplSplits  = 1 << 16
 
@@ -52,6 +56,17 @@ type State struct {
 	Splits []SplitProgress
 	// Sessions is the at-most-once table of client writes (sessions.go).
 	Sessions sessions
+
+	// Versioned: the version record applied (docs/transactions.md
+	// §2.6): every put gives its key a version from Clock, and Legacy
+	// (U, the record's index) is the version of every entry written
+	// before it.
+	Versioned bool
+	// Clock is the region's version clock (docs/transactions.md §2.2):
+	// the highest version given or moved in, 0 before the version
+	// record.
+	Clock  uint64
+	Legacy uint64
 }
 
 // SplitProgress is a split in progress as the log left it.
@@ -95,15 +110,22 @@ func (p SplitProgress) clone() SplitProgress {
 }
 
 func (st *State) encode() []byte {
-	b := make([]byte, replStateSize, replStateSize+len(st.Splits)*(splitEntrySize+16))
+	b := make([]byte, replStateSize+replClockSize, replStateSize+replClockSize+len(st.Splits)*(splitEntrySize+16))
 	le.PutUint32(b, replMagic)
 	le.PutUint32(b[4:], replVersion)
+	var flags uint32
 	if st.Formatted {
-		le.PutUint32(b[8:], replFormatted)
+		flags |= replFormatted
 	}
+	if st.Versioned {
+		flags |= replVersioned
+	}
+	le.PutUint32(b[8:], flags)
 	le.PutUint32(b[12:], uint32(len(st.Splits)))
 	le.PutUint64(b[16:], st.Applied)
 	le.PutUint64(b[24:], uint64(st.NewRoot))
+	le.PutUint64(b[32:], st.Clock)
+	le.PutUint64(b[40:], st.Legacy)
 	for _, p := range st.Splits {
 		var flags uint32
 		if p.Linked {
@@ -130,11 +152,26 @@ func ReadState(r io.Reader) (State, error) {
 	if _, err := io.ReadFull(r, b); err != nil {
 		return corrupt(err.Error())
 	}
-	version := le.Uint32(b[4:])
-	if le.Uint32(b) != replMagic || version < 1 || version > replVersion || le.Uint32(b[8:])&^replFormatted != 0 {
+	version, flags := le.Uint32(b[4:]), le.Uint32(b[8:])
+	known := uint32(replFormatted)
+	if version >= 4 {
+		known |= replVersioned
+	}
+	if le.Uint32(b) != replMagic || version < 1 || version > replVersion || flags&^known != 0 {
 		return corrupt("header")
 	}
-	st := State{Formatted: le.Uint32(b[8:])&replFormatted != 0, Applied: le.Uint64(b[16:]), NewRoot: blink.Ptr(le.Uint64(b[24:]))}
+	st := State{Formatted: flags&replFormatted != 0, Versioned: flags&replVersioned != 0,
+		Applied: le.Uint64(b[16:]), NewRoot: blink.Ptr(le.Uint64(b[24:]))}
+	if version >= 4 {
+		var c [replClockSize]byte
+		if _, err := io.ReadFull(r, c[:]); err != nil {
+			return corrupt("version clock")
+		}
+		st.Clock, st.Legacy = le.Uint64(c[:]), le.Uint64(c[8:])
+		if st.Versioned != (st.Legacy != 0) || st.Clock < st.Legacy {
+			return corrupt("version clock fields")
+		}
+	}
 	n := le.Uint32(b[12:])
 	if n > maxReplSplits {
 		return corrupt(fmt.Sprintf("with %d splits", n))
