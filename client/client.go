@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	crand "crypto/rand"
 	"encoding/binary"
@@ -259,6 +260,28 @@ func (c *Client) GetAppend(ctx context.Context, dst, key []byte) ([]byte, error)
 		return dst, errNotFound
 	}
 	return res.value, nil
+}
+
+// GetKV returns key's value and version (docs/transactions.md §2), or an
+// error wrapping ErrNotFound. The value and version are of one moment: a
+// one-sided read takes both from one validated copy of the leaf; a leaf
+// whose version only its server knows (one written before the region had
+// versions) is read server-side. KV.Key is a copy of key.
+func (c *Client) GetKV(ctx context.Context, key []byte) (KV, error) {
+	start := c.now()
+	res, err := c.searchOp(ctx, opGet, key, nil, start, searchFlags{version: true})
+	c.finish(opGet, res.method, start, err)
+	if err != nil {
+		return KV{}, err
+	}
+	if !res.found {
+		return KV{}, errNotFound
+	}
+	v := res.value
+	if v == nil {
+		v = []byte{}
+	}
+	return KV{Key: bytes.Clone(key), Value: v, Version: res.version}, nil
 }
 
 // Contains reports whether key is in the store. Like Get it searches

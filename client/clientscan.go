@@ -42,6 +42,7 @@ type scanBufs struct {
 type scanEntry struct {
 	key []byte // aliases the leaf copy
 	val []byte // aliases bufs.recs once checked
+	ver uint64 // from the entry's word
 	ext blink.Ptr
 	n   int
 	crc uint64
@@ -116,8 +117,13 @@ func (rs *rangeState) clientPage(ctx context.Context, t *topology, want int, out
 	}
 	for restarts := 0; ; {
 		v := blink.View(bufs.leaf)
-		ents, endReached := collect(v, from, end, want-(len(out)-start), bufs.ents[:0])
+		ents, endReached := collect(v, from, end, want-(len(out)-start), rs.req.WithVersions, bufs.ents[:0])
 		bufs.ents = ents
+		if rs.req.WithVersions && len(ents) > 0 && !v.Versioned() {
+			// A leaf written before the region had versions: only the
+			// server knows their version (the region's legacy one).
+			return out[:start], errNoReader
+		}
 		if !rs.req.KeysOnly && len(ents) > 0 {
 			err := c.fetchRecords(ctx, t, &bufs)
 			if err != nil {
@@ -151,7 +157,7 @@ func (rs *rangeState) clientPage(ctx context.Context, t *topology, want int, out
 			arena = append(arena, e.key...)
 			v0 := len(arena)
 			arena = append(arena, e.val...)
-			out = append(out, KV{Key: arena[k0:v0:v0], Value: arena[v0:len(arena):len(arena)]})
+			out = append(out, KV{Key: arena[k0:v0:v0], Value: arena[v0:len(arena):len(arena)], Version: e.ver})
 		}
 		if bad < len(ents) {
 			// A record changed after its leaf was copied: copy the leaf
@@ -203,17 +209,30 @@ func (rs *rangeState) moveTo(key []byte) {
 }
 
 // collect lists the entries of extent leaf v from key from on, below end
-// (nil: unbounded), at most max of them. endReached reports that an entry
-// at or past end was met.
-func collect(v blink.View, from, end []byte, max int, ents []scanEntry) ([]scanEntry, bool) {
+// (nil: unbounded), at most max of them, skipping placeholders (locks of
+// absent keys, docs/transactions.md §2.1), with their versions when
+// versions is set. endReached reports that an entry at or past end was
+// met.
+func collect(v blink.View, from, end []byte, max int, versions bool, ents []scanEntry) ([]scanEntry, bool) {
 	i, _ := v.Find(from)
+	versioned := v.Versioned()
 	for ; i < v.Count() && len(ents) < max; i++ {
 		k := v.Key(i)
 		if end != nil && bytes.Compare(k, end) >= 0 {
 			return ents, true
 		}
+		var w blink.Word
+		if versioned {
+			if w = v.Word(i); w.Placeholder() {
+				continue
+			}
+		}
 		ext, n, crc := v.Extent(i)
-		ents = append(ents, scanEntry{key: k, ext: ext, n: n, crc: crc})
+		e := scanEntry{key: k, ext: ext, n: n, crc: crc}
+		if versions {
+			e.ver = w.Version()
+		}
+		ents = append(ents, e)
 	}
 	return ents, false
 }

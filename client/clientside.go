@@ -286,9 +286,24 @@ var errCRC = errors.New("cell: extent CRC mismatch")
 
 // leaf ends a search at the extent leaf view (a leaf of a leaf meganode).
 func (op *searchOp) leaf(ctx context.Context, view blink.View, step blink.Step) (bool, error) {
-	if !step.Found {
+	var word blink.Word
+	if step.Found && view.Versioned() {
+		word = view.Word(step.Index)
+	}
+	if !step.Found || word.Placeholder() {
+		// A placeholder holds a lock on an absent key
+		// (docs/transactions.md §2.1): the key is not there.
 		op.res.found = false
 		return true, nil
+	}
+	if op.wantVersion {
+		if !view.Versioned() {
+			// A leaf written before the region had versions: its
+			// entries' version is the region's legacy version, which
+			// the server knows.
+			return false, errNeedsServer
+		}
+		op.res.version = word.Version()
 	}
 	if op.kind != opGet {
 		op.res.found = true

@@ -1,5 +1,5 @@
 // Package client is Cell's Go client: a goroutine-safe connection to a
-// Cell store with Get, Put, Delete, Contains, Range, Scan and Close
+// Cell store with Get, GetKV, Put, Delete, Contains, Range, Scan and Close
 // (docs/design.md §5).
 //
 // # Connecting
@@ -43,6 +43,23 @@
 // retries included, and its cancellation stops it. Put and Delete copy
 // their arguments before sending them; Get's value (GetAppend's dst
 // aside) is a new slice.
+//
+// # Versions
+//
+// Every key carries a version (docs/transactions.md §2): GetKV returns it
+// with the value, and Range and Scan with RangeOptions.Versions.
+//
+//	kv, err := c.GetKV(ctx, []byte("user/ada")) // kv.Value, kv.Version
+//
+// Per key, versions strictly increase with every put, also across a
+// delete and a put again, restarts, failover and meganode splits that move
+// the key to another server, so a (key, version) pair names one content.
+// Versions of different keys are not ordered. A key of a region written
+// before versions existed reads as version 0 until the region's leader
+// starts them (once every server of its group runs code that knows them),
+// then as that region's legacy version until its next put.
+// Conditional writes and transactions built on versions are designed in
+// docs/transactions.md and not built yet.
 //
 // # Ranges and scans
 //

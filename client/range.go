@@ -11,9 +11,15 @@ import (
 	"github.com/cellstore/cell/wire"
 )
 
-// KV is a key and its value.
+// KV is a key, its value and its version: GetKV's always, Range's and
+// Scan's with RangeOptions.Versions (0 without). A version
+// (docs/transactions.md §2) is never 0 for a present key of a region with
+// versions; per key, versions only grow, and a (key, version) pair names
+// one content. It is 0 when the key's region has no versions yet (a
+// region written before them, until its leader starts them).
 type KV struct {
 	Key, Value []byte
+	Version    uint64
 }
 
 // RangeOptions shape a Range or Scan. The zero value asks for every pair
@@ -31,6 +37,10 @@ type RangeOptions struct {
 	// clientv3.WithPrefix. end must then be nil. An empty prefix is the
 	// whole keyspace.
 	Prefix bool
+	// Versions sets every pair's KV.Version. One-sided pages read it from
+	// the leaves; a leaf written before its region had versions is read
+	// server-side, which knows the region's legacy version.
+	Versions bool
 }
 
 // PrefixEnd returns the least key greater than every key that begins with
@@ -210,7 +220,7 @@ func (c *Client) newRangeState(start, end []byte, opts RangeOptions) *rangeState
 	rs.req = wire.RangeRequest{
 		Start: start, End: end,
 		StartUnbounded: len(start) == 0, EndUnbounded: len(end) == 0,
-		Reverse: opts.Reverse, KeysOnly: opts.KeysOnly,
+		Reverse: opts.Reverse, KeysOnly: opts.KeysOnly, WithVersions: opts.Versions,
 	}
 	if rs.req.StartUnbounded {
 		rs.req.Start = nil
@@ -341,7 +351,7 @@ func (rs *rangeState) take(f *wire.Frame, out []KV) ([]KV, error) {
 		arena = append(arena, kv.Key...)
 		v0 := len(arena)
 		arena = append(arena, kv.Value...)
-		out = append(out, KV{Key: arena[k0:v0:v0], Value: arena[v0:len(arena):len(arena)]})
+		out = append(out, KV{Key: arena[k0:v0:v0], Value: arena[v0:len(arena):len(arena)], Version: kv.Version})
 	}
 	if !rep.More {
 		rs.done = true

@@ -15,7 +15,7 @@ import (
 // and service time the server reports, feeds the selector's l_s.
 func (op *searchOp) serverHop(ctx context.Context, h *hopState, srv *server, reg *region) (hopState, bool, error) {
 	c := op.c
-	req := wire.SearchRequest{Ptr: h.ptr, WantValue: op.kind == opGet, Key: op.key}
+	req := wire.SearchRequest{Ptr: h.ptr, WantValue: op.kind == opGet, WantVersion: op.wantVersion, Key: op.key}
 	if reg != nil {
 		req.Epoch = reg.epoch
 	}
@@ -55,6 +55,9 @@ func (op *searchOp) serverHop(ctx context.Context, h *hopState, srv *server, reg
 				return hopState{}, false, wrapErr(ErrServer, fmt.Errorf("search reply for %q found it without its value", op.key))
 			}
 			op.res.value = append(op.res.value, rep.Value...)
+		}
+		if rep.HasVersion {
+			op.res.version = rep.Version
 		}
 		return hopState{}, true, nil
 	case wire.SearchNext:

@@ -30,10 +30,11 @@ type hopState struct {
 
 // searchResult is the outcome of a search.
 type searchResult struct {
-	found  bool
-	value  []byte          // dst with the value appended (get)
-	method locality.Method // of the last hop
-	leaf   blink.Ptr       // the leaf meganode reached (locate, server-side leaf hops)
+	found   bool
+	value   []byte          // dst with the value appended (get)
+	version uint64          // the key's version (wantVersion; 0: none known)
+	method  locality.Method // of the last hop
+	leaf    blink.Ptr       // the leaf meganode reached (locate, server-side leaf hops)
 }
 
 // searchOp is one Get, Contains or locate in progress. Not shared between
@@ -53,8 +54,11 @@ type searchOp struct {
 	// hold stale entries the op keeps meeting.
 	bypass bool
 	// forceServer makes every remaining hop server-side, after a
-	// one-sided read failed (the region moved, or its registration went).
+	// one-sided read failed (the region moved, or its registration went),
+	// or met a leaf whose versions only the server knows.
 	forceServer bool
+	// wantVersion: the search returns the key's version too (GetKV).
+	wantVersion bool
 	// deep makes a locate search the leaf meganode too, following its
 	// right links: after a write was refused by the leaf meganode its
 	// parent names, whose keys a split moved to another server before the
@@ -73,6 +77,11 @@ type searchOp struct {
 // path cache); the cause was counted where it was found.
 var errRestart = errors.New("cell: restart search")
 
+// errNeedsServer: a one-sided hop met what only the server can answer (a
+// leaf written before the region had versions, whose version the client
+// cannot tell): the hop is done again server-side.
+var errNeedsServer = errors.New("cell: the server must answer this hop")
+
 // errNoRoute: a pointer's region is not in the topology.
 var errNoRoute = errors.New("cell: no server known for region")
 
@@ -83,11 +92,17 @@ const bypassAfter = 8
 // opLocate), which started at start (a Client.now reading); a get appends
 // the value to dst.
 func (c *Client) search(ctx context.Context, kind opKind, key, dst []byte, start time.Time) (searchResult, error) {
-	return c.searchOp(ctx, kind, key, dst, start, false)
+	return c.searchOp(ctx, kind, key, dst, start, searchFlags{})
 }
 
-// searchOp is search; deep applies to a locate (searchOp.deep).
-func (c *Client) searchOp(ctx context.Context, kind opKind, key, dst []byte, start time.Time, deep bool) (searchResult, error) {
+// searchFlags shape a search: deep applies to a locate (searchOp.deep),
+// version to a get (searchOp.wantVersion).
+type searchFlags struct {
+	deep, version bool
+}
+
+// searchOp is search with flags.
+func (c *Client) searchOp(ctx context.Context, kind opKind, key, dst []byte, start time.Time, fl searchFlags) (searchResult, error) {
 	if c.isClosed() {
 		return searchResult{}, ErrClosed
 	}
@@ -95,7 +110,7 @@ func (c *Client) searchOp(ctx context.Context, kind opKind, key, dst []byte, sta
 	if err := checkKey(t, key); err != nil {
 		return searchResult{}, err
 	}
-	op := searchOp{c: c, kind: kind, key: key, t: t, sc: c.getScratch(t.nodeSize), now: start, deep: deep}
+	op := searchOp{c: c, kind: kind, key: key, t: t, sc: c.getScratch(t.nodeSize), now: start, deep: fl.deep, wantVersion: fl.version}
 	op.res.value = dst
 	err := op.run(ctx)
 	op.flushReads()
@@ -196,6 +211,11 @@ func (op *searchOp) recover(ctx context.Context, err error, h *hopState) (again 
 	defer func() { op.now = c.now() }()
 	if errors.Is(err, errNoReader) {
 		return false, err
+	}
+	if errors.Is(err, errNeedsServer) {
+		// The same hop again, and every one after it, server-side.
+		op.forceServer = true
+		return true, nil
 	}
 	if errors.Is(err, errRestart) {
 		op.restarts++

@@ -213,7 +213,7 @@ func (c *Client) writeTarget(ctx context.Context, t *topology, key []byte, bypas
 	if len(t.servers) == 1 {
 		return 0, nil
 	}
-	res, err := c.searchOp(ctx, opLocate, key, nil, c.now(), deep)
+	res, err := c.searchOp(ctx, opLocate, key, nil, c.now(), searchFlags{deep: deep})
 	return res.leaf, err
 }
 

@@ -22,8 +22,9 @@ is an error: "key not found", exit status 1; with -w json, the error is
 also printed on stdout as a JSON object:
 {"error": "key not found", "code": "not_found", "key": "KEY"}.
 
--w table prints a KEY and VALUE table, -w json and -w fields the key and
-the value. --print-value-only (etcdctl's) leaves the key out of the
+-w table prints a KEY, VALUE and VERSION table, -w json and -w fields the
+key, the value and the key's version (docs/transactions.md; none for a key
+of a region written before versions, until its leader starts them). --print-value-only (etcdctl's) leaves the key out of the
 simple and table outputs; simple prints only the value anyway.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -38,18 +39,21 @@ simple and table outputs; simple prints only the value anyway.`,
 				return err
 			}
 			defer c.Close()
-			v, err := c.Get(ctx, key)
+			kv, err := c.GetKV(ctx, key)
 			if err != nil {
 				return g.keyError(b, err, key)
 			}
+			v := kv.Value
 			if g.output == formatSimple {
 				return writeValue(g, v, b.hex)
 			}
-			return g.print(newKVResult(b, key, v), func() []*table {
-				t := &table{left: true, header: []string{"KEY", "VALUE"}}
-				t.add(b.cell(key), b.cell(v))
+			res := newKVResult(b, key, v)
+			res.Version = kv.Version
+			return g.print(res, func() []*table {
+				t := &table{left: true, header: []string{"KEY", "VALUE", "VERSION"}}
+				t.add(b.cell(key), b.cell(v), versionCell(kv.Version))
 				if valueOnly {
-					t.header, t.rows = t.header[1:], [][]string{{b.cell(v)}}
+					t.header, t.rows = t.header[1:2], [][]string{{b.cell(v)}}
 				}
 				return []*table{t}
 			})
@@ -58,6 +62,14 @@ simple and table outputs; simple prints only the value anyway.`,
 	cmd.Flags().BoolVar(&b.hex, "hex", false, "KEY is hexadecimal, and the value is printed in hexadecimal")
 	cmd.Flags().BoolVar(&valueOnly, "print-value-only", false, "print only the value (simple and table output)")
 	return cmd
+}
+
+// versionCell is a version in a table: "-" when the key has none.
+func versionCell(v uint64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprint(v)
 }
 
 // errorResult is the JSON error object that -w json prints on stdout for

@@ -163,13 +163,16 @@ func TestOutputFormats(t *testing.T) {
 			}
 		}
 	}
+	// The key's version is the log index of its put: any positive number.
 	code, out, _ := runAt(t, "", "get", "fmt/a", "-w", "table")
-	if want := "+-------+-------+\n| KEY   | VALUE |\n+-------+-------+\n| fmt/a | 1     |\n+-------+-------+\n"; code != 0 || out != want {
-		t.Errorf("get -w table:\n%s\nwant\n%s", out, want)
+	wantTable := regexp.MustCompile(`^\+-------\+-------\+-+\+\n\| KEY   \| VALUE \| VERSION \|\n\+-------\+-------\+-+\+\n\| fmt/a \| 1     \| [1-9][0-9]* +\|\n\+-------\+-------\+-+\+\n$`)
+	if code != 0 || !wantTable.MatchString(out) {
+		t.Errorf("get -w table:\n%s\nwant\n%s", out, wantTable)
 	}
 	code, out, _ = runAt(t, "", "get", "fmt/b", "-w", "fields")
-	if want := "\"key\" : \"fmt/b\"\n\"value\" : \"two words\"\n"; code != 0 || out != want {
-		t.Errorf("get -w fields:\n%s\nwant\n%s", out, want)
+	wantFields := regexp.MustCompile(`^"key" : "fmt/b"\n"value" : "two words"\n"version" : [1-9][0-9]*\n$`)
+	if code != 0 || !wantFields.MatchString(out) {
+		t.Errorf("get -w fields:\n%s\nwant\n%s", out, wantFields)
 	}
 }
 

@@ -119,8 +119,11 @@ type kvResult struct {
 	KeyHex   string  `json:"key_hex,omitempty"`
 	Value    *string `json:"value,omitempty"`
 	ValueHex string  `json:"value_hex,omitempty"`
-	OK       bool    `json:"ok,omitempty"`
-	Deleted  bool    `json:"deleted,omitempty"`
+	// Version is the key's version (docs/transactions.md §2); absent
+	// from the output when its region has no versions yet.
+	Version uint64 `json:"version,omitempty"`
+	OK      bool   `json:"ok,omitempty"`
+	Deleted bool   `json:"deleted,omitempty"`
 }
 
 // newKVResult builds the JSON output for key (and value, unless nil).

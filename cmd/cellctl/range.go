@@ -84,6 +84,7 @@ type rangePair struct {
 	KeyHex   string  `json:"key_hex,omitempty"`
 	Value    *string `json:"value,omitempty"`
 	ValueHex string  `json:"value_hex,omitempty"`
+	Version  uint64  `json:"version,omitempty"`
 }
 
 func newRangeCommand(g *globals) *cobra.Command {
@@ -99,7 +100,7 @@ range, the key to resume at is printed after them.
 
 The simple output is a KEY and VALUE table with aligned columns (keys and
 values quoted when they hold spaces or control characters), -w table the
-same with borders; --keys-only and --print-value-only print one column,
+same with borders; -w json and -w fields give each key's version too; --keys-only and --print-value-only print one column,
 a key or a value a line without a header (-w table keeps it).`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -114,7 +115,8 @@ a key or a value a line without a header (-w table keeps it).`,
 				return err
 			}
 			defer c.Close()
-			pairs, resume, err := c.Range(ctx, start, end, client.RangeOptions{Limit: f.limit, Reverse: f.reverse, KeysOnly: f.keysOnly})
+			pairs, resume, err := c.Range(ctx, start, end, client.RangeOptions{Limit: f.limit, Reverse: f.reverse, KeysOnly: f.keysOnly,
+				Versions: g.output == formatJSON || g.output == formatFields})
 			if err != nil {
 				return f.b.keyError(err, start)
 			}
@@ -142,7 +144,7 @@ func rangeOutput(f rangeFlags, pairs []client.KV, resume []byte) rangeResult {
 			}
 		}
 		r := newKVResult(f.b, kv.Key, value)
-		res.Pairs[i] = rangePair{Key: r.Key, KeyHex: r.KeyHex, Value: r.Value, ValueHex: r.ValueHex}
+		res.Pairs[i] = rangePair{Key: r.Key, KeyHex: r.KeyHex, Value: r.Value, ValueHex: r.ValueHex, Version: kv.Version}
 	}
 	if resume != nil {
 		res.Resume = f.b.text(resume)
