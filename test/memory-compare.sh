@@ -17,9 +17,11 @@
 #   redis  redis-server (no persistence), SET pipelined over one
 #          connection; reads INFO memory's used_memory and
 #          used_memory_rss, and VmRSS
-#   etcd   one etcd member (cmd/celletcd: the etcd that go.mod pins), puts
-#          in transactions of 100; reads its db size and db size in use
-#          (Status) and VmRSS
+#   etcd   one etcd member (cmd/celletcd: the etcd that go.mod pins, its
+#          defaults), a Put per record by 64 writers ($ETCD_BATCH > 1: puts
+#          in transactions of that many, faster, but etcd then holds more
+#          records in its in-memory raft log); reads its db size and db
+#          size in use (Status) and VmRSS
 #   gbtree a google/btree of degree 32 in memload's own process: the Go
 #          heap it grew, and the process's RSS with the tree alone left
 #
@@ -31,7 +33,7 @@
 #
 # Usage: test/memory-compare.sh. Installs redis-server with apt-get if it
 # is missing. Environment: N (1000000), REPEAT (2), SETTLE (5: seconds
-# between the load and the reading), STORES ("cell redis etcd gbtree"),
+# between the load and the reading), ETCD_BATCH (1), STORES ("cell redis etcd gbtree"),
 # BIN (a directory with cellserver, cellctl, celletcd and memload already
 # built; default: go build them from the working tree).
 set -euo pipefail
@@ -176,7 +178,7 @@ run_etcd() {
 	sleep "$SETTLE"
 	rec "$round" etcd rss_empty "$(rss "$pid")"
 	echo "# round $round: etcd: loading $N records" >&2
-	line=$("$work/bin/memload" -target etcd -addr "127.0.0.1:$client" -n "$N")
+	line=$("$work/bin/memload" -target etcd -addr "127.0.0.1:$client" -n "$N" -etcd-batch "${ETCD_BATCH:-1}")
 	echo "# $line" >&2
 	sleep "$SETTLE"
 	rec "$round" etcd rss "$(rss "$pid")"

@@ -46,7 +46,8 @@ func main() {
 	addr := flag.String("addr", "", "cell: etcd endpoint of the cluster; redis: server address; etcd: client endpoint")
 	n := flag.Int("n", 1_000_000, "records")
 	seed := flag.Uint64("seed", 42, "workload seed (42: blink's benchmarks' records)")
-	clients := flag.Int("clients", 64, "concurrent writers (cell; etcd: concurrent transactions)")
+	clients := flag.Int("clients", 64, "concurrent writers (cell, etcd)")
+	batch := flag.Int("etcd-batch", 1, "etcd: puts per transaction (1: a Put each; at most etcd's --max-txn-ops, 128)")
 	flag.Parse()
 	log.SetFlags(0)
 	log.SetPrefix("memload: ")
@@ -65,7 +66,7 @@ func main() {
 	case "redis":
 		err = loadRedis(*addr, keys, vals)
 	case "etcd":
-		extra, err = loadEtcd(*addr, keys, vals, *clients)
+		extra, err = loadEtcd(*addr, keys, vals, *clients, *batch)
 	case "gbtree":
 		extra = loadGBTree(keys, vals)
 	default:
@@ -206,18 +207,27 @@ func loadRedis(addr string, keys, vals [][]byte) error {
 	return nil
 }
 
-// loadEtcd puts the records in transactions of 100 puts (etcd's
-// --max-txn-ops is 128), workers of them at once, then reads the
-// member's status.
-func loadEtcd(addr string, keys, vals [][]byte, workers int) (string, error) {
+// loadEtcd puts the records, a Put each or per puts in a transaction,
+// workers at once, then reads the member's status. Batched, each raft
+// entry carries per records, and the entries etcd keeps in memory after
+// its last snapshot (--snapshot-count, 10,000 by default, and 5,000 more
+// for followers to catch up) then hold per times as many records: its RSS
+// is not comparable to that of a Put each.
+func loadEtcd(addr string, keys, vals [][]byte, workers, per int) (string, error) {
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 10 * time.Second})
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
-	const per = 100
+	per = max(per, 1)
 	txns := (len(keys) + per - 1) / per
 	err = parallel(txns, workers, func(t int) error {
+		if per == 1 {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			_, err := c.Put(ctx, string(keys[t]), string(vals[t]))
+			return err
+		}
 		ops := make([]clientv3.Op, 0, per)
 		for i := t * per; i < min((t+1)*per, len(keys)); i++ {
 			ops = append(ops, clientv3.OpPut(string(keys[i]), string(vals[i])))
