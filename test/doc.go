@@ -42,5 +42,7 @@
 // scripts, not tests. The commands under test/ (netfloor: the CPU floor of
 // a request/reply in Go, with Go's poller and with an event loop of our
 // own, run by netfloor.sh; netpollstarve: replies a busy Go client picks
-// up late) are measurements for BENCHMARKS.md, not tests.
+// up late; memload: the paper's workload loaded into Cell, Redis, etcd or
+// google/btree, run by memory-compare.sh) are measurements for
+// BENCHMARKS.md, not tests.
 package test
