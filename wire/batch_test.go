@@ -198,11 +198,15 @@ func TestReplyWriterDirectConcurrent(t *testing.T) {
 
 // The writer goroutine's write deadline outlives its write: a direct write
 // after it passed is handed to the writer goroutine (which sets a new
-// one), not failed.
+// one), not failed. The timeout must outlast the big reply's write on a
+// loaded machine (the reader drains 8 MiB meanwhile; at 20 ms it failed
+// now and then under load with the connection cut): 500 ms, and each
+// later reply waits past it.
 func TestReplyWriterDirectAfterDeadline(t *testing.T) {
 	client, server := tcpPair(t)
 	const big = 8 << 20
-	o := &Options{WriteTimeout: 20 * time.Millisecond, MaxFrameSize: 2 * big}
+	const timeout = 500 * time.Millisecond
+	o := &Options{WriteTimeout: timeout, MaxFrameSize: 2 * big}
 	rw, err := NewReplyWriter(server, o)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +226,7 @@ func TestReplyWriterDirectAfterDeadline(t *testing.T) {
 	}
 	readReplies(t, rd, 1, size)
 	for i := uint64(2); i <= 4; i++ {
-		time.Sleep(50 * time.Millisecond) // the deadline passes
+		time.Sleep(timeout + 50*time.Millisecond) // the deadline passes
 		directs := rw.bw.directs.Load()
 		if err := rw.sendAlone(Header{Op: OpGet, ID: i}, body(i, 10)); err != nil {
 			t.Fatal(err)
