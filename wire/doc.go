@@ -111,6 +111,8 @@
 //	21 Unverifiable    ErrUnverifiable   (a retried write whose first
 //	                   attempt may have applied, or a write whose
 //	                   sequence its region's table passed; not executed)
+//	22 NotVersioned    ErrNotVersioned   (a conditional write to a region
+//	                   without versions yet; not executed, retryable)
 //
 // A non-OK reply's body is empty or an ErrorReply (region, epoch, message,
 // leader address); the client returns the sentinel or a *StatusError that

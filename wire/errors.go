@@ -90,6 +90,9 @@ var (
 	// the region cannot prove unapplied, or a first attempt whose sequence
 	// the region's table already passed; not executed.
 	ErrUnverifiable = errors.New("wire: retried write unverifiable")
+	// ErrNotVersioned: a conditional write to a region without versions
+	// yet; not executed.
+	ErrNotVersioned = errors.New("wire: the key's region has no versions yet")
 	// ErrUnknownStatus: a reply carried a status this version does not
 	// define.
 	ErrUnknownStatus = errors.New("wire: unknown status")
@@ -119,6 +122,7 @@ var statusErrs = [...]error{
 
 	StatusPermissionDenied: ErrPermissionDenied,
 	StatusUnverifiable:     ErrUnverifiable,
+	StatusNotVersioned:     ErrNotVersioned,
 }
 
 // Err returns the sentinel error of s: nil for StatusOK, an error wrapping

@@ -40,6 +40,8 @@ var (
 	_ Message = (*CheckReply)(nil)
 	_ Message = (*ErrorReply)(nil)
 	_ Message = (*WriteReply)(nil)
+	_ Message = (*CondRequest)(nil)
+	_ Message = (*CondReply)(nil)
 )
 
 // KeyRange is a meganode's key range [Min, Max). MinInf and MaxInf stand
@@ -669,4 +671,147 @@ func (m *ErrorReply) decode(d *decoder) {
 	m.Epoch = d.u64("epoch")
 	m.Message = d.bytes("message")
 	m.Leader = d.bytes("leader")
+}
+
+// CondOp is what a conditional write does when its condition holds.
+type CondOp uint8
+
+const (
+	CondPut    CondOp = 1
+	CondDelete CondOp = 2
+)
+
+// CondTarget is what a condition looks at.
+type CondTarget uint8
+
+const (
+	CondVersion CondTarget = 1 // the key's version (0: absent)
+	CondValue   CondTarget = 2 // the key's value (an absent key fails)
+	CondPresent CondTarget = 3 // the key is present
+	CondAbsent  CondTarget = 4 // the key is absent
+)
+
+// CondCompare is how a version or value is compared with the expected
+// one: the key's against the request's.
+type CondCompare uint8
+
+const (
+	CmpEqual    CondCompare = 1
+	CmpNotEqual CondCompare = 2
+	CmpLess     CondCompare = 3
+	CmpGreater  CondCompare = 4
+)
+
+// CondRequest (OpCondWrite) puts Value under Key (Op CondPut) or deletes
+// Key (CondDelete) if the condition holds: Target compared by Compare
+// with ExpectedVersion or ExpectedValue (docs/transactions.md §3). Writes
+// carry a client id and sequence as PutRequest does.
+//
+//	[ptr u64][epoch u64][client id u64][seq u64]
+//	[op u8][target u8][compare u8][reserved u8 (0)][expected version u64]
+//	[key bytes][expected value bytes][value bytes]
+//
+// Compare is 0 for targets present and absent, and ExpectedValue empty
+// but for target value; a delete has an empty Value.
+type CondRequest struct {
+	Ptr             blink.Ptr
+	Epoch           uint64
+	ClientID        uint64
+	Seq             uint64
+	Op              CondOp
+	Target          CondTarget
+	Compare         CondCompare
+	ExpectedVersion uint64
+	Key             []byte
+	ExpectedValue   []byte
+	Value           []byte
+}
+
+func (m *CondRequest) AppendTo(b []byte) []byte {
+	b = appendU64(b, uint64(m.Ptr))
+	b = appendU64(b, m.Epoch)
+	b = appendU64(b, m.ClientID)
+	b = appendU64(b, m.Seq)
+	b = append(b, byte(m.Op), byte(m.Target), byte(m.Compare), 0)
+	b = appendU64(b, m.ExpectedVersion)
+	b = appendBytes(b, m.Key)
+	b = appendBytes(b, m.ExpectedValue)
+	return appendBytes(b, m.Value)
+}
+
+func (m *CondRequest) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("cond request")
+}
+
+func (m *CondRequest) decode(d *decoder) {
+	m.Ptr = blink.Ptr(d.u64("ptr"))
+	m.Epoch = d.u64("epoch")
+	m.ClientID = d.u64("client id")
+	m.Seq = d.u64("seq")
+	m.Op = CondOp(d.u8("cond op"))
+	m.Target = CondTarget(d.u8("cond target"))
+	m.Compare = CondCompare(d.u8("cond compare"))
+	if d.u8("cond reserved") != 0 {
+		d.failf("cond request: reserved byte")
+	}
+	m.ExpectedVersion = d.u64("expected version")
+	m.Key = d.bytes("key")
+	m.ExpectedValue = d.bytes("expected value")
+	m.Value = d.bytes("value")
+	if d.err == nil {
+		if err := m.Check(); err != nil {
+			d.failf("%v", err)
+		}
+	}
+}
+
+// Check reports a condition that is not well formed: an unknown op,
+// target or compare, a compare on presence, an expected value or version
+// beside a target that has none, a delete with a value.
+func (m *CondRequest) Check() error {
+	switch {
+	case m.Op != CondPut && m.Op != CondDelete:
+		return fmt.Errorf("cond op %d", m.Op)
+	case m.Target < CondVersion || m.Target > CondAbsent:
+		return fmt.Errorf("cond target %d", m.Target)
+	case (m.Target == CondVersion || m.Target == CondValue) && (m.Compare < CmpEqual || m.Compare > CmpGreater):
+		return fmt.Errorf("cond compare %d", m.Compare)
+	case (m.Target == CondPresent || m.Target == CondAbsent) && m.Compare != 0:
+		return fmt.Errorf("a compare on presence")
+	case m.Target != CondVersion && m.ExpectedVersion != 0:
+		return fmt.Errorf("an expected version beside target %d", m.Target)
+	case m.Target != CondValue && len(m.ExpectedValue) > 0:
+		return fmt.Errorf("an expected value beside target %d", m.Target)
+	case m.Op == CondDelete && len(m.Value) > 0:
+		return fmt.Errorf("a conditional delete with a value")
+	}
+	return nil
+}
+
+// CondReply answers OpCondWrite: whether the condition held (and the
+// write applied), and the key's version: the new one (a put's; 0 after a
+// delete) when it held, the current one (0: absent) when it did not. A
+// condition that did not hold is a definite answer, not an error.
+//
+//	[succeeded u8][version u64]
+type CondReply struct {
+	Succeeded bool
+	Version   uint64
+}
+
+func (m *CondReply) AppendTo(b []byte) []byte {
+	return appendU64(appendBool(b, m.Succeeded), m.Version)
+}
+
+func (m *CondReply) Decode(body []byte) error {
+	d := decoder{b: body}
+	m.decode(&d)
+	return d.finish("cond reply")
+}
+
+func (m *CondReply) decode(d *decoder) {
+	m.Succeeded = d.bool("succeeded")
+	m.Version = d.u64("version")
 }

@@ -37,10 +37,14 @@ const (
 	// tree workers, holding the region's apply lock while they hash.
 	OpReplicaHash Op = 0x16
 
-	// OpPut inserts or replaces a key (PutRequest, empty reply).
+	// OpPut inserts or replaces a key (PutRequest, WriteReply).
 	OpPut Op = 0x20
-	// OpDelete removes a key (DeleteRequest, empty reply).
+	// OpDelete removes a key (DeleteRequest, WriteReply).
 	OpDelete Op = 0x21
+	// OpCondWrite puts or deletes a key if a condition on its version or
+	// value holds, atomically in the region's apply (CondRequest,
+	// CondReply; docs/transactions.md §3).
+	OpCondWrite Op = 0x22
 )
 
 // Reserved op ranges. An op in a reserved range that this version does not
@@ -77,6 +81,7 @@ var opNames = [...]string{
 	OpMoveReplica:    "MoveReplica",
 	OpTransferLeader: "TransferLeader",
 	OpDelete:         "Delete",
+	OpCondWrite:      "CondWrite",
 
 	OpSplitBegin:  "SplitBegin",
 	OpSplitAppend: "SplitAppend",
@@ -100,7 +105,7 @@ func (o Op) Valid() bool { return o.Known() || o.IsExtension() }
 // blindly retried unless it carries a client id and sequence number.
 func (o Op) IsWrite() bool {
 	switch o {
-	case OpPut, OpDelete, OpSplitBegin, OpSplitAppend, OpSplitEnd, OpInsertChild:
+	case OpPut, OpDelete, OpCondWrite, OpSplitBegin, OpSplitAppend, OpSplitEnd, OpInsertChild:
 		return true
 	}
 	return false

@@ -83,6 +83,12 @@ const (
 	// have applied): not executed, and, if the client lost no attempt of
 	// it, safe to send again under a new client id and sequence number.
 	StatusUnverifiable Status = 21
+	// StatusNotVersioned: a conditional write to a key whose region has
+	// no versions yet (docs/transactions.md §2.6: its leader starts them
+	// once every server of its group knows them). Not executed;
+	// retryable: a region gets its versions within a second of having a
+	// leader of this release and up-to-date replicas.
+	StatusNotVersioned Status = 22
 )
 
 var statusNames = [...]string{
@@ -109,6 +115,7 @@ var statusNames = [...]string{
 
 	StatusPermissionDenied: "PermissionDenied",
 	StatusUnverifiable:     "Unverifiable",
+	StatusNotVersioned:     "NotVersioned",
 }
 
 // Known reports whether s is defined by this protocol version.
