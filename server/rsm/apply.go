@@ -1,6 +1,7 @@
 package rsm
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cellstore/cell/blink"
@@ -11,8 +12,13 @@ type Result struct {
 	// Found: a delete removed a key (false: the key was absent).
 	Found bool
 	// Version: the version a put gave its key (0 in a region without
-	// versions), or, for a duplicate, the one its first application gave.
+	// versions), or, for a duplicate, the one its first application gave;
+	// for a cond record whose condition failed, the key's current version
+	// (0: absent).
 	Version uint64
+	// CondFailed: a cond record's condition did not hold; nothing
+	// changed. A definite outcome, not an error.
+	CondFailed bool
 	// Next: a split copy's cursor for the next batch (nil: copy done).
 	Next []byte
 	// Done: a split free batch freed the last node of the right half.
@@ -50,13 +56,16 @@ func (m *Machine) Apply(index uint64, rec []byte) (Result, error) {
 	}
 	switch {
 	case err != nil:
-	case r.Kind == KindPut, r.Kind == KindDelete:
+	case r.Kind == KindPut, r.Kind == KindDelete, r.Kind == KindCond:
 		lm := m.MeganodeAt(r.Meganode)
 		if lm == nil || lm.Ptr() != r.Meganode || lm.Level != 0 {
 			return Result{}, fmt.Errorf("rsm: record for %v, not a leaf meganode of region %d: %w", r.Meganode, m.id, ErrBadRecord)
 		}
-		if r.Kind == KindDelete {
+		switch r.Kind {
+		case KindDelete:
 			kind = "delete"
+		case KindCond:
+			kind = "cond"
 		}
 		if o, dup := m.state.Sessions.lookupOutcome(r.ClientID, r.Seq); dup && r.ClientID != 0 {
 			kind += "_duplicate" // applied before: at most once
@@ -67,12 +76,19 @@ func (m *Machine) Apply(index uint64, rec []byte) (Result, error) {
 			kind += "_unverifiable"
 			break
 		}
-		if r.Kind == KindPut {
+		switch r.Kind {
+		case KindPut:
 			res.Version, err = m.putLocked(lm, index, r.Key, r.Value)
-		} else {
+		case KindDelete:
 			res.Found, err = lm.T.Delete(r.Key)
+		case KindCond:
+			b, _ := DecodeCondBody(r.Value) // DecodeRecord checked it
+			res, err = m.condLocked(lm, index, r.Key, &b)
+			if res.CondFailed {
+				kind += "_failed"
+			}
 		}
-		if err == nil && r.ClientID != 0 {
+		if err == nil && !res.CondFailed && r.ClientID != 0 {
 			m.state.Sessions.recordOutcome(r.ClientID, r.Seq, makeOutcome(res.Found, res.Version), index)
 		}
 	case r.Kind == KindChild:
@@ -196,4 +212,30 @@ func (m *Machine) applyVersionLocked(index uint64) error {
 	m.state.Legacy = index
 	m.state.Clock = max(m.state.Clock, index)
 	return nil
+}
+
+// condLocked applies a cond record for key in leaf meganode lm at index:
+// it reads the key's entry (and, for a value compare, its record),
+// evaluates the condition and, when it holds, writes as a put or delete
+// does (docs/transactions.md §3). A condition that fails changes nothing
+// and answers the key's current version. REQUIRES: m.mu held.
+func (m *Machine) condLocked(lm *Meganode, index uint64, key []byte, b *CondBody) (Result, error) {
+	if !m.state.Versioned {
+		return Result{}, ErrNotVersioned
+	}
+	value, word, err := lm.T.GetWord(key, m.condBuf[:0])
+	m.condBuf = value[:0]
+	present := err == nil
+	if err != nil && !errors.Is(err, blink.ErrNotFound) {
+		return Result{}, err
+	}
+	if !b.holds(present, value, word.Version()) {
+		return Result{CondFailed: true, Version: word.Version()}, nil
+	}
+	if b.Op == CondDelete {
+		found, err := lm.T.Delete(key)
+		return Result{Found: found}, err
+	}
+	v, err := m.putLocked(lm, index, key, b.Value)
+	return Result{Version: v}, err
 }

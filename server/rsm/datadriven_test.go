@@ -34,6 +34,9 @@ import (
 //	snapshot            a snapshot restored into a new machine: identical?
 //
 // get and scan show a key's version as @N (none before the version record).
+// cond m=P key=K op=put|delete target=version|value|present|absent
+// [cmp=eq|ne|lt|gt] [expect=N] [expect-value=V] [value=V] [client=C seq=S]
+// is a conditional write.
 //
 // Records: fill m=P n=N [prefix=P] (puts of N keys); region; version; root-format; root-publish m=P; root-drop m=P;
 // put m=P key=K value=V [client=C seq=S] [retry|floor|forgotten];
@@ -255,6 +258,9 @@ func result(r Result) string {
 	if r.Found {
 		parts = append(parts, "found")
 	}
+	if r.CondFailed {
+		parts = append(parts, "failed")
+	}
 	if r.Next != nil {
 		parts = append(parts, fmt.Sprintf("next=%q", r.Next))
 	}
@@ -339,6 +345,12 @@ func (h *scenario) encodeLine(line string) (_ []byte, as string, _ error) {
 		r.Kind, r.Value = KindRegion, AppendRegionBody(nil, testLayout)
 	case "version":
 		r.Kind = KindVersion
+	case "cond":
+		b := CondBody{Op: map[string]uint8{"put": CondPut, "delete": CondDelete}[kv["op"]],
+			Target:          map[string]uint8{"version": CondVersion, "value": CondValue, "present": CondPresent, "absent": CondAbsent}[kv["target"]],
+			Compare:         map[string]uint8{"eq": CmpEqual, "ne": CmpNotEqual, "lt": CmpLess, "gt": CmpGreater}[kv["cmp"]],
+			ExpectedVersion: num("expect"), Expected: []byte(kv["expect-value"]), Value: []byte(kv["value"])}
+		r.Kind, r.Value = KindCond, AppendCondBody(nil, &b)
 	case "root":
 		phase := map[string]RootPhase{"format": RootFormat, "publish": RootPublish, "drop": RootDrop}[step]
 		r.Kind, r.Value = KindRoot, AppendRootBody(nil, phase)

@@ -30,6 +30,9 @@ var (
 	// a split is in progress. Nothing changed; the split aborts, or the
 	// version record is proposed again later.
 	ErrVersionMode = errors.New("rsm: the regions' version modes differ, or a split is in progress")
+	// ErrNotVersioned: a conditional write to a region without versions
+	// yet (its version record not applied): nothing changed.
+	ErrNotVersioned = errors.New("rsm: the region has no versions yet")
 	// ErrClosed: the machine's region was closed (the replica dropped,
 	// or the server stopping).
 	ErrClosed = errors.New("rsm: region closed")

@@ -54,6 +54,9 @@ type Machine struct {
 	// kept by apply. Guarded by mu.
 	targets map[blink.Ptr]*targetState
 	ended   []endedTarget // the last targets that ended (target.go)
+	// condBuf holds the value a cond record compares (apply.go).
+	// Guarded by mu.
+	condBuf []byte
 	// closed: the machine's region was closed for good (Close).
 	// Guarded by mu.
 	closed bool

@@ -2,6 +2,7 @@ package rsm
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 
@@ -102,12 +103,22 @@ import (
 //	  0  region size u64   8 meganode size u64   16 node size u32
 //	  20 reserved u32 (0)
 //
+//	8 cond    a conditional put or delete (docs/transactions.md §3): the
+//	          header as a put's (key; client id and sequence, at most
+//	          once), the value a cond body:
+//
+//	  0  op u8 (1 put, 2 delete)   1 target u8 (1 version, 2 value,
+//	     3 present, 4 absent)      2 compare u8 (1 =, 2 !=, 3 <, 4 >;
+//	     0 for present and absent) 3 reserved u8 (0)
+//	  4  expected value length u32 8 expected version u64
+//	  16 expected value, then (put) the new value
+//
 //	13 version  the region's keys get versions from here on
 //	          (docs/transactions.md §2.6): the meganode 0, the key and the
 //	          value empty. It sets the version clock and the legacy version
 //	          U to its index and switches every tree to versioned leaves;
-//	          a second one changes nothing. Kinds 8–12 are reserved for the
-//	          conditional and transaction records of docs/transactions.md.
+//	          a second one changes nothing. Kinds 9–12 are reserved for the
+//	          transaction records of docs/transactions.md.
 //
 //	7 root    a root meganode made outside a split: the key empty, the
 //	          value a root body:
@@ -152,6 +163,7 @@ const (
 	KindTarget = 5
 	KindRegion = 6
 	KindRoot   = 7
+	KindCond   = 8
 	// KindVersion is 13, after the numbers docs/transactions.md §4.13
 	// keeps for the conditional and transaction records.
 	KindVersion = 13
@@ -546,9 +558,9 @@ func DecodeRecord(b []byte) (Record, error) {
 	r.Key = b[RecordHeaderSize : RecordHeaderSize+kl]
 	r.Value = b[RecordHeaderSize+kl:]
 	switch {
-	case (r.Kind < KindPut || r.Kind > KindRoot) && r.Kind != KindVersion:
+	case (r.Kind < KindPut || r.Kind > KindCond) && r.Kind != KindVersion:
 		return Record{}, fmt.Errorf("rsm: record kind %d: %w", r.Kind, ErrBadRecord)
-	case r.Flags != 0 && (r.Kind != KindPut && r.Kind != KindDelete || r.ClientID == 0 || r.Flags&FlagRetry != 0 && r.Flags != FlagRetry || r.Flags == FlagForgotten):
+	case r.Flags != 0 && (r.Kind != KindPut && r.Kind != KindDelete && r.Kind != KindCond || r.ClientID == 0 || r.Flags&FlagRetry != 0 && r.Flags != FlagRetry || r.Flags == FlagForgotten):
 		return Record{}, fmt.Errorf("rsm: flags %#x on a %d record of client %d: %w", r.Flags, r.Kind, r.ClientID, ErrBadRecord)
 	case r.Kind == KindVersion && (kl != 0 || vl != 0 || !r.Meganode.IsNil() || r.ClientID != 0 || r.Seq != 0):
 		return Record{}, fmt.Errorf("rsm: version record with a key, value, meganode or client: %w", ErrBadRecord)
@@ -568,10 +580,118 @@ func DecodeRecord(b []byte) (Record, error) {
 		if _, err := DecodeRegionBody(r.Value); err != nil {
 			return Record{}, err
 		}
+	case r.Kind == KindCond:
+		if _, err := DecodeCondBody(r.Value); err != nil {
+			return Record{}, err
+		}
 	case r.Kind == KindRoot:
 		if _, err := DecodeRootBody(r.Value); err != nil {
 			return Record{}, err
 		}
 	}
 	return r, nil
+}
+
+// Cond ops, targets and compares (the cond body's first three bytes).
+const (
+	CondPut    = 1
+	CondDelete = 2
+
+	CondVersion = 1
+	CondValue   = 2
+	CondPresent = 3
+	CondAbsent  = 4
+
+	CmpEqual    = 1
+	CmpNotEqual = 2
+	CmpLess     = 3
+	CmpGreater  = 4
+
+	condBodySize = 16
+)
+
+// CondBody is the value of a cond record.
+type CondBody struct {
+	Op, Target, Compare uint8
+	ExpectedVersion     uint64
+	Expected            []byte // aliases the record
+	Value               []byte // aliases the record
+}
+
+// AppendCondBody appends the encoding of b.
+func AppendCondBody(dst []byte, b *CondBody) []byte {
+	var h [condBodySize]byte
+	h[0], h[1], h[2] = b.Op, b.Target, b.Compare
+	le.PutUint32(h[4:], uint32(len(b.Expected)))
+	le.PutUint64(h[8:], b.ExpectedVersion)
+	dst = append(dst, h[:]...)
+	dst = append(dst, b.Expected...)
+	return append(dst, b.Value...)
+}
+
+// DecodeCondBody decodes and checks a cond body; errors wrap ErrBadRecord.
+func DecodeCondBody(v []byte) (CondBody, error) {
+	bad := func(what string) (CondBody, error) {
+		return CondBody{}, fmt.Errorf("rsm: cond body: %s: %w", what, ErrBadRecord)
+	}
+	if len(v) < condBodySize {
+		return bad(fmt.Sprintf("%d bytes", len(v)))
+	}
+	b := CondBody{Op: v[0], Target: v[1], Compare: v[2], ExpectedVersion: le.Uint64(v[8:])}
+	n := uint64(le.Uint32(v[4:]))
+	if n > uint64(len(v)-condBodySize) {
+		return bad("expected value past the end")
+	}
+	b.Expected, b.Value = v[condBodySize:condBodySize+n], v[condBodySize+n:]
+	switch {
+	case v[3] != 0:
+		return bad("reserved byte")
+	case b.Op != CondPut && b.Op != CondDelete:
+		return bad(fmt.Sprintf("op %d", b.Op))
+	case b.Target < CondVersion || b.Target > CondAbsent:
+		return bad(fmt.Sprintf("target %d", b.Target))
+	case (b.Target == CondVersion || b.Target == CondValue) && (b.Compare < CmpEqual || b.Compare > CmpGreater):
+		return bad(fmt.Sprintf("compare %d", b.Compare))
+	case (b.Target == CondPresent || b.Target == CondAbsent) && b.Compare != 0:
+		return bad("a compare on presence")
+	case b.Target != CondVersion && b.ExpectedVersion != 0:
+		return bad("an expected version beside another target")
+	case b.Target != CondValue && len(b.Expected) > 0:
+		return bad("an expected value beside another target")
+	case b.Op == CondDelete && len(b.Value) > 0:
+		return bad("a delete with a value")
+	}
+	return b, nil
+}
+
+// holds evaluates the condition against the key's current state: its
+// value and version when present.
+func (b *CondBody) holds(present bool, value []byte, version uint64) bool {
+	switch b.Target {
+	case CondPresent:
+		return present
+	case CondAbsent:
+		return !present
+	case CondVersion:
+		return compareHolds(b.Compare, cmp.Compare(version, b.ExpectedVersion))
+	case CondValue:
+		return present && compareHolds(b.Compare, bytes.Compare(value, b.Expected))
+	}
+	return false
+}
+
+// compareHolds reports whether c (-1, 0, 1: the key's against the expected)
+// satisfies op.
+func compareHolds(op uint8, c int) bool {
+	switch op {
+	case CmpEqual:
+		return c == 0
+	case CmpNotEqual:
+		return c != 0
+	case CmpLess:
+		return c < 0
+	case CmpGreater:
+		return c > 0
+	}
+	return false
 }

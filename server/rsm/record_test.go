@@ -58,6 +58,9 @@ func TestRecordRoundTrip(t *testing.T) {
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(AppendRecord(nil, &Record{Kind: KindPut, Meganode: 1, Key: []byte("k"), Value: []byte("v")}))
 	f.Add(AppendRecord(nil, &Record{Kind: KindDelete, Meganode: 1, Key: []byte("k")}))
+	f.Add(AppendRecord(nil, &Record{Kind: KindCond, Meganode: 1, ClientID: 3, Seq: 4, Flags: FlagFloor, Key: []byte("k"),
+		Value: AppendCondBody(nil, &CondBody{Op: CondPut, Target: CondVersion, Compare: CmpGreater, ExpectedVersion: 4, Value: []byte("v")})}))
+	f.Add(AppendRecord(nil, &Record{Kind: KindVersion}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRecord(b)
 		if err != nil {

@@ -45,6 +45,10 @@ func TestRecordsGolden(t *testing.T) {
 		{"root format", Record{Kind: KindRoot, Value: AppendRootBody(nil, RootFormat)}},
 		{"root publish", Record{Kind: KindRoot, Meganode: x, Value: AppendRootBody(nil, RootPublish)}},
 		{"version", Record{Kind: KindVersion}},
+		{"cond (put if version = 7)", Record{Kind: KindCond, Meganode: x, ClientID: 9, Seq: 3, Key: []byte("k"),
+			Value: AppendCondBody(nil, &CondBody{Op: CondPut, Target: CondVersion, Compare: CmpEqual, ExpectedVersion: 7, Value: []byte("new")})}},
+		{"cond (delete if value != old)", Record{Kind: KindCond, Meganode: x, Key: []byte("k"),
+			Value: AppendCondBody(nil, &CondBody{Op: CondDelete, Target: CondValue, Compare: CmpNotEqual, Expected: []byte("old")})}},
 		{"target append (leaf entries with words)", Record{Kind: KindTarget, Meganode: remoteY, Value: AppendTargetBody(nil, &TargetBody{Phase: TargetAppend,
 			Payload: AppendEntries(nil, false, true, []blink.Entry{{Key: []byte("m"), Value: []byte("1"), Word: blink.MakeWord(40, false, false)}})})}},
 		{"target commit (source clock)", Record{Kind: KindTarget, Meganode: remoteY, Value: AppendTargetBody(nil, &TargetBody{Phase: TargetCommit, Clock: 0x77})}},
@@ -133,9 +137,10 @@ func FuzzDecodeBodies(f *testing.F) {
 		AppendTargetBody(nil, &TargetBody{Phase: TargetCommit, Right: x, Source: x, Payload: digestSeed()}),
 		AppendSplitBody(nil, &SplitBody{Phase: PhaseCopy, New: x, Batch: 16, Cursor: []byte("p")}),
 		AppendRootEntries(nil, []LevelEntry{{Key: []byte("a"), Ptr: x}, {Key: []byte("m"), Ptr: x + 4096}}),
+		AppendCondBody(nil, &CondBody{Op: CondPut, Target: CondValue, Compare: CmpEqual, Expected: []byte("old"), Value: []byte("new")}),
 	}
 	for i, s := range seeds {
-		f.Add(append([]byte{[]byte{0, 1, 2, 2, 3, 4}[i]}, s...))
+		f.Add(append([]byte{[]byte{0, 1, 2, 2, 3, 4, 5}[i]}, s...))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) == 0 {
@@ -143,7 +148,7 @@ func FuzzDecodeBodies(f *testing.F) {
 		}
 		v := b[1:]
 		var got []byte
-		switch b[0] % 5 {
+		switch b[0] % 6 {
 		case 0:
 			body, err := DecodeRegionBody(v)
 			if err != nil {
@@ -179,9 +184,15 @@ func FuzzDecodeBodies(f *testing.F) {
 				}
 			}
 			got = AppendRootEntries(nil, ents)
+		case 5:
+			body, err := DecodeCondBody(v)
+			if err != nil {
+				return
+			}
+			got = AppendCondBody(nil, &body)
 		}
 		if !bytes.Equal(got, v) {
-			t.Fatalf("decoder %d: accepted body does not re-encode to itself:\n in %x\nout %x", b[0]%5, v, got)
+			t.Fatalf("decoder %d: accepted body does not re-encode to itself:\n in %x\nout %x", b[0]%6, v, got)
 		}
 	})
 }
