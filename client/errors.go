@@ -53,7 +53,30 @@ var (
 	ErrClosed = errors.New("cell: client closed")
 	// ErrInvalidConfig: Config.Validate rejected the configuration.
 	ErrInvalidConfig = errors.New("cell: invalid config")
+	// ErrConditionFailed: a conditional write's condition did not hold
+	// (PutIf, DeleteIf); nothing changed. The error is a
+	// *ConditionFailedError with the key's current version.
+	ErrConditionFailed = errors.New("cell: condition failed")
 )
+
+// ConditionFailedError is the definite answer to a conditional write whose
+// condition did not hold when its region applied it: nothing changed.
+// Version is the key's version then (0: absent). errors.Is(err,
+// ErrConditionFailed) holds.
+type ConditionFailedError struct {
+	Key     []byte
+	Version uint64
+}
+
+func (e *ConditionFailedError) Error() string {
+	if e.Version == 0 {
+		return fmt.Sprintf("cell: condition failed: %q is absent", e.Key)
+	}
+	return fmt.Sprintf("cell: condition failed: %q is at version %d", e.Key, e.Version)
+}
+
+// Is makes errors.Is(err, ErrConditionFailed) hold.
+func (e *ConditionFailedError) Is(target error) bool { return target == ErrConditionFailed }
 
 // RegionUnavailableError: the region table shows no live server for the
 // region: neither its host nor any of its replicas is a live member (their
@@ -194,7 +217,8 @@ func classify(err error, write bool) (disposition, retryCause, error) {
 		}
 		return final, 0, err
 	case errors.Is(err, wire.ErrNeedsRetry), errors.Is(err, wire.ErrUnavailable),
-		errors.Is(err, wire.ErrOverloaded), errors.Is(err, wire.ErrExpired):
+		errors.Is(err, wire.ErrOverloaded), errors.Is(err, wire.ErrExpired),
+		errors.Is(err, wire.ErrNotVersioned): // a region's leader starts versions soon
 		return retrySame, causeServerBusy, err
 	case errors.Is(err, wire.ErrWrongServer), errors.Is(err, wire.ErrStaleEpoch),
 		errors.Is(err, wire.ErrUnknownRegion):

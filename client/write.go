@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,12 +37,29 @@ import (
 // apply it: nothing of the write applied, and it is sent again with a new
 // client id and sequence number.
 func (c *Client) write(ctx context.Context, kind opKind, key, value []byte) error {
-	var w writeAttempts
-	err := c.writeOnce(ctx, kind, key, value, &w)
-	if err != nil && w.lost != nil {
-		return w.settle(err)
-	}
+	_, err := c.writeOp(ctx, writeReq{kind: kind, key: key, value: value})
 	return err
+}
+
+// writeReq is one write: a put (kind opPut, key and value), a delete
+// (opDelete), or with cond a conditional put or delete of key
+// (docs/transactions.md §3).
+type writeReq struct {
+	kind       opKind
+	key, value []byte
+	cond       *Cond
+}
+
+// writeOp sends the write req as write does, and returns what its region
+// answered: the version a put gave its key, and for a conditional write
+// whose condition failed a *ConditionFailedError.
+func (c *Client) writeOp(ctx context.Context, req writeReq) (uint64, error) {
+	var w writeAttempts
+	version, err := c.writeOnce(ctx, req, &w)
+	if err != nil && w.lost != nil {
+		return 0, w.settle(err)
+	}
+	return version, err
 }
 
 // writeAttempts is what a write's attempts learned: the error of the
@@ -60,9 +78,11 @@ func (w *writeAttempts) flags() wire.Flags {
 
 // settle returns the error a write whose outcome was once lost ends with:
 // NotFound (a delete the region applied, or vouched for and applied, that
-// found no key), else ErrOutcomeUnknown.
+// found no key), ConditionFailed (a conditional write the region vouched
+// for, whose condition failed: no attempt applied), else
+// ErrOutcomeUnknown.
 func (w *writeAttempts) settle(err error) error {
-	if errors.Is(err, ErrNotFound) || isOutcomeUnknown(err) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConditionFailed) || isOutcomeUnknown(err) {
 		return err
 	}
 	return &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (after: %w)", err, w.lost)}
@@ -78,17 +98,23 @@ func lostOutcome(err error) bool {
 	return errors.As(err, &ce) && ce.Sent || errors.Is(err, wire.ErrOutcomeUnknown)
 }
 
-func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, w *writeAttempts) error {
+func (c *Client) writeOnce(ctx context.Context, req writeReq, w *writeAttempts) (uint64, error) {
 	if c.isClosed() {
-		return ErrClosed
+		return 0, ErrClosed
 	}
 	t := c.topo.Load()
+	kind, key, value := req.kind, req.key, req.value
 	if err := checkKey(t, key); err != nil {
-		return err
+		return 0, err
 	}
 	if kind == opPut {
 		if err := checkValue(value); err != nil {
-			return err
+			return 0, err
+		}
+	}
+	if req.cond != nil {
+		if err := checkValue(req.cond.value); err != nil {
+			return 0, err
 		}
 	}
 	id, seq := c.clientID.Load(), c.seq.Add(1)
@@ -99,7 +125,7 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 	for retries := 0; ; {
 		ptr, err := c.writeTarget(ctx, t, key, bypass, deep)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		srv, reg, ok := t.route(ptr)
 		if redirect != nil {
@@ -112,30 +138,24 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 			if reg != nil {
 				epoch = reg.epoch
 			}
-			op := wire.OpPut
-			if kind == opPut {
-				req := wire.PutRequest{Ptr: ptr, Epoch: epoch, ClientID: id, Seq: seq, Key: key, Value: value}
-				sc.body = req.AppendTo(sc.body[:0])
-			} else {
-				op = wire.OpDelete
-				req := wire.DeleteRequest{Ptr: ptr, Epoch: epoch, ClientID: id, Seq: seq, Key: key}
-				sc.body = req.AppendTo(sc.body[:0])
-			}
+			var op wire.Op
+			op, sc.body = req.encode(sc.body[:0], ptr, epoch, id, seq)
 			if k := c.cfg.TestingKnobs.BeforeWriteSend; k != nil {
 				k(key, seq)
 			}
 			if err := ctx.Err(); err != nil {
-				return err // not sent
+				return 0, err // not sent
 			}
 			var f wire.Frame
 			f, err = srv.callFlags(ctx, op, w.flags(), sc.body)
 			if err == nil {
+				version, err := req.answer(f.Body)
 				f.Release()
-				return nil
+				return version, err
 			}
 			if errors.Is(err, wire.ErrUnverifiable) {
 				if w.lost != nil {
-					return &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (first attempt: %w)", err, w.lost)}
+					return 0, &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (first attempt: %w)", err, w.lost)}
 				}
 				// No attempt's outcome was lost, so none applied: the
 				// region had forgotten sequences past this one, or the
@@ -145,7 +165,7 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 				c.countRetry(causeSeqPassed)
 				retries++
 				if err := c.giveUp(ctx, retries, causeSeqPassed, err); err != nil {
-					return err
+					return 0, err
 				}
 				c.clientID.CompareAndSwap(id, randomID())
 				id, seq = c.clientID.Load(), c.seq.Add(1)
@@ -154,7 +174,7 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 			}
 			if lostOutcome(err) && ctx.Err() == nil && !c.isClosed() {
 				if t, err = c.afterLost(ctx, t, ptr, err, w, &retries); err != nil {
-					return err
+					return 0, err
 				}
 				redirect = nil
 				continue
@@ -163,7 +183,7 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 		d, cause, ferr := c.failure(ctx, t, ptr, err, true, &retries)
 		switch d {
 		case final:
-			return ferr
+			return 0, ferr
 		case retryRestart:
 			c.paths.drop(ptr)
 			bypass, deep = true, true
@@ -173,10 +193,51 @@ func (c *Client) writeOnce(ctx context.Context, kind opKind, key, value []byte, 
 			}
 			c.paths.drop(ptr)
 			if t, err = c.refreshed(ctx, t, retries, cause, err); err != nil {
-				return err
+				return 0, err
 			}
 		}
 	}
+}
+
+// encode appends the request body of one attempt of the write to dst,
+// starting at meganode ptr of a region at epoch, as client id's write seq.
+func (req *writeReq) encode(dst []byte, ptr blink.Ptr, epoch, id, seq uint64) (wire.Op, []byte) {
+	switch {
+	case req.cond != nil:
+		cr := req.cond.request()
+		cr.Ptr, cr.Epoch, cr.ClientID, cr.Seq, cr.Key = ptr, epoch, id, seq, req.key
+		if req.kind == opPut {
+			cr.Op, cr.Value = wire.CondPut, req.value
+		} else {
+			cr.Op = wire.CondDelete
+		}
+		return wire.OpCondWrite, cr.AppendTo(dst)
+	case req.kind == opPut:
+		m := wire.PutRequest{Ptr: ptr, Epoch: epoch, ClientID: id, Seq: seq, Key: req.key, Value: req.value}
+		return wire.OpPut, m.AppendTo(dst)
+	}
+	m := wire.DeleteRequest{Ptr: ptr, Epoch: epoch, ClientID: id, Seq: seq, Key: req.key}
+	return wire.OpDelete, m.AppendTo(dst)
+}
+
+// answer decodes the reply to the write: the version a put gave its key;
+// a conditional write whose condition failed is a *ConditionFailedError.
+func (req *writeReq) answer(body []byte) (uint64, error) {
+	if req.cond != nil {
+		var rep wire.CondReply
+		if err := rep.Decode(body); err != nil {
+			return 0, wrapErr(ErrServer, err)
+		}
+		if !rep.Succeeded {
+			return 0, &ConditionFailedError{Key: bytes.Clone(req.key), Version: rep.Version}
+		}
+		return rep.Version, nil
+	}
+	var rep wire.WriteReply
+	if err := rep.Decode(body); err != nil {
+		return 0, wrapErr(ErrServer, err)
+	}
+	return rep.Version, nil
 }
 
 // afterLost prepares the next attempt of a write whose attempt at ptr

@@ -32,6 +32,7 @@ type worker struct {
 	getReq    wire.GetRequest
 	putReq    wire.PutRequest
 	delReq    wire.DeleteRequest
+	condReq   wire.CondRequest
 	rangeReq  wire.RangeRequest
 	dumpReq   wire.NodeDumpRequest
 	metaReq   wire.MetadataRequest
@@ -116,6 +117,8 @@ func (w *worker) handle(op wire.Op, body []byte) handled {
 		return w.put(body)
 	case wire.OpDelete:
 		return w.del(body)
+	case wire.OpCondWrite:
+		return w.cond(body)
 	case wire.OpRange:
 		return reply(w.scan(body))
 	case wire.OpMetadata:

@@ -97,6 +97,28 @@ func (w *worker) del(body []byte) handled {
 	})
 }
 
+// cond proposes the write of a CondRequest (docs/transactions.md §3): the
+// condition is evaluated in apply, never here.
+func (w *worker) cond(body []byte) handled {
+	req := &w.condReq
+	if err := req.Decode(body); err != nil {
+		return reply(nil, err)
+	}
+	if len(req.Value) > wire.MaxValueSize || len(req.ExpectedValue) > wire.MaxValueSize {
+		return reply(nil, wireErrorf(wire.StatusValueTooLarge, "value of %d bytes, limit %d", max(len(req.Value), len(req.ExpectedValue)), wire.MaxValueSize))
+	}
+	flags, err := w.writeFlags(req.ClientID)
+	if err != nil {
+		return reply(nil, err)
+	}
+	return w.write(req.Ptr, req.Epoch, req.Key, "conditional write", func(lm *rsm.Meganode) []byte {
+		w.val = rsm.AppendCondBody(w.val[:0], &rsm.CondBody{Op: uint8(req.Op), Target: uint8(req.Target), Compare: uint8(req.Compare),
+			ExpectedVersion: req.ExpectedVersion, Expected: req.ExpectedValue, Value: req.Value})
+		w.rec = rsm.AppendRecord(w.rec[:0], &rsm.Record{Kind: rsm.KindCond, Flags: flags, Meganode: lm.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Key: req.Key, Value: w.val})
+		return w.rec
+	})
+}
+
 // writeFlags returns the record flags of the write request being served:
 // rsm.FlagRetry when the request came with wire.FlagRetry, which needs a
 // client id (the session table vouches per client); otherwise
@@ -163,7 +185,11 @@ func (rs *rpcServer) settleWrite(j job, p proposal, start time.Time) {
 		err = wire.ErrNotFound
 	}
 	var msg wire.Message
-	if err == nil {
+	switch {
+	case err != nil:
+	case p.op == wire.OpCondWrite:
+		msg = &wire.CondReply{Succeeded: !res.CondFailed, Version: res.Version}
+	default:
 		msg = &wire.WriteReply{Version: res.Version}
 	}
 	rs.answer(j, msg, err, start.Sub(j.arrived), time.Since(start))

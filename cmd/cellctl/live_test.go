@@ -217,6 +217,45 @@ func TestMissingKeyJSON(t *testing.T) {
 	}
 }
 
+// put --if-absent / --if-version and del --if-version: a condition that
+// holds applies and -w json shows the new version; one that does not exits
+// 1 with "condition failed", the key's current version on stdout with -w
+// json, and changes nothing.
+func TestConditionalPutDel(t *testing.T) {
+	putJSON := func(args ...string) (int, map[string]any, string) {
+		code, out, errs := runAt(t, "", append(args, "-w", "json")...)
+		var m map[string]any
+		_ = json.Unmarshal([]byte(out), &m)
+		return code, m, errs
+	}
+	code, m, errs := putJSON("put", "cond/a", "1", "--if-absent")
+	v1, _ := m["version"].(float64)
+	if code != 0 || m["ok"] != true || v1 == 0 {
+		t.Fatalf("put --if-absent: exit %d, %v, %q", code, m, errs)
+	}
+	code, m, errs = putJSON("put", "cond/a", "2", "--if-absent")
+	if code != 1 || m["code"] != "condition_failed" || m["version"] != v1 || !strings.HasPrefix(errs, "cellctl: condition failed") {
+		t.Fatalf("second put --if-absent: exit %d, %v, %q", code, m, errs)
+	}
+	code, m, _ = putJSON("put", "cond/a", "3", "--if-version", fmt.Sprint(uint64(v1)))
+	v2, _ := m["version"].(float64)
+	if code != 0 || v2 <= v1 {
+		t.Fatalf("put --if-version %v: exit %d, %v", v1, code, m)
+	}
+	if code, _, errs := runAt(t, "", "del", "cond/a", "--if-version", fmt.Sprint(uint64(v1))); code != 1 || !strings.Contains(errs, fmt.Sprintf("is at version %d", uint64(v2))) {
+		t.Fatalf("del --if-version with a stale version: exit %d, %q", code, errs)
+	}
+	if code, out, _ := runAt(t, "", "get", "cond/a"); code != 0 || out != "3\n" {
+		t.Fatalf("after a failed del: exit %d, %q", code, out)
+	}
+	if code, _, errs := runAt(t, "", "del", "cond/a", "--if-version", fmt.Sprint(uint64(v2))); code != 0 {
+		t.Fatalf("del --if-version: exit %d, %q", code, errs)
+	}
+	if code, _, errs := runAt(t, "", "put", "cond/a", "4", "--if-absent", "--if-version", "0"); code == 0 || !strings.Contains(errs, "choose one") {
+		t.Fatalf("both conditions: exit %d, %q", code, errs)
+	}
+}
+
 // --print-value-only (etcdctl's): get and range print values only.
 func TestPrintValueOnly(t *testing.T) {
 	for _, args := range [][]string{{"put", "pvo/a", "1"}, {"put", "pvo/b", "x y"}} {

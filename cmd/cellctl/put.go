@@ -13,6 +13,7 @@ import (
 
 func newPutCommand(g *globals) *cobra.Command {
 	var b byteArg
+	var cf condFlags
 	cmd := &cobra.Command{
 		Use:   "put KEY [VALUE|-]",
 		Short: "Store VALUE (or standard input) under KEY",
@@ -30,7 +31,15 @@ and end it with Ctrl-D.
 With --hex, KEY and VALUE are hexadecimal ("6b6579", "0x6b6579"); a value
 read from standard input is then hexadecimal text (spaces and newlines
 ignored). Values longer than the store's limit (%d bytes) are refused
-before anything is sent.`,
+before anything is sent.
+
+--if-version N and --if-absent make the put conditional
+(docs/transactions.md): it applies only if the key is at version N (0:
+absent) or absent, the test and the write one step of the key's region.
+Otherwise nothing changes and put exits 1 with "condition failed" and the
+key's current version (-w json: {"error": "condition failed", "code":
+"condition_failed", "key": ..., "version": N} on stdout). A conditional
+put prints the key's new version with -w json and -w fields.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			key, err := b.parse("key", args[0])
@@ -60,16 +69,25 @@ before anything is sent.`,
 				return err
 			}
 			defer c.Close()
-			if err := c.Put(ctx, key, value); err != nil {
-				return b.keyError(err, key)
+			cond, conditional, err := cf.cond()
+			if err != nil {
+				return err
 			}
 			res := newKVResult(b, key, nil)
+			if conditional {
+				if res.Version, err = c.PutIf(ctx, key, value, cond); err != nil {
+					return g.condError(b, err, key)
+				}
+			} else if err := c.Put(ctx, key, value); err != nil {
+				return b.keyError(err, key)
+			}
 			res.OK = true
 			return g.printLine(res, "OK")
 		},
 	}
 	cmd.Long = fmt.Sprintf(cmd.Long, wire.MaxValueSize)
 	cmd.Flags().BoolVar(&b.hex, "hex", false, "KEY and VALUE are hexadecimal")
+	cf.register(cmd, true)
 	return cmd
 }
 
