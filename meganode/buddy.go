@@ -332,7 +332,6 @@ func (e *Extents) Check() error {
 	return e.checkLocked(false)
 }
 
-
 // checkLocked implements Check; with rebuild it sets the counters from
 // what it finds instead of comparing them.
 func (e *Extents) checkLocked(rebuild bool) error {
