@@ -4,7 +4,8 @@ package meganode_test
 // 8-64 bytes, values of 8-256 bytes, blink's benchmark workload with seed
 // 42), with the extent allocator as it was (buddy blocks only) and with
 // size classes (slab.go), against google/btree holding the same records
-// (Go heap growth). Issue 42, item 1; BENCHMARKS.md §16.
+// (Go heap growth). Issue 42, item 1; BENCHMARKS.md, "Memory per key:
+// size-class extents".
 //
 //	go test ./meganode -run '^$' -bench BytesPerKey -benchtime 1x -count 3
 //
