@@ -109,7 +109,8 @@ type Options struct {
 	// instead of power-of-two buddy blocks (slab.go): less memory per
 	// record. It is part of the region's format (version 3) and of its
 	// layout's identity: replicas of a region must agree on it. Default
-	// false: buddy blocks only, the format before size classes.
+	// false: buddy blocks only, the format before size classes. Create
+	// only: Open and RestoreImage take it from the region's header.
 	SizeClasses bool
 	// Hugepages selects the backing: HugepagesAuto (default), HugepagesOn
 	// or HugepagesOff.
