@@ -42,6 +42,8 @@ type Extents struct {
 	// beforeWrite is the region's (capture.go): told of every store
 	// before it is made. Nil while the area is formatted or opened.
 	beforeWrite func(off, n uint64)
+	// sc is the size-class state (slab.go), nil in a buddy-only region.
+	sc *slabs
 
 	// Locking notes: Region.mu < Extents.mu.
 	mu struct {
@@ -51,19 +53,31 @@ type Extents struct {
 		inUse    uint64          // atoms in allocated blocks
 		blocks   uint64          // allocated blocks
 		badFrees uint64
+		// With size classes (slab.go): the blocks and atoms of the slab
+		// directory and the slabs (counted in blocks and inUse too),
+		// and the slots allocated and their bytes.
+		slabBlocks, slabAtoms uint64
+		slots, slotBytes      uint64
 	}
 }
 
 var _ blink.Extents = (*Extents)(nil)
 
 // ExtentStats describe the extent area. Byte counts are whole blocks: an
-// allocation of n bytes uses the next power of two atoms.
+// allocation of n bytes uses the next power of two atoms, or, in a region
+// with size classes, a slot of its class when it is small (slab.go).
+//
+// With size classes, InUse counts the extents allocated (whole slots and
+// blocks), not the slabs that hold the slots: Free (Capacity - InUse)
+// then includes the slabs' free slots, headers and tails (SlabStats
+// tells them apart), while FreeBlocks, LargestFree and Fragmentation
+// describe the free buddy blocks.
 type ExtentStats struct {
 	// Capacity is the heap size in bytes.
 	Capacity uint64
-	// InUse is the bytes in allocated blocks.
+	// InUse is the bytes in allocated blocks (and slots).
 	InUse uint64
-	// Blocks is the number of allocated blocks.
+	// Blocks is the number of allocated blocks (and slots): extents.
 	Blocks uint64
 	// Free is Capacity - InUse.
 	Free uint64
@@ -97,6 +111,12 @@ func newExtents(mem []byte, l Layout) *Extents {
 // free list head cleared, then the heap carved into the largest aligned
 // blocks that fit, lowest address first, each put on its free list.
 func formatExtents(mem []byte, l Layout) *Extents {
+	return formatExtentsWith(mem, l, false)
+}
+
+// formatExtentsWith is formatExtents, then, with sizeClasses, the slab
+// directory taken from the heap (REQUIRES: checkSizeClasses(l) is nil).
+func formatExtentsWith(mem []byte, l Layout, sizeClasses bool) *Extents {
 	e := newExtents(mem, l)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -114,13 +134,28 @@ func formatExtents(mem []byte, l Layout) *Extents {
 			i += 1 << k
 		}
 	}
+	if sizeClasses {
+		e.formatSlabsLocked(l)
+	}
 	return e
 }
 
 // openExtents checks the extent area of mem and rebuilds the counters.
 // Errors wrap ErrCorruption.
 func openExtents(mem []byte, l Layout) (*Extents, error) {
-	e := newExtents(mem, l)
+	return openExtentsWith(mem, header{Layout: l})
+}
+
+// openExtentsWith is openExtents for a region with header h: with size
+// classes, its slabs are checked and counted too.
+func openExtentsWith(mem []byte, h header) (*Extents, error) {
+	e := newExtents(mem, h.Layout)
+	if h.sizeClasses() {
+		if err := checkSizeClasses(h.Layout); err != nil {
+			return nil, fmt.Errorf("meganode: %w: %w", err, ErrCorruption)
+		}
+		e.sc = newSlabs(h.Layout, h.slabDir)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := e.checkLocked(true); err != nil {
@@ -138,6 +173,9 @@ func (e *Extents) Alloc(n int) (uint64, error) {
 	if n <= 0 {
 		return 0, fmt.Errorf("meganode: extent of %d bytes: %w", n, ErrInvalidSize)
 	}
+	if c, ok := e.slabClass(n); ok {
+		return e.allocSlot(c)
+	}
 	k := e.class(uint64(n))
 	if k > e.maxLog {
 		return 0, fmt.Errorf("meganode: extent of %d bytes exceeds the largest block of %d bytes: %w", n, e.blockBytes(e.maxLog), blink.ErrExtentsFull)
@@ -147,6 +185,16 @@ func (e *Extents) Alloc(n int) (uint64, error) {
 	if e.mu.closed {
 		return 0, ErrClosed
 	}
+	i, err := e.allocBlockLocked(k)
+	if err != nil {
+		return 0, err
+	}
+	return e.heapOff + i<<e.atomLog, nil
+}
+
+// allocBlockLocked takes a block of class k (REQUIRES: k <= maxLog) and
+// returns its atom index.
+func (e *Extents) allocBlockLocked(k int) (uint64, error) {
 	j := k
 	for j <= e.maxLog && e.mu.free[j] == 0 {
 		j++
@@ -163,7 +211,7 @@ func (e *Extents) Alloc(n int) (uint64, error) {
 	e.setCtrl(i, ctrlHead|byte(k))
 	e.mu.inUse += 1 << k
 	e.mu.blocks++
-	return e.heapOff + i<<e.atomLog, nil
+	return i, nil
 }
 
 // Free returns the block at off that Alloc(n) returned. A free that does
@@ -180,6 +228,9 @@ func (e *Extents) Free(off uint64, n int) {
 // FreeChecked is Free that returns an error wrapping ErrBadFree (nothing
 // changed but the BadFrees counter) or ErrClosed.
 func (e *Extents) FreeChecked(off uint64, n int) error {
+	if c, ok := e.slabClass(n); ok {
+		return e.freeSlot(off, c)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.mu.closed {
@@ -190,6 +241,12 @@ func (e *Extents) FreeChecked(off uint64, n int) error {
 		e.mu.badFrees++
 		return err
 	}
+	e.freeBlockLocked(i, k)
+	return nil
+}
+
+// freeBlockLocked frees the allocated block i of class k.
+func (e *Extents) freeBlockLocked(i uint64, k int) {
 	e.mu.inUse -= 1 << k
 	e.mu.blocks--
 	// Merge with the buddy while it is a free block of the same size. The
@@ -214,7 +271,6 @@ func (e *Extents) FreeChecked(off uint64, n int) error {
 		k++
 	}
 	e.pushLocked(i, k)
-	return nil
 }
 
 // checkFreeLocked returns the atom index and class of the allocated block
@@ -242,8 +298,8 @@ func (e *Extents) Stats() ExtentStats {
 	defer e.mu.Unlock()
 	s := ExtentStats{
 		Capacity:    e.atoms << e.atomLog,
-		InUse:       e.mu.inUse << e.atomLog,
-		Blocks:      e.mu.blocks,
+		InUse:       (e.mu.inUse-e.mu.slabAtoms)<<e.atomLog + e.mu.slotBytes,
+		Blocks:      e.mu.blocks - e.mu.slabBlocks + e.mu.slots,
 		LargestFree: e.largestFreeLocked(),
 		MaxBlock:    e.blockBytes(e.maxLog),
 		BadFrees:    e.mu.badFrees,
@@ -252,7 +308,8 @@ func (e *Extents) Stats() ExtentStats {
 	for _, c := range e.mu.free {
 		s.FreeBlocks += c
 	}
-	if ideal := min(s.Free, s.MaxBlock); ideal > 0 {
+	freeBlocks := s.Capacity - e.mu.inUse<<e.atomLog // == Free without slabs
+	if ideal := min(freeBlocks, s.MaxBlock); ideal > 0 {
 		s.Fragmentation = 1 - float64(s.LargestFree)/float64(ideal)
 	}
 	return s
@@ -327,10 +384,11 @@ func (e *Extents) checkLocked(rebuild bool) error {
 	}
 	if rebuild {
 		e.mu.free, e.mu.inUse, e.mu.blocks = free, inUse, blocks
-		return nil
-	}
-	if free != e.mu.free || inUse != e.mu.inUse || blocks != e.mu.blocks {
+	} else if free != e.mu.free || inUse != e.mu.inUse || blocks != e.mu.blocks {
 		return fmt.Errorf("meganode: extent counters (%d atoms in %d blocks) disagree with the heap (%d atoms in %d blocks): %w", e.mu.inUse, e.mu.blocks, inUse, blocks, ErrCorruption)
+	}
+	if e.sc != nil {
+		return e.checkSlabsLocked(rebuild)
 	}
 	return nil
 }

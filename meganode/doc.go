@@ -92,6 +92,16 @@
 // FreeChecked returns ErrBadFree), and panics in builds with the
 // invariants tag.
 //
+// A region made with Options.SizeClasses (region format 3) serves extents
+// of up to 2 KiB from slabs instead (slab.go): buddy blocks cut into slots
+// of one of 80 size classes (every 8 bytes up to 512, then at most 12.5%
+// apart), with a bitmap of slots in use and partial and full lists per
+// class, all in region memory (the lists' heads in a slab directory taken
+// from the heap at format time, its offset in the header), so allocation
+// stays deterministic and the image self-describing. A slab whose last
+// slot is freed goes back to the buddy allocator. Regions made without
+// keep buddy blocks only, byte for byte as before.
+//
 // # Concurrency
 //
 // Region and Extents are safe for concurrent use. Extents serialises its

@@ -28,6 +28,11 @@ func (r *Region) Dump(w io.Writer) error {
 	s := r.ext.Stats()
 	fmt.Fprintf(&b, "extents: %d/%d bytes in %d blocks, %d free blocks, largest free %d, max block %d, fragmentation %.3f, bad frees %d\n",
 		s.InUse, s.Capacity, s.Blocks, s.FreeBlocks, s.LargestFree, s.MaxBlock, s.Fragmentation, s.BadFrees)
+	if r.ext.SizeClasses() {
+		ss := r.ext.SlabStats()
+		fmt.Fprintf(&b, "slabs: %d slabs in %d bytes (directory included), %d slots of %d bytes in use, %d classes up to %d bytes\n",
+			ss.Slabs, ss.SlabBytes, ss.Slots, ss.SlotBytes, ss.Classes, ss.MaxSlot)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -60,8 +65,24 @@ func dumpHeader(w io.Writer, b []byte) error {
 		{offExtentLen, "extent area size", h.ExtentLen},
 		{offHeap, "heap", h.HeapOff},
 		{offAtoms, "atoms", h.Atoms},
-		{offHeaderCRC, "header crc", uint64(le.Uint32(b[offHeaderCRC:]))},
 	}
+	if h.version == formatVersion3 {
+		fields = append(fields, []struct {
+			off  int
+			name string
+			val  uint64
+		}{
+			{offFlags, "flags", uint64(h.flags)},
+			{offSlabDir, "slab directory", h.slabDir},
+		}...)
+	}
+	fields = append(fields, []struct {
+		off  int
+		name string
+		val  uint64
+	}{
+		{offHeaderCRC, "header crc", uint64(le.Uint32(b[offHeaderCRC:]))},
+	}...)
 	for _, f := range fields {
 		fmt.Fprintf(w, "%4d  %-16s %#x (%d)\n", f.off, f.name, f.val, f.val)
 	}

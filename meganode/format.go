@@ -36,7 +36,10 @@ package meganode
 //	 48 node area offset u64      56 node area size u64
 //	 64 extent area offset u64    72 extent area size u64
 //	 80 heap offset u64           88 atom count u64
-//	 96 reserved, zero (28 bytes) 124 CRC-32C (Castagnoli) of bytes [8, 124) u32
+//	 96 flags u32 (version 3; zero before): bit 0 size-class extents
+//	100 reserved, zero (4 bytes)  104 slab directory offset u64 (version 3
+//	    with size classes; zero before)
+//	112 reserved, zero (12 bytes) 124 CRC-32C (Castagnoli) of bytes [8, 124) u32
 //	128 free list heads: 47 × u64, head k = region offset of the first free
 //	    block of 2^k atoms, 0 when the list is empty
 //	504 applied index u64: the raft log index of the last record applied to
@@ -57,6 +60,12 @@ package meganode
 // Version 1 regions are read as well, their applied index 0, and a
 // region restored from a version 1 image is rewritten as version 2.
 //
+// Version 3 is a region made with size-class extents (Options.SizeClasses,
+// slab.go): the flags word at 96 has bit 0 set and the word at 104 holds
+// the offset of the slab directory, a block of the heap taken at format
+// time. Regions without size classes are still written as version 2, byte
+// for byte as before; a version 2 decoder refuses a version 3 region.
+//
 // Extent control byte (one per atom, at ExtentOff + atom index):
 //
 //	bit 7  head: the atom starts a block (0 for atoms inside a block)
@@ -69,6 +78,7 @@ package meganode
 // extent record (blink/extent.go); bytes after the record are undefined.
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -96,6 +106,8 @@ const (
 	offHeap         = 80
 	offAtoms        = 88
 	offReserved     = 96
+	offFlags        = 96
+	offSlabDir      = 104
 	offHeaderCRC    = 124
 	offFreeLists    = 128
 	offApplied      = 504
@@ -115,6 +127,13 @@ const (
 	formatVersion = 2
 	// formatVersion1 is the format before the applied index, still read.
 	formatVersion1 = 1
+	// formatVersion3 is the format of a region with size-class extents.
+	formatVersion3 = 3
+
+	// flagSizeClasses (region header flags, version 3): small extents are
+	// slots of slabs (slab.go).
+	flagSizeClasses = 1 << 0
+	knownFlags      = flagSizeClasses
 
 	// pageAlign aligns the region size, the node area and the extent area.
 	pageAlign = 4096
@@ -214,9 +233,17 @@ type header struct {
 	Layout
 	ID uint32
 	// version is the format version decoded (0 in a header to be
-	// written: encode writes formatVersion).
+	// written: encode writes formatVersion, or formatVersion3 when flags
+	// are set).
 	version uint32
+	// flags are the region header flags (version 3; 0 before).
+	flags uint32
+	// slabDir is the offset of the slab directory (flagSizeClasses).
+	slabDir uint64
 }
+
+// sizeClasses reports whether the region has size-class extents.
+func (h *header) sizeClasses() bool { return h.flags&flagSizeClasses != 0 }
 
 // encode writes the static part of the header, bytes [8, 128), into b (at
 // least 128 bytes) with plain stores, CRC included. It leaves the root word
@@ -227,6 +254,9 @@ func (h *header) encode(b []byte) {
 	v := h.version
 	if v == 0 {
 		v = formatVersion
+		if h.flags != 0 {
+			v = formatVersion3
+		}
 	}
 	le.PutUint32(b[offVersion:], v)
 	le.PutUint32(b[offRegionID:], h.ID)
@@ -242,6 +272,10 @@ func (h *header) encode(b []byte) {
 	le.PutUint64(b[offHeap:], h.HeapOff)
 	le.PutUint64(b[offAtoms:], h.Atoms)
 	clear(b[offReserved:offHeaderCRC])
+	if v == formatVersion3 {
+		le.PutUint32(b[offFlags:], h.flags)
+		le.PutUint64(b[offSlabDir:], h.slabDir)
+	}
 	le.PutUint32(b[offHeaderCRC:], crc32.Checksum(b[offMagic:offHeaderCRC], castagnoli))
 }
 
@@ -264,18 +298,27 @@ func decodeHeader(b []byte) (header, error) {
 	if m := le.Uint32(b[offMagic:]); m != regionMagic {
 		return header{}, fmt.Errorf("meganode: bad region magic %#08x: %w", m, ErrCorruption)
 	}
-	if v := le.Uint32(b[offVersion:]); v != formatVersion && v != formatVersion1 {
-		return header{}, fmt.Errorf("meganode: region format version %d, want %d or %d: %w", v, formatVersion1, formatVersion, ErrCorruption)
+	if v := le.Uint32(b[offVersion:]); v != formatVersion && v != formatVersion1 && v != formatVersion3 {
+		return header{}, fmt.Errorf("meganode: region format version %d, want %d to %d: %w", v, formatVersion1, formatVersion3, ErrCorruption)
 	}
 	if got, want := le.Uint32(b[offHeaderCRC:]), crc32.Checksum(b[offMagic:offHeaderCRC], castagnoli); got != want {
 		return header{}, fmt.Errorf("meganode: region header CRC %#08x, computed %#08x: %w", got, want, ErrCorruption)
 	}
-	for _, c := range b[offReserved:offHeaderCRC] {
+	h := header{version: le.Uint32(b[offVersion:])}
+	reserved := b[offReserved:offHeaderCRC]
+	if h.version == formatVersion3 {
+		h.flags = le.Uint32(b[offFlags:])
+		h.slabDir = le.Uint64(b[offSlabDir:])
+		if h.flags == 0 || h.flags&^knownFlags != 0 {
+			return header{}, fmt.Errorf("meganode: region format version 3 with flags %#x: %w", h.flags, ErrCorruption)
+		}
+		reserved = append(bytes.Clone(b[offFlags+4:offSlabDir]), b[offSlabDir+8:offHeaderCRC]...)
+	}
+	for _, c := range reserved {
 		if c != 0 {
 			return header{}, fmt.Errorf("meganode: reserved region header bytes are not zero: %w", ErrCorruption)
 		}
 	}
-	h := header{version: le.Uint32(b[offVersion:])}
 	h.ID = le.Uint32(b[offRegionID:])
 	if h.ID > blink.MaxRegionID {
 		return header{}, fmt.Errorf("meganode: region ID %d out of range: %w", h.ID, ErrCorruption)
@@ -298,6 +341,13 @@ func decodeHeader(b []byte) (header, error) {
 		return header{}, fmt.Errorf("meganode: region header layout %+v, computed %+v: %w", stored, l, ErrCorruption)
 	}
 	h.Layout = l
+	if h.sizeClasses() {
+		if d := h.slabDir; d < l.HeapOff || d >= l.HeapOff+l.Atoms*l.AtomSize || (d-l.HeapOff)%l.AtomSize != 0 {
+			return header{}, fmt.Errorf("meganode: slab directory %#x is not an atom of the heap: %w", d, ErrCorruption)
+		}
+	} else if h.slabDir != 0 {
+		return header{}, fmt.Errorf("meganode: slab directory %#x without size classes: %w", h.slabDir, ErrCorruption)
+	}
 	if err := checkDynamicHeader(b, l); err != nil {
 		return header{}, err
 	}

@@ -577,7 +577,7 @@ func openRestored(mem []byte, h header) (*Extents, error) {
 		return nil, fmt.Errorf("meganode: region header of region %d with layout %s in an image of region %d with layout %s: %w",
 			rh.ID, layoutInputs(rh.Layout), h.ID, layoutInputs(h.Layout), ErrCorruption)
 	}
-	ext, err := openExtents(mem, h.Layout)
+	ext, err := openExtentsWith(mem, rh)
 	if err == nil && rh.version == formatVersion1 {
 		// An image of an older server: the region is rewritten in this
 		// version (applied index 0 until the caller sets it), as a

@@ -247,9 +247,12 @@ func checkModel(t *testing.T, r *Region, model workloadModel) map[int]*Meganode 
 // both then evolve identically under the same operations (what raft's
 // replay needs).
 func TestImageRoundTrip(t *testing.T) {
-	for _, backing := range []string{"file", "shm", "hugetlbfs"} {
+	for _, backing := range []string{"file", "shm", "hugetlbfs", "file-sizeclasses"} {
 		t.Run(backing, func(t *testing.T) {
+			sizeClasses := strings.HasSuffix(backing, "-sizeclasses")
+			backing := strings.TrimSuffix(backing, "-sizeclasses")
 			opts := imageOptions(t, backing)
+			opts.SizeClasses = sizeClasses
 			src := mustCreateBacking(t, opts, backing)
 			seed := rand.Uint64()
 			t.Logf("seed %d, %v", seed, src)
@@ -275,6 +278,9 @@ func TestImageRoundTrip(t *testing.T) {
 				t.Fatalf("restored %v layout %+v root %v, from %v", dst, dst.Layout(), dst.Root(), src)
 			}
 			mustSameBytes(t, src, dst)
+			if dst.SizeClasses() != sizeClasses || src.Extents().SlabStats() != dst.Extents().SlabStats() {
+				t.Fatalf("restored size classes %v, slab stats %+v, source's %+v", dst.SizeClasses(), dst.Extents().SlabStats(), src.Extents().SlabStats())
+			}
 			if got, want := dst.Extents().Stats(), src.Extents().Stats(); got != want {
 				t.Fatalf("restored extent stats %+v, want %+v", got, want)
 			}

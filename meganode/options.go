@@ -105,6 +105,13 @@ type Options struct {
 	// 4096 bytes (a free block holds two 8-byte list links). The allocator
 	// keeps one control byte per atom. Default 64.
 	AtomSize int
+	// SizeClasses serves small extents from slots of size-class slabs
+	// instead of power-of-two buddy blocks (slab.go): less memory per
+	// record. It is part of the region's format (version 3) and of its
+	// layout's identity: replicas of a region must agree on it. Default
+	// false: buddy blocks only, the format before size classes. Create
+	// only: Open and RestoreImage take it from the region's header.
+	SizeClasses bool
 	// Hugepages selects the backing: HugepagesAuto (default), HugepagesOn
 	// or HugepagesOff.
 	Hugepages HugepageMode
@@ -213,8 +220,12 @@ func (o *Options) Validate() error {
 	if o.FileGroup < 0 {
 		return fmt.Errorf("meganode: file group %d: %w", o.FileGroup, ErrInvalidOptions)
 	}
-	if _, err := o.layout(); err != nil {
+	l, err := o.layout()
+	if err != nil {
 		return err
+	}
+	if o.SizeClasses {
+		return checkSizeClasses(l)
 	}
 	return nil
 }

@@ -89,6 +89,9 @@ func Create(opts Options) (*Region, error) {
 	}
 	mem := m.data[:l.Size:l.Size]
 	h := header{Layout: l, ID: opts.ID}
+	if opts.SizeClasses {
+		h.flags = flagSizeClasses
+	}
 	r := newRegion(opts.Logger, m, mem, h, formatImage(mem, h))
 	r.log.Info("meganode: region created", r.logAttrs()...)
 	return r, nil
@@ -128,8 +131,12 @@ func newRegion(log *slog.Logger, m *mapping, mem []byte, h header, ext *Extents)
 // meganode is formatted when its slot is taken.
 func formatImage(mem []byte, h header) *Extents {
 	atomicmem.Store(mem[:headerSize], atomicmem.Alloc(headerSize))
+	e := formatExtentsWith(mem, h.Layout, h.sizeClasses())
+	if e.sc != nil {
+		h.slabDir = e.sc.dir
+	}
 	h.store(mem)
-	return formatExtents(mem, h.Layout)
+	return e
 }
 
 // openImage validates the region image in mem (a mapping at least as long
@@ -143,7 +150,7 @@ func openImage(mem []byte) (header, *Extents, error) {
 	if uint64(len(mem)) < h.Size {
 		return header{}, nil, fmt.Errorf("meganode: region of %d bytes in a %d-byte image: %w", h.Size, len(mem), ErrCorruption)
 	}
-	ext, err := openExtents(mem[:h.Size:h.Size], h.Layout)
+	ext, err := openExtentsWith(mem[:h.Size:h.Size], h)
 	if err != nil {
 		return header{}, nil, err
 	}
@@ -159,6 +166,7 @@ func (r *Region) logAttrs() []any {
 		slog.Uint64("meganodes", r.lay.Slots),
 		slog.Uint64("meganode_size", r.lay.MeganodeSize),
 		slog.Uint64("extent_heap", r.lay.Atoms*r.lay.AtomSize),
+		slog.Bool("size_classes", r.SizeClasses()),
 	}
 }
 
@@ -201,6 +209,11 @@ func (r *Region) Bytes() []byte { return r.mem }
 
 // Layout returns where the header, node area and extent area are.
 func (r *Region) Layout() Layout { return r.lay }
+
+// SizeClasses reports whether the region serves small extents from
+// size-class slabs (region format 3, Options.SizeClasses) rather than
+// buddy blocks only.
+func (r *Region) SizeClasses() bool { return r.ext.SizeClasses() }
 
 // Extents returns the region's extent allocator, shared by its meganodes.
 func (r *Region) Extents() *Extents { return r.ext }
@@ -282,7 +295,7 @@ func (r *Region) Check() error {
 	if err != nil {
 		return err
 	}
-	if h.Layout != r.lay || h.ID != r.id {
+	if h.Layout != r.lay || h.ID != r.id || h.sizeClasses() != r.ext.SizeClasses() {
 		return fmt.Errorf("meganode: region header changed under the open region: %w", ErrCorruption)
 	}
 	return r.ext.Check()

@@ -73,6 +73,7 @@ func (rep *replica) regionOptions(id uint32, b rsm.Layout) meganode.Options {
 		Size:         b.Size,
 		MeganodeSize: b.MeganodeSize,
 		NodeSize:     int(b.NodeSize),
+		SizeClasses:  b.SizeClasses,
 		Hugepages:    rep.srv.opts.Hugepages,
 		Dir:          rep.srv.dir.dir,
 		ShmDir:       rep.srv.opts.ShmDir,

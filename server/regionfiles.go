@@ -98,7 +98,7 @@ func (f replicaFiles) Discard(r *meganode.Region) error {
 func (rep *replica) openMachine(id uint32) error {
 	s := rep.srv
 	files := replicaFiles{rep}
-	r, err := files.Create(id, rsm.Layout{Size: s.opts.RegionSize, MeganodeSize: s.opts.MeganodeSize, NodeSize: uint32(s.opts.NodeSize)})
+	r, err := files.Create(id, rsm.Layout{Size: s.opts.RegionSize, MeganodeSize: s.opts.MeganodeSize, NodeSize: uint32(s.opts.NodeSize), SizeClasses: !s.opts.BuddyExtents})
 	if err != nil {
 		return err
 	}

@@ -126,14 +126,16 @@ func (m *Machine) Apply(index uint64, rec []byte) (Result, error) {
 
 // applyRegionLocked applies the region record: the first of the log,
 // which pins the region's layout. A region made with other sizes (this
-// server's flags differ from those the region was made with) is made
-// again, empty, with the record's.
+// server's flags differ from those the region was made with), or with
+// another extent allocator (a log written before size classes, flag 0,
+// replayed by a server that makes regions with them, or the other way),
+// is made again, empty, with the record's.
 func (m *Machine) applyRegionLocked(b Layout) error {
 	if m.state.Formatted {
 		return fmt.Errorf("rsm: a second region record: %w", ErrBadRecord)
 	}
 	lay := m.region.Layout()
-	if lay.Size != b.Size || lay.MeganodeSize != b.MeganodeSize || lay.NodeSize != uint64(b.NodeSize) {
+	if lay.Size != b.Size || lay.MeganodeSize != b.MeganodeSize || lay.NodeSize != uint64(b.NodeSize) || m.region.SizeClasses() != b.SizeClasses {
 		if err := m.remakeLocked(b); err != nil {
 			return err
 		}

@@ -23,7 +23,7 @@ type dirFiles struct {
 }
 
 func (f *dirFiles) options(id uint32, l Layout, name string) meganode.Options {
-	return meganode.Options{ID: id, Size: l.Size, MeganodeSize: l.MeganodeSize, NodeSize: int(l.NodeSize),
+	return meganode.Options{ID: id, Size: l.Size, MeganodeSize: l.MeganodeSize, NodeSize: int(l.NodeSize), SizeClasses: l.SizeClasses,
 		Hugepages: meganode.HugepagesOff, Dir: f.dir, Name: name, Logger: discard}
 }
 

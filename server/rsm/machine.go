@@ -334,14 +334,14 @@ func (m *Machine) remakeLocked(l Layout) error {
 		return fmt.Errorf("rsm: make region %d with the sizes of its log: %w", m.id, err)
 	}
 	m.log.Warn("rsm: the region keeps the sizes it was made with, not this server's options",
-		slog.Uint64("region", uint64(m.id)), slog.Uint64("region_size", l.Size), slog.Uint64("meganode_size", l.MeganodeSize), slog.Uint64("node_size", uint64(l.NodeSize)))
+		slog.Uint64("region", uint64(m.id)), slog.Uint64("region_size", l.Size), slog.Uint64("meganode_size", l.MeganodeSize), slog.Uint64("node_size", uint64(l.NodeSize)), slog.Bool("size_classes", l.SizeClasses))
 	return m.adoptLocked(r)
 }
 
 // LayoutOf is region r's layout as a region record pins it.
 func LayoutOf(r *meganode.Region) Layout {
 	l := r.Layout()
-	return Layout{Size: l.Size, MeganodeSize: l.MeganodeSize, NodeSize: uint32(l.NodeSize)}
+	return Layout{Size: l.Size, MeganodeSize: l.MeganodeSize, NodeSize: uint32(l.NodeSize), SizeClasses: r.SizeClasses()}
 }
 
 // Versions reports the region's version mode (docs/transactions.md §2):

@@ -101,7 +101,11 @@ import (
 //	          come from here, never from a server's flags):
 //
 //	  0  region size u64   8 meganode size u64   16 node size u32
-//	  20 reserved u32 (0)
+//	  20 flags u32: bit 0 size-class extents (meganode.Options.SizeClasses,
+//	     region format 3); other bits 0. A region record with flags 0
+//	     (every log before size classes) makes a buddy-only region, as
+//	     before; a server that predates the flag refuses one with bit 0
+//	     as a bad record.
 //
 //	8 cond    a conditional put or delete (docs/transactions.md §3): the
 //	          header as a put's (key; client id and sequence, at most
@@ -202,20 +206,31 @@ func (p RootPhase) String() string {
 type Layout struct {
 	Size, MeganodeSize uint64
 	NodeSize           uint32
+	// SizeClasses: small extents are slots of size-class slabs
+	// (region flag bit 0).
+	SizeClasses bool
 }
+
+// regionFlagSizeClasses is bit 0 of a region record's flags.
+const regionFlagSizeClasses = 1 << 0
 
 func AppendRegionBody(dst []byte, b Layout) []byte {
 	dst = le.AppendUint64(dst, b.Size)
 	dst = le.AppendUint64(dst, b.MeganodeSize)
 	dst = le.AppendUint32(dst, b.NodeSize)
-	return le.AppendUint32(dst, 0)
+	var flags uint32
+	if b.SizeClasses {
+		flags |= regionFlagSizeClasses
+	}
+	return le.AppendUint32(dst, flags)
 }
 
 func DecodeRegionBody(v []byte) (Layout, error) {
-	if len(v) != regionBodySize || le.Uint32(v[20:]) != 0 {
+	if len(v) != regionBodySize || le.Uint32(v[20:])&^regionFlagSizeClasses != 0 {
 		return Layout{}, fmt.Errorf("rsm: %d-byte region body: %w", len(v), ErrBadRecord)
 	}
-	return Layout{Size: le.Uint64(v), MeganodeSize: le.Uint64(v[8:]), NodeSize: le.Uint32(v[16:])}, nil
+	return Layout{Size: le.Uint64(v), MeganodeSize: le.Uint64(v[8:]), NodeSize: le.Uint32(v[16:]),
+		SizeClasses: le.Uint32(v[20:])&regionFlagSizeClasses != 0}, nil
 }
 
 func AppendRootBody(dst []byte, p RootPhase) []byte {
