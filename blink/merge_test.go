@@ -5,8 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/cellstore/cell/internal/atomicmem"
 )
 
 // Tests of merges after deletes (merge.go).
@@ -225,4 +231,189 @@ func TestMergeDuringSplit(t *testing.T) {
 	mustFind(t, r, x, keys)
 	mustScan(t, r, x, keys)
 	mustCheckLinks(t, x, y)
+}
+
+// staleSearch is a one-sided reader's Sagiv search from an arbitrary
+// (possibly stale: freed, reused, merged away) node pointer start, over
+// CopyNode and View.StepFor only: a copy that is invalid or does not cover
+// key restarts from the local root. It returns key's value, read through
+// the leaf entry's CRC.
+func staleSearch(tr *Tree, buf node, key []byte, start Ptr) ([]byte, bool, error) {
+	p := start
+	for steps := 0; steps < 1<<20; steps++ {
+		r := CopyNode(buf, tr.nodeBytes(p))
+		if r == Torn {
+			runtime.Gosched()
+			continue
+		}
+		if r != OK {
+			p = tr.Root()
+			continue
+		}
+		st := View(buf).StepFor(key)
+		switch st.Covers {
+		case AboveMax:
+			if !tr.local(st.Next) {
+				return nil, false, fmt.Errorf("key %q: right link %v leaves the meganode", key, st.Next)
+			}
+			p = st.Next
+			continue
+		case OutOfRange:
+			p = tr.Root()
+			continue
+		case Corrupt:
+			return nil, false, fmt.Errorf("node %v: corrupt copy", p)
+		}
+		if !st.Next.IsNil() {
+			p = st.Next
+			continue
+		}
+		if !st.Found {
+			return nil, false, nil
+		}
+		ext, n, crc := View(buf).Extent(st.Index)
+		rec := atomicmem.Alloc(roundUp8(n))
+		atomicmem.Load(rec, tr.mem[ext.Offset():ext.Offset()+uint64(len(rec))])
+		k, v, err := DecodeExtent(rec[:n], crc)
+		if errors.Is(err, ErrTorn) {
+			continue // the record was reused: read the leaf again
+		}
+		if err != nil || !bytes.Equal(k, key) {
+			return nil, false, fmt.Errorf("record %v: %v (key %q)", ext, err, k)
+		}
+		return bytes.Clone(v), true, nil
+	}
+	return nil, false, fmt.Errorf("key %q: no leaf reached", key)
+}
+
+// TestMergeConcurrentReaders: while the writer fills a key range and
+// empties it again (every cycle merges most leaves, frees their nodes and
+// reuses them with the next inserts), readers Get, iterate, and search
+// one-sided from stale pointers to any node of the meganode; stable keys
+// are always found with their values, churned ones are absent or right.
+func TestMergeConcurrentReaders(t *testing.T) {
+	tr, _ := newTestTree(t, testTreeOpts{nodeSize: 512, meganodeSize: 4 << 20, extentBytes: 32 << 20})
+	const keys = 3000
+	stable := func(i int) bool { return i%10 == 0 }
+	for i := 0; i < keys; i += 10 {
+		mustPut(t, tr, mergeKey(i), "v"+mergeKey(i))
+	}
+	cycles := 40
+	if testing.Short() || raceEnabled {
+		cycles = 6
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	var reads atomic.Int64
+	for id := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(id), 77))
+			buf := node(atomicmem.Alloc(tr.nodeSize))
+			var dst []byte
+			for !stop.Load() {
+				reads.Add(1)
+				i := r.IntN(keys)
+				k := []byte(mergeKey(i))
+				var v []byte
+				var found bool
+				var err error
+				switch r.IntN(3) {
+				case 0:
+					dst, err = tr.Get(k, dst[:0])
+					v, found = dst, err == nil
+					if errors.Is(err, ErrNotFound) {
+						err = nil
+					}
+				case 1:
+					slot := 1 + r.IntN(int(tr.size/uint64(tr.nodeSize))-1)
+					v, found, err = staleSearch(tr, buf, k, MakePtr(tr.region, tr.base+uint64(slot*tr.nodeSize)))
+				default:
+					// A short forward or backward scan from k: stable keys
+					// in the range are all there, in order.
+					lo, hi := k, []byte(mergeKey(min(i+200, keys)))
+					it := tr.NewIter(&IterOptions{Lower: lo, Upper: hi})
+					var got []string
+					if r.IntN(2) == 0 {
+						for ok := it.First(); ok; ok = it.Next() {
+							got = append(got, string(it.Key()))
+						}
+					} else {
+						for ok := it.Last(); ok; ok = it.Prev() {
+							got = append(got, string(it.Key()))
+						}
+						slices.Reverse(got)
+					}
+					err := it.Error()
+					it.Close()
+					if err != nil {
+						errs <- err
+						return
+					}
+					want := 0
+					for j := i; j < min(i+200, keys); j++ {
+						if stable(j) {
+							want++
+						}
+					}
+					have := 0
+					for j, g := range got {
+						if j > 0 && got[j-1] >= g {
+							errs <- fmt.Errorf("scan from %q: %q after %q", lo, g, got[j-1])
+							return
+						}
+						var n int
+						fmt.Sscanf(g, "key%07d", &n)
+						if stable(n) {
+							have++
+						}
+					}
+					if have != want {
+						errs <- fmt.Errorf("scan [%q, %q): %d stable keys, want %d (%d keys)", lo, hi, have, want, len(got))
+						return
+					}
+					continue
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				if stable(i) && !found || found && string(v) != "v"+string(k) {
+					errs <- fmt.Errorf("key %q (stable %v): found %v value %q", k, stable(i), found, v)
+					return
+				}
+			}
+		}()
+	}
+	w := rand.New(rand.NewPCG(3, 4))
+	maxNodes, minNodes := 0, 1<<30
+	for c := 0; c < cycles && len(errs) == 0; c++ {
+		for _, i := range w.Perm(keys) {
+			if !stable(i) {
+				mustPut(t, tr, mergeKey(i), "v"+mergeKey(i))
+			}
+		}
+		maxNodes = max(maxNodes, tr.Usage().Nodes)
+		for _, i := range w.Perm(keys) {
+			if !stable(i) {
+				if ok, err := tr.Delete([]byte(mergeKey(i))); !ok || err != nil {
+					t.Fatalf("delete %d: %v %v", i, ok, err)
+				}
+			}
+		}
+		minNodes = min(minNodes, tr.Usage().Nodes)
+	}
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("%d cycles, %d reads; nodes in use between %d and %d; retries: torn %d invalid %d out-of-range %d",
+		cycles, reads.Load(), minNodes, maxNodes, tr.Stats.Torn.Load(), tr.Stats.Invalid.Load(), tr.Stats.OutOfRange.Load())
+	if minNodes*2 > maxNodes {
+		t.Fatalf("nodes in use between %d and %d: emptied leaves were not merged", minNodes, maxNodes)
+	}
 }
