@@ -101,6 +101,17 @@ func (b *blinkImpl) get(k, dst []byte) ([]byte, bool) {
 	return v, err == nil
 }
 
+// blinkCopyImpl is the blink tree read through validated node copies
+// (GetCopied), the server-side lookup before the in-place search: the
+// "before" of BENCHMARKS.md's comparison, measured in the same run on the
+// same tree.
+type blinkCopyImpl struct{ *blinkImpl }
+
+func (b blinkCopyImpl) get(k, dst []byte) ([]byte, bool) {
+	v, err := b.tree.GetCopied(k, dst)
+	return v, err == nil
+}
+
 func (b *blinkImpl) close() {
 	b.region.Close()
 	b.region.Remove()
@@ -133,6 +144,10 @@ func (w *tidwallImpl) get(k, dst []byte) ([]byte, bool) {
 func (w *tidwallImpl) close() { w.t.Clear() }
 
 var impls = []string{"blink", "googlebtree", "tidwallbtree"}
+
+// lookupImpls adds blinkcopy: the same blink tree as blink (built once for
+// both), read through node copies.
+var lookupImpls = []string{"blink", "blinkcopy", "googlebtree", "tidwallbtree"}
 
 var sizes = []struct {
 	name string
@@ -186,6 +201,10 @@ var built struct {
 }
 
 func getBuilt(tb testing.TB, impl string, n int) (treeImpl, float64) {
+	if impl == "blinkcopy" {
+		t, perKey := getBuilt(tb, "blink", n)
+		return blinkCopyImpl{t.(*blinkImpl)}, perKey
+	}
 	name := fmt.Sprintf("%s/%d", impl, n)
 	if built.name == name {
 		return built.t, built.perKey
@@ -234,7 +253,7 @@ func getWorkload(n int) ([][]byte, [][]byte, []int32) {
 
 func BenchmarkPointLookup(b *testing.B) {
 	for _, sz := range sizes {
-		for _, impl := range impls {
+		for _, impl := range lookupImpls {
 			b.Run(fmt.Sprintf("impl=%s/keys=%s", impl, sz.name), func(b *testing.B) {
 				keys, _, order := getWorkload(sz.n)
 				t, perKey := getBuilt(b, impl, sz.n)

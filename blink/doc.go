@@ -25,7 +25,20 @@
 //     sibling by the right link. The separator is then inserted into the
 //     parent as a separate (decoupled) insert, which may split in turn; a
 //     split of the local root grows a new root and the height by one.
-//   - Delete removes the entry from its leaf; nodes are never merged.
+//   - Delete removes the entry from its leaf. A leaf left with entries
+//     under a quarter of a node (or none) merges with a neighbour under
+//     the same parent when both fit in three quarters of a node: the left
+//     one takes the right one's entries (words unchanged; a legacy leaf
+//     merged in versioned mode is written versioned), max and right link,
+//     then the parent drops the right one's entry, then the right one is
+//     freed (valid flag cleared, version raised) onto the free list for
+//     later inserts to reuse. Parents merge the same way up to the level
+//     below the root (merge.go). Readers reaching the freed node through
+//     a stale pointer find it invalid, or reused with a higher version
+//     and a range that covers their key only if it is the right node, and
+//     restart as they do for nodes freed by a meganode split. During a
+//     meganode split only nodes whose range ends at or below the split
+//     key merge.
 //   - Iteration copies one leaf at a time, moving forward by right links and
 //     backward by descending again to the leaf just below the current one.
 //

@@ -398,9 +398,10 @@ func (t *Tree) growRootLocked(p Ptr, sep []byte, right Ptr) {
 	t.flushHeaderLocked()
 }
 
-// Delete removes key and reports whether it was present. Nodes are never
-// merged (paper §2.2: "Deletions simply remove the key from its leaf node
-// under a lock").
+// Delete removes key and reports whether it was present. A leaf the
+// delete leaves under a quarter full merges with a neighbour under the
+// same parent when both fit in three quarters of a node, and the freed
+// node goes to the free list; parents merge in turn (merge.go).
 //
 // In versioned mode it also removes a placeholder, and first rewrites a
 // legacy leaf versioned (word.go), which may split it: ErrNeedsSplit,
@@ -446,5 +447,7 @@ func (t *Tree) Delete(key []byte) (bool, error) {
 	if !old.IsNil() {
 		t.ext.Free(old.Offset(), roundUp8(oldLen))
 	}
+	t.mergeAfterDeleteLocked(key)
+	t.flushHeaderLocked()
 	return true, nil
 }

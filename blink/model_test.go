@@ -26,8 +26,10 @@ import (
 // pointers and, if necessary, right-link pointers until the correct leaf node
 // is reached. Range queries are implemented by following right links at the
 // leaf level."), with splits everywhere the key distribution puts them, and
-// "Deletions simply remove the key from its leaf node" with empty leaves
-// left in place for iterators to skip.
+// deletes that remove the key from its leaf node and merge leaves (and
+// their parents) left under a quarter full with a neighbour (merge.go),
+// in ordinary phases and in delete-heavy phases (purge) that delete 90%
+// of the keys at once.
 
 var (
 	modelSeedFlag = flag.Uint64("blink.seed", 0, "TestModel: replay this seed only (0: four fresh seeds)")
@@ -201,9 +203,17 @@ func runModelFrom(t *testing.T, seed uint64, ops int, extentBytes uint64, src ra
 	for i := range m.values {
 		m.values[i] = byte(vr.Uint32())
 	}
+	purged := 0
 	for next := modelCheckEvery; m.op < ops; {
 		if m.mode == modelSwitch && !m.versioned && m.op >= m.switchAt {
 			m.switchVersioned()
+		}
+		// A delete-heavy phase (merges, merge.go) at the start of every
+		// third phase: 90% of the keys deleted in random order; the grow
+		// phases after it insert again into the freed nodes.
+		if p := m.op / modelPhaseLength; p%3 == 1 && p > purged {
+			purged = p
+			m.purge()
 		}
 		m.step()
 		if m.op >= next {
@@ -727,6 +737,35 @@ func (m *modelRun) deleteExisting() {
 	}
 	m.count("delete")
 	m.oracleDelete(k)
+}
+
+// purge deletes 90% of the live keys in random order, checking every
+// invariant and the contents after, and that nodes came back to the free
+// list when the tree had more than a few leaves.
+func (m *modelRun) purge() {
+	m.op++
+	before := m.tr.Usage().Nodes
+	order := m.r.Perm(len(m.keys))
+	keys := make([]string, 0, len(order))
+	for _, i := range order[:len(order)*9/10] {
+		keys = append(keys, m.keys[i])
+	}
+	for _, k := range keys {
+		ok, err := m.tr.Delete([]byte(k))
+		if m.upgradeRefused([]byte(k), err) {
+			continue
+		}
+		if !ok || err != nil {
+			m.fatalf("purge: Delete(%q) of a live key = %v, %v", k, ok, err)
+		}
+		m.oracleDelete([]byte(k))
+	}
+	after := m.tr.Usage().Nodes
+	m.count("purge")
+	if before > 64 && after*3 > before {
+		m.fatalf("purge of %d keys: %d nodes in use before, %d after: nodes were not merged", len(keys), before, after)
+	}
+	m.checkAll()
 }
 
 func (m *modelRun) deleteMissing() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -593,4 +594,134 @@ func TestBlockFreeReads(t *testing.T) {
 			t.Fatal("Get did not succeed within a minute of the release")
 		}
 	})
+}
+
+// TestTornMerge pauses a delete that merges the right leaf N into its left
+// sibling L (merge.go) in each of its publishes: N without the key, L with
+// N's entries, the parent without N, N freed, the header. Readers never
+// accept a node mid-publish, every key stays readable through the nodes
+// not being written, and a stale pointer to N is refused once it is freed.
+func TestTornMerge(t *testing.T) {
+	tr, _ := newTestTree(t, testTreeOpts{nodeSize: 512})
+	all := []int{10, 20, 30, 40, 50, 60, 70, 80}
+	putTorn(t, tr, all...)
+	if tr.height() != 2 || copyOK(t, tr, tr.Root()).count() != 2 {
+		t.Fatalf("height %d, want 2 with two leaves", tr.height())
+	}
+	root := tr.Root()
+	rn := copyOK(t, tr, root)
+	left, leaf := rn.child(0), rn.child(1)
+	ln := copyOK(t, tr, leaf)
+	var rightKeys []int
+	for _, i := range all {
+		if string(tornKey(i)) >= string(ln.minKey()) {
+			rightKeys = append(rightKeys, i)
+		}
+	}
+	// Delete all but two of N's keys: not under a quarter yet.
+	for _, i := range rightKeys[:len(rightKeys)-2] {
+		if ok, err := tr.Delete(tornKey(i)); !ok || err != nil {
+			t.Fatalf("delete %d: %v %v", i, ok, err)
+		}
+	}
+	if tr.Usage().Nodes != 4 {
+		t.Fatalf("%d nodes in use before the merging delete, want 4", tr.Usage().Nodes)
+	}
+	gone := rightKeys[len(rightKeys)-2]
+	last := rightKeys[len(rightKeys)-1]
+	var live []int
+	for _, i := range all {
+		if !slices.Contains(rightKeys, i) || i == last {
+			live = append(live, i)
+		}
+	}
+	var leftKeys []int
+	for _, i := range live {
+		if i != last {
+			leftKeys = append(leftKeys, i)
+		}
+	}
+	oldLeafVersion := copyOK(t, tr, leaf).headVersion()
+	pz := newPauser(t, tr)
+	pz.arm(1, 2, 3, 4, 5)
+	done := goWrite(func() error {
+		ok, err := tr.Delete(tornKey(gone))
+		if !ok && err == nil {
+			err = errors.New("key not found")
+		}
+		return err
+	})
+
+	// 1: N loses the key.
+	ev := pz.waitPause(t, done)
+	if ev.p != leaf {
+		t.Fatalf("publish 1 in %v, want the leaf %v", ev.p, leaf)
+	}
+	assertTorn(t, tr, leaf, tornKey(last))
+	mustGetAll(t, tr, leftKeys)
+	pz.resume()
+
+	// 2: L takes N's entries, max and right link; N is unchanged.
+	ev = pz.waitPause(t, done)
+	if ev.p != left {
+		t.Fatalf("publish 2 in %v, want the left sibling %v", ev.p, left)
+	}
+	assertTorn(t, tr, left, tornKey(leftKeys[0]))
+	if n := copyOK(t, tr, leaf); strings.Join(nodeKeyList(n), " ") != strings.TrimRight(string(tornKey(last)), ".") {
+		t.Fatalf("leaf N holds %v mid-merge", nodeKeyList(n))
+	}
+	mustGetAll(t, tr, []int{last})
+	pz.resume()
+
+	// 3: the parent drops N's entry; L and N both hold N's last key.
+	ev = pz.waitPause(t, done)
+	if ev.p != root {
+		t.Fatalf("publish 3 in %v, want the parent %v", ev.p, root)
+	}
+	assertTorn(t, tr, root, tornKey(last))
+	l := copyOK(t, tr, left)
+	if !l.maxInf() || l.rightLink() != 0 || leafValue(t, tr, l, tornKey(last)) != string(tornValue(last)) {
+		t.Fatalf("merged L: max inf %v, link %v, keys %v", l.maxInf(), l.rightLink(), nodeKeyList(l))
+	}
+	if n := copyOK(t, tr, leaf); leafValue(t, tr, n, tornKey(last)) != string(tornValue(last)) {
+		t.Fatal("N lost its key before it was unlinked")
+	}
+	pz.resume()
+
+	// 4: N is freed.
+	ev = pz.waitPause(t, done)
+	if ev.p != leaf {
+		t.Fatalf("publish 4 in %v, want the freed leaf %v", ev.p, leaf)
+	}
+	assertTorn(t, tr, leaf, tornKey(last))
+	mustGetAll(t, tr, live)
+	pz.resume()
+
+	// 5: the header (free list and count).
+	ev = pz.waitPause(t, done)
+	if ev.p != tr.HeaderPtr() {
+		t.Fatalf("publish 5 in %v, want the header", ev.p)
+	}
+	assertTornHeader(t, tr)
+	mustGetAll(t, tr, live)
+	pz.resume()
+	waitWriter(t, done)
+
+	buf := node(atomicmem.Alloc(tr.NodeSize()))
+	if r := CopyNodeFor(buf, tr.nodeBytes(leaf), tornKey(last)); r != Invalid {
+		t.Fatalf("stale pointer to the freed leaf: copy %v, want invalid", r)
+	}
+	if v := tr.nodeBytes(leaf).headVersion(); v <= oldLeafVersion {
+		t.Fatalf("freed leaf's version %d, was %d: must grow", v, oldLeafVersion)
+	}
+	if tr.Usage().Nodes != 3 {
+		t.Fatalf("%d nodes in use after the merge, want 3", tr.Usage().Nodes)
+	}
+	// The freed node is the next one allocated, with a higher version.
+	before := tr.nodeBytes(leaf).headVersion()
+	putTorn(t, tr, 11, 12, 13, 14, 15, 16, 17)
+	if tr.nodeBytes(leaf).headVersion() <= before || !tr.nodeBytes(leaf).valid() {
+		t.Fatalf("freed leaf not reused with a higher version")
+	}
+	mustGetAll(t, tr, append(live, 11, 12, 13, 14, 15, 16, 17))
 }
