@@ -58,7 +58,23 @@
 // before versions existed reads as version 0 until the region's leader
 // starts them (once every server of its group runs code that knows them),
 // then as that region's legacy version until its next put.
-// Conditional writes and transactions built on versions are designed in
+//
+// # Conditional writes
+//
+// PutIf and DeleteIf write one key only if a condition on its version or
+// value holds, the test and the write one step of the key's region:
+//
+//	v, err := c.PutIf(ctx, key, val, client.IfAbsent())   // the new version
+//	v, err = c.PutIf(ctx, key, val2, client.IfVersion(v)) // compare-and-set
+//	err = c.DeleteIf(ctx, key, client.IfValue(val2))
+//	var cf *client.ConditionFailedError                  // errors.Is(err, client.ErrConditionFailed)
+//	if errors.As(err, &cf) { _ = cf.Version /* the key's current version, 0: absent */ }
+//
+// A condition that does not hold is a definite answer: nothing changed. A
+// conditional write whose answer was lost is retried flagged, as Put is:
+// if its first attempt applied, the region answers as then; if not, the
+// retry is evaluated afresh (so a value or presence test may hold on the
+// retry though it failed before). Multi-key transactions are designed in
 // docs/transactions.md and not built yet.
 //
 // # Ranges and scans

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/wire"
 )
 
 // Conditional writes, docs/transactions.md §3: "A conditional put or
@@ -292,3 +295,46 @@ func TestCASLinearizable(t *testing.T) {
 	}
 	t.Logf("%d compares held, %d failed", casOK.Load(), casFailed.Load())
 }
+
+// TestBadCondRequests: a conditional write that is not well formed is
+// refused BadRequest, one with too large a value ValueTooLarge, and one
+// to a region without versions yet NotVersioned; nothing changes and the
+// connection stays usable.
+func TestBadCondRequests(t *testing.T) {
+	s, _ := newTestServer(t, func(o *Options) { o.TestingKnobs.NoVersions = true })
+	c := dial(t, s)
+	put(t, c, "keep", "me")
+	raw := func(body string) wire.Message { return rawBody(body) }
+	for _, tc := range []struct {
+		name string
+		req  wire.Message
+		st   wire.Status
+	}{
+		{"unknown op", raw("0000000000000000 0000000000000000 0000000000000000 0000000000000000 07 04 00 00 0000000000000000 04000000 6b656570 00000000 00000000"), wire.StatusBadRequest},
+		{"compare on presence", raw("0000000000000000 0000000000000000 0000000000000000 0000000000000000 01 04 01 00 0000000000000000 04000000 6b656570 00000000 00000000"), wire.StatusBadRequest},
+		{"value too large", &wire.CondRequest{Op: wire.CondPut, Target: wire.CondAbsent, Key: []byte("keep"), Value: make([]byte, wire.MaxValueSize+1)}, wire.StatusValueTooLarge},
+		{"empty key", &wire.CondRequest{Op: wire.CondPut, Target: wire.CondAbsent, Value: []byte("v")}, wire.StatusEmptyKey},
+		{"no versions yet", &wire.CondRequest{Op: wire.CondDelete, Target: wire.CondPresent, Key: []byte("keep")}, wire.StatusNotVersioned},
+	} {
+		_, err := call(t, c, wire.OpCondWrite, tc.req, &wire.CondReply{})
+		if got := wire.StatusOf(err); got != tc.st {
+			t.Errorf("%s: status %v (%v), want %v", tc.name, got, err, tc.st)
+		}
+	}
+	if v, ok := get(t, c, "keep"); !ok || v != "me" {
+		t.Fatalf("keep = %q, %v after bad conditional writes", v, ok)
+	}
+}
+
+// rawBody is a request body given in hexadecimal (spaces ignored).
+type rawBody string
+
+func (r rawBody) AppendTo(b []byte) []byte {
+	h, err := hex.DecodeString(strings.ReplaceAll(string(r), " ", ""))
+	if err != nil {
+		panic(err)
+	}
+	return append(b, h...)
+}
+
+func (r rawBody) Decode([]byte) error { return nil }

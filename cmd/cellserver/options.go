@@ -82,6 +82,8 @@ func (c *config) options() []optionGroup {
 				help: "tmpfs directory of the region files (with --hugepages auto and no hugetlbfs) and of the shm one-sided read table; region files are named cell-<hash of --data-dir>-<region>, and 'cellserver wipe' removes them"},
 			{name: "shm-group", value: choice(&s.ShmGroup, lookupGroup, ""),
 				help: "a group (name or ID) given the region files and the shm one-sided read table, mode 0640, so that clients running as other users of the group can read one-sided over shared memory; default: the server's user only (0600)"},
+			{name: "buddy-extents", def: "false", value: boolean(&s.BuddyExtents),
+				help: "make new regions with the power-of-two extent allocator of servers before size classes (region format 2), which those servers can replicate; default: size-class extents (format 3), 29% less extent memory per record of the paper's workload (BENCHMARKS.md §16)"},
 			{name: "prefault", def: "false", value: boolean(&s.Prefault),
 				help: "commit each region's memory when it is made (a host short of memory fails the start, not a later write with SIGBUS); default: a region takes memory as it is used"},
 		}},
