@@ -205,14 +205,33 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // statusCache is the number of statuses whose counters are cached.
 const statusCache = 32
 
-// opNames are the op label values; opIndex maps an op code to its name's
-// index ("other" for ops without a name).
+// opLabels are the ops counted under their own label value; every other
+// op is "other". One table, so that an op and its name cannot drift
+// apart (a second list of names once missed an op and panicked).
+var opLabels = []struct {
+	op   wire.Op
+	name string
+}{
+	{wire.OpPing, "ping"}, {wire.OpMetadata, "metadata"}, {wire.OpSearch, "search"}, {wire.OpGet, "get"},
+	{wire.OpContains, "contains"}, {wire.OpRange, "range"}, {wire.OpNodeDump, "node_dump"}, {wire.OpPut, "put"},
+	{wire.OpDelete, "delete"}, {wire.OpCondWrite, "cond_write"}, {wire.OpCheck, "check"},
+	{wire.OpReplicaHash, "replica_hash"}, {wire.OpMoveReplica, "move_replica"}, {wire.OpTransferLeader, "transfer_leader"},
+}
+
+// opNames are the op label values, "other" first; opIndex maps an op code
+// to its name's index (0, "other", for ops without a name).
 var (
-	opNames = []string{"other", "ping", "metadata", "search", "get", "contains", "range", "node_dump", "put", "delete", "check", "replica_hash", "move_replica", "transfer_leader"}
+	opNames = func() []string {
+		names := []string{"other"}
+		for _, l := range opLabels {
+			names = append(names, l.name)
+		}
+		return names
+	}()
 	opIndex = func() [256]uint8 {
 		var ix [256]uint8
-		for i, op := range []wire.Op{wire.OpPing, wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete, wire.OpCondWrite, wire.OpCheck, wire.OpReplicaHash, wire.OpMoveReplica, wire.OpTransferLeader} {
-			ix[op] = uint8(i + 1)
+		for i, l := range opLabels {
+			ix[l.op] = uint8(i + 1)
 		}
 		return ix
 	}()
