@@ -41,6 +41,9 @@ func (k *keeper) leadUnserved(rep *replica) {
 	if s.opts.TestingKnobs.NoTakeover || rep.transferring.Load() {
 		return
 	}
+	if refuse := s.opts.TestingKnobs.RefuseTakeover; refuse != nil && refuse(rep.regionID) {
+		return
+	}
 	k.takeOver(rep, s.table.Load().regions[rep.regionID])
 }
 

@@ -328,6 +328,10 @@ type TestingKnobs struct {
 	// (docs/transactions.md §2.3). TestVersionsAcrossRemoteSplits runs
 	// with it to show that it catches a version that goes back.
 	SplitNoFloor bool
+	// RefuseTakeover, when set, is NoTakeover for the regions it reports
+	// true for (a test names its region once the cluster is up, so that
+	// elections while it starts are taken over as usual).
+	RefuseTakeover func(region uint32) bool
 	// NoTakeover: a replica elected leader of a region it does not serve
 	// leaves it alone (the old host keeps its table entry), so tests see
 	// what an isolated host does on its own.

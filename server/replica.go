@@ -68,6 +68,9 @@ type replica struct {
 
 	// move is the replica move under way (repair.go), nil if none.
 	move atomic.Pointer[replicaMove]
+	// versioning is set while a version record of the replica's region
+	// is proposed and not yet settled (versions.go).
+	versioning atomic.Bool
 	// transferring is set while the replica hands its group's
 	// leadership over (repair.go).
 	transferring atomic.Bool

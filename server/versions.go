@@ -20,8 +20,10 @@ import (
 
 // startVersions proposes the version record for rep's region, which this
 // server serves and leads, when the region has no versions yet and every
-// server of its group knows them. A split in progress makes apply refuse
-// it (rsm.ErrVersionMode): the next tick proposes it again.
+// server of its group knows them. The proposal is settled beside the
+// keeper's loop (a group short of its quorum must not hold up the other
+// replicas' tending), one at a time. A split in progress makes apply
+// refuse it (rsm.ErrVersionMode): a later tick proposes it again.
 func (k *keeper) startVersions(rep *replica) {
 	s := k.s
 	if s.opts.TestingKnobs.NoVersions {
@@ -30,13 +32,16 @@ func (k *keeper) startVersions(rep *replica) {
 	if versioned, _, _ := rep.sm.Versions(); versioned || !rep.sm.Formatted() {
 		return
 	}
-	if !k.groupKnowsVersions(rep) {
+	if !k.groupKnowsVersions(rep) || !rep.versioning.CompareAndSwap(false, true) {
 		return
 	}
-	rec := rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindVersion})
-	if _, err := rep.propose(rec); err != nil && !errors.Is(err, rsm.ErrVersionMode) && s.bgCtx.Err() == nil {
-		s.log.Debug("server: proposing the version record", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
-	}
+	f := rep.proposeAsync(rsm.AppendRecord(nil, &rsm.Record{Kind: rsm.KindVersion}))
+	go func() {
+		defer rep.versioning.Store(false)
+		if _, err := rep.settle(f); err != nil && !errors.Is(err, rsm.ErrVersionMode) && s.bgCtx.Err() == nil {
+			s.log.Debug("server: proposing the version record", slog.Uint64("region", uint64(rep.regionID)), slog.Any("err", err))
+		}
+	}()
 }
 
 // groupKnowsVersions reports whether every server of rep's group (voters
