@@ -140,6 +140,20 @@ func DecodeTxnBody(v []byte) (TxnBody, error) {
 	return t, nil
 }
 
+// FullError is a txn record's refusal for want of room or by a split's
+// freeze (Err: blink.ErrNeedsSplit, blink.ErrFrozen) in leaf meganode
+// Meganode, which may not be the record's: the server asks for that
+// meganode's split.
+type FullError struct {
+	Meganode blink.Ptr
+	Err      error
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("rsm: txn writes into %v: %v", e.Meganode, e.Err)
+}
+func (e *FullError) Unwrap() error { return e.Err }
+
 // maxTxnHops bounds the right links a txn record's key search follows
 // from the record's meganode.
 const maxTxnHops = 1 << 16
@@ -286,7 +300,7 @@ func (m *Machine) txnLocked(start *Meganode, index uint64, b *TxnBody) (Result, 
 			}
 		}
 		if err := lm.T.RoomForWrites(keys, puts); err != nil {
-			return Result{}, err
+			return Result{}, &FullError{Meganode: lm.Ptr(), Err: err}
 		}
 	}
 	v := max(index, m.state.Clock+1)
