@@ -211,7 +211,7 @@ var (
 	opNames = []string{"other", "ping", "metadata", "search", "get", "contains", "range", "node_dump", "put", "delete", "check", "replica_hash", "move_replica", "transfer_leader"}
 	opIndex = func() [256]uint8 {
 		var ix [256]uint8
-		for i, op := range []wire.Op{wire.OpPing, wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete, wire.OpCondWrite, wire.OpCheck, wire.OpReplicaHash, wire.OpMoveReplica, wire.OpTransferLeader} {
+		for i, op := range []wire.Op{wire.OpPing, wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete, wire.OpCondWrite, wire.OpTxn, wire.OpCheck, wire.OpReplicaHash, wire.OpMoveReplica, wire.OpTransferLeader} {
 			ix[op] = uint8(i + 1)
 		}
 		return ix
