@@ -14,6 +14,7 @@ import (
 	"github.com/cellstore/cell/client"
 	"github.com/cellstore/cell/locality"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/wire"
 )
 
 // Single-region transactions, docs/transactions.md §4.9: one txn record
@@ -360,7 +361,47 @@ func TestTxnSpansRegions(t *testing.T) {
 		if v, err := c.Get(ctxT(t), key(i)); err != nil || string(v) == "txn" {
 			t.Fatalf("a refused transaction wrote: %q, %v", v, err)
 		}
+		// The server checks too: sent to the first key's server, the
+		// request is refused TxnSpansRegions.
+		conn := dial(t, srvs[0])
+		req := &wire.TxnRequest{Reads: []wire.TxnRead{{Key: key(0), Version: 0}}, Writes: []wire.TxnWrite{{Op: wire.TxnPut, Key: key(i), Value: []byte("txn")}}}
+		if _, err := call(t, conn, wire.OpTxn, req, &wire.TxnReply{}); wire.StatusOf(err) != wire.StatusTxnSpansRegions {
+			t.Fatalf("a raw transaction over two regions: %v", err)
+		}
+		if v, err := c.Get(ctxT(t), key(i)); err != nil || string(v) == "txn" {
+			t.Fatalf("a refused transaction wrote: %q, %v", v, err)
+		}
 		return
 	}
 	t.Fatal("4000 keys and no transaction spanned two regions")
+}
+
+// TestBadTxnRequests: malformed transactions are refused BadRequest, one
+// with too large a value ValueTooLarge, one with an empty key EmptyKey,
+// and one to a region without versions yet NotVersioned; nothing
+// changes.
+func TestBadTxnRequests(t *testing.T) {
+	s, _ := newTestServer(t, func(o *Options) { o.TestingKnobs.NoVersions = true })
+	c := dial(t, s)
+	put(t, c, "keep", "me")
+	h := "0000000000000000 0000000000000000 0000000000000000 0000000000000000 "
+	for _, tc := range []struct {
+		name string
+		req  wire.Message
+		st   wire.Status
+	}{
+		{"unknown write op", rawBody(h + "00000000 00000000 01000000 07 04000000 6b656570 00000000"), wire.StatusBadRequest},
+		{"no keys", &wire.TxnRequest{}, wire.StatusBadRequest},
+		{"value too large", &wire.TxnRequest{Writes: []wire.TxnWrite{{Op: wire.TxnPut, Key: []byte("keep"), Value: make([]byte, wire.MaxValueSize+1)}}}, wire.StatusValueTooLarge},
+		{"empty key", &wire.TxnRequest{Reads: []wire.TxnRead{{}}}, wire.StatusEmptyKey},
+		{"no versions yet", &wire.TxnRequest{Writes: []wire.TxnWrite{{Op: wire.TxnDelete, Key: []byte("keep")}}}, wire.StatusNotVersioned},
+	} {
+		_, err := call(t, c, wire.OpTxn, tc.req, &wire.TxnReply{})
+		if got := wire.StatusOf(err); got != tc.st {
+			t.Errorf("%s: status %v (%v), want %v", tc.name, got, err, tc.st)
+		}
+	}
+	if v, ok := get(t, c, "keep"); !ok || v != "me" {
+		t.Fatalf("keep = %q, %v after bad transactions", v, ok)
+	}
 }
