@@ -457,3 +457,50 @@ func (it *Iter) Word() Word {
 func (t *Tree) ScanWords(o ScanOptions, fn func(key, value []byte, w Word) bool) error {
 	return t.scan(o, fn)
 }
+
+// RoomForWrites reports, changing nothing, whether writes of keys (puts
+// where put[i], else deletes) could all apply now without one being
+// refused for want of room or by a split: ErrFrozen for a key in a range
+// a meganode split moves, ErrKeyOutOfRange for a key outside the
+// meganode, ErrNeedsSplit unless the meganode is below its fill threshold
+// (when a put adds a key) and has nodes left for every write's worst
+// case (an insert's cascade for each new key, a rewrite of a legacy leaf
+// for each write into one). The apply of a transaction checks it before
+// its first write, so that it applies whole or not at all. Versioned mode
+// only (ErrNotVersioned).
+func (t *Tree) RoomForWrites(keys [][]byte, put []bool) error {
+	if t.leafKind != flagExtents {
+		return fmt.Errorf("writes into an inner meganode: %w", ErrKeyOutOfRange)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.versionedLocked() {
+		return fmt.Errorf("transaction writes: %w", ErrNotVersioned)
+	}
+	need, inserts := 0, 0
+	for i, key := range keys {
+		if err := t.checkKey(key); err != nil {
+			return err
+		}
+		leaf, _, found, err := t.leafForWriteLocked(key)
+		if err != nil {
+			return err
+		}
+		if put[i] && !found {
+			inserts++
+			need += t.height() + 2
+		}
+		if t.needsUpgradeLocked(t.nodeBytes(leaf)) {
+			need += t.height() + 2
+		}
+	}
+	if inserts > 0 {
+		if err := t.roomForInsertLocked(); err != nil {
+			return err
+		}
+	}
+	if inUse, capa := t.nodesInUse(), t.capacity(); inUse+need > capa {
+		return fmt.Errorf("%d writes need up to %d nodes, %d of %d in use: %w", len(keys), need, inUse, capa, ErrNeedsSplit)
+	}
+	return nil
+}

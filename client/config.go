@@ -229,6 +229,11 @@ type TestingKnobs struct {
 	// sent, with the key and the attempt's sequence number; a test may
 	// hold it there.
 	BeforeWriteSend func(key []byte, seq uint64)
+	// TxnSkipValidation sends a transaction's commit without its read
+	// set (no reads, no ranges): the region then checks nothing, and
+	// transactions lose updates. For tests that show the validation is
+	// what keeps them serializable.
+	TxnSkipValidation bool
 }
 
 // discardLogger is Config.Logger's default.

@@ -74,8 +74,34 @@
 // conditional write whose answer was lost is retried flagged, as Put is:
 // if its first attempt applied, the region answers as then; if not, the
 // retry is evaluated afresh (so a value or presence test may hold on the
-// retry though it failed before). Multi-key transactions are designed in
-// docs/transactions.md and not built yet.
+// retry though it failed before).
+//
+// # Transactions
+//
+// A Txn reads and writes keys of one region, serializably
+// (docs/transactions.md §4.9): Get and Range record what they saw (each
+// key's version, each range's keys and versions), Put and Delete buffer,
+// and Commit sends it all as one request that the region validates and
+// applies in one record of its log: every write with one version, or
+// nothing when something read changed (ErrTxnConflict, a *TxnError with
+// the cause "version", "phantom" or "moved"). Client.Txn runs a function
+// in a transaction and runs it again on conflicts, with a backoff of 1 ms
+// doubling to 100 ms, within ctx's deadline:
+//
+//	err := c.Txn(ctx, func(ctx context.Context, t *client.Txn) error {
+//		a, err := t.Get(ctx, []byte("acct/a"))       // sees t's own buffered writes
+//		if err != nil {
+//			return err
+//		}
+//		return t.Put(a.Key, debit(a.Value))            // buffered until the commit
+//	})
+//
+// A transaction's Range needs RangeOptions.Limit. Its keys must be in one
+// region: one whose keys are in more than one fails with
+// ErrTxnSpansRegions until multi-region transactions are built. A
+// read-only transaction's commit validates its reads the same way (one
+// record without writes). Limits (ErrTxnTooLarge) are in docs/limits.md.
+// Not built yet: If/Then/Else, cellctl txn, multi-region transactions.
 //
 // # Ranges and scans
 //

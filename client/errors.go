@@ -57,7 +57,37 @@ var (
 	// (PutIf, DeleteIf); nothing changed. The error is a
 	// *ConditionFailedError with the key's current version.
 	ErrConditionFailed = errors.New("cell: condition failed")
+	// ErrTxnConflict: a transaction did not commit because what it read
+	// changed before its commit (or a key moved); nothing of it applied,
+	// and running it again may succeed (Client.Txn does). The error is a
+	// *TxnError that says the cause.
+	ErrTxnConflict = errors.New("cell: transaction conflict")
+	// ErrTxnSpansRegions: a transaction's keys are in more than one
+	// region, which transactions cannot do until multi-region
+	// transactions are built (docs/transactions.md §13 step 6). Nothing
+	// was applied.
+	ErrTxnSpansRegions = errors.New("cell: transaction spans regions (multi-region transactions are not built yet)")
+	// ErrTxnTooLarge: a transaction's read or write set would pass a
+	// limit (docs/limits.md); the read or write that would is refused,
+	// and nothing is sent.
+	ErrTxnTooLarge = errors.New("cell: transaction too large")
+	// ErrTxnDone: the transaction was committed or rolled back already.
+	ErrTxnDone = errors.New("cell: transaction already committed or rolled back")
 )
+
+// TxnError is a transaction that did not commit for a conflict
+// (errors.Is(err, ErrTxnConflict)): nothing of it applied. Cause is
+// "version" (a key read changed), "phantom" (a range read's keys or
+// versions changed) or "moved" (a key moved to another region since the
+// client located it).
+type TxnError struct {
+	Cause string
+}
+
+func (e *TxnError) Error() string { return "cell: transaction conflict: " + e.Cause }
+
+// Is makes errors.Is(err, ErrTxnConflict) hold.
+func (e *TxnError) Is(target error) bool { return target == ErrTxnConflict }
 
 // ConditionFailedError is the definite answer to a conditional write whose
 // condition did not hold when its region applied it: nothing changed.

@@ -48,6 +48,9 @@ type writeReq struct {
 	kind       opKind
 	key, value []byte
 	cond       *Cond
+	// txn, when set, is a transaction's commit (docs/transactions.md
+	// §4.9), sent to the leaf meganode of key, its least key.
+	txn *wire.TxnRequest
 }
 
 // writeOp sends the write req as write does, and returns what its region
@@ -79,10 +82,11 @@ func (w *writeAttempts) flags() wire.Flags {
 // settle returns the error a write whose outcome was once lost ends with:
 // NotFound (a delete the region applied, or vouched for and applied, that
 // found no key), ConditionFailed (a conditional write the region vouched
-// for, whose condition failed: no attempt applied), else
+// for, whose condition failed: no attempt applied), TxnConflict (the
+// same for a transaction whose validation failed), else
 // ErrOutcomeUnknown.
 func (w *writeAttempts) settle(err error) error {
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConditionFailed) || isOutcomeUnknown(err) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrConditionFailed) || errors.Is(err, ErrTxnConflict) || isOutcomeUnknown(err) {
 		return err
 	}
 	return &Error{Kind: ErrOutcomeUnknown, Cause: fmt.Errorf("%w (after: %w)", err, w.lost)}
@@ -203,6 +207,9 @@ func (c *Client) writeOnce(ctx context.Context, req writeReq, w *writeAttempts) 
 // starting at meganode ptr of a region at epoch, as client id's write seq.
 func (req *writeReq) encode(dst []byte, ptr blink.Ptr, epoch, id, seq uint64) (wire.Op, []byte) {
 	switch {
+	case req.txn != nil:
+		req.txn.Ptr, req.txn.Epoch, req.txn.ClientID, req.txn.Seq = ptr, epoch, id, seq
+		return wire.OpTxn, req.txn.AppendTo(dst)
 	case req.cond != nil:
 		cr := req.cond.request()
 		cr.Ptr, cr.Epoch, cr.ClientID, cr.Seq, cr.Key = ptr, epoch, id, seq, req.key
@@ -223,6 +230,16 @@ func (req *writeReq) encode(dst []byte, ptr blink.Ptr, epoch, id, seq uint64) (w
 // answer decodes the reply to the write: the version a put gave its key;
 // a conditional write whose condition failed is a *ConditionFailedError.
 func (req *writeReq) answer(body []byte) (uint64, error) {
+	if req.txn != nil {
+		var rep wire.TxnReply
+		if err := rep.Decode(body); err != nil {
+			return 0, wrapErr(ErrServer, err)
+		}
+		if !rep.Committed {
+			return 0, &TxnError{Cause: rep.Cause.String()}
+		}
+		return rep.Version, nil
+	}
 	if req.cond != nil {
 		var rep wire.CondReply
 		if err := rep.Decode(body); err != nil {

@@ -382,7 +382,7 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		c.release()
 		return
 	}
-	if h.Flags&wire.FlagRetry != 0 && h.Op != wire.OpPut && h.Op != wire.OpDelete && h.Op != wire.OpCondWrite {
+	if h.Flags&wire.FlagRetry != 0 && h.Op != wire.OpPut && h.Op != wire.OpDelete && h.Op != wire.OpCondWrite && h.Op != wire.OpTxn {
 		s.metrics.malformed.WithLabelValues("not_a_request").Inc()
 		_ = c.rw.WriteError(h, wireErrorf(wire.StatusBadRequest, "the retry flag on a %v request: only writes are retried", h.Op), 0, 0)
 		f.Release()
@@ -424,7 +424,7 @@ func (c *conn) dispatch(f wire.Frame, arrived time.Time) {
 		c.begin()
 		go c.serveAdmin(f, arrived)
 		return
-	case wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete, wire.OpCondWrite,
+	case wire.OpMetadata, wire.OpSearch, wire.OpGet, wire.OpContains, wire.OpRange, wire.OpNodeDump, wire.OpPut, wire.OpDelete, wire.OpCondWrite, wire.OpTxn,
 		wire.OpSplitBegin, wire.OpSplitAppend, wire.OpSplitEnd, wire.OpInsertChild, wire.OpMeganode:
 	default:
 		// Extension ops pass the frame layer; this server has none.

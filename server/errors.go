@@ -74,6 +74,8 @@ func wireError(err error) error {
 		return &wire.StatusError{Status: wire.StatusUnverifiable, Message: strings.TrimPrefix(err.Error(), "rsm: ")}
 	case errors.Is(err, rsm.ErrNotVersioned):
 		return &wire.StatusError{Status: wire.StatusNotVersioned, Message: "the key's region has no versions yet (its leader starts them once every server of its group knows them)"}
+	case errors.Is(err, rsm.ErrTxnSpansRegions):
+		return &wire.StatusError{Status: wire.StatusTxnSpansRegions, Message: strings.TrimPrefix(err.Error(), "rsm: ")}
 	case errors.Is(err, meganode.ErrClosed), errors.Is(err, ErrClosed), errors.Is(err, rsm.ErrClosed):
 		return &wire.StatusError{Status: wire.StatusUnavailable, Message: "server stopping"}
 	case wire.StatusOf(err) != wire.StatusInternal:

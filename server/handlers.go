@@ -33,6 +33,7 @@ type worker struct {
 	putReq    wire.PutRequest
 	delReq    wire.DeleteRequest
 	condReq   wire.CondRequest
+	txnReq    wire.TxnRequest
 	rangeReq  wire.RangeRequest
 	dumpReq   wire.NodeDumpRequest
 	metaReq   wire.MetadataRequest
@@ -119,6 +120,8 @@ func (w *worker) handle(op wire.Op, body []byte) handled {
 		return w.del(body)
 	case wire.OpCondWrite:
 		return w.cond(body)
+	case wire.OpTxn:
+		return w.txn(body)
 	case wire.OpRange:
 		return reply(w.scan(body))
 	case wire.OpMetadata:

@@ -214,7 +214,7 @@ var opLabels = []struct {
 }{
 	{wire.OpPing, "ping"}, {wire.OpMetadata, "metadata"}, {wire.OpSearch, "search"}, {wire.OpGet, "get"},
 	{wire.OpContains, "contains"}, {wire.OpRange, "range"}, {wire.OpNodeDump, "node_dump"}, {wire.OpPut, "put"},
-	{wire.OpDelete, "delete"}, {wire.OpCondWrite, "cond_write"}, {wire.OpCheck, "check"},
+	{wire.OpDelete, "delete"}, {wire.OpCondWrite, "cond_write"}, {wire.OpTxn, "txn"}, {wire.OpCheck, "check"},
 	{wire.OpReplicaHash, "replica_hash"}, {wire.OpMoveReplica, "move_replica"}, {wire.OpTransferLeader, "transfer_leader"},
 }
 

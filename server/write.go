@@ -137,14 +137,84 @@ func (w *worker) writeFlags(client uint64) (uint16, error) {
 	return 0, nil
 }
 
+// txn proposes the txn record of a TxnRequest (docs/transactions.md
+// §4.9): it searches the transaction's least key, checks that every other
+// key is in the same region (else TxnSpansRegions), and proposes; the
+// reads are validated in apply, never here. A transaction without writes
+// is proposed too: its record validates the reads at one point of the
+// region's log (serving it under the read lease without a log entry is
+// left for later).
+func (w *worker) txn(body []byte) handled {
+	req := &w.txnReq
+	if err := req.Decode(body); err != nil {
+		return reply(nil, err)
+	}
+	for _, wr := range req.Writes {
+		if len(wr.Value) > wire.MaxValueSize {
+			return reply(nil, wireErrorf(wire.StatusValueTooLarge, "value of %d bytes, limit %d", len(wr.Value), wire.MaxValueSize))
+		}
+	}
+	var keys [][]byte
+	for _, r := range req.Reads {
+		keys = append(keys, r.Key)
+	}
+	for _, r := range req.Ranges {
+		keys = append(keys, r.Start)
+	}
+	for _, wr := range req.Writes {
+		keys = append(keys, wr.Key)
+	}
+	for _, k := range keys {
+		if err := w.checkKey(k); err != nil {
+			return reply(nil, err)
+		}
+	}
+	least := req.MinKey()
+	if least == nil {
+		return reply(nil, wireErrorf(wire.StatusBadRequest, "a transaction without keys"))
+	}
+	flags, err := w.writeFlags(req.ClientID)
+	if err != nil {
+		return reply(nil, err)
+	}
+	check := func(lm *rsm.Meganode) error {
+		for _, k := range keys {
+			hp, err := w.descend(lm, k)
+			if err != nil {
+				return err
+			}
+			if !hp.next.IsNil() || hp.lm.Ptr().Region() != lm.Ptr().Region() {
+				return wireErrorf(wire.StatusTxnSpansRegions, "key %q is not in region %d of key %q (multi-region transactions are not built yet)", k, lm.Ptr().Region(), least)
+			}
+		}
+		return nil
+	}
+	return w.writeChecked(req.Ptr, req.Epoch, least, "transaction", check, func(lm *rsm.Meganode) []byte {
+		w.val = rsm.AppendTxnBody(w.val[:0], &rsm.TxnBody{Reads: req.Reads, Ranges: req.Ranges, Writes: req.Writes})
+		w.rec = rsm.AppendRecord(w.rec[:0], &rsm.Record{Kind: rsm.KindTxn, Flags: flags, Meganode: lm.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Value: w.val})
+		return w.rec
+	})
+}
+
 // write is the searching state: it descends to the leaf meganode of key
 // and proposes the record rec builds for it.
 func (w *worker) write(p blink.Ptr, epoch uint64, key []byte, what string, rec func(*rsm.Meganode) []byte) handled {
+	return w.writeChecked(p, epoch, key, what, nil, rec)
+}
+
+// writeChecked is write that, when check is not nil, checks the leaf
+// meganode of key with it before proposing.
+func (w *worker) writeChecked(p blink.Ptr, epoch uint64, key []byte, what string, check func(*rsm.Meganode) error, rec func(*rsm.Meganode) []byte) handled {
 	s := w.s
 	gen := s.splits.wake.generation()
 	hp, err := w.leafFor(p, epoch, key, what)
 	if err != nil {
 		return reply(nil, err)
+	}
+	if check != nil {
+		if err := check(hp.lm); err != nil {
+			return reply(nil, err)
+		}
 	}
 	rep, err := s.holder(hp.lm)
 	if err != nil {
@@ -189,6 +259,8 @@ func (rs *rpcServer) settleWrite(j job, p proposal, start time.Time) {
 	case err != nil:
 	case p.op == wire.OpCondWrite:
 		msg = &wire.CondReply{Succeeded: !res.CondFailed, Version: res.Version}
+	case p.op == wire.OpTxn:
+		msg = &wire.TxnReply{Committed: res.TxnCause == 0, Cause: wire.TxnCause(res.TxnCause), Version: res.Version}
 	default:
 		msg = &wire.WriteReply{Version: res.Version}
 	}
@@ -221,6 +293,12 @@ func (rs *rpcServer) afterApply(j *job, lm *rsm.Meganode, err error, deadline ti
 	case errors.Is(err, blink.ErrFrozen):
 		s.metrics.waits.WithLabelValues("frozen").Inc()
 	case errors.Is(err, blink.ErrNeedsSplit) && !s.opts.DisableSplits && j.fullWaits < maxFullWaits:
+		var full *rsm.FullError
+		if errors.As(err, &full) {
+			if fl := s.servedMeganode(full.Meganode); fl != nil {
+				lm = fl // a transaction's write into another meganode than its record's
+			}
+		}
 		if runs := lm.Splits.Runs.Load(); j.full != lm || j.fullRuns != runs {
 			j.fullWaits++
 			j.full, j.fullRuns = lm, runs

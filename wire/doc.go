@@ -113,6 +113,8 @@
 //	                   sequence its region's table passed; not executed)
 //	22 NotVersioned    ErrNotVersioned   (a conditional write to a region
 //	                   without versions yet; not executed, retryable)
+//	23 TxnSpansRegions ErrTxnSpansRegions (a transaction with keys
+//	                   outside its region; not executed)
 //
 // A non-OK reply's body is empty or an ErrorReply (region, epoch, message,
 // leader address); the client returns the sentinel or a *StatusError that

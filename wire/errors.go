@@ -93,6 +93,9 @@ var (
 	// ErrNotVersioned: a conditional write to a region without versions
 	// yet; not executed.
 	ErrNotVersioned = errors.New("wire: the key's region has no versions yet")
+	// ErrTxnSpansRegions: a transaction names keys of more than one
+	// region; not executed.
+	ErrTxnSpansRegions = errors.New("wire: the transaction spans regions")
 	// ErrUnknownStatus: a reply carried a status this version does not
 	// define.
 	ErrUnknownStatus = errors.New("wire: unknown status")
@@ -123,6 +126,7 @@ var statusErrs = [...]error{
 	StatusPermissionDenied: ErrPermissionDenied,
 	StatusUnverifiable:     ErrUnverifiable,
 	StatusNotVersioned:     ErrNotVersioned,
+	StatusTxnSpansRegions:  ErrTxnSpansRegions,
 }
 
 // Err returns the sentinel error of s: nil for StatusOK, an error wrapping

@@ -42,6 +42,8 @@ var (
 	_ Message = (*WriteReply)(nil)
 	_ Message = (*CondRequest)(nil)
 	_ Message = (*CondReply)(nil)
+	_ Message = (*TxnRequest)(nil)
+	_ Message = (*TxnReply)(nil)
 )
 
 // KeyRange is a meganode's key range [Min, Max). MinInf and MaxInf stand

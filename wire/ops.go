@@ -45,6 +45,10 @@ const (
 	// value holds, atomically in the region's apply (CondRequest,
 	// CondReply; docs/transactions.md §3).
 	OpCondWrite Op = 0x22
+	// OpTxn commits a single-region transaction: its reads validated and
+	// its writes applied in one record of the region's log (TxnRequest,
+	// TxnReply; docs/transactions.md §4.9).
+	OpTxn Op = 0x23
 )
 
 // Reserved op ranges. An op in a reserved range that this version does not
@@ -82,6 +86,7 @@ var opNames = [...]string{
 	OpTransferLeader: "TransferLeader",
 	OpDelete:         "Delete",
 	OpCondWrite:      "CondWrite",
+	OpTxn:            "Txn",
 
 	OpSplitBegin:  "SplitBegin",
 	OpSplitAppend: "SplitAppend",
@@ -105,7 +110,7 @@ func (o Op) Valid() bool { return o.Known() || o.IsExtension() }
 // blindly retried unless it carries a client id and sequence number.
 func (o Op) IsWrite() bool {
 	switch o {
-	case OpPut, OpDelete, OpCondWrite, OpSplitBegin, OpSplitAppend, OpSplitEnd, OpInsertChild:
+	case OpPut, OpDelete, OpCondWrite, OpTxn, OpSplitBegin, OpSplitAppend, OpSplitEnd, OpInsertChild:
 		return true
 	}
 	return false

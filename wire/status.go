@@ -89,6 +89,12 @@ const (
 	// retryable: a region gets its versions within a second of having a
 	// leader of this release and up-to-date replicas.
 	StatusNotVersioned Status = 22
+	// StatusTxnSpansRegions: a transaction (OpTxn) names a key outside
+	// the region of the meganode it was sent to; multi-region
+	// transactions are not built yet (docs/transactions.md §13 step 6).
+	// Not executed. The client locates its keys again: when they are in
+	// one region after all it retries, else it fails the transaction.
+	StatusTxnSpansRegions Status = 23
 )
 
 var statusNames = [...]string{
@@ -116,6 +122,7 @@ var statusNames = [...]string{
 	StatusPermissionDenied: "PermissionDenied",
 	StatusUnverifiable:     "Unverifiable",
 	StatusNotVersioned:     "NotVersioned",
+	StatusTxnSpansRegions:  "TxnSpansRegions",
 }
 
 // Known reports whether s is defined by this protocol version.

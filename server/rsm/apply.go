@@ -19,6 +19,10 @@ type Result struct {
 	// CondFailed: a cond record's condition did not hold; nothing
 	// changed. A definite outcome, not an error.
 	CondFailed bool
+	// TxnCause: why a txn record did not commit (a wire.TxnCause:
+	// version, phantom); nothing changed. 0: it committed (Version is
+	// then the version its puts got, 0 when it wrote no value).
+	TxnCause uint8
 	// Next: a split copy's cursor for the next batch (nil: copy done).
 	Next []byte
 	// Done: a split free batch freed the last node of the right half.
@@ -56,7 +60,7 @@ func (m *Machine) Apply(index uint64, rec []byte) (Result, error) {
 	}
 	switch {
 	case err != nil:
-	case r.Kind == KindPut, r.Kind == KindDelete, r.Kind == KindCond:
+	case r.Kind == KindPut, r.Kind == KindDelete, r.Kind == KindCond, r.Kind == KindTxn:
 		lm := m.MeganodeAt(r.Meganode)
 		if lm == nil || lm.Ptr() != r.Meganode || lm.Level != 0 {
 			return Result{}, fmt.Errorf("rsm: record for %v, not a leaf meganode of region %d: %w", r.Meganode, m.id, ErrBadRecord)
@@ -66,6 +70,8 @@ func (m *Machine) Apply(index uint64, rec []byte) (Result, error) {
 			kind = "delete"
 		case KindCond:
 			kind = "cond"
+		case KindTxn:
+			kind = "txn"
 		}
 		if o, dup := m.state.Sessions.lookupOutcome(r.ClientID, r.Seq); dup && r.ClientID != 0 {
 			kind += "_duplicate" // applied before: at most once
@@ -87,8 +93,14 @@ func (m *Machine) Apply(index uint64, rec []byte) (Result, error) {
 			if res.CondFailed {
 				kind += "_failed"
 			}
+		case KindTxn:
+			b, _ := DecodeTxnBody(r.Value) // DecodeRecord checked it
+			res, err = m.txnLocked(lm, index, &b)
+			if res.TxnCause != 0 {
+				kind += "_failed"
+			}
 		}
-		if err == nil && !res.CondFailed && r.ClientID != 0 {
+		if err == nil && !res.CondFailed && res.TxnCause == 0 && r.ClientID != 0 {
 			m.state.Sessions.recordOutcome(r.ClientID, r.Seq, makeOutcome(res.Found, res.Version), index)
 		}
 	case r.Kind == KindChild:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellstore/cell/blink"
 	"github.com/cellstore/cell/meganode"
+	"github.com/cellstore/cell/wire"
 )
 
 // TestScenarios runs the scripts in testdata/scenarios: records in, the
@@ -43,6 +44,9 @@ import (
 // delete m=P key=K [client=C seq=S] [flags]; child m=P key=K child=P;
 // split-{start,copy,link,free,end,abort,root} m=P sep=K|auto [new=P]
 // [batch=N] [cursor=K] [root=P] [entries=K:P,...];
+// txn m=P [client=C seq=S] [reads=K@V,...] [ranges=START..END:LIMIT:K@V;K@V,...]
+// [writes=K=V|-K,...] (a range's pairs are those the client saw: the line
+// carries their count and hash; an empty END is +inf);
 // target-{begin,append,commit,abort} (begin: sep=K max=K|inf level=N
 // right=P source=P; append: m=P entries=K=V[@version],... (with @, the
 // entries carry words); commit: m=P [clock=N]).
@@ -261,6 +265,9 @@ func result(r Result) string {
 	if r.CondFailed {
 		parts = append(parts, "failed")
 	}
+	if r.TxnCause != 0 {
+		parts = append(parts, "aborted="+wire.TxnCause(r.TxnCause).String())
+	}
 	if r.Next != nil {
 		parts = append(parts, fmt.Sprintf("next=%q", r.Next))
 	}
@@ -345,6 +352,8 @@ func (h *scenario) encodeLine(line string) (_ []byte, as string, _ error) {
 		r.Kind, r.Value = KindRegion, AppendRegionBody(nil, testLayout)
 	case "version":
 		r.Kind = KindVersion
+	case "txn":
+		r.Kind, r.Value = KindTxn, AppendTxnBody(nil, txnLine(kv))
 	case "cond":
 		b := CondBody{Op: map[string]uint8{"put": CondPut, "delete": CondDelete}[kv["op"]],
 			Target:          map[string]uint8{"version": CondVersion, "value": CondValue, "present": CondPresent, "absent": CondAbsent}[kv["target"]],
@@ -539,4 +548,51 @@ func compare(a, b []byte, sa, sb State) string {
 		return "states differ"
 	}
 	return "identical"
+}
+
+// txnLine builds a txn body from a script line's reads=, ranges= and
+// writes= (see TestScenarios).
+func txnLine(kv map[string]string) *TxnBody {
+	var b TxnBody
+	split := func(s, sep string) []string {
+		if s == "" {
+			return nil
+		}
+		return strings.Split(s, sep)
+	}
+	pair := func(s string) ([]byte, uint64) {
+		k, v, _ := strings.Cut(s, "@")
+		n, _ := strconv.ParseUint(v, 10, 64)
+		return []byte(k), n
+	}
+	for _, rd := range split(kv["reads"], ",") {
+		k, v := pair(rd)
+		b.Reads = append(b.Reads, wire.TxnRead{Key: k, Version: v})
+	}
+	for _, rg := range split(kv["ranges"], ",") {
+		span, rest, _ := strings.Cut(rg, ":")
+		lim, pairs, _ := strings.Cut(rest, ":")
+		start, end, _ := strings.Cut(span, "..")
+		limit, _ := strconv.ParseUint(lim, 10, 32)
+		h := wire.NewRangeHash()
+		var n uint32
+		for _, p := range split(pairs, ";") {
+			h = h.Add(pair(p))
+			n++
+		}
+		var e []byte
+		if end != "" {
+			e = []byte(end)
+		}
+		b.Ranges = append(b.Ranges, wire.TxnRange{Start: []byte(start), End: e, Limit: uint32(limit), Count: n, Hash: uint64(h)})
+	}
+	for _, w := range split(kv["writes"], ",") {
+		if k, ok := strings.CutPrefix(w, "-"); ok {
+			b.Writes = append(b.Writes, wire.TxnWrite{Op: wire.TxnDelete, Key: []byte(k)})
+			continue
+		}
+		k, v, _ := strings.Cut(w, "=")
+		b.Writes = append(b.Writes, wire.TxnWrite{Op: wire.TxnPut, Key: []byte(k), Value: []byte(v)})
+	}
+	return &b
 }

@@ -1,6 +1,11 @@
 package rsm
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cellstore/cell/blink"
+)
 
 // Errors of apply and of the machine. Test with errors.Is; they are
 // usually wrapped with context. Every error Apply returns is part of the
@@ -33,6 +38,17 @@ var (
 	// ErrNotVersioned: a conditional write to a region without versions
 	// yet (its version record not applied): nothing changed.
 	ErrNotVersioned = errors.New("rsm: the region has no versions yet")
+	// ErrTxnMoved: a txn record names a key that is in no leaf meganode
+	// of the region reachable from the record's meganode (it moved out
+	// in a remote split since the server looked): nothing changed; the
+	// server looks again and answers TxnSpansRegions when the key is in
+	// another region. It wraps blink.ErrKeyOutOfRange, so the server's
+	// write path searches again as for a put whose key moved.
+	ErrTxnMoved = fmt.Errorf("rsm: a key of the transaction is not in the region: %w", blink.ErrKeyOutOfRange)
+	// ErrTxnSpansRegions: a txn record's range read runs on into another
+	// region: nothing changed (multi-region transactions are not built
+	// yet, docs/transactions.md §13).
+	ErrTxnSpansRegions = errors.New("rsm: a range read of the transaction runs into another region")
 	// ErrClosed: the machine's region was closed (the replica dropped,
 	// or the server stopping).
 	ErrClosed = errors.New("rsm: region closed")

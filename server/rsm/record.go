@@ -117,11 +117,32 @@ import (
 //	  4  expected value length u32 8 expected version u64
 //	  16 expected value, then (put) the new value
 //
+//	12 txn    a single-region transaction (docs/transactions.md §4.9):
+//	          the meganode the leaf meganode of the transaction's least
+//	          key (every other key is found from it by right links, in
+//	          this region), the key empty, client id and sequence as a
+//	          put's (at most once), the value a txn body:
+//
+//	  0  flags u16 (0; bit0 is kept for the If form)   2 reserved u16 (0)
+//	  4  read count u32   8 range count u32   12 write count u32
+//	  16 reads:  each [key length u32][key][version u64 (0: read as absent)]
+//	     ranges: each [start length u32][start][end length u32][end (empty:
+//	             +inf)][limit u32 (0: none)][count u32][hash u64 (wire.RangeHash)]
+//	     writes: each [op u8 (1 put, 2 delete)][key length u32][key]
+//	             [value length u32][value (empty for a delete)]
+//
+//	          Counts are bounded as wire's (MaxTxnReads, MaxTxnRanges,
+//	          MaxTxnWrites); keys are not empty. Apply commits when every
+//	          read key's version is the one read and every range's first
+//	          limit pairs in [start, end) have the count and hash read,
+//	          writing every write with one version; otherwise it changes
+//	          nothing and answers the cause (version, phantom).
+//
 //	13 version  the region's keys get versions from here on
 //	          (docs/transactions.md §2.6): the meganode 0, the key and the
 //	          value empty. It sets the version clock and the legacy version
 //	          U to its index and switches every tree to versioned leaves;
-//	          a second one changes nothing. Kinds 9–12 are reserved for the
+//	          a second one changes nothing. Kinds 9–11 are reserved for the
 //	          transaction records of docs/transactions.md.
 //
 //	7 root    a root meganode made outside a split: the key empty, the
@@ -168,6 +189,7 @@ const (
 	KindRegion = 6
 	KindRoot   = 7
 	KindCond   = 8
+	KindTxn    = 12
 	// KindVersion is 13, after the numbers docs/transactions.md §4.13
 	// keeps for the conditional and transaction records.
 	KindVersion = 13
@@ -573,9 +595,9 @@ func DecodeRecord(b []byte) (Record, error) {
 	r.Key = b[RecordHeaderSize : RecordHeaderSize+kl]
 	r.Value = b[RecordHeaderSize+kl:]
 	switch {
-	case (r.Kind < KindPut || r.Kind > KindCond) && r.Kind != KindVersion:
+	case (r.Kind < KindPut || r.Kind > KindCond) && r.Kind != KindVersion && r.Kind != KindTxn:
 		return Record{}, fmt.Errorf("rsm: record kind %d: %w", r.Kind, ErrBadRecord)
-	case r.Flags != 0 && (r.Kind != KindPut && r.Kind != KindDelete && r.Kind != KindCond || r.ClientID == 0 || r.Flags&FlagRetry != 0 && r.Flags != FlagRetry || r.Flags == FlagForgotten):
+	case r.Flags != 0 && (r.Kind != KindPut && r.Kind != KindDelete && r.Kind != KindCond && r.Kind != KindTxn || r.ClientID == 0 || r.Flags&FlagRetry != 0 && r.Flags != FlagRetry || r.Flags == FlagForgotten):
 		return Record{}, fmt.Errorf("rsm: flags %#x on a %d record of client %d: %w", r.Flags, r.Kind, r.ClientID, ErrBadRecord)
 	case r.Kind == KindVersion && (kl != 0 || vl != 0 || !r.Meganode.IsNil() || r.ClientID != 0 || r.Seq != 0):
 		return Record{}, fmt.Errorf("rsm: version record with a key, value, meganode or client: %w", ErrBadRecord)
@@ -597,6 +619,13 @@ func DecodeRecord(b []byte) (Record, error) {
 		}
 	case r.Kind == KindCond:
 		if _, err := DecodeCondBody(r.Value); err != nil {
+			return Record{}, err
+		}
+	case r.Kind == KindTxn:
+		if kl != 0 {
+			return Record{}, fmt.Errorf("rsm: txn record with a key: %w", ErrBadRecord)
+		}
+		if _, err := DecodeTxnBody(r.Value); err != nil {
 			return Record{}, err
 		}
 	case r.Kind == KindRoot:
