@@ -14,6 +14,7 @@ import (
 	"github.com/cellstore/cell/client"
 	"github.com/cellstore/cell/locality"
 	"github.com/cellstore/cell/regiontable"
+	"github.com/cellstore/cell/server/rsm"
 	"github.com/cellstore/cell/wire"
 )
 
@@ -403,5 +404,18 @@ func TestBadTxnRequests(t *testing.T) {
 	}
 	if v, ok := get(t, c, "keep"); !ok || v != "me" {
 		t.Fatalf("keep = %q, %v after bad transactions", v, ok)
+	}
+}
+
+// TestTxnBoundsAgree: rsm's txn record mirrors wire's TxnRequest (rsm
+// imports no wire type): the bounds, the write ops and the causes must
+// stay equal.
+func TestTxnBoundsAgree(t *testing.T) {
+	if rsm.MaxTxnReads != wire.MaxTxnReads || rsm.MaxTxnRanges != wire.MaxTxnRanges || rsm.MaxTxnWrites != wire.MaxTxnWrites {
+		t.Fatal("rsm's txn bounds differ from wire's")
+	}
+	if uint8(rsm.TxnPut) != uint8(wire.TxnPut) || uint8(rsm.TxnDelete) != uint8(wire.TxnDelete) ||
+		rsm.TxnVersion != uint8(wire.TxnVersion) || rsm.TxnPhantom != uint8(wire.TxnPhantom) {
+		t.Fatal("rsm's txn ops or causes differ from wire's")
 	}
 }

@@ -190,10 +190,30 @@ func (w *worker) txn(body []byte) handled {
 		return nil
 	}
 	return w.writeChecked(req.Ptr, req.Epoch, least, "transaction", check, func(lm *rsm.Meganode) []byte {
-		w.val = rsm.AppendTxnBody(w.val[:0], &rsm.TxnBody{Reads: req.Reads, Ranges: req.Ranges, Writes: req.Writes})
+		w.val = rsm.AppendTxnBody(w.val[:0], txnBody(req))
 		w.rec = rsm.AppendRecord(w.rec[:0], &rsm.Record{Kind: rsm.KindTxn, Flags: flags, Meganode: lm.Ptr(), ClientID: req.ClientID, Seq: req.Seq, Value: w.val})
 		return w.rec
 	})
+}
+
+// txnBody is the txn record body of a TxnRequest: the same reads, ranges
+// and writes in rsm's types (rsm imports no wire type).
+func txnBody(req *wire.TxnRequest) *rsm.TxnBody {
+	b := &rsm.TxnBody{
+		Reads:  make([]rsm.TxnRead, len(req.Reads)),
+		Ranges: make([]rsm.TxnRange, len(req.Ranges)),
+		Writes: make([]rsm.TxnWrite, len(req.Writes)),
+	}
+	for i, r := range req.Reads {
+		b.Reads[i] = rsm.TxnRead{Key: r.Key, Version: r.Version}
+	}
+	for i, r := range req.Ranges {
+		b.Ranges[i] = rsm.TxnRange{Start: r.Start, End: r.End, Limit: r.Limit, Count: r.Count, Hash: r.Hash}
+	}
+	for i, wr := range req.Writes {
+		b.Writes[i] = rsm.TxnWrite{Op: rsm.TxnWriteOp(wr.Op), Key: wr.Key, Value: wr.Value}
+	}
+	return b
 }
 
 // write is the searching state: it descends to the leaf meganode of key

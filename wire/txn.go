@@ -268,33 +268,10 @@ func (m *TxnReply) decode(d *decoder) {
 	}
 }
 
-// RangeHash hashes a range read's (key, version) pairs, in key order, for
-// TxnRange.Hash: FNV-1a 64 over each pair's key length (u32,
-// little-endian), key and version (u64, little-endian). Start from
-// NewRangeHash; the client and the region's apply both use it.
-type RangeHash uint64
-
-const (
-	fnvOffset64 = 14695981039346656037
-	fnvPrime64  = 1099511628211
-)
+// RangeHash is the hash of a range read's (key, version) pairs that
+// TxnRange.Hash carries (blink.RangeHash: the client and the region's
+// apply both compute it).
+type RangeHash = blink.RangeHash
 
 // NewRangeHash returns the hash of no pairs.
-func NewRangeHash() RangeHash { return fnvOffset64 }
-
-// Add returns the hash with (key, version) appended.
-func (h RangeHash) Add(key []byte, version uint64) RangeHash {
-	var n [8]byte
-	le.PutUint32(n[:4], uint32(len(key)))
-	for _, c := range n[:4] {
-		h = (h ^ RangeHash(c)) * fnvPrime64
-	}
-	for _, c := range key {
-		h = (h ^ RangeHash(c)) * fnvPrime64
-	}
-	le.PutUint64(n[:], version)
-	for _, c := range n {
-		h = (h ^ RangeHash(c)) * fnvPrime64
-	}
-	return h
-}
+func NewRangeHash() RangeHash { return blink.NewRangeHash() }

@@ -19,8 +19,8 @@ type Result struct {
 	// CondFailed: a cond record's condition did not hold; nothing
 	// changed. A definite outcome, not an error.
 	CondFailed bool
-	// TxnCause: why a txn record did not commit (a wire.TxnCause:
-	// version, phantom); nothing changed. 0: it committed (Version is
+	// TxnCause: why a txn record did not commit (TxnVersion,
+	// TxnPhantom); nothing changed. 0: it committed (Version is
 	// then the version its puts got, 0 when it wrote no value).
 	TxnCause uint8
 	// Next: a split copy's cursor for the next batch (nil: copy done).

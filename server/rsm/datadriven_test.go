@@ -567,14 +567,14 @@ func txnLine(kv map[string]string) *TxnBody {
 	}
 	for _, rd := range split(kv["reads"], ",") {
 		k, v := pair(rd)
-		b.Reads = append(b.Reads, wire.TxnRead{Key: k, Version: v})
+		b.Reads = append(b.Reads, TxnRead{Key: k, Version: v})
 	}
 	for _, rg := range split(kv["ranges"], ",") {
 		span, rest, _ := strings.Cut(rg, ":")
 		lim, pairs, _ := strings.Cut(rest, ":")
 		start, end, _ := strings.Cut(span, "..")
 		limit, _ := strconv.ParseUint(lim, 10, 32)
-		h := wire.NewRangeHash()
+		h := blink.NewRangeHash()
 		var n uint32
 		for _, p := range split(pairs, ";") {
 			h = h.Add(pair(p))
@@ -584,15 +584,15 @@ func txnLine(kv map[string]string) *TxnBody {
 		if end != "" {
 			e = []byte(end)
 		}
-		b.Ranges = append(b.Ranges, wire.TxnRange{Start: []byte(start), End: e, Limit: uint32(limit), Count: n, Hash: uint64(h)})
+		b.Ranges = append(b.Ranges, TxnRange{Start: []byte(start), End: e, Limit: uint32(limit), Count: n, Hash: uint64(h)})
 	}
 	for _, w := range split(kv["writes"], ",") {
 		if k, ok := strings.CutPrefix(w, "-"); ok {
-			b.Writes = append(b.Writes, wire.TxnWrite{Op: wire.TxnDelete, Key: []byte(k)})
+			b.Writes = append(b.Writes, TxnWrite{Op: TxnDelete, Key: []byte(k)})
 			continue
 		}
 		k, v, _ := strings.Cut(w, "=")
-		b.Writes = append(b.Writes, wire.TxnWrite{Op: wire.TxnPut, Key: []byte(k), Value: []byte(v)})
+		b.Writes = append(b.Writes, TxnWrite{Op: TxnPut, Key: []byte(k), Value: []byte(v)})
 	}
 	return &b
 }

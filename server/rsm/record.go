@@ -127,7 +127,7 @@ import (
 //	  4  read count u32   8 range count u32   12 write count u32
 //	  16 reads:  each [key length u32][key][version u64 (0: read as absent)]
 //	     ranges: each [start length u32][start][end length u32][end (empty:
-//	             +inf)][limit u32 (0: none)][count u32][hash u64 (wire.RangeHash)]
+//	             +inf)][limit u32 (0: none)][count u32][hash u64 (blink.RangeHash)]
 //	     writes: each [op u8 (1 put, 2 delete)][key length u32][key]
 //	             [value length u32][value (empty for a delete)]
 //

@@ -53,9 +53,9 @@ func TestRecordsGolden(t *testing.T) {
 			Payload: AppendEntries(nil, false, true, []blink.Entry{{Key: []byte("m"), Value: []byte("1"), Word: blink.MakeWord(40, false, false)}})})}},
 		{"target commit (source clock)", Record{Kind: KindTarget, Meganode: remoteY, Value: AppendTargetBody(nil, &TargetBody{Phase: TargetCommit, Clock: 0x77})}},
 		{"txn (a read, a range, a put and a delete)", Record{Kind: KindTxn, Meganode: x, ClientID: 9, Seq: 4, Value: AppendTxnBody(nil, &TxnBody{
-			Reads:  []wire.TxnRead{{Key: []byte("a"), Version: 7}},
-			Ranges: []wire.TxnRange{{Start: []byte("p/"), End: []byte("p0"), Limit: 10, Count: 2, Hash: 0x1122334455667788}},
-			Writes: []wire.TxnWrite{{Op: wire.TxnPut, Key: []byte("a"), Value: []byte("1")}, {Op: wire.TxnDelete, Key: []byte("c")}}})}},
+			Reads:  []TxnRead{{Key: []byte("a"), Version: 7}},
+			Ranges: []TxnRange{{Start: []byte("p/"), End: []byte("p0"), Limit: 10, Count: 2, Hash: 0x1122334455667788}},
+			Writes: []TxnWrite{{Op: TxnPut, Key: []byte("a"), Value: []byte("1")}, {Op: TxnDelete, Key: []byte("c")}}})}},
 	}
 	var out strings.Builder
 	for _, tc := range recs {
@@ -142,9 +142,9 @@ func FuzzDecodeBodies(f *testing.F) {
 		AppendSplitBody(nil, &SplitBody{Phase: PhaseCopy, New: x, Batch: 16, Cursor: []byte("p")}),
 		AppendRootEntries(nil, []LevelEntry{{Key: []byte("a"), Ptr: x}, {Key: []byte("m"), Ptr: x + 4096}}),
 		AppendCondBody(nil, &CondBody{Op: CondPut, Target: CondValue, Compare: CmpEqual, Expected: []byte("old"), Value: []byte("new")}),
-		AppendTxnBody(nil, &TxnBody{Reads: []wire.TxnRead{{Key: []byte("a"), Version: 7}},
-			Ranges: []wire.TxnRange{{Start: []byte("p"), Limit: 3, Count: 1, Hash: 9}},
-			Writes: []wire.TxnWrite{{Op: wire.TxnPut, Key: []byte("a"), Value: []byte("1")}, {Op: wire.TxnDelete, Key: []byte("b")}}}),
+		AppendTxnBody(nil, &TxnBody{Reads: []TxnRead{{Key: []byte("a"), Version: 7}},
+			Ranges: []TxnRange{{Start: []byte("p"), Limit: 3, Count: 1, Hash: 9}},
+			Writes: []TxnWrite{{Op: TxnPut, Key: []byte("a"), Value: []byte("1")}, {Op: TxnDelete, Key: []byte("b")}}}),
 	}
 	for i, s := range seeds {
 		f.Add(append([]byte{[]byte{0, 1, 2, 2, 3, 4, 5, 6}[i]}, s...))

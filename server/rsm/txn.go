@@ -6,17 +6,63 @@ import (
 	"fmt"
 
 	"github.com/cellstore/cell/blink"
-	"github.com/cellstore/cell/wire"
 )
 
 const txnBodySize = 16
 
+// Bounds of a txn record's body: the same as a wire TxnRequest's
+// (server.TestTxnBoundsAgree holds them equal).
+const (
+	MaxTxnReads  = 1024
+	MaxTxnRanges = 64
+	MaxTxnWrites = 1024
+)
+
+// TxnRead is a key a transaction read, with the version it read (0: read
+// as absent).
+type TxnRead struct {
+	Key     []byte
+	Version uint64
+}
+
+// TxnRange is a range read: the keys in [Start, End) (an empty End is
+// unbounded; Start is a key), the first Limit of them when Limit > 0, of
+// which the client saw Count, whose (key, version) pairs hash to Hash
+// (blink.RangeHash).
+type TxnRange struct {
+	Start, End   []byte
+	Limit, Count uint32
+	Hash         uint64
+}
+
+// TxnWriteOp is what a transaction's write does; the values are wire's.
+type TxnWriteOp uint8
+
+const (
+	TxnPut    TxnWriteOp = 1
+	TxnDelete TxnWriteOp = 2
+)
+
+// TxnWrite is a put of Value under Key or a delete of Key.
+type TxnWrite struct {
+	Op    TxnWriteOp
+	Key   []byte
+	Value []byte
+}
+
+// TxnCause says why a txn record did not commit (Result.TxnCause); the
+// values are wire's.
+const (
+	TxnVersion = 1 // a read key's version changed
+	TxnPhantom = 2 // a range read's keys or versions changed
+)
+
 // TxnBody is the value of a txn record (kind 12): the transaction's read
 // set and writes. Keys and values alias the record.
 type TxnBody struct {
-	Reads  []wire.TxnRead
-	Ranges []wire.TxnRange
-	Writes []wire.TxnWrite
+	Reads  []TxnRead
+	Ranges []TxnRange
+	Writes []TxnWrite
 }
 
 // AppendTxnBody appends the encoding of b.
@@ -63,7 +109,7 @@ func DecodeTxnBody(v []byte) (TxnBody, error) {
 		return bad("flags or reserved bits")
 	}
 	nr, ng, nw := le.Uint32(v[4:]), le.Uint32(v[8:]), le.Uint32(v[12:])
-	if nr > wire.MaxTxnReads || ng > wire.MaxTxnRanges || nw > wire.MaxTxnWrites {
+	if nr > MaxTxnReads || ng > MaxTxnRanges || nw > MaxTxnWrites {
 		return bad(fmt.Sprintf("%d reads, %d ranges, %d writes", nr, ng, nw))
 	}
 	b := v[txnBodySize:]
@@ -101,21 +147,21 @@ func DecodeTxnBody(v []byte) (TxnBody, error) {
 	if uint64(nr)*12+uint64(ng)*24+uint64(nw)*9 > uint64(len(b)) {
 		return bad("counts past the end")
 	}
-	t.Reads = make([]wire.TxnRead, 0, nr)
+	t.Reads = make([]TxnRead, 0, nr)
 	for range nr {
-		t.Reads = append(t.Reads, wire.TxnRead{Key: bytesField(), Version: u64()})
+		t.Reads = append(t.Reads, TxnRead{Key: bytesField(), Version: u64()})
 	}
-	t.Ranges = make([]wire.TxnRange, 0, ng)
+	t.Ranges = make([]TxnRange, 0, ng)
 	for range ng {
-		t.Ranges = append(t.Ranges, wire.TxnRange{Start: bytesField(), End: bytesField(), Limit: u32(), Count: u32(), Hash: u64()})
+		t.Ranges = append(t.Ranges, TxnRange{Start: bytesField(), End: bytesField(), Limit: u32(), Count: u32(), Hash: u64()})
 	}
-	t.Writes = make([]wire.TxnWrite, 0, nw)
+	t.Writes = make([]TxnWrite, 0, nw)
 	for range nw {
 		var op uint8
 		if p := take(1); p != nil {
 			op = p[0]
 		}
-		t.Writes = append(t.Writes, wire.TxnWrite{Op: wire.TxnWriteOp(op), Key: bytesField(), Value: bytesField()})
+		t.Writes = append(t.Writes, TxnWrite{Op: TxnWriteOp(op), Key: bytesField(), Value: bytesField()})
 	}
 	switch {
 	case !ok:
@@ -133,11 +179,36 @@ func DecodeTxnBody(v []byte) (TxnBody, error) {
 			return bad("an empty write key")
 		}
 	}
-	req := wire.TxnRequest{Reads: t.Reads, Ranges: t.Ranges, Writes: t.Writes}
-	if err := req.Check(); err != nil {
+	if err := t.check(); err != nil {
 		return bad(err.Error())
 	}
 	return t, nil
+}
+
+// check reports a body that is not well formed, as wire's
+// TxnRequest.Check does: ranges past their limit, without a start or
+// empty; writes of an unknown op; deletes with a value.
+func (t *TxnBody) check() error {
+	for _, r := range t.Ranges {
+		if r.Limit > 0 && r.Count > r.Limit {
+			return fmt.Errorf("a txn range with count %d over its limit %d", r.Count, r.Limit)
+		}
+		if len(r.Start) == 0 {
+			return fmt.Errorf("a txn range without a start")
+		}
+		if len(r.End) > 0 && bytes.Compare(r.Start, r.End) >= 0 {
+			return fmt.Errorf("a txn range [%q, %q) that is empty", r.Start, r.End)
+		}
+	}
+	for _, w := range t.Writes {
+		switch {
+		case w.Op != TxnPut && w.Op != TxnDelete:
+			return fmt.Errorf("txn write op %d", w.Op)
+		case w.Op == TxnDelete && len(w.Value) > 0:
+			return fmt.Errorf("a txn delete with a value")
+		}
+	}
+	return nil
 }
 
 // FullError is a txn record's refusal for want of room or by a split's
@@ -188,8 +259,8 @@ func (m *Machine) leafOfLocked(start *Meganode, key []byte) (*Meganode, error) {
 // are now, the first rg.Limit of them when it is not 0, and counts them.
 // A range that runs into another region is ErrTxnSpansRegions.
 // REQUIRES: m.mu held.
-func (m *Machine) rangeHashLocked(start *Meganode, rg *wire.TxnRange) (wire.RangeHash, uint32, error) {
-	h, n := wire.NewRangeHash(), uint32(0)
+func (m *Machine) rangeHashLocked(start *Meganode, rg *TxnRange) (blink.RangeHash, uint32, error) {
+	h, n := blink.NewRangeHash(), uint32(0)
 	lm, err := m.leafOfLocked(start, rg.Start)
 	if err != nil {
 		return h, n, err
@@ -266,7 +337,7 @@ func (m *Machine) txnLocked(start *Meganode, index uint64, b *TxnBody) (Result, 
 			v = res.Word.Version()
 		}
 		if v != r.Version {
-			return Result{TxnCause: uint8(wire.TxnVersion), Version: 0}, nil
+			return Result{TxnCause: uint8(TxnVersion), Version: 0}, nil
 		}
 	}
 	for i := range b.Ranges {
@@ -276,7 +347,7 @@ func (m *Machine) txnLocked(start *Meganode, index uint64, b *TxnBody) (Result, 
 			return Result{}, err
 		}
 		if n != rg.Count || uint64(h) != rg.Hash {
-			return Result{TxnCause: uint8(wire.TxnPhantom)}, nil
+			return Result{TxnCause: uint8(TxnPhantom)}, nil
 		}
 	}
 	if len(b.Writes) == 0 {
@@ -293,7 +364,7 @@ func (m *Machine) txnLocked(start *Meganode, index uint64, b *TxnBody) (Result, 
 		for j := i; j < len(leaves); j++ {
 			if leaves[j] == lm {
 				keys = append(keys, b.Writes[j].Key)
-				puts = append(puts, b.Writes[j].Op == wire.TxnPut)
+				puts = append(puts, b.Writes[j].Op == TxnPut)
 				if j > i {
 					leaves[j] = nil // checked with lm's
 				}
@@ -303,6 +374,10 @@ func (m *Machine) txnLocked(start *Meganode, index uint64, b *TxnBody) (Result, 
 			return Result{}, &FullError{Meganode: lm.Ptr(), Err: err}
 		}
 	}
+	// Room for every record, in the region's extents, before the first.
+	if err := m.reserveExtentsLocked(b.Writes); err != nil {
+		return Result{}, err
+	}
 	v := max(index, m.state.Clock+1)
 	var res Result
 	for _, w := range b.Writes {
@@ -310,7 +385,7 @@ func (m *Machine) txnLocked(start *Meganode, index uint64, b *TxnBody) (Result, 
 		if err != nil {
 			return Result{}, fmt.Errorf("rsm: txn write of %q after its check: %v: %w", w.Key, err, blink.ErrCorruption)
 		}
-		if w.Op == wire.TxnDelete {
+		if w.Op == TxnDelete {
 			_, err = lm.T.Delete(w.Key)
 		} else {
 			err = lm.T.PutWord(w.Key, w.Value, blink.MakeWord(v, false, false))
@@ -326,4 +401,38 @@ func (m *Machine) txnLocked(start *Meganode, index uint64, b *TxnBody) (Result, 
 		m.state.Clock = v
 	}
 	return res, nil
+}
+
+// reserveExtentsLocked reports whether the records of writes' puts can all
+// be allocated in the region's extents: it allocates them, in write order
+// and of the sizes blink's puts will ask for, then frees them again (the
+// allocator's state changes the same way on every replica: apply stays
+// deterministic). The writes themselves then allocate the same sizes in
+// the same order with at least as much free (a delete or an overwrite only
+// frees), so a transaction never meets ErrExtentsFull halfway: it is
+// refused whole, changing nothing. REQUIRES: m.mu held.
+func (m *Machine) reserveExtentsLocked(writes []TxnWrite) error {
+	ext := m.region.Extents()
+	type block struct {
+		off uint64
+		n   int
+	}
+	var got []block
+	defer func() {
+		for _, b := range got {
+			ext.Free(b.off, b.n)
+		}
+	}()
+	for _, w := range writes {
+		if w.Op != TxnPut {
+			continue
+		}
+		n := (blink.ExtentLen(len(w.Key), len(w.Value)) + 7) &^ 7
+		off, err := ext.Alloc(n)
+		if err != nil {
+			return fmt.Errorf("rsm: the transaction's %d puts do not fit the region's extents: %w", len(got)+1, err)
+		}
+		got = append(got, block{off, n})
+	}
+	return nil
 }
