@@ -85,7 +85,10 @@ func TestCellctl(t *testing.T) {
 	out, _ = run("get", "--hex", "00ff")
 	expect(out, "0102\n")
 	out, _ = run("get", "--hex", "00ff", "-w", "json")
-	expect(out, "{\n  \"key\": \"00ff\",\n  \"value\": \"0102\"\n}\n")
+	// The key's version is its put's log index: any positive number.
+	if !regexp.MustCompile(`^\{\n  "key": "00ff",\n  "value": "0102",\n  "version": [1-9][0-9]*\n\}\n$`).MatchString(out) {
+		t.Fatalf("get --hex -w json: %q", out)
+	}
 	out, _ = run("del", "--hex", "00ff")
 	expect(out, "OK\n")
 	fails("key not found: 00ff", "get", "--hex", "00ff")
@@ -101,13 +104,16 @@ func TestCellctl(t *testing.T) {
 	expect(out, "veg/kale\nfruit/cherry\n(--limit 2 reached; more below fruit/cherry: pass it as END)\n")
 	out, _ = run("range", "fruit/", "--prefix", "--limit", "2", "-w", "json")
 	var rr struct {
-		Pairs  []struct{ Key, Value string }
+		Pairs []struct {
+			Key, Value string
+			Version    uint64
+		}
 		Count  int
 		More   bool
 		Resume string
 	}
 	if err := json.Unmarshal([]byte(out), &rr); err != nil || rr.Count != 2 || !rr.More || rr.Resume != "fruit/cherry" ||
-		rr.Pairs[1].Key != "fruit/banana" || rr.Pairs[1].Value != "yellow" {
+		rr.Pairs[1].Key != "fruit/banana" || rr.Pairs[1].Value != "yellow" || rr.Pairs[1].Version == 0 {
 		t.Fatalf("range JSON %q: %v", out, err)
 	}
 	out, _ = run("range", "nothing/", "--prefix")
