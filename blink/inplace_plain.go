@@ -12,7 +12,6 @@ import "bytes"
 // used to index outside the node (every offset is checked first). Every
 // offset passed here lies inside b: the caller checked it.
 
-func ld8(b []byte, off int) byte    { return b[off] }
 func ld16(b []byte, off int) int    { return int(le.Uint16(b[off:])) }
 func ld32(b []byte, off int) uint32 { return le.Uint32(b[off:]) }
 func ld64(b []byte, off int) uint64 { return le.Uint64(b[off:]) }

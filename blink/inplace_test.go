@@ -3,7 +3,6 @@ package blink
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -119,7 +118,7 @@ func TestInPlaceMatchesCopy(t *testing.T) {
 			}
 			res, err := tr.Search([]byte(k))
 			if err != nil || res.Found != (errA == nil) {
-				t.Fatal(fmt.Sprintf("Search(%q) = %+v, %v; Get %v", k, res, err, errA))
+				t.Fatalf("Search(%q) = %+v, %v; Get %v", k, res, err, errA)
 			}
 		}
 	}

@@ -476,8 +476,6 @@ func (m *modelRun) bound() []byte {
 
 // ---- Oracle bookkeeping ----
 
-func (m *modelRun) oracleSet(k, v []byte) { m.oracleSetWord(k, v, 0, false) }
-
 // oracleSetWord records an entry: a record with value v, or a placeholder.
 func (m *modelRun) oracleSetWord(k, v []byte, w Word, ph bool) {
 	if old, ok := m.oracle.ReplaceOrInsert(modelItem{string(k), string(v), w, ph}); ok && old.ph {

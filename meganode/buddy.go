@@ -107,14 +107,10 @@ func newExtents(mem []byte, l Layout) *Extents {
 	}
 }
 
-// formatExtents initialises the extent area of mem: every control byte and
-// free list head cleared, then the heap carved into the largest aligned
-// blocks that fit, lowest address first, each put on its free list.
-func formatExtents(mem []byte, l Layout) *Extents {
-	return formatExtentsWith(mem, l, false)
-}
-
-// formatExtentsWith is formatExtents, then, with sizeClasses, the slab
+// formatExtentsWith initialises the extent area of mem: every control
+// byte and free list head cleared, then the heap carved into the largest
+// aligned blocks that fit, lowest address first, each put on its free
+// list; then, with sizeClasses, the slab
 // directory taken from the heap (REQUIRES: checkSizeClasses(l) is nil).
 func formatExtentsWith(mem []byte, l Layout, sizeClasses bool) *Extents {
 	e := newExtents(mem, l)
