@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/paperload"
 	"github.com/cellstore/cell/meganode"
 	gbtree "github.com/google/btree"
 	tbtree "github.com/tidwall/btree"
@@ -27,29 +28,13 @@ type item struct{ key, val []byte }
 
 func itemLess(a, b item) bool { return bytes.Compare(a.key, b.key) < 0 }
 
-// workload returns n distinct random keys of 8-64 bytes and values of
-// 8-256 bytes, and an access order (a random permutation).
+// workload returns the paper's records (internal/paperload: n distinct
+// random keys of 8-64 bytes, values of 8-256 bytes) and an access order (a
+// random permutation).
 func workload(n int, seed uint64) (keys, vals [][]byte, order []int32) {
-	r := rand.New(rand.NewPCG(seed, 0x63656c6c))
-	seen := make(map[string]struct{}, n)
-	keys = make([][]byte, 0, n)
-	vals = make([][]byte, 0, n)
-	for len(keys) < n {
-		k := make([]byte, 8+r.IntN(57))
-		for i := range k {
-			k[i] = byte(r.Uint32())
-		}
-		if _, dup := seen[string(k)]; dup {
-			continue
-		}
-		seen[string(k)] = struct{}{}
-		v := make([]byte, 8+r.IntN(249))
-		for i := range v {
-			v[i] = byte(r.Uint32())
-		}
-		keys = append(keys, k)
-		vals = append(vals, v)
-	}
+	src := paperload.NewSource(seed)
+	keys, vals = src.Records(n)
+	r := src.Rand()
 	order = make([]int32, n)
 	for i := range order {
 		order[i] = int32(i)

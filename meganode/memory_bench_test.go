@@ -29,33 +29,10 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/blink"
+	"github.com/cellstore/cell/internal/paperload"
 	"github.com/cellstore/cell/meganode"
 	gbtree "github.com/google/btree"
 )
-
-// paperWorkload returns n distinct random keys of 8-64 bytes and values of
-// 8-256 bytes: blink/bench_test.go's workload.
-func paperWorkload(n int, seed uint64) (keys, vals [][]byte) {
-	r := rand.New(rand.NewPCG(seed, 0x63656c6c))
-	seen := make(map[string]struct{}, n)
-	for len(keys) < n {
-		k := make([]byte, 8+r.IntN(57))
-		for i := range k {
-			k[i] = byte(r.Uint32())
-		}
-		if _, dup := seen[string(k)]; dup {
-			continue
-		}
-		seen[string(k)] = struct{}{}
-		v := make([]byte, 8+r.IntN(249))
-		for i := range v {
-			v[i] = byte(r.Uint32())
-		}
-		keys = append(keys, k)
-		vals = append(vals, v)
-	}
-	return keys, vals
-}
 
 type gbItem struct{ key, val []byte }
 
@@ -87,7 +64,7 @@ func BenchmarkBytesPerKey(b *testing.B) {
 	for _, n := range []int{100_000, 1 << 20} {
 		// The first n records are inserted, then 90% of them deleted in
 		// random order, then the next n-n/10 inserted.
-		all, allVals := paperWorkload(2*n-n/10, 42)
+		all, allVals := paperload.Records(2*n-n/10, 42)
 		keys, vals := all[:n], allVals[:n]
 		del := rand.New(rand.NewPCG(9, 9)).Perm(n)[:n-n/10]
 		var google float64

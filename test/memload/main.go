@@ -25,7 +25,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"math/rand/v2"
 	"net"
 	"os"
 	"runtime"
@@ -37,6 +36,7 @@ import (
 	"time"
 
 	"github.com/cellstore/cell/client"
+	"github.com/cellstore/cell/internal/paperload"
 	gbtree "github.com/google/btree"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -52,7 +52,7 @@ func main() {
 	log.SetFlags(0)
 	log.SetPrefix("memload: ")
 
-	keys, vals := workload(*n, *seed)
+	keys, vals := paperload.Records(*n, *seed)
 	var data uint64
 	for i := range keys {
 		data += uint64(len(keys[i]) + len(vals[i]))
@@ -76,32 +76,6 @@ func main() {
 		log.Fatal(err)
 	}
 	fmt.Printf("target=%s records=%d data_bytes=%d load_seconds=%.1f%s\n", *target, len(keys), data, time.Since(start).Seconds(), extra)
-}
-
-// workload is blink/bench_test.go's: n distinct random keys of 8-64 bytes
-// and values of 8-256 bytes, from PCG(seed, "cell").
-func workload(n int, seed uint64) (keys, vals [][]byte) {
-	r := rand.New(rand.NewPCG(seed, 0x63656c6c))
-	seen := make(map[string]struct{}, n)
-	keys = make([][]byte, 0, n)
-	vals = make([][]byte, 0, n)
-	for len(keys) < n {
-		k := make([]byte, 8+r.IntN(57))
-		for i := range k {
-			k[i] = byte(r.Uint32())
-		}
-		if _, dup := seen[string(k)]; dup {
-			continue
-		}
-		seen[string(k)] = struct{}{}
-		v := make([]byte, 8+r.IntN(249))
-		for i := range v {
-			v[i] = byte(r.Uint32())
-		}
-		keys = append(keys, k)
-		vals = append(vals, v)
-	}
-	return keys, vals
 }
 
 // parallel runs fn(i) for i in [0, n) on workers goroutines, stopping at
