@@ -193,16 +193,25 @@ func (t *Tree) writeExtentLocked(key, value []byte) (Ptr, int, uint64, error) {
 // starting a new node (the loading pattern of a meganode split's copy,
 // which appends in key order). REQUIRES: t.mu held; room for a cascade.
 func (t *Tree) insertLocked(lv int, p Ptr, i int, key, payload []byte, pack bool) {
-	n := t.nodeBytes(p)
-	if n.fits(len(key)) {
-		img := t.mu.scratch
-		copy(img, n)
-		img.insertEntry(i, key, payload, t.mu.tmp)
-		t.publish(p, img)
+	if t.insertIfFitsLocked(p, t.nodeBytes(p), i, key, payload) {
 		return
 	}
 	sep, right := t.splitLocked(p, i, key, payload, pack)
 	t.carryLocked(lv, p, sep, right, pack)
+}
+
+// insertIfFitsLocked inserts (key, payload) as entry i of node p (whose
+// bytes are n) and publishes it, if the entry fits; it reports whether it
+// did. REQUIRES: t.mu held.
+func (t *Tree) insertIfFitsLocked(p Ptr, n node, i int, key, payload []byte) bool {
+	if !n.fits(len(key)) {
+		return false
+	}
+	img := t.mu.scratch
+	copy(img, n)
+	img.insertEntry(i, key, payload, t.mu.tmp)
+	t.publish(p, img)
+	return true
 }
 
 // carryLocked carries the split of node p at local level lv (sep, the new
@@ -229,11 +238,7 @@ func (t *Tree) carryLocked(lv int, p Ptr, sep []byte, right Ptr, pack bool) {
 			pn = t.nodeBytes(p)
 		}
 		i, _ := pn.lowerBound(key)
-		if pn.fits(len(key)) {
-			img := t.mu.scratch
-			copy(img, pn)
-			img.insertEntry(i, key, payload, t.mu.tmp)
-			t.publish(p, img)
+		if t.insertIfFitsLocked(p, pn, i, key, payload) {
 			return
 		}
 		sep, right = t.splitLocked(p, i, key, payload, pack)
