@@ -77,12 +77,8 @@ func TestRemoteSplit(t *testing.T) {
 		}
 		keys = append(keys, k)
 	}
+	remote := remoteSplitsDone(t, srvs)
 	for _, s := range srvs {
-		waitSplitsIdle(t, s)
-	}
-	remote := 0
-	for _, s := range srvs {
-		remote += int(metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "remote"}))
 		if err := s.Check(); err != nil {
 			t.Fatalf("%s: %v", s.opts.ServerID, err)
 		}
@@ -98,6 +94,20 @@ func TestRemoteSplit(t *testing.T) {
 	}
 	slices.Sort(keys)
 	mustReadAll(t, "at rest", map[string]*client.Client{"server": newClient(t, store, "server"), "client": newClient(t, store, "client")}, keys)
+}
+
+// remoteSplitsDone waits until no server has a split in progress and
+// returns how many remote splits they made.
+func remoteSplitsDone(t *testing.T, srvs []*Server) int {
+	t.Helper()
+	for _, s := range srvs {
+		waitSplitsIdle(t, s)
+	}
+	remote := 0
+	for _, s := range srvs {
+		remote += int(metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "remote"}))
+	}
+	return remote
 }
 
 // mustReadAll gets every key through every client (its value is "v" and

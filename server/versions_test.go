@@ -240,14 +240,7 @@ func versionsAcrossRemoteSplits(t *testing.T, noFloor bool) string {
 		mustPut(t, c, k, "x")
 		keys = append(keys, k)
 	}
-	for _, s := range srvs {
-		waitSplitsIdle(t, s)
-	}
-	remote := 0
-	for _, s := range srvs {
-		remote += int(metricValue(gather(t, s), "cell_server_meganode_splits_total", map[string]string{"result": "remote"}))
-	}
-	if remote == 0 {
+	if remoteSplitsDone(t, srvs) == 0 {
 		t.Fatal("no remote split")
 	}
 	before := map[string]uint64{}
