@@ -38,7 +38,7 @@ import (
 // region: it takes the region over.
 func (k *keeper) leadUnserved(rep *replica) {
 	s := k.s
-	if s.opts.TestingKnobs.NoTakeover || rep.transferring.Load() {
+	if rep.transferring.Load() {
 		return
 	}
 	if refuse := s.opts.TestingKnobs.RefuseTakeover; refuse != nil && refuse(rep.regionID) {

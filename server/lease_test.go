@@ -34,7 +34,7 @@ func TestIsolatedHostStopsServing(t *testing.T) {
 			srvs, store := startReplicated(t, 3, 3, func(i int, o *Options) {
 				o.SplitPlacement = PlaceLocal
 				o.TestingKnobs.RaftFaults = net
-				o.TestingKnobs.NoTakeover = true
+				o.TestingKnobs.RefuseTakeover = func(uint32) bool { return true }
 				o.TestingKnobs.IgnoreLease = ignore && i == 0
 			})
 			c := newClient(t, store, "server")

@@ -328,14 +328,13 @@ type TestingKnobs struct {
 	// (docs/transactions.md §2.3). TestVersionsAcrossRemoteSplits runs
 	// with it to show that it catches a version that goes back.
 	SplitNoFloor bool
-	// RefuseTakeover, when set, is NoTakeover for the regions it reports
-	// true for (a test names its region once the cluster is up, so that
-	// elections while it starts are taken over as usual).
+	// RefuseTakeover, when set, makes a replica elected leader of a
+	// region it does not serve leave it alone (the old host keeps its
+	// table entry) for the regions it reports true for, so tests see what
+	// an isolated host does on its own. A test names its region once the
+	// cluster is up, so that elections while it starts are taken over as
+	// usual; one that refuses every takeover from the start returns true.
 	RefuseTakeover func(region uint32) bool
-	// NoTakeover: a replica elected leader of a region it does not serve
-	// leaves it alone (the old host keeps its table entry), so tests see
-	// what an isolated host does on its own.
-	NoTakeover bool
 	// MissingMarkEvery, when set, replaces missingMarkEvery: how far the
 	// coordinator's count of a missing server may run ahead of the
 	// table's mark of it.
