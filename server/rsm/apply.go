@@ -194,7 +194,7 @@ func (m *Machine) applyRootLocked(p RootPhase, mp blink.Ptr) (Result, error) {
 // (docs/transactions.md §2.2), as before versions otherwise. The clock
 // moves only when the put applied. REQUIRES: m.mu held.
 func (m *Machine) putLocked(lm *Meganode, index uint64, key, value []byte) (uint64, error) {
-	if !m.state.Versioned {
+	if !m.state.Versioned() {
 		return 0, lm.T.Put(key, value)
 	}
 	v := max(index, m.state.Clock+1)
@@ -211,7 +211,7 @@ func (m *Machine) putLocked(lm *Meganode, index uint64, key, value []byte) (uint
 // versioned leaves (a legacy leaf is rewritten when a record changes it).
 // A second version record changes nothing. REQUIRES: m.mu held.
 func (m *Machine) applyVersionLocked(index uint64) error {
-	if m.state.Versioned {
+	if m.state.Versioned() {
 		return nil
 	}
 	if len(m.state.Splits) > 0 || len(m.targets) > 0 {
@@ -222,7 +222,6 @@ func (m *Machine) applyVersionLocked(index uint64) error {
 			return err
 		}
 	}
-	m.state.Versioned = true
 	m.state.Legacy = index
 	m.state.Clock = max(m.state.Clock, index)
 	return nil
@@ -234,7 +233,7 @@ func (m *Machine) applyVersionLocked(index uint64) error {
 // does (docs/transactions.md §3). A condition that fails changes nothing
 // and answers the key's current version. REQUIRES: m.mu held.
 func (m *Machine) condLocked(lm *Meganode, index uint64, key []byte, b *CondBody) (Result, error) {
-	if !m.state.Versioned {
+	if !m.state.Versioned() {
 		return Result{}, ErrNotVersioned
 	}
 	value, word, err := lm.T.GetWord(key, m.condBuf[:0])

@@ -481,7 +481,7 @@ func (h *scenario) state() string {
 	st := h.m.State()
 	var out strings.Builder
 	fmt.Fprintf(&out, "formatted=%v applied=%d root=%v new-root=%v\n", st.Formatted, st.Applied, h.m.Region().Root(), st.NewRoot)
-	if st.Versioned {
+	if st.Versioned() {
 		fmt.Fprintf(&out, "versioned clock=%d legacy=%d\n", st.Clock, st.Legacy)
 	}
 	for _, p := range st.Splits {

@@ -350,5 +350,5 @@ func LayoutOf(r *meganode.Region) Layout {
 func (m *Machine) Versions() (versioned bool, legacy, clock uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.state.Versioned, m.state.Legacy, m.state.Clock
+	return m.state.Versioned(), m.state.Legacy, m.state.Clock
 }

@@ -115,7 +115,7 @@ func (m *Machine) newMeganodeLocked(level int, b blink.Bounds, fill func(*blink.
 	if err != nil {
 		return 0, err
 	}
-	if m.state.Versioned {
+	if m.state.Versioned() {
 		err = mn.Tree().SetVersioning(m.state.Legacy)
 	}
 	if err == nil {

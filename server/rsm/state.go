@@ -57,17 +57,19 @@ type State struct {
 	// Sessions is the at-most-once table of client writes (sessions.go).
 	Sessions sessions
 
-	// Versioned: the version record applied (docs/transactions.md
-	// §2.6): every put gives its key a version from Clock, and Legacy
-	// (U, the record's index) is the version of every entry written
-	// before it.
-	Versioned bool
+	// Legacy is U, the version record's index (docs/transactions.md
+	// §2.6): the version of every entry written before it; 0 until it
+	// applied (Versioned).
+	Legacy uint64
 	// Clock is the region's version clock (docs/transactions.md §2.2):
 	// the highest version given or moved in, 0 before the version
 	// record.
-	Clock  uint64
-	Legacy uint64
+	Clock uint64
 }
+
+// Versioned reports whether the version record applied: every put gives
+// its key a version from Clock.
+func (st *State) Versioned() bool { return st.Legacy != 0 }
 
 // SplitProgress is a split in progress as the log left it.
 type SplitProgress struct {
@@ -117,7 +119,7 @@ func (st *State) encode() []byte {
 	if st.Formatted {
 		flags |= replFormatted
 	}
-	if st.Versioned {
+	if st.Versioned() {
 		flags |= replVersioned
 	}
 	le.PutUint32(b[8:], flags)
@@ -160,15 +162,14 @@ func ReadState(r io.Reader) (State, error) {
 	if le.Uint32(b) != replMagic || version < 1 || version > replVersion || flags&^known != 0 {
 		return corrupt("header")
 	}
-	st := State{Formatted: flags&replFormatted != 0, Versioned: flags&replVersioned != 0,
-		Applied: le.Uint64(b[16:]), NewRoot: blink.Ptr(le.Uint64(b[24:]))}
+	st := State{Formatted: flags&replFormatted != 0, Applied: le.Uint64(b[16:]), NewRoot: blink.Ptr(le.Uint64(b[24:]))}
 	if version >= 4 {
 		var c [replClockSize]byte
 		if _, err := io.ReadFull(r, c[:]); err != nil {
 			return corrupt("version clock")
 		}
 		st.Clock, st.Legacy = le.Uint64(c[:]), le.Uint64(c[8:])
-		if st.Versioned != (st.Legacy != 0) || st.Clock < st.Legacy {
+		if (flags&replVersioned != 0) != st.Versioned() || st.Clock < st.Legacy {
 			return corrupt("version clock fields")
 		}
 	}

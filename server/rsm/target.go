@@ -34,12 +34,12 @@ func (m *Machine) applyTargetLocked(r *Record, b *TargetBody) (Result, error) {
 		if inner != (y.Level > 0) {
 			return Result{}, fmt.Errorf("rsm: target append of inner=%v entries into a level %d meganode: %w", inner, y.Level, ErrBadRecord)
 		}
-		if !inner && words != m.state.Versioned {
+		if !inner && words != m.state.Versioned() {
 			// Keys move only between regions of one mode
 			// (docs/transactions.md §2.6): a versioned region could not
 			// give legacy entries versions, a legacy one could not keep
 			// theirs.
-			return Result{}, fmt.Errorf("rsm: target append with words=%v into a region with versioned=%v: %w", words, m.state.Versioned, ErrVersionMode)
+			return Result{}, fmt.Errorf("rsm: target append with words=%v into a region with versioned=%v: %w", words, m.state.Versioned(), ErrVersionMode)
 		}
 		if err := y.T.AppendEntries(ents); err != nil {
 			return Result{}, err
@@ -52,7 +52,7 @@ func (m *Machine) applyTargetLocked(r *Record, b *TargetBody) (Result, error) {
 		if len(b.Payload) > 0 {
 			m.state.Sessions.merge(b.Payload, m.state.Applied)
 		}
-		if m.state.Versioned {
+		if m.state.Versioned() {
 			// The next write of a moved key gets a version above the
 			// one it came with (docs/transactions.md §2.3).
 			m.state.Clock = max(m.state.Clock, b.Clock)

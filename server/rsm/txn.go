@@ -312,7 +312,7 @@ func (m *Machine) rangeHashLocked(start *Meganode, rg *TxnRange) (blink.RangeHas
 // the server parks and retries the record), then applies every write
 // with one version from the clock. REQUIRES: m.mu held.
 func (m *Machine) txnLocked(start *Meganode, index uint64, b *TxnBody) (Result, error) {
-	if !m.state.Versioned {
+	if !m.state.Versioned() {
 		return Result{}, ErrNotVersioned
 	}
 	leaves := make([]*Meganode, len(b.Writes))
